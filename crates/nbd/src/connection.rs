@@ -1,0 +1,389 @@
+//! One client connection: the handshake, then the transmission phase.
+//!
+//! # Concurrency model
+//! ```text
+//!   socket read half ──► reader (this task): header ─► validate ─► payload ─► spawn ──┐
+//!                          ▲ waits for a slot and a byte budget before reading more   │
+//!                          │                                                          ▼
+//!                          │                     request task (one per request): backend call
+//!                          │                                                          │
+//!   socket write half ◄── writer task ◄── unbounded channel of encoded replies ◄──────┘
+//!                         (writes in completion order, flushes when the channel is empty)
+//! ```
+//! - At most `max_inflight_per_connection` requests are between "header read" and "reply
+//!   written", and at most `max_inflight_bytes_per_connection` bytes of read/write buffers.
+//!   The permits travel with the reply and are released once it is written (or dropped because
+//!   the peer is gone), so a client that stops reading replies stops being read from: the
+//!   channel is unbounded in type only.
+//! - Replies go out in completion order, so cookies come back out of order across requests.
+//! - A `WRITE` that fails validation still has its payload read and discarded so the stream stays
+//!   in sync, up to [`WRITE_DISCARD_LIMIT`]; a longer announced payload (the length field allows
+//!   up to 4 GiB) closes the connection instead, as the spec allows for denial-of-service sized
+//!   payloads.
+//!
+//! # Ending
+//! The reader stops on `NBD_CMD_DISC`, end of stream, a protocol error (wrong magic, absurd
+//! write length, socket error), a failed writer, or server shutdown. It then waits until every
+//! request task has finished its backend call (backend futures are never dropped half-way),
+//! lets the writer send what is queued, and closes the socket. Once shutdown is signalled, a
+//! request that is only partly received and the final reply drain get `shutdown_grace` to
+//! complete; the backend calls themselves are always awaited.
+
+use crate::backend::BlockBackend;
+use crate::error::{ProtocolError, RequestError};
+use crate::handshake::{negotiate, ExportInfo, Negotiated, Outcome};
+use crate::protocol::*;
+use crate::request::{error_reply, execute, validate, Command, ExportParams, Reply};
+use crate::server::{ServerConfig, ShutdownSignal};
+use crate::stats::Counters;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{BufReader, BufWriter};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tracing::{debug, error, info, warn};
+
+/// A `WRITE` payload up to this size is read and discarded when the request is refused; a
+/// longer one closes the connection.
+pub const WRITE_DISCARD_LIMIT: u32 = 2 * MAX_PAYLOAD;
+/// The byte budget is counted in units of this many bytes.
+const BUDGET_UNIT: u32 = 4096;
+const READ_BUFFER: usize = 128 << 10;
+const WRITE_BUFFER: usize = 128 << 10;
+
+/// Everything a connection needs from the server.
+pub(crate) struct ConnContext<B> {
+    pub backend: Arc<B>,
+    pub config: Arc<ServerConfig>,
+    pub stats: Arc<Counters>,
+    /// Connection number (0-based, in accept order).
+    pub id: u64,
+    /// Peer address for logs.
+    pub peer: String,
+}
+
+/// Why a connection ended without a protocol error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    Disconnect,
+    Eof,
+    Shutdown,
+    WriterFailed,
+}
+
+/// Runs a connection to the end. Never panics on peer input; errors are logged and counted.
+pub(crate) async fn serve_connection<B, R, W>(
+    ctx: ConnContext<B>,
+    r: R,
+    w: W,
+    mut shutdown: ShutdownSignal,
+) where
+    B: BlockBackend,
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (id, peer) = (ctx.id, ctx.peer.clone());
+    info!(conn = id, %peer, "connection opened");
+    let mut r = BufReader::with_capacity(READ_BUFFER, r);
+    let mut w = BufWriter::with_capacity(WRITE_BUFFER, w);
+    let size = ctx.backend.size() / u64::from(MIN_BLOCK_SIZE) * u64::from(MIN_BLOCK_SIZE);
+    let export = ExportInfo {
+        name: ctx.config.export_name.clone(),
+        description: ctx.config.description.clone(),
+        size,
+        read_only: ctx.backend.read_only(),
+    };
+    let timeout = ctx.config.handshake_timeout;
+    let handshake = tokio::select! {
+        res = tokio::time::timeout(timeout, negotiate(&mut r, &mut w, &export)) => {
+            res.unwrap_or(Err(ProtocolError::HandshakeTimeout))
+        }
+        () = shutdown.wait() => {
+            info!(conn = id, "connection closed during handshake: server shutting down");
+            return;
+        }
+    };
+    let negotiated = match handshake {
+        Ok(Outcome::Transmission(n)) => n,
+        Ok(Outcome::Aborted) => {
+            info!(conn = id, "connection closed: client aborted negotiation");
+            return;
+        }
+        Err(e) => {
+            log_protocol_error(&ctx, "handshake", &e);
+            return;
+        }
+    };
+    Counters::bump(&ctx.stats.handshakes_completed);
+    info!(
+        conn = id,
+        structured = negotiated.structured,
+        flags = format_args!("{:#x}", negotiated.flags),
+        size,
+        "transmission phase"
+    );
+    let params = ExportParams {
+        size,
+        read_only: export.read_only,
+        structured: negotiated.structured,
+    };
+    match transmission(&ctx, r, w, params, negotiated, shutdown).await {
+        Ok(end) => info!(conn = id, reason = ?end, "connection closed"),
+        Err(e) => log_protocol_error(&ctx, "transmission", &e),
+    }
+}
+
+fn log_protocol_error<B>(ctx: &ConnContext<B>, phase: &str, e: &ProtocolError) {
+    let eof = matches!(e, ProtocolError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof);
+    if eof {
+        info!(
+            conn = ctx.id,
+            phase, "connection closed by peer mid-message"
+        );
+    } else {
+        Counters::bump(&ctx.stats.protocol_errors);
+        warn!(conn = ctx.id, phase, error = %e, "connection closed: protocol error");
+    }
+}
+
+/// A reply on its way to the writer, with the permits it holds until written.
+struct Outgoing {
+    reply: Reply,
+    _slot: OwnedSemaphorePermit,
+    _bytes: Option<OwnedSemaphorePermit>,
+}
+
+/// The transmission phase. Returns once every request task finished and the writer is done.
+async fn transmission<B, R, W>(
+    ctx: &ConnContext<B>,
+    mut r: BufReader<R>,
+    w: BufWriter<W>,
+    params: ExportParams,
+    negotiated: Negotiated,
+    mut shutdown: ShutdownSignal,
+) -> Result<End, ProtocolError>
+where
+    B: BlockBackend,
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let cfg = &ctx.config;
+    let grace = cfg.shutdown_grace;
+    let queue = usize::try_from(ctx.id).unwrap_or(0) % ctx.backend.queues().max(1);
+    let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
+    let mut writer = Some(tokio::spawn(write_replies(w, rx)));
+    let slots = Arc::new(Semaphore::new(cfg.max_inflight_per_connection));
+    let budget_units = cfg.max_inflight_bytes_per_connection / BUDGET_UNIT as usize;
+    let budget = Arc::new(Semaphore::new(budget_units));
+    let mut tasks = JoinSet::new();
+    let structured = negotiated.structured;
+
+    let result: Result<End, ProtocolError> = loop {
+        while tasks.try_join_next().is_some() {}
+        // Wait for the next request to start arriving (cancel-safe: nothing is consumed).
+        tokio::select! {
+            biased;
+            () = shutdown.wait() => break Ok(End::Shutdown),
+            res = async { writer.as_mut().expect("writer runs until the loop ends").await } => {
+                writer = None;
+                if let Ok(Err(e)) = res {
+                    debug!(conn = ctx.id, error = %e, "reply writer failed");
+                }
+                break Ok(End::WriterFailed);
+            }
+            res = r.fill_buf() => match res {
+                Ok([]) => break Ok(End::Eof),
+                Ok(_) => {}
+                Err(e) => break Err(e.into()),
+            },
+        }
+        let mut raw = [0u8; REQUEST_HEADER_LEN];
+        match until_grace(&shutdown, grace, r.read_exact(&mut raw)).await {
+            None => break Ok(End::Shutdown),
+            Some(Err(e)) => break Err(e.into()),
+            Some(Ok(_)) => {}
+        }
+        let h = RequestHeader::decode(&raw);
+        if h.magic != REQUEST_MAGIC {
+            break Err(ProtocolError::BadMagic {
+                expected: REQUEST_MAGIC.into(),
+                found: h.magic.into(),
+            });
+        }
+        ctx.stats.request(h.kind);
+        debug!(
+            conn = ctx.id,
+            cookie = h.cookie,
+            cmd = command_name(h.kind),
+            flags = h.flags,
+            offset = h.offset,
+            len = h.length,
+            "request"
+        );
+        if h.kind == NBD_CMD_DISC {
+            break Ok(End::Disconnect);
+        }
+        let Some(slot) = until_grace(&shutdown, grace, slots.clone().acquire_owned()).await else {
+            break Ok(End::Shutdown);
+        };
+        let Ok(slot) = slot else {
+            break Ok(End::Shutdown); // the semaphore is never closed
+        };
+        let cmd = match validate(&h, &params) {
+            Ok(cmd) => cmd,
+            Err(err) => {
+                if h.kind == NBD_CMD_WRITE {
+                    if h.length > WRITE_DISCARD_LIMIT {
+                        break Err(ProtocolError::TooLarge {
+                            what: "WRITE payload",
+                            len: h.length.into(),
+                        });
+                    }
+                    let len = u64::from(h.length);
+                    let mut src = (&mut r).take(len);
+                    let mut sink = tokio::io::sink();
+                    let skip = tokio::io::copy(&mut src, &mut sink);
+                    match until_grace(&shutdown, grace, skip).await {
+                        None => break Ok(End::Shutdown),
+                        Some(Err(e)) => break Err(e.into()),
+                        Some(Ok(n)) if n != len => {
+                            break Err(
+                                std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into()
+                            )
+                        }
+                        Some(Ok(_)) => {}
+                    }
+                }
+                debug!(conn = ctx.id, cookie = h.cookie, error = %err, "request refused");
+                ctx.stats.error(err.errno);
+                let reply = error_reply(h.cookie, &err, structured);
+                let _ = tx.send(Outgoing {
+                    reply,
+                    _slot: slot,
+                    _bytes: None,
+                });
+                continue;
+            }
+        };
+        let data_len = match cmd {
+            Command::Read { len, .. } | Command::Write { len, .. } => len,
+            _ => 0,
+        };
+        let bytes = if data_len > 0 {
+            let units = data_len.div_ceil(BUDGET_UNIT);
+            let acquire = budget.clone().acquire_many_owned(units);
+            match until_grace(&shutdown, grace, acquire).await {
+                Some(Ok(p)) => Some(p),
+                _ => break Ok(End::Shutdown),
+            }
+        } else {
+            None
+        };
+        let mut payload = Vec::new();
+        if let Command::Write { len, .. } = cmd {
+            payload = vec![0u8; len as usize];
+            match until_grace(&shutdown, grace, r.read_exact(&mut payload)).await {
+                None => break Ok(End::Shutdown),
+                Some(Err(e)) => break Err(e.into()),
+                Some(Ok(_)) => {}
+            }
+        }
+        let backend = Arc::clone(&ctx.backend);
+        let stats = Arc::clone(&ctx.stats);
+        let tx = tx.clone();
+        let (conn, cookie) = (ctx.id, h.cookie);
+        tasks.spawn(async move {
+            let run = execute(&*backend, queue, cookie, cmd, payload, &params, &stats);
+            let reply = CatchUnwind(Box::pin(run)).await.unwrap_or_else(|()| {
+                error!(conn, cookie, ?cmd, "backend panicked");
+                let err = RequestError::new(Errno::Io, "backend panicked");
+                stats.error(err.errno);
+                error_reply(cookie, &err, structured)
+            });
+            // The writer is gone only if the peer is; the reply is then dropped.
+            let _ = tx.send(Outgoing {
+                reply,
+                _slot: slot,
+                _bytes: bytes,
+            });
+        });
+    };
+
+    // Let every backend call finish, then let the writer drain.
+    drop(tx);
+    while let Some(res) = tasks.join_next().await {
+        if let Err(e) = res {
+            error!(conn = ctx.id, error = %e, "request task failed");
+        }
+    }
+    if let Some(writer) = writer {
+        match until_grace(&shutdown, grace, writer).await {
+            None => debug!(conn = ctx.id, "reply drain timed out after shutdown"),
+            Some(Ok(Err(e))) => debug!(conn = ctx.id, error = %e, "reply writer failed"),
+            Some(_) => {}
+        }
+    }
+    result
+}
+
+/// Writes replies in arrival order until every sender is gone, flushing whenever the queue runs
+/// empty. Returns on the first socket error (the peer is gone).
+async fn write_replies<W: AsyncWrite + Unpin>(
+    mut w: BufWriter<W>,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+) -> std::io::Result<()> {
+    while let Some(msg) = rx.recv().await {
+        write_one(&mut w, msg).await?;
+        while let Ok(msg) = rx.try_recv() {
+            write_one(&mut w, msg).await?;
+        }
+        w.flush().await?;
+    }
+    w.shutdown().await
+}
+
+async fn write_one<W: AsyncWrite + Unpin>(
+    w: &mut BufWriter<W>,
+    msg: Outgoing,
+) -> std::io::Result<()> {
+    w.write_all(&msg.reply.head).await?;
+    if let Some(data) = &msg.reply.data {
+        w.write_all(data).await?;
+    }
+    Ok(())
+}
+
+/// Runs `fut`; gives up (`None`) once `grace` has passed after shutdown was signalled.
+async fn until_grace<F: Future>(
+    shutdown: &ShutdownSignal,
+    grace: Duration,
+    fut: F,
+) -> Option<F::Output> {
+    let mut s = shutdown.clone();
+    tokio::select! {
+        out = fut => Some(out),
+        () = async { s.wait().await; tokio::time::sleep(grace).await } => None,
+    }
+}
+
+/// Turns a panic while polling the inner future into `Err(())`, so a panicking backend call
+/// still gets a reply (`NBD_EIO`) instead of leaving the client waiting.
+struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, ()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self.0.as_mut();
+        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Err(_) => Poll::Ready(Err(())),
+        }
+    }
+}

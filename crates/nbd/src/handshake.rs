@@ -1,0 +1,395 @@
+//! The fixed newstyle handshake: greeting, client flags, then option haggling until the client
+//! enters transmission (`NBD_OPT_GO` or `NBD_OPT_EXPORT_NAME`), aborts, or breaks the protocol.
+//!
+//! Supported options: `EXPORT_NAME`, `ABORT`, `LIST`, `INFO`, `GO`, `STRUCTURED_REPLY`. Every
+//! other option (including `STARTTLS` and the metadata-context options) gets
+//! `NBD_REP_ERR_UNSUP` and negotiation continues, as the spec's baseline requires.
+//!
+//! One export exists. It is found under its configured name and under the empty name (the
+//! spec's "default export"); any other name gets `NBD_REP_ERR_UNKNOWN` (or, for
+//! `NBD_OPT_EXPORT_NAME`, which cannot report errors, a closed connection).
+//!
+//! Limits against hostile clients (the spec lets a server hard-disconnect on a denial of
+//! service):
+//! - an option payload up to [`MAX_OPTION_LEN`] bytes is read and handled; that is enough for
+//!   the largest valid `INFO`/`GO` (a 4096-byte name and 2046 info requests);
+//! - a longer payload up to [`MAX_DISCARD_OPTION_LEN`] is read, thrown away and answered with
+//!   `NBD_REP_ERR_TOO_BIG`; anything longer closes the connection;
+//! - `NBD_OPT_EXPORT_NAME` longer than the spec's 4096-byte string limit closes the connection;
+//! - at most [`MAX_OPTIONS`] options per connection.
+//!
+//! The caller bounds the whole handshake with a timeout and drops it on server shutdown.
+
+use crate::error::ProtocolError;
+use crate::protocol::*;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tracing::debug;
+
+/// Largest option payload the server reads and handles.
+pub const MAX_OPTION_LEN: u32 = 8192;
+/// Largest option payload the server reads and discards (answering `NBD_REP_ERR_TOO_BIG`).
+pub const MAX_DISCARD_OPTION_LEN: u32 = 1 << 20;
+/// Largest number of options one connection may send.
+pub const MAX_OPTIONS: usize = 128;
+
+/// What the handshake needs to know about the export.
+#[derive(Debug, Clone)]
+pub(crate) struct ExportInfo {
+    /// Canonical export name.
+    pub name: String,
+    /// Human-readable description (may be empty).
+    pub description: String,
+    /// Export size in bytes, a multiple of [`MIN_BLOCK_SIZE`].
+    pub size: u64,
+    /// Whether the export refuses writes.
+    pub read_only: bool,
+}
+
+impl ExportInfo {
+    /// Whether `name` selects this export.
+    fn matches(&self, name: &str) -> bool {
+        name.is_empty() || name == self.name
+    }
+}
+
+/// What was agreed for the transmission phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Negotiated {
+    /// Structured replies were negotiated.
+    pub structured: bool,
+    /// Transmission flags sent to the client.
+    pub flags: u16,
+}
+
+/// How the handshake ended without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Enter transmission.
+    Transmission(Negotiated),
+    /// The client sent `NBD_OPT_ABORT`.
+    Aborted,
+}
+
+/// The transmission flags advertised for an export.
+///
+/// A read-only export advertises `READ_ONLY` and none of the write-type commands (they are still
+/// recognised and answered with `NBD_EPERM`). `SEND_DF` only with structured replies, as the
+/// spec requires.
+pub(crate) fn transmission_flags(read_only: bool, structured: bool) -> u16 {
+    let mut f = NBD_FLAG_HAS_FLAGS
+        | NBD_FLAG_SEND_FLUSH
+        | NBD_FLAG_SEND_FUA
+        | NBD_FLAG_SEND_CACHE
+        | NBD_FLAG_CAN_MULTI_CONN;
+    if read_only {
+        f |= NBD_FLAG_READ_ONLY;
+    } else {
+        f |= NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO;
+    }
+    if structured {
+        f |= NBD_FLAG_SEND_DF;
+    }
+    f
+}
+
+/// Runs the handshake on a fresh connection. The writer is flushed before every read.
+pub(crate) async fn negotiate<R, W>(
+    r: &mut R,
+    w: &mut W,
+    export: &ExportInfo,
+) -> Result<Outcome, ProtocolError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    w.write_all(&encode_greeting(
+        NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES,
+    ))
+    .await?;
+    w.flush().await?;
+
+    let client_flags = r.read_u32().await?;
+    if client_flags & !(NBD_FLAG_C_FIXED_NEWSTYLE | NBD_FLAG_C_NO_ZEROES) != 0 {
+        return Err(ProtocolError::UnknownClientFlags(client_flags));
+    }
+    let no_zeroes = client_flags & NBD_FLAG_C_NO_ZEROES != 0;
+    if client_flags & NBD_FLAG_C_FIXED_NEWSTYLE == 0 {
+        // The spec lets a server honour fixed newstyle anyway; old clients only ever send
+        // NBD_OPT_EXPORT_NAME, which behaves the same in both dialects.
+        debug!("client did not set NBD_FLAG_C_FIXED_NEWSTYLE");
+    }
+
+    let mut structured = false;
+    for _ in 0..MAX_OPTIONS {
+        let mut hdr = [0u8; OPTION_HEADER_LEN];
+        r.read_exact(&mut hdr).await?;
+        let magic = be_u64(&hdr[0..8]);
+        if magic != IHAVEOPT {
+            return Err(ProtocolError::BadMagic {
+                expected: IHAVEOPT,
+                found: magic,
+            });
+        }
+        let option = be_u32(&hdr[8..12]);
+        let len = be_u32(&hdr[12..16]);
+        debug!(option = option_name(option), len, "option");
+
+        if option == NBD_OPT_EXPORT_NAME {
+            return export_name(r, w, export, len, structured, no_zeroes).await;
+        }
+        if len > MAX_DISCARD_OPTION_LEN {
+            return Err(ProtocolError::TooLarge {
+                what: "option payload",
+                len: len.into(),
+            });
+        }
+        if len > MAX_OPTION_LEN {
+            discard(r, len.into()).await?;
+            let msg = format!("option payload of {len} bytes exceeds {MAX_OPTION_LEN}");
+            reply(w, option, NBD_REP_ERR_TOO_BIG, msg.as_bytes()).await?;
+            continue;
+        }
+        let mut data = vec![0u8; len as usize];
+        r.read_exact(&mut data).await?;
+
+        match option {
+            NBD_OPT_ABORT => {
+                // The client may already be gone; the spec asks both sides to cope.
+                let _ = reply(w, option, NBD_REP_ACK, &[]).await;
+                return Ok(Outcome::Aborted);
+            }
+            NBD_OPT_LIST => {
+                if !data.is_empty() {
+                    reply(
+                        w,
+                        option,
+                        NBD_REP_ERR_INVALID,
+                        b"NBD_OPT_LIST takes no data",
+                    )
+                    .await?;
+                } else {
+                    let server = encode_rep_server(&export.name, &export.description);
+                    w.write_all(&encode_option_reply(option, NBD_REP_SERVER, &server))
+                        .await?;
+                    reply(w, option, NBD_REP_ACK, &[]).await?;
+                }
+            }
+            NBD_OPT_STRUCTURED_REPLY => {
+                if !data.is_empty() {
+                    let msg = b"NBD_OPT_STRUCTURED_REPLY takes no data";
+                    reply(w, option, NBD_REP_ERR_INVALID, msg).await?;
+                } else {
+                    structured = true;
+                    reply(w, option, NBD_REP_ACK, &[]).await?;
+                }
+            }
+            NBD_OPT_INFO | NBD_OPT_GO => {
+                if info_or_go(w, option, &data, export, structured).await? && option == NBD_OPT_GO {
+                    return Ok(Outcome::Transmission(Negotiated {
+                        structured,
+                        flags: transmission_flags(export.read_only, structured),
+                    }));
+                }
+            }
+            _ => {
+                let msg = format!("option {} ({option}) is not supported", option_name(option));
+                reply(w, option, NBD_REP_ERR_UNSUP, msg.as_bytes()).await?;
+            }
+        }
+    }
+    Err(ProtocolError::TooManyOptions(MAX_OPTIONS))
+}
+
+/// `NBD_OPT_EXPORT_NAME`: enter transmission or close (this option has no error reply).
+async fn export_name<R, W>(
+    r: &mut R,
+    w: &mut W,
+    export: &ExportInfo,
+    len: u32,
+    structured: bool,
+    no_zeroes: bool,
+) -> Result<Outcome, ProtocolError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    if len as usize > MAX_STRING_LEN {
+        return Err(ProtocolError::TooLarge {
+            what: "NBD_OPT_EXPORT_NAME name",
+            len: len.into(),
+        });
+    }
+    let mut name = vec![0u8; len as usize];
+    r.read_exact(&mut name).await?;
+    let name = String::from_utf8_lossy(&name).into_owned();
+    if !export.matches(&name) {
+        return Err(ProtocolError::UnknownExport(name));
+    }
+    let flags = transmission_flags(export.read_only, structured);
+    w.write_all(&encode_export_name_reply(export.size, flags, no_zeroes))
+        .await?;
+    w.flush().await?;
+    Ok(Outcome::Transmission(Negotiated { structured, flags }))
+}
+
+/// `NBD_OPT_INFO` / `NBD_OPT_GO`. Returns whether the export was accepted (final `NBD_REP_ACK`).
+async fn info_or_go<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    option: u32,
+    data: &[u8],
+    export: &ExportInfo,
+    structured: bool,
+) -> Result<bool, ProtocolError> {
+    let req = match parse_info_request(data) {
+        Ok(req) => req,
+        Err(msg) => {
+            reply(w, option, NBD_REP_ERR_INVALID, msg.as_bytes()).await?;
+            return Ok(false);
+        }
+    };
+    if !export.matches(&req.name) {
+        let msg = format!("unknown export {:?}", truncate_str(&req.name, 256));
+        reply(w, option, NBD_REP_ERR_UNKNOWN, msg.as_bytes()).await?;
+        return Ok(false);
+    }
+    let flags = transmission_flags(export.read_only, structured);
+    let mut infos = Vec::new();
+    if req.infos.contains(&NBD_INFO_NAME) {
+        infos.push(encode_info_string(NBD_INFO_NAME, &export.name));
+    }
+    if req.infos.contains(&NBD_INFO_DESCRIPTION) && !export.description.is_empty() {
+        infos.push(encode_info_string(
+            NBD_INFO_DESCRIPTION,
+            &export.description,
+        ));
+    }
+    // Sent whether asked or not: we enforce 512-byte alignment, which is not the default.
+    infos.push(encode_info_block_size(
+        MIN_BLOCK_SIZE,
+        PREFERRED_BLOCK_SIZE,
+        MAX_PAYLOAD,
+    ));
+    infos.push(encode_info_export(export.size, flags));
+    for info in infos {
+        w.write_all(&encode_option_reply(option, NBD_REP_INFO, &info))
+            .await?;
+    }
+    reply(w, option, NBD_REP_ACK, &[]).await?;
+    Ok(true)
+}
+
+/// The parsed payload of `NBD_OPT_INFO` / `NBD_OPT_GO`.
+#[derive(Debug, PartialEq, Eq)]
+struct InfoRequest {
+    name: String,
+    infos: Vec<u16>,
+}
+
+/// Parses `name length, name, info count, infos`; the error is a message for the client.
+fn parse_info_request(data: &[u8]) -> Result<InfoRequest, String> {
+    if data.len() < 6 {
+        return Err(format!("payload of {} bytes is shorter than 6", data.len()));
+    }
+    let name_len = be_u32(&data[0..4]) as usize;
+    if name_len > data.len() - 6 {
+        return Err(format!("name length {name_len} exceeds the payload"));
+    }
+    if name_len > MAX_STRING_LEN {
+        return Err(format!("name length {name_len} exceeds {MAX_STRING_LEN}"));
+    }
+    let name = std::str::from_utf8(&data[4..4 + name_len])
+        .map_err(|_| "export name is not UTF-8".to_string())?;
+    let count_at = 4 + name_len;
+    let count = usize::from(be_u16(&data[count_at..count_at + 2]));
+    let infos_at = count_at + 2;
+    if data.len() != infos_at + 2 * count {
+        return Err(format!(
+            "{count} info requests do not fill the remaining {} bytes",
+            data.len() - infos_at
+        ));
+    }
+    let infos = data[infos_at..]
+        .chunks_exact(2)
+        .map(be_u16)
+        .collect::<Vec<_>>();
+    Ok(InfoRequest {
+        name: name.to_string(),
+        infos,
+    })
+}
+
+/// Sends one option reply and flushes (every option's final reply ends a round trip).
+async fn reply<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    option: u32,
+    reply_type: u32,
+    data: &[u8],
+) -> Result<(), ProtocolError> {
+    w.write_all(&encode_option_reply(option, reply_type, data))
+        .await?;
+    w.flush().await?;
+    Ok(())
+}
+
+/// Reads and drops `len` bytes.
+async fn discard<R: AsyncRead + Unpin>(r: &mut R, len: u64) -> Result<(), ProtocolError> {
+    let copied = tokio::io::copy(&mut r.take(len), &mut tokio::io::sink()).await?;
+    if copied != len {
+        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info_payload(name: &str, infos: &[u16]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&(name.len() as u32).to_be_bytes());
+        b.extend_from_slice(name.as_bytes());
+        b.extend_from_slice(&(infos.len() as u16).to_be_bytes());
+        for i in infos {
+            b.extend_from_slice(&i.to_be_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn parses_info_request() {
+        let p = info_payload("disk", &[NBD_INFO_BLOCK_SIZE, NBD_INFO_NAME]);
+        assert_eq!(
+            parse_info_request(&p),
+            Ok(InfoRequest {
+                name: "disk".into(),
+                infos: vec![NBD_INFO_BLOCK_SIZE, NBD_INFO_NAME]
+            })
+        );
+    }
+
+    #[test]
+    fn rejects_malformed_info_requests() {
+        assert!(parse_info_request(&[0, 0, 0]).is_err());
+        // Name length pointing past the end.
+        assert!(parse_info_request(&[0, 0, 0, 9, 0, 0]).is_err());
+        // Count of infos that does not match the remaining bytes.
+        let mut p = info_payload("x", &[1]);
+        p.pop();
+        assert!(parse_info_request(&p).is_err());
+        // Huge name length does not overflow.
+        assert!(parse_info_request(&[0xff, 0xff, 0xff, 0xff, 0, 0]).is_err());
+    }
+
+    #[test]
+    fn flags_follow_the_spec() {
+        let rw = transmission_flags(false, false);
+        assert_eq!(rw & NBD_FLAG_SEND_DF, 0);
+        assert_ne!(rw & NBD_FLAG_SEND_FAST_ZERO, 0);
+        let ro = transmission_flags(true, true);
+        assert_ne!(ro & NBD_FLAG_READ_ONLY, 0);
+        assert_ne!(ro & NBD_FLAG_SEND_DF, 0);
+        assert_eq!(ro & (NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES), 0);
+        // FAST_ZERO must be clear when WRITE_ZEROES is.
+        assert_eq!(ro & NBD_FLAG_SEND_FAST_ZERO, 0);
+    }
+}
