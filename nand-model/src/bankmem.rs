@@ -1,0 +1,206 @@
+//! Raw access to one bank's part of the memory-mapped image.
+//!
+//! The image is mapped once, shared (`MAP_SHARED`), so a store into the mapping is in the page
+//! cache the moment it executes and survives the death of the process. The mapping is split into
+//! one [`BankMem`] per bank. A bank's block-table entries, page data and OOB are each contiguous
+//! (global indices are bank-major), so the `BankMem`s cover pairwise disjoint byte ranges.
+//!
+//! Each `BankMem` lives inside its bank's mutex in the device, so **holding a `&mut BankMem`
+//! (or `&BankMem`) means holding that bank's lock**: writes through `&mut self` never race with
+//! anything, and reads through `&self` never race with writes. That is the whole safety argument
+//! of the raw-pointer code below. Every index is bounds-checked here (with `assert!`, since an
+//! out-of-range index would be a bug in the device, whose callers' addresses are validated
+//! before reaching this module).
+
+use std::ptr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use memmap2::MmapRaw;
+
+use crate::geometry::Geometry;
+use crate::header::{Layout, BLOCK_ENTRY_SIZE};
+
+/// Persistent state of one erase block (one block-table entry).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BlockState {
+    /// Successful erases so far.
+    pub erase_count: u32,
+    /// The block is retired; every operation on it is refused.
+    pub bad: bool,
+    /// Pages programmed since the last erase: pages `0..programmed_pages` hold data (or garbage
+    /// after a failed program), the rest read as erased (0xFF).
+    pub programmed_pages: u32,
+}
+
+const FLAG_BAD: u32 = 1;
+
+/// One bank's slice of the mapping. See the module docs for the locking contract.
+pub(crate) struct BankMem {
+    /// Keeps the mapping alive as long as any pointer below is in use.
+    _map: Arc<MmapRaw>,
+    table: *mut u8,
+    data: *mut u8,
+    oob: *mut u8,
+    blocks: u32,
+    pages_per_block: u32,
+    page_size: usize,
+    oob_size: usize,
+}
+
+// SAFETY: BankMem only holds pointers into a shared file mapping that `_map` keeps alive; the
+// memory is not tied to any thread. Exclusive use is guaranteed by the bank mutex it lives in.
+unsafe impl Send for BankMem {}
+
+impl BankMem {
+    /// Splits `map` (laid out per `layout` for geometry `g`) into one `BankMem` per bank.
+    ///
+    /// Returns `None` if the mapping is shorter than the layout (the caller checked the file
+    /// length, so that would mean the file shrank between the check and the map).
+    pub(crate) fn split(map: &Arc<MmapRaw>, g: &Geometry, layout: &Layout) -> Option<Vec<BankMem>> {
+        let len = u64::try_from(map.len()).ok()?;
+        if len < layout.len {
+            return None;
+        }
+        let base = map.as_mut_ptr();
+        let blocks = u64::from(g.blocks_per_bank);
+        let pages = blocks * u64::from(g.pages_per_block);
+        let mut out = Vec::with_capacity(g.banks() as usize);
+        for bank in 0..u64::from(g.banks()) {
+            let table = layout.block_table + bank * blocks * BLOCK_ENTRY_SIZE;
+            let data = layout.data + bank * pages * u64::from(g.page_size);
+            let oob = layout.oob + bank * pages * u64::from(g.oob_size);
+            // SAFETY: all three offsets (plus the bank's region length) are within `layout.len`,
+            // which is <= the mapping length checked above, so the pointers stay inside the map.
+            let (table, data, oob) = unsafe {
+                (
+                    base.add(table as usize),
+                    base.add(data as usize),
+                    base.add(oob as usize),
+                )
+            };
+            out.push(BankMem {
+                _map: Arc::clone(map),
+                table,
+                data,
+                oob,
+                blocks: g.blocks_per_bank,
+                pages_per_block: g.pages_per_block,
+                page_size: g.page_size as usize,
+                oob_size: g.oob_size as usize,
+            });
+        }
+        Some(out)
+    }
+
+    fn entry(&self, block: u32) -> *mut u8 {
+        assert!(block < self.blocks, "block {block} outside bank");
+        // SAFETY: block < blocks, so the 16-byte entry lies inside this bank's table region.
+        unsafe { self.table.add(block as usize * BLOCK_ENTRY_SIZE as usize) }
+    }
+
+    fn page_index(&self, block: u32, page: u32) -> usize {
+        assert!(
+            block < self.blocks && page < self.pages_per_block,
+            "page outside bank"
+        );
+        block as usize * self.pages_per_block as usize + page as usize
+    }
+
+    /// Reads a block's table entry.
+    pub(crate) fn block(&self, block: u32) -> BlockState {
+        let p = self.entry(block);
+        let mut raw = [0u8; 16];
+        // SAFETY: `p` points to 16 bytes of this bank's table (see `entry`); `&self` means the
+        // bank lock is held, so no write races with this read.
+        unsafe { ptr::copy_nonoverlapping(p, raw.as_mut_ptr(), 16) };
+        let word = |i: usize| u32::from_le_bytes([raw[i], raw[i + 1], raw[i + 2], raw[i + 3]]);
+        BlockState {
+            erase_count: word(0),
+            bad: word(4) & FLAG_BAD != 0,
+            programmed_pages: word(8),
+        }
+    }
+
+    /// Writes a block's table entry. `programmed_pages` is stored last with release ordering:
+    /// page data written before this call is in the mapping before the counter that exposes it
+    /// (neither the compiler nor the CPU may move the data stores after it), so a process killed
+    /// mid-program leaves the page unprogrammed rather than half-visible.
+    pub(crate) fn set_block(&mut self, block: u32, st: BlockState) {
+        let p = self.entry(block);
+        let flags: u32 = if st.bad { FLAG_BAD } else { 0 };
+        // SAFETY: `p` points to this bank's 16-byte, 16-aligned entry (the table starts at a
+        // 4 KiB-aligned offset of a page-aligned mapping); `&mut self` means the bank lock is
+        // held, so nothing else accesses it. Offset 8 is 4-aligned, as AtomicU32 requires, and
+        // the memory is only ever accessed under the same lock.
+        unsafe {
+            ptr::copy_nonoverlapping(st.erase_count.to_le_bytes().as_ptr(), p, 4);
+            ptr::copy_nonoverlapping(flags.to_le_bytes().as_ptr(), p.add(4), 4);
+            AtomicU32::from_ptr(p.add(8).cast::<u32>())
+                .store(st.programmed_pages.to_le(), Ordering::Release);
+        }
+    }
+
+    /// Copies `data.len()` bytes from `offset` of the page, and the first `oob.len()` OOB bytes.
+    pub(crate) fn read_page(
+        &self,
+        block: u32,
+        page: u32,
+        offset: usize,
+        data: &mut [u8],
+        oob: Option<&mut [u8]>,
+    ) {
+        let i = self.page_index(block, page);
+        assert!(offset + data.len() <= self.page_size, "read past page end");
+        // SAFETY: page `i` of this bank spans page_size bytes at data + i*page_size, inside the
+        // bank's data region; offset + len <= page_size was just checked. `data` is a distinct
+        // caller buffer (it cannot alias the mapping: no safe reference to the mapping exists).
+        // `&self` means the bank lock is held, so no write to the page races with this read.
+        unsafe {
+            let src = self.data.add(i * self.page_size + offset);
+            ptr::copy_nonoverlapping(src, data.as_mut_ptr(), data.len());
+        }
+        if let Some(oob) = oob {
+            assert!(oob.len() <= self.oob_size, "oob buffer too large");
+            // SAFETY: as above, for the page's oob_size bytes in the bank's OOB region.
+            unsafe {
+                let src = self.oob.add(i * self.oob_size);
+                ptr::copy_nonoverlapping(src, oob.as_mut_ptr(), oob.len());
+            }
+        }
+    }
+
+    /// Writes a whole page and its OOB; OOB bytes past `oob.len()` are set to 0xFF, as if left
+    /// unprogrammed.
+    pub(crate) fn write_page(&mut self, block: u32, page: u32, data: &[u8], oob: &[u8]) {
+        let i = self.page_index(block, page);
+        assert!(data.len() == self.page_size && oob.len() <= self.oob_size);
+        // SAFETY: the destination ranges are page `i`'s data and OOB inside this bank's regions
+        // (index checked above, lengths checked just now); `&mut self` means the bank lock is
+        // held, so no other access to them is possible; the source buffers are caller memory
+        // that cannot alias the mapping.
+        unsafe {
+            ptr::copy_nonoverlapping(data.as_ptr(), self.data.add(i * self.page_size), data.len());
+            let o = self.oob.add(i * self.oob_size);
+            ptr::copy_nonoverlapping(oob.as_ptr(), o, oob.len());
+            ptr::write_bytes(o.add(oob.len()), 0xFF, self.oob_size - oob.len());
+        }
+    }
+
+    /// Fills a page and its OOB with noise (what a failed program leaves behind), seeded by the
+    /// page's position so it is reproducible.
+    pub(crate) fn write_garbage(&mut self, block: u32, page: u32) {
+        let i = self.page_index(block, page);
+        let mut state = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut noise = vec![0u8; self.page_size + self.oob_size];
+        for chunk in noise.chunks_mut(8) {
+            // xorshift64: cheap, never all-zero or all-0xFF over a page.
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            chunk.copy_from_slice(&state.to_le_bytes()[..chunk.len()]);
+        }
+        let (data, oob) = noise.split_at(self.page_size);
+        self.write_page(block, page, data, oob);
+    }
+}

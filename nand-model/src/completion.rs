@@ -1,0 +1,124 @@
+//! [`Completion`]: the modelled completion time of a submitted operation, waited on by blocking
+//! ([`Completion::wait`]) or asynchronously ([`Completion::into_future`]).
+//!
+//! The data effect of an operation happens at submission; the completion only says *when* the
+//! modelled device would have finished. A completion also keeps its bank's `inflight` count: it is
+//! incremented at submission and decremented exactly once when the completion (or the future made
+//! from it) is waited or dropped.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use crate::clock::{now_ns, sleep_until, to_instant};
+use crate::stats::BankCounters;
+use crate::timer::{register, WakerSlot};
+
+/// Decrements a bank's in-flight count when dropped.
+#[derive(Debug)]
+struct InflightGuard(Arc<BankCounters>);
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        self.0.retire();
+    }
+}
+
+/// The modelled completion of one NAND operation.
+#[derive(Debug)]
+#[must_use = "a Completion says when the operation finishes; wait on it or drop it deliberately"]
+pub struct Completion {
+    deadline_ns: u64,
+    _inflight: InflightGuard,
+}
+
+impl Completion {
+    pub(crate) fn new(deadline_ns: u64, bank: Arc<BankCounters>) -> Completion {
+        bank.submit();
+        Completion {
+            deadline_ns,
+            _inflight: InflightGuard(bank),
+        }
+    }
+
+    /// When the operation completes on the modelled device (submission time with timing off).
+    pub fn deadline(&self) -> Instant {
+        to_instant(self.deadline_ns)
+    }
+
+    /// True once the deadline has passed.
+    pub fn is_complete(&self) -> bool {
+        now_ns() >= self.deadline_ns
+    }
+
+    /// Blocks the calling thread until the deadline (absolute `clock_nanosleep` with 1 ns timer
+    /// slack for this thread). Returns at once with timing off or when the deadline has passed.
+    pub fn wait(self) {
+        sleep_until(self.deadline_ns);
+    }
+
+    /// A runtime-agnostic future that is ready at the deadline (woken by the crate's timer
+    /// thread). It is ready on first poll if the deadline has already passed.
+    pub fn into_future(self) -> CompletionFuture {
+        CompletionFuture {
+            completion: self,
+            slot: None,
+        }
+    }
+}
+
+impl IntoFuture for Completion {
+    type Output = ();
+    type IntoFuture = CompletionFuture;
+
+    fn into_future(self) -> CompletionFuture {
+        Completion::into_future(self)
+    }
+}
+
+/// Future form of a [`Completion`]; see [`Completion::into_future`].
+#[derive(Debug)]
+#[must_use = "futures do nothing unless polled"]
+pub struct CompletionFuture {
+    completion: Completion,
+    /// Registered with the timer on the first pending poll.
+    slot: Option<Arc<WakerSlot>>,
+}
+
+impl CompletionFuture {
+    /// The operation's modelled completion time.
+    pub fn deadline(&self) -> Instant {
+        self.completion.deadline()
+    }
+}
+
+impl Future for CompletionFuture {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let deadline = this.completion.deadline_ns;
+        if now_ns() >= deadline {
+            return Poll::Ready(());
+        }
+        match &this.slot {
+            // Still registered: just make sure the timer wakes the current task.
+            Some(slot) if !slot.fired() => slot.set(cx.waker()),
+            // First pending poll, or (defensively) the timer already fired yet the clock says
+            // not yet: register (again).
+            _ => {
+                let slot = Arc::new(WakerSlot::default());
+                slot.set(cx.waker());
+                register(deadline, Arc::clone(&slot));
+                this.slot = Some(slot);
+            }
+        }
+        // Re-check: the deadline may have passed while registering; never miss it.
+        if now_ns() >= deadline {
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+}

@@ -1,0 +1,424 @@
+//! [`NandDevice`]: the emulated SSD. Checks the flash rules, applies data effects to the mapped
+//! image, asks the fault injector, and computes each operation's completion time.
+//!
+//! Concurrency model:
+//! - **bank mutex** (`Bank::state`): the bank's part of the image (block-table entries, page
+//!   data, OOB; see `bankmem.rs`) and its timeline (`free_at`). Every operation takes exactly one
+//!   bank lock and holds it for the rule checks, the memcpy and the timeline update, so operations
+//!   on one bank are linearizable and different banks never contend.
+//! - **channel mutex** (`Channel::free_at`): the channel's timeline only, taken briefly inside a
+//!   bank lock. Lock order: bank, then channel; nothing takes two banks or two channels.
+//! - The fault injector has its own short lock, taken inside the bank lock only when faults are
+//!   armed. Counters, the in-flight count and `busy_until` are atomics, readable without locks.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+use crate::bankmem::{BankMem, BlockState};
+use crate::clock::{now_ns, to_instant};
+use crate::completion::Completion;
+use crate::config::NandConfig;
+use crate::error::{BufferKind, ImageError, NandError};
+use crate::faults::FaultInjector;
+use crate::geometry::{BankId, BlockAddr, Geometry, PageAddr};
+use crate::image::Image;
+use crate::stats::{BankCounters, NandStats, TotalStats};
+use crate::timeline::Timeline;
+use crate::timing::TimingMode;
+
+/// Load of one bank, readable without taking its lock ([`NandDevice::bank_load`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BankLoad {
+    /// Operations submitted to the bank whose `Completion` is not yet waited or dropped.
+    pub inflight: u32,
+    /// When the bank's modelled timeline frees up; `None` if it is idle now (always `None` with
+    /// timing off).
+    pub busy_until: Option<Instant>,
+}
+
+struct BankState {
+    mem: BankMem,
+    /// End of the bank's timeline (internal clock ns).
+    free_at: u64,
+}
+
+struct Bank {
+    state: Mutex<BankState>,
+    counters: Arc<BankCounters>,
+}
+
+/// A file-backed emulated NAND SSD. `Send + Sync`; every method takes `&self`.
+pub struct NandDevice {
+    image: Image,
+    config: NandConfig,
+    banks: Vec<Bank>,
+    timeline: Timeline,
+    faults: FaultInjector,
+    violations: AtomicU64,
+}
+
+impl std::fmt::Debug for NandDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NandDevice")
+            .field("path", &self.image.path)
+            .field("config", &self.config)
+            .field("mode", &self.timeline.mode())
+            .finish_non_exhaustive()
+    }
+}
+
+impl NandDevice {
+    /// Creates a new image file at `path` (sparse, all blocks erased) and opens it.
+    /// Refuses to overwrite an existing file ([`ImageError::AlreadyExists`]).
+    pub fn create(
+        path: &Path,
+        config: &NandConfig,
+        mode: TimingMode,
+    ) -> Result<NandDevice, ImageError> {
+        NandDevice::from_image(Image::create(path, config)?, mode)
+    }
+
+    /// Opens an existing image. With `expected`, its geometry must match field by field.
+    pub fn open(
+        path: &Path,
+        expected: Option<&Geometry>,
+        mode: TimingMode,
+    ) -> Result<NandDevice, ImageError> {
+        NandDevice::from_image(Image::open(path, expected)?, mode)
+    }
+
+    fn from_image(image: Image, mode: TimingMode) -> Result<NandDevice, ImageError> {
+        let config = image.header.config;
+        let g = config.geometry;
+        let mems =
+            BankMem::split(&image.map, &g, &image.layout).ok_or_else(|| ImageError::Truncated {
+                path: image.path.clone(),
+                expected: image.layout.len,
+                actual: image.map.len() as u64,
+            })?;
+        let banks = mems
+            .into_iter()
+            .map(|mem| Bank {
+                state: Mutex::new(BankState { mem, free_at: 0 }),
+                counters: Arc::new(BankCounters::default()),
+            })
+            .collect();
+        Ok(NandDevice {
+            timeline: Timeline::new(mode, config.timing, g.channels),
+            image,
+            config,
+            banks,
+            faults: FaultInjector::default(),
+            violations: AtomicU64::new(0),
+        })
+    }
+
+    /// The image file's path.
+    pub fn path(&self) -> &Path {
+        &self.image.path
+    }
+
+    /// Geometry, timing and endurance stored in the image.
+    pub fn config(&self) -> &NandConfig {
+        &self.config
+    }
+
+    /// The device's geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.config.geometry
+    }
+
+    /// Whether operations take modelled time.
+    pub fn timing_mode(&self) -> TimingMode {
+        self.timeline.mode()
+    }
+
+    /// Random identity given to the image at creation.
+    pub fn uuid(&self) -> [u8; 16] {
+        self.image.header.uuid
+    }
+
+    /// When the image was created.
+    pub fn created(&self) -> SystemTime {
+        UNIX_EPOCH + std::time::Duration::from_nanos(self.image.header.created_unix_ns)
+    }
+
+    /// The fault injector of this device.
+    pub fn faults(&self) -> &FaultInjector {
+        &self.faults
+    }
+
+    /// Flash-rule violations returned so far (faults not included).
+    pub fn violations(&self) -> u64 {
+        self.violations.load(Ordering::Relaxed)
+    }
+
+    /// Writes everything to stable storage (`msync` of the mapping, then `fsync`).
+    pub fn sync(&self) -> Result<(), ImageError> {
+        self.image.sync()
+    }
+
+    /// Lock-free load figures of `bank` (an out-of-range bank reads as idle).
+    pub fn bank_load(&self, bank: BankId) -> BankLoad {
+        let Some(b) = self.banks.get(bank.0 as usize) else {
+            return BankLoad {
+                inflight: 0,
+                busy_until: None,
+            };
+        };
+        let until = b.counters.busy_until.load(Ordering::Relaxed);
+        BankLoad {
+            inflight: b.counters.inflight.load(Ordering::Relaxed),
+            busy_until: (self.timing_mode() == TimingMode::Real && until > now_ns())
+                .then(|| to_instant(until)),
+        }
+    }
+
+    /// Snapshot of all counters.
+    pub fn stats(&self) -> NandStats {
+        let g = self.geometry();
+        let banks: Vec<_> = self
+            .banks
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                b.counters
+                    .snapshot(i as u32, g.channel_of(BankId(i as u32)))
+            })
+            .collect();
+        NandStats {
+            totals: TotalStats::sum(&banks),
+            banks,
+            channels: self
+                .timeline
+                .channels
+                .iter()
+                .enumerate()
+                .map(|(i, c)| c.counters.snapshot(i as u32))
+                .collect(),
+            violations: self.violations(),
+            injected: self.faults.injected(),
+        }
+    }
+
+    /// Persistent state of `block` (also for bad blocks).
+    pub fn block_state(&self, block: BlockAddr) -> Result<BlockState, NandError> {
+        let bank = self.bank_of(block)?;
+        let st = bank.state.lock();
+        Ok(st.mem.block(block.block))
+    }
+
+    /// Marks `block` bad (persisted). Idempotent. Every later operation on it is refused.
+    pub fn mark_bad(&self, block: BlockAddr) -> Result<(), NandError> {
+        let bank = self.bank_of(block)?;
+        let mut st = bank.state.lock();
+        let mut b = st.mem.block(block.block);
+        b.bad = true;
+        st.mem.set_block(block.block, b);
+        Ok(())
+    }
+
+    /// Reads `data.len()` bytes from byte `offset` of the page (a column read) and, with `oob`,
+    /// the first `oob.len()` OOB bytes. The bank is busy `t_read`, then `data.len() + oob.len()`
+    /// bytes cross the channel. An erased (unprogrammed) page reads as 0xFF; that is not an error.
+    pub fn read(
+        &self,
+        addr: PageAddr,
+        offset: u32,
+        data: &mut [u8],
+        oob: Option<&mut [u8]>,
+    ) -> Result<Completion, NandError> {
+        let bank = self.bank_of_page(addr)?;
+        let g = self.geometry();
+        if u64::from(offset) + data.len() as u64 > u64::from(g.page_size) {
+            return Err(self.violation(NandError::BufferSize {
+                page: addr,
+                buffer: BufferKind::Data,
+                offset,
+                len: data.len(),
+                rule: "offset + length must be at most page_size",
+            }));
+        }
+        let oob_len = oob.as_ref().map_or(0, |o| o.len());
+        if oob_len > g.oob_size as usize {
+            return Err(self.violation(NandError::BufferSize {
+                page: addr,
+                buffer: BufferKind::Oob,
+                offset: 0,
+                len: oob_len,
+                rule: "length must be at most oob_size",
+            }));
+        }
+        let mut st = bank.state.lock();
+        let blk = st.mem.block(addr.block.block);
+        if blk.bad {
+            return Err(self.violation(NandError::BadBlock { block: addr.block }));
+        }
+        let fault = self.faults.read_fails(addr);
+        if !fault {
+            if addr.page < blk.programmed_pages {
+                st.mem
+                    .read_page(addr.block.block, addr.page, offset as usize, data, oob);
+            } else {
+                data.fill(0xFF);
+                if let Some(o) = oob {
+                    o.fill(0xFF);
+                }
+            }
+        }
+        let bytes = (data.len() + oob_len) as u64;
+        let deadline = self.timeline.read(
+            &mut st.free_at,
+            &bank.counters,
+            self.channel(addr.block.bank),
+            bytes,
+        );
+        drop(st);
+        let c = &bank.counters;
+        c.reads.fetch_add(1, Ordering::Relaxed);
+        if fault {
+            c.faults.fetch_add(1, Ordering::Relaxed);
+            return Err(NandError::Uncorrectable { page: addr });
+        }
+        c.bytes_read.fetch_add(bytes, Ordering::Relaxed);
+        Ok(Completion::new(deadline, Arc::clone(c)))
+    }
+
+    /// Programs a whole page: `data.len()` must equal `page_size`, `oob.len()` at most `oob_size`
+    /// (OOB bytes past `oob.len()` read back as 0xFF). The page must be the block's next free page.
+    pub fn program(
+        &self,
+        addr: PageAddr,
+        data: &[u8],
+        oob: &[u8],
+    ) -> Result<Completion, NandError> {
+        let bank = self.bank_of_page(addr)?;
+        let g = self.geometry();
+        if data.len() != g.page_size as usize {
+            return Err(self.violation(NandError::BufferSize {
+                page: addr,
+                buffer: BufferKind::Data,
+                offset: 0,
+                len: data.len(),
+                rule: "length must equal page_size",
+            }));
+        }
+        if oob.len() > g.oob_size as usize {
+            return Err(self.violation(NandError::BufferSize {
+                page: addr,
+                buffer: BufferKind::Oob,
+                offset: 0,
+                len: oob.len(),
+                rule: "length must be at most oob_size",
+            }));
+        }
+        let mut st = bank.state.lock();
+        let mut blk = st.mem.block(addr.block.block);
+        if blk.bad {
+            return Err(self.violation(NandError::BadBlock { block: addr.block }));
+        }
+        if addr.page < blk.programmed_pages {
+            return Err(self.violation(NandError::AlreadyProgrammed { page: addr }));
+        }
+        if addr.page > blk.programmed_pages {
+            return Err(self.violation(NandError::NotNextPage {
+                block: addr.block,
+                expected: blk.programmed_pages,
+                got: addr.page,
+            }));
+        }
+        let fault = self.faults.program_fails(addr);
+        // Data and OOB first, the counter last (see BankMem::set_block).
+        if fault {
+            st.mem.write_garbage(addr.block.block, addr.page);
+        } else {
+            st.mem.write_page(addr.block.block, addr.page, data, oob);
+        }
+        blk.programmed_pages += 1;
+        st.mem.set_block(addr.block.block, blk);
+        let bytes = (data.len() + oob.len()) as u64;
+        let deadline = self.timeline.program(
+            &mut st.free_at,
+            &bank.counters,
+            self.channel(addr.block.bank),
+            bytes,
+        );
+        drop(st);
+        let c = &bank.counters;
+        c.programs.fetch_add(1, Ordering::Relaxed);
+        if fault {
+            c.faults.fetch_add(1, Ordering::Relaxed);
+            return Err(NandError::ProgramFailed { page: addr });
+        }
+        c.bytes_programmed.fetch_add(bytes, Ordering::Relaxed);
+        Ok(Completion::new(deadline, Arc::clone(c)))
+    }
+
+    /// Erases a block: its pages read as 0xFF afterwards, `programmed_pages` becomes 0 and
+    /// `erase_count` grows by one. An erase of a block whose erase count has reached the
+    /// endurance fails with [`NandError::WornOut`] and the block turns bad.
+    pub fn erase(&self, block: BlockAddr) -> Result<Completion, NandError> {
+        let bank = self.bank_of(block)?;
+        let mut st = bank.state.lock();
+        let mut blk = st.mem.block(block.block);
+        if blk.bad {
+            return Err(self.violation(NandError::BadBlock { block }));
+        }
+        let fault = if blk.erase_count >= self.config.endurance {
+            Some(NandError::WornOut {
+                block,
+                erase_count: blk.erase_count,
+            })
+        } else if self.faults.erase_fails(block) {
+            Some(NandError::EraseFailed { block })
+        } else {
+            None
+        };
+        if fault.is_some() {
+            // The block keeps its contents and counts; it is retired for good.
+            blk.bad = true;
+        } else {
+            blk.erase_count += 1;
+            blk.programmed_pages = 0;
+        }
+        st.mem.set_block(block.block, blk);
+        let deadline = self.timeline.erase(&mut st.free_at, &bank.counters);
+        drop(st);
+        let c = &bank.counters;
+        c.erases.fetch_add(1, Ordering::Relaxed);
+        if let Some(e) = fault {
+            c.faults.fetch_add(1, Ordering::Relaxed);
+            return Err(e);
+        }
+        Ok(Completion::new(deadline, Arc::clone(c)))
+    }
+
+    fn channel(&self, bank: BankId) -> u32 {
+        self.geometry().channel_of(bank)
+    }
+
+    fn violation(&self, e: NandError) -> NandError {
+        self.violations.fetch_add(1, Ordering::Relaxed);
+        e
+    }
+
+    fn bank_of(&self, block: BlockAddr) -> Result<&Bank, NandError> {
+        if !self.geometry().contains_block(block) {
+            return Err(self.violation(NandError::BlockOutOfRange { block }));
+        }
+        self.banks
+            .get(block.bank.0 as usize)
+            .ok_or_else(|| self.violation(NandError::BlockOutOfRange { block }))
+    }
+
+    fn bank_of_page(&self, page: PageAddr) -> Result<&Bank, NandError> {
+        if !self.geometry().contains_page(page) {
+            return Err(self.violation(NandError::PageOutOfRange { page }));
+        }
+        self.bank_of(page.block)
+    }
+}

@@ -1,0 +1,217 @@
+//! Fault injection: one-shot faults at chosen addresses and seeded random faults.
+//!
+//! Faults model the medium failing, not the caller misbehaving, so they are not counted as
+//! violations. The device asks the injector once per operation, after the flash rules passed.
+//! When nothing is armed the check is a single relaxed atomic load, so the injector costs
+//! nothing on the fast path.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::geometry::{BlockAddr, PageAddr};
+
+/// Per-operation fault probabilities for [`FaultInjector::set_random`] (each in 0.0..=1.0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FaultRates {
+    /// Probability that a program fails.
+    pub program: f64,
+    /// Probability that an erase fails.
+    pub erase: f64,
+    /// Probability that a read is uncorrectable.
+    pub read: f64,
+}
+
+/// How many faults of each kind the injector fired.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultCounts {
+    /// Program failures.
+    pub program: u64,
+    /// Erase failures.
+    pub erase: u64,
+    /// Uncorrectable reads.
+    pub read: u64,
+}
+
+#[derive(Default)]
+struct Armed {
+    program: HashSet<PageAddr>,
+    erase: HashSet<BlockAddr>,
+    read: HashSet<PageAddr>,
+    random: Option<(FaultRates, SmallRng)>,
+    /// Pages whose last read failed at random: their next read is spared, so a retry succeeds
+    /// (an uncorrectable read models a read that needs a retry, not lost data).
+    read_retry: HashSet<PageAddr>,
+}
+
+/// Thread-safe fault injector owned by a [`crate::NandDevice`] ([`crate::NandDevice::faults`]).
+#[derive(Default)]
+pub struct FaultInjector {
+    /// Fast-path flag: false when no fault of any kind is armed.
+    armed: AtomicBool,
+    state: Mutex<Armed>,
+    fired_program: AtomicU64,
+    fired_erase: AtomicU64,
+    fired_read: AtomicU64,
+}
+
+impl std::fmt::Debug for FaultInjector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultInjector")
+            .field("armed", &self.armed.load(Ordering::Relaxed))
+            .field("injected", &self.injected())
+            .finish()
+    }
+}
+
+impl FaultInjector {
+    /// The next program of `addr` fails with [`crate::NandError::ProgramFailed`] (once).
+    pub fn fail_program_at(&self, addr: PageAddr) {
+        self.arm(|a| {
+            a.program.insert(addr);
+        });
+    }
+
+    /// The next erase of `block` fails with [`crate::NandError::EraseFailed`] (once).
+    pub fn fail_erase_at(&self, block: BlockAddr) {
+        self.arm(|a| {
+            a.erase.insert(block);
+        });
+    }
+
+    /// The next read of `addr` fails with [`crate::NandError::Uncorrectable`] (once).
+    pub fn fail_read_at(&self, addr: PageAddr) {
+        self.arm(|a| {
+            a.read.insert(addr);
+        });
+    }
+
+    /// Every operation fails with the given probability, drawn from a generator seeded with
+    /// `seed`: the same sequence of operations gives the same faults. A read that failed at
+    /// random is never failed at random again on its immediate retry.
+    pub fn set_random(&self, rates: FaultRates, seed: u64) {
+        self.arm(|a| a.random = Some((rates, SmallRng::seed_from_u64(seed))));
+    }
+
+    /// Disarms every fault (one-shot and random). Counters of fired faults are kept.
+    pub fn clear(&self) {
+        let mut a = self.state.lock();
+        *a = Armed::default();
+        self.armed.store(false, Ordering::Release);
+    }
+
+    /// How many faults of each kind fired so far.
+    pub fn injected(&self) -> FaultCounts {
+        FaultCounts {
+            program: self.fired_program.load(Ordering::Relaxed),
+            erase: self.fired_erase.load(Ordering::Relaxed),
+            read: self.fired_read.load(Ordering::Relaxed),
+        }
+    }
+
+    fn arm(&self, f: impl FnOnce(&mut Armed)) {
+        let mut a = self.state.lock();
+        f(&mut a);
+        self.armed.store(true, Ordering::Release);
+    }
+
+    /// Decides whether this program of `addr` fails (consuming a one-shot fault if one is set).
+    pub(crate) fn program_fails(&self, addr: PageAddr) -> bool {
+        self.decide(&self.fired_program, |a| {
+            a.program.remove(&addr) || roll(&mut a.random, |r| r.program)
+        })
+    }
+
+    /// Decides whether this erase of `block` fails.
+    pub(crate) fn erase_fails(&self, block: BlockAddr) -> bool {
+        self.decide(&self.fired_erase, |a| {
+            a.erase.remove(&block) || roll(&mut a.random, |r| r.erase)
+        })
+    }
+
+    /// Decides whether this read of `addr` is uncorrectable.
+    pub(crate) fn read_fails(&self, addr: PageAddr) -> bool {
+        self.decide(&self.fired_read, |a| {
+            if a.read.remove(&addr) {
+                return true;
+            }
+            if a.read_retry.remove(&addr) {
+                return false;
+            }
+            let fail = roll(&mut a.random, |r| r.read);
+            if fail {
+                a.read_retry.insert(addr);
+            }
+            fail
+        })
+    }
+
+    fn decide(&self, counter: &AtomicU64, f: impl FnOnce(&mut Armed) -> bool) -> bool {
+        if !self.armed.load(Ordering::Acquire) {
+            return false;
+        }
+        let fired = f(&mut self.state.lock());
+        if fired {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        fired
+    }
+}
+
+fn roll(random: &mut Option<(FaultRates, SmallRng)>, pick: impl Fn(&FaultRates) -> f64) -> bool {
+    match random {
+        Some((rates, rng)) => {
+            let p = pick(rates);
+            // gen::<f64>() is in [0, 1): p <= 0 never fires, p >= 1 always does.
+            p > 0.0 && rng.gen::<f64>() < p
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_shot_fires_once() {
+        let f = FaultInjector::default();
+        let p = PageAddr::new(0, 1, 2);
+        assert!(!f.program_fails(p));
+        f.fail_program_at(p);
+        assert!(!f.program_fails(PageAddr::new(0, 1, 3)));
+        assert!(f.program_fails(p));
+        assert!(!f.program_fails(p));
+        assert_eq!(f.injected().program, 1);
+    }
+
+    #[test]
+    fn random_is_deterministic_and_retry_succeeds() {
+        let run = |seed| {
+            let f = FaultInjector::default();
+            f.set_random(
+                FaultRates {
+                    program: 0.3,
+                    erase: 0.0,
+                    read: 1.0,
+                },
+                seed,
+            );
+            let p = PageAddr::new(0, 0, 0);
+            let programs: Vec<bool> = (0..64).map(|_| f.program_fails(p)).collect();
+            // read rate 1.0: every first read fails, every retry succeeds.
+            let reads: Vec<bool> = (0..4).map(|_| f.read_fails(p)).collect();
+            assert_eq!(reads, [true, false, true, false]);
+            assert!(!f.erase_fails(p.block));
+            programs
+        };
+        assert_eq!(run(7), run(7));
+        assert_ne!(run(7), run(8));
+        let fails = run(7).iter().filter(|&&b| b).count();
+        assert!((5..40).contains(&fails), "{fails}");
+    }
+}

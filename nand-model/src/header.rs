@@ -1,0 +1,257 @@
+//! The image file's 4 KiB header and the file layout it implies.
+//!
+//! Header (all integers little-endian, explicit offsets so the format never depends on Rust's
+//! struct layout):
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 8 | magic `FTLDNAND` |
+//! | 8 | 4 | format version (1) |
+//! | 12 | 4 | header size (4096) |
+//! | 16 | 4 x 6 | channels, banks_per_channel, blocks_per_bank, pages_per_block, page_size, oob_size |
+//! | 40 | 4 | endurance (P/E cycles) |
+//! | 44 | 4 | reserved, 0 |
+//! | 48 | 8 x 4 | t_read, t_prog, t_erase (ns), channel bytes/s |
+//! | 80 | 16 | uuid |
+//! | 96 | 8 | creation time, ns since the Unix epoch |
+//! | 104 | .. | zero up to 4092 |
+//! | 4092 | 4 | crc32 (crc32fast) of bytes 0..4092 |
+//!
+//! Decoding checks, in order: length, magic, version (before the CRC, since another version may
+//! place its CRC elsewhere), CRC, header size, geometry validity. It never panics on any input.
+
+use std::time::Duration;
+
+use crate::config::NandConfig;
+use crate::error::GeometryError;
+use crate::geometry::Geometry;
+use crate::timing::{dur_ns, Timing};
+
+/// Bytes reserved for the header at the start of the file.
+pub(crate) const HEADER_SIZE: usize = 4096;
+/// `b"FTLDNAND"`.
+pub(crate) const MAGIC: [u8; 8] = *b"FTLDNAND";
+/// The only format version this build reads and writes.
+pub(crate) const FORMAT_VERSION: u32 = 1;
+/// Bytes of one block-table entry: erase_count, flags, programmed_pages, reserved (u32 each).
+pub(crate) const BLOCK_ENTRY_SIZE: u64 = 16;
+/// Alignment of every region in the file.
+const REGION_ALIGN: u64 = 4096;
+const CRC_OFFSET: usize = HEADER_SIZE - 4;
+
+/// What a header holds.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Header {
+    pub(crate) config: NandConfig,
+    pub(crate) uuid: [u8; 16],
+    pub(crate) created_unix_ns: u64,
+}
+
+/// Why header bytes were refused (the caller adds the path).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HeaderError {
+    Short { actual: usize },
+    BadMagic,
+    Version { found: u32 },
+    Checksum { stored: u32, computed: u32 },
+    HeaderSize,
+    Geometry(GeometryError),
+}
+
+/// Byte offsets of the regions of an image file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// Block table: `total_blocks` entries of [`BLOCK_ENTRY_SIZE`] bytes.
+    pub(crate) block_table: u64,
+    /// Page data: `total_pages * page_size` bytes, page-index order.
+    pub(crate) data: u64,
+    /// OOB: `total_pages * oob_size` bytes, page-index order.
+    pub(crate) oob: u64,
+    /// Total file length.
+    pub(crate) len: u64,
+}
+
+fn align_up(x: u64) -> u64 {
+    x.div_ceil(REGION_ALIGN) * REGION_ALIGN
+}
+
+impl Layout {
+    /// Layout for a geometry that passed `validate()` (sizes then fit in u64 easily: at most
+    /// 2^32 pages of 32 KiB).
+    pub(crate) fn of(g: &Geometry) -> Layout {
+        let block_table = HEADER_SIZE as u64;
+        let data = block_table + align_up(g.total_blocks() * BLOCK_ENTRY_SIZE);
+        let oob = data + align_up(g.total_pages() * u64::from(g.page_size));
+        let len = oob + align_up(g.total_pages() * u64::from(g.oob_size));
+        Layout {
+            block_table,
+            data,
+            oob,
+            len,
+        }
+    }
+}
+
+struct Writer<'a>(&'a mut [u8]);
+
+impl Writer<'_> {
+    fn put(&mut self, at: usize, bytes: &[u8]) {
+        self.0[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+}
+
+/// Encodes a header into exactly [`HEADER_SIZE`] bytes.
+pub(crate) fn encode(h: &Header) -> Vec<u8> {
+    let mut buf = vec![0u8; HEADER_SIZE];
+    let g = &h.config.geometry;
+    let t = &h.config.timing;
+    let mut w = Writer(&mut buf);
+    w.put(0, &MAGIC);
+    w.put(8, &FORMAT_VERSION.to_le_bytes());
+    w.put(12, &(HEADER_SIZE as u32).to_le_bytes());
+    let counts = [
+        g.channels,
+        g.banks_per_channel,
+        g.blocks_per_bank,
+        g.pages_per_block,
+        g.page_size,
+        g.oob_size,
+        h.config.endurance,
+    ];
+    for (i, v) in counts.iter().enumerate() {
+        w.put(16 + 4 * i, &v.to_le_bytes());
+    }
+    let times = [
+        dur_ns(t.t_read),
+        dur_ns(t.t_prog),
+        dur_ns(t.t_erase),
+        t.channel_bytes_per_sec,
+    ];
+    for (i, v) in times.iter().enumerate() {
+        w.put(48 + 8 * i, &v.to_le_bytes());
+    }
+    w.put(80, &h.uuid);
+    w.put(96, &h.created_unix_ns.to_le_bytes());
+    let crc = crc32fast::hash(&buf[..CRC_OFFSET]);
+    buf[CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
+    buf
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// Decodes and checks header bytes (the first [`HEADER_SIZE`] bytes of `b` are used).
+pub(crate) fn decode(b: &[u8]) -> Result<Header, HeaderError> {
+    if b.len() < HEADER_SIZE {
+        return Err(HeaderError::Short { actual: b.len() });
+    }
+    let b = &b[..HEADER_SIZE];
+    if b[..8] != MAGIC {
+        return Err(HeaderError::BadMagic);
+    }
+    let version = u32_at(b, 8);
+    if version != FORMAT_VERSION {
+        return Err(HeaderError::Version { found: version });
+    }
+    let stored = u32_at(b, CRC_OFFSET);
+    let computed = crc32fast::hash(&b[..CRC_OFFSET]);
+    if stored != computed {
+        return Err(HeaderError::Checksum { stored, computed });
+    }
+    if u32_at(b, 12) as usize != HEADER_SIZE {
+        return Err(HeaderError::HeaderSize);
+    }
+    let geometry = Geometry {
+        channels: u32_at(b, 16),
+        banks_per_channel: u32_at(b, 20),
+        blocks_per_bank: u32_at(b, 24),
+        pages_per_block: u32_at(b, 28),
+        page_size: u32_at(b, 32),
+        oob_size: u32_at(b, 36),
+    };
+    geometry.validate().map_err(HeaderError::Geometry)?;
+    let timing = Timing {
+        t_read: Duration::from_nanos(u64_at(b, 48)),
+        t_prog: Duration::from_nanos(u64_at(b, 56)),
+        t_erase: Duration::from_nanos(u64_at(b, 64)),
+        channel_bytes_per_sec: u64_at(b, 72),
+    };
+    let mut uuid = [0u8; 16];
+    uuid.copy_from_slice(&b[80..96]);
+    Ok(Header {
+        config: NandConfig {
+            geometry,
+            timing,
+            endurance: u32_at(b, 40),
+        },
+        uuid,
+        created_unix_ns: u64_at(b, 96),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::presets::preset;
+    use proptest::prelude::*;
+
+    fn sample() -> Header {
+        Header {
+            config: preset("k9-003").map(|p| p.config).unwrap(),
+            uuid: *b"0123456789abcdef",
+            created_unix_ns: 1_700_000_000_000_000_000,
+        }
+    }
+
+    #[test]
+    fn roundtrip() {
+        let h = sample();
+        let bytes = encode(&h);
+        assert_eq!(bytes.len(), HEADER_SIZE);
+        assert_eq!(decode(&bytes), Ok(h));
+    }
+
+    #[test]
+    fn layout_regions_are_aligned_and_ordered() {
+        let g = sample().config.geometry;
+        let l = Layout::of(&g);
+        assert_eq!(l.block_table, 4096);
+        assert!(l.data >= l.block_table + g.total_blocks() * BLOCK_ENTRY_SIZE);
+        assert_eq!(l.oob - l.data, g.raw_capacity());
+        assert!(l.len >= l.oob + g.total_pages() * u64::from(g.oob_size));
+        for off in [l.data, l.oob, l.len] {
+            assert_eq!(off % 4096, 0);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..5000)) {
+            let _ = decode(&bytes);
+        }
+
+        #[test]
+        fn random_bytes_after_magic_are_refused(mut bytes in proptest::collection::vec(any::<u8>(), HEADER_SIZE)) {
+            bytes[..8].copy_from_slice(&MAGIC);
+            bytes[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+            // Without a matching CRC nothing random gets through.
+            prop_assert!(decode(&bytes).is_err());
+        }
+
+        #[test]
+        fn single_bit_flips_are_detected(bit in 0usize..HEADER_SIZE * 8) {
+            let mut bytes = encode(&sample());
+            bytes[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(decode(&bytes).is_err());
+        }
+    }
+}

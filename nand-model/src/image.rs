@@ -1,0 +1,304 @@
+//! The image file: creating and opening it, locking it against a second user, mapping it.
+//!
+//! File layout (every region 4 KiB-aligned; the file is created sparse with `set_len`, so an
+//! unwritten region costs no disk space):
+//!
+//! ```text
+//! 0          header (4 KiB, see header.rs)
+//! 4096       block table: total_blocks x 16 B {erase_count, flags (bit 0 = bad), programmed_pages, 0}
+//! data       page data: total_pages x page_size, page index = (bank, block, page) row-major
+//! oob        OOB: total_pages x oob_size, same order
+//! len        end of file
+//! ```
+//!
+//! Exclusive use: the file gets a POSIX `fcntl(F_SETLK, F_WRLCK)` lock for as long as the device
+//! lives, so a second *process* is refused with [`ImageError::Locked`] (the holder's pid comes from
+//! `F_GETLK`). POSIX locks belong to the process, not the file descriptor, so they cannot refuse a
+//! second open *within* the same process — worse, closing any descriptor of the file would drop
+//! the lock. Hence an in-process registry of open images (by device and inode) is checked before
+//! the file is even opened; a second open in the same process gets `Locked` with our own pid.
+
+use std::collections::BTreeSet;
+use std::fs::{File, OpenOptions};
+use std::io::{self, ErrorKind};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use memmap2::MmapRaw;
+use parking_lot::Mutex;
+use rand::RngCore;
+
+use crate::config::NandConfig;
+use crate::error::ImageError;
+use crate::geometry::Geometry;
+use crate::header::{self, Header, HeaderError, Layout, FORMAT_VERSION, HEADER_SIZE};
+
+/// Images open in this process, by (st_dev, st_ino).
+fn registry() -> &'static Mutex<BTreeSet<(u64, u64)>> {
+    static OPEN: Mutex<BTreeSet<(u64, u64)>> = Mutex::new(BTreeSet::new());
+    &OPEN
+}
+
+/// Membership of an image in the in-process registry; removed on drop.
+struct Registered((u64, u64));
+
+impl Registered {
+    fn take(key: (u64, u64), path: &Path) -> Result<Registered, ImageError> {
+        if registry().lock().insert(key) {
+            Ok(Registered(key))
+        } else {
+            Err(ImageError::Locked {
+                path: path.to_path_buf(),
+                pid: Some(std::process::id() as i32),
+            })
+        }
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        registry().lock().remove(&self.0);
+    }
+}
+
+/// An open, locked, mapped image.
+pub(crate) struct Image {
+    pub(crate) path: PathBuf,
+    pub(crate) header: Header,
+    pub(crate) layout: Layout,
+    pub(crate) map: Arc<MmapRaw>,
+    /// Holds the POSIX lock: closing it releases the lock, so it lives as long as the image.
+    file: File,
+    _registered: Registered,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ImageError + '_ {
+    move |source| match source.kind() {
+        ErrorKind::NotFound => ImageError::NotFound {
+            path: path.to_path_buf(),
+        },
+        ErrorKind::AlreadyExists => ImageError::AlreadyExists {
+            path: path.to_path_buf(),
+        },
+        _ => ImageError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+    }
+}
+
+fn flock_struct(kind: libc::c_int) -> libc::flock {
+    // SAFETY: `flock` is a plain C struct of integers; all-zero is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = 0;
+    fl.l_len = 0; // 0 = to the end of the file, whatever its size
+    fl
+}
+
+/// Takes the exclusive POSIX write lock on `file`, or says who holds it.
+fn lock_file(file: &File, path: &Path) -> Result<(), ImageError> {
+    let mut fl = flock_struct(libc::F_WRLCK);
+    // SAFETY: the descriptor is open for the duration of the call and `fl` is a valid flock.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EAGAIN) => {
+            // SAFETY: as above; F_GETLK writes the conflicting lock (if any) into `fl`.
+            let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut fl) };
+            let pid = (rc == 0 && fl.l_type != libc::F_UNLCK as libc::c_short && fl.l_pid > 0)
+                .then_some(fl.l_pid);
+            Err(ImageError::Locked {
+                path: path.to_path_buf(),
+                pid,
+            })
+        }
+        _ => Err(ImageError::Io {
+            path: path.to_path_buf(),
+            source: err,
+        }),
+    }
+}
+
+fn key_of(meta: &std::fs::Metadata) -> (u64, u64) {
+    (meta.dev(), meta.ino())
+}
+
+fn map_file(file: &File, path: &Path) -> Result<Arc<MmapRaw>, ImageError> {
+    MmapRaw::map_raw(file).map(Arc::new).map_err(io_err(path))
+}
+
+impl Image {
+    /// Creates a new image; refuses to touch an existing file.
+    pub(crate) fn create(path: &Path, config: &NandConfig) -> Result<Image, ImageError> {
+        config
+            .geometry
+            .validate()
+            .map_err(|source| ImageError::InvalidGeometry {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(io_err(path))?;
+        let result = Image::init_new(path, config, file);
+        if result.is_err() {
+            // Don't leave a half-made image behind to block the next attempt. Nothing useful can
+            // be done if removal fails too; the original error is the one to report.
+            let _ = std::fs::remove_file(path);
+        }
+        result
+    }
+
+    fn init_new(path: &Path, config: &NandConfig, file: File) -> Result<Image, ImageError> {
+        let registered = Registered::take(key_of(&file.metadata().map_err(io_err(path))?), path)?;
+        lock_file(&file, path)?;
+        let layout = Layout::of(&config.geometry);
+        let mut uuid = [0u8; 16];
+        rand::thread_rng().fill_bytes(&mut uuid);
+        let created_unix_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let header = Header {
+            config: *config,
+            uuid,
+            created_unix_ns,
+        };
+        // Size first (sparse: the block table reads as zeros = fresh blocks), header last, so a
+        // crash during creation leaves no valid-looking image with missing parts.
+        file.set_len(layout.len).map_err(io_err(path))?;
+        file.write_all_at(&header::encode(&header), 0)
+            .map_err(io_err(path))?;
+        file.sync_all().map_err(io_err(path))?;
+        let map = map_file(&file, path)?;
+        Ok(Image {
+            path: path.to_path_buf(),
+            header,
+            layout,
+            map,
+            file,
+            _registered: registered,
+        })
+    }
+
+    /// Opens an existing image, checking it and (if given) its geometry.
+    pub(crate) fn open(path: &Path, expected: Option<&Geometry>) -> Result<Image, ImageError> {
+        let p = || path.to_path_buf();
+        // Registry check before opening: see the module docs on POSIX lock semantics.
+        let meta = std::fs::metadata(path).map_err(io_err(path))?;
+        let registered = Registered::take(key_of(&meta), path)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(io_err(path))?;
+        lock_file(&file, path)?;
+        let actual = file.metadata().map_err(io_err(path))?.len();
+        let mut buf = vec![0u8; HEADER_SIZE];
+        let got = read_prefix(&file, &mut buf).map_err(io_err(path))?;
+        let header = header::decode(&buf[..got]).map_err(|e| match e {
+            HeaderError::Short { .. } => ImageError::Truncated {
+                path: p(),
+                expected: HEADER_SIZE as u64,
+                actual,
+            },
+            HeaderError::BadMagic | HeaderError::HeaderSize => ImageError::NotAnImage { path: p() },
+            HeaderError::Version { found } => ImageError::UnsupportedVersion {
+                path: p(),
+                found,
+                supported: FORMAT_VERSION,
+            },
+            HeaderError::Checksum { stored, computed } => ImageError::BadChecksum {
+                path: p(),
+                stored,
+                computed,
+            },
+            HeaderError::Geometry(source) => ImageError::InvalidGeometry { path: p(), source },
+        })?;
+        let g = header.config.geometry;
+        if let Some(want) = expected {
+            check_geometry(path, &g, want)?;
+        }
+        let layout = Layout::of(&g);
+        if actual < layout.len {
+            return Err(ImageError::Truncated {
+                path: p(),
+                expected: layout.len,
+                actual,
+            });
+        }
+        let map = map_file(&file, path)?;
+        Ok(Image {
+            path: p(),
+            header,
+            layout,
+            map,
+            file,
+            _registered: registered,
+        })
+    }
+
+    /// Writes the mapping back and flushes the file to stable storage.
+    pub(crate) fn sync(&self) -> Result<(), ImageError> {
+        self.map.flush().map_err(io_err(&self.path))?;
+        self.file.sync_all().map_err(io_err(&self.path))
+    }
+}
+
+/// Reads up to `buf.len()` bytes from the start of `file`; returns how many were read.
+fn read_prefix(file: &File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+fn check_geometry(path: &Path, image: &Geometry, want: &Geometry) -> Result<(), ImageError> {
+    let fields = [
+        ("channels", image.channels, want.channels),
+        (
+            "banks_per_channel",
+            image.banks_per_channel,
+            want.banks_per_channel,
+        ),
+        (
+            "blocks_per_bank",
+            image.blocks_per_bank,
+            want.blocks_per_bank,
+        ),
+        (
+            "pages_per_block",
+            image.pages_per_block,
+            want.pages_per_block,
+        ),
+        ("page_size", image.page_size, want.page_size),
+        ("oob_size", image.oob_size, want.oob_size),
+    ];
+    for (field, have, requested) in fields {
+        if have != requested {
+            return Err(ImageError::GeometryMismatch {
+                path: path.to_path_buf(),
+                field,
+                image: u64::from(have),
+                requested: u64::from(requested),
+            });
+        }
+    }
+    Ok(())
+}

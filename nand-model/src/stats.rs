@@ -1,0 +1,166 @@
+//! Operation counters: lock-free atomics updated on every operation, and the serializable
+//! snapshot [`NandStats`] built from them on demand.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use serde::Serialize;
+
+use crate::faults::FaultCounts;
+
+/// Live counters of one bank. Shared (through an `Arc`) with the bank's outstanding
+/// [`crate::Completion`]s so a completion dropped after its device still has somewhere to count.
+#[derive(Debug, Default)]
+pub(crate) struct BankCounters {
+    pub(crate) reads: AtomicU64,
+    pub(crate) programs: AtomicU64,
+    pub(crate) erases: AtomicU64,
+    pub(crate) bytes_read: AtomicU64,
+    pub(crate) bytes_programmed: AtomicU64,
+    /// Modelled busy time (sum of each op's bank occupancy), also counted with timing off.
+    pub(crate) busy_ns: AtomicU64,
+    pub(crate) faults: AtomicU64,
+    /// Ops submitted whose `Completion` is not yet waited or dropped.
+    pub(crate) inflight: AtomicU32,
+    pub(crate) max_inflight: AtomicU32,
+    /// End of the bank's modelled timeline (internal clock ns); a copy readable without the bank
+    /// lock for [`crate::NandDevice::bank_load`].
+    pub(crate) busy_until: AtomicU64,
+}
+
+impl BankCounters {
+    pub(crate) fn submit(&self) {
+        let now = self.inflight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.max_inflight.fetch_max(now, Ordering::Relaxed);
+    }
+
+    pub(crate) fn retire(&self) {
+        self.inflight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Live counters of one channel.
+#[derive(Debug, Default)]
+pub(crate) struct ChannelCounters {
+    pub(crate) transfers: AtomicU64,
+    pub(crate) bytes: AtomicU64,
+    pub(crate) busy_ns: AtomicU64,
+}
+
+/// Snapshot of one bank's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct BankStats {
+    /// Global bank index.
+    pub bank: u32,
+    /// Channel the bank sits on.
+    pub channel: u32,
+    /// Successful reads (including faults, which occupy the bank too).
+    pub reads: u64,
+    /// Programs (including failed ones).
+    pub programs: u64,
+    /// Erases (including failed and worn-out ones).
+    pub erases: u64,
+    /// Data + OOB bytes returned by reads.
+    pub bytes_read: u64,
+    /// Data + OOB bytes programmed.
+    pub bytes_programmed: u64,
+    /// Modelled time the bank was busy, in nanoseconds.
+    pub busy_ns: u64,
+    /// Operations submitted and not yet waited or dropped.
+    pub inflight: u32,
+    /// Highest `inflight` seen.
+    pub max_inflight: u32,
+    /// Faults returned by this bank (injected and wear-out).
+    pub faults: u64,
+}
+
+/// Snapshot of one channel's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ChannelStats {
+    /// Channel index.
+    pub channel: u32,
+    /// Transfers carried.
+    pub transfers: u64,
+    /// Bytes carried.
+    pub bytes: u64,
+    /// Modelled time the channel was busy, in nanoseconds.
+    pub busy_ns: u64,
+}
+
+/// Sums over all banks.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TotalStats {
+    /// Reads.
+    pub reads: u64,
+    /// Programs.
+    pub programs: u64,
+    /// Erases.
+    pub erases: u64,
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Bytes programmed.
+    pub bytes_programmed: u64,
+    /// Faults returned.
+    pub faults: u64,
+    /// Operations in flight now.
+    pub inflight: u64,
+}
+
+/// Snapshot of a device's statistics ([`crate::NandDevice::stats`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct NandStats {
+    /// Per bank, indexed by global bank id.
+    pub banks: Vec<BankStats>,
+    /// Per channel.
+    pub channels: Vec<ChannelStats>,
+    /// Sums over the banks.
+    pub totals: TotalStats,
+    /// Flash-rule violations returned.
+    pub violations: u64,
+    /// Faults the injector fired.
+    pub injected: FaultCounts,
+}
+
+impl BankCounters {
+    pub(crate) fn snapshot(&self, bank: u32, channel: u32) -> BankStats {
+        BankStats {
+            bank,
+            channel,
+            reads: self.reads.load(Ordering::Relaxed),
+            programs: self.programs.load(Ordering::Relaxed),
+            erases: self.erases.load(Ordering::Relaxed),
+            bytes_read: self.bytes_read.load(Ordering::Relaxed),
+            bytes_programmed: self.bytes_programmed.load(Ordering::Relaxed),
+            busy_ns: self.busy_ns.load(Ordering::Relaxed),
+            inflight: self.inflight.load(Ordering::Relaxed),
+            max_inflight: self.max_inflight.load(Ordering::Relaxed),
+            faults: self.faults.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl ChannelCounters {
+    pub(crate) fn snapshot(&self, channel: u32) -> ChannelStats {
+        ChannelStats {
+            channel,
+            transfers: self.transfers.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            busy_ns: self.busy_ns.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl TotalStats {
+    pub(crate) fn sum(banks: &[BankStats]) -> TotalStats {
+        let mut t = TotalStats::default();
+        for b in banks {
+            t.reads += b.reads;
+            t.programs += b.programs;
+            t.erases += b.erases;
+            t.bytes_read += b.bytes_read;
+            t.bytes_programmed += b.bytes_programmed;
+            t.faults += b.faults;
+            t.inflight += u64::from(b.inflight);
+        }
+        t
+    }
+}
