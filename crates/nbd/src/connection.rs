@@ -27,7 +27,8 @@
 //! request task has finished its backend call (backend futures are never dropped half-way),
 //! lets the writer send what is queued, and closes the socket. Once shutdown is signalled, a
 //! request that is only partly received and the final reply drain get `shutdown_grace` to
-//! complete; the backend calls themselves are always awaited.
+//! complete (then the writer is aborted); the backend calls themselves are always awaited.
+//! A connection still negotiating gets the same grace to notice `NBD_REP_ERR_SHUTDOWN`.
 
 use crate::backend::BlockBackend;
 use crate::error::{ProtocolError, RequestError};
@@ -99,11 +100,14 @@ pub(crate) async fn serve_connection<B, R, W>(
         read_only: ctx.backend.read_only(),
     };
     let timeout = ctx.config.handshake_timeout;
+    let grace = ctx.config.shutdown_grace;
+    let hs_signal = shutdown.clone();
+    let negotiation = negotiate(&mut r, &mut w, &export, &hs_signal);
     let handshake = tokio::select! {
-        res = tokio::time::timeout(timeout, negotiate(&mut r, &mut w, &export)) => {
+        res = tokio::time::timeout(timeout, negotiation) => {
             res.unwrap_or(Err(ProtocolError::HandshakeTimeout))
         }
-        () = shutdown.wait() => {
+        () = async { shutdown.wait().await; tokio::time::sleep(grace).await } => {
             info!(conn = id, "connection closed during handshake: server shutting down");
             return;
         }
@@ -140,7 +144,12 @@ pub(crate) async fn serve_connection<B, R, W>(
 
 fn log_protocol_error<B>(ctx: &ConnContext<B>, phase: &str, e: &ProtocolError) {
     let eof = matches!(e, ProtocolError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof);
-    if eof {
+    if matches!(e, ProtocolError::ShuttingDown) {
+        info!(
+            conn = ctx.id,
+            phase, "connection closed: server shutting down"
+        );
+    } else if eof {
         info!(
             conn = ctx.id,
             phase, "connection closed by peer mid-message"
@@ -321,9 +330,13 @@ where
             error!(conn = ctx.id, error = %e, "request task failed");
         }
     }
-    if let Some(writer) = writer {
-        match until_grace(&shutdown, grace, writer).await {
-            None => debug!(conn = ctx.id, "reply drain timed out after shutdown"),
+    if let Some(mut writer) = writer {
+        match until_grace(&shutdown, grace, &mut writer).await {
+            None => {
+                // The peer stopped reading; do not leave the writer blocked on it.
+                writer.abort();
+                debug!(conn = ctx.id, "reply drain timed out after shutdown");
+            }
             Some(Ok(Err(e))) => debug!(conn = ctx.id, error = %e, "reply writer failed"),
             Some(_) => {}
         }

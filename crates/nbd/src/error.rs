@@ -88,6 +88,9 @@ pub enum ProtocolError {
     /// The handshake did not finish in time.
     #[error("handshake timed out")]
     HandshakeTimeout,
+    /// `NBD_OPT_EXPORT_NAME` arrived while the server shuts down (it cannot be refused politely).
+    #[error("server is shutting down")]
+    ShuttingDown,
 }
 
 #[cfg(test)]

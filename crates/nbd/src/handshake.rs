@@ -18,10 +18,13 @@
 //! - `NBD_OPT_EXPORT_NAME` longer than the spec's 4096-byte string limit closes the connection;
 //! - at most [`MAX_OPTIONS`] options per connection.
 //!
-//! The caller bounds the whole handshake with a timeout and drops it on server shutdown.
+//! Once the server is shutting down, every option but `ABORT` gets `NBD_REP_ERR_SHUTDOWN`
+//! (`EXPORT_NAME` closes); the caller bounds the whole handshake with a timeout and drops it a
+//! grace period after shutdown.
 
 use crate::error::ProtocolError;
 use crate::protocol::*;
+use crate::server::ShutdownSignal;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
@@ -97,6 +100,7 @@ pub(crate) async fn negotiate<R, W>(
     r: &mut R,
     w: &mut W,
     export: &ExportInfo,
+    shutdown: &ShutdownSignal,
 ) -> Result<Outcome, ProtocolError>
 where
     R: AsyncRead + Unpin,
@@ -135,6 +139,9 @@ where
         debug!(option = option_name(option), len, "option");
 
         if option == NBD_OPT_EXPORT_NAME {
+            if shutdown.is_set() {
+                return Err(ProtocolError::ShuttingDown);
+            }
             return export_name(r, w, export, len, structured, no_zeroes).await;
         }
         if len > MAX_DISCARD_OPTION_LEN {
@@ -152,6 +159,11 @@ where
         let mut data = vec![0u8; len as usize];
         r.read_exact(&mut data).await?;
 
+        if shutdown.is_set() && option != NBD_OPT_ABORT {
+            let msg = b"server is shutting down";
+            reply(w, option, NBD_REP_ERR_SHUTDOWN, msg).await?;
+            continue;
+        }
         match option {
             NBD_OPT_ABORT => {
                 // The client may already be gone; the spec asks both sides to cope.

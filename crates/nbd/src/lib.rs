@@ -23,6 +23,34 @@
 //! Not implemented: TLS, metadata contexts / `NBD_CMD_BLOCK_STATUS`, extended headers, resize,
 //! more than one export.
 //!
+//! # Decisions where the spec leaves a choice
+//! - Zero-length `READ`/`WRITE`/`TRIM`/`WRITE_ZEROES`/`CACHE` (behaviour unspecified, "SHOULD NOT
+//!   disconnect"): answered `NBD_EINVAL`, never passed to the backend (as nbdkit does).
+//! - Requests must be 512-byte aligned (advertised as the minimum block size, also to clients
+//!   that did not ask for `NBD_INFO_BLOCK_SIZE`); misaligned ones get `NBD_EINVAL`. The export
+//!   size is the backend size rounded down to 512.
+//! - `READ`/`WRITE` over 32 MiB: `NBD_EINVAL`. The payload of a refused `WRITE` is read and
+//!   discarded up to 64 MiB ([`WRITE_DISCARD_LIMIT`]) so the stream stays in sync; a larger
+//!   announced payload closes the connection (the spec allows a hard disconnect for
+//!   denial-of-service sized payloads). `TRIM`/`WRITE_ZEROES` may cover the whole export.
+//! - `NBD_CMD_FLAG_FUA` is accepted on every command; `FLUSH` needs offset and length 0.
+//! - `CACHE` validates its range and succeeds without touching the backend.
+//! - `WRITE_ZEROES` always calls the backend's (unmapping) `write_zeroes`, which satisfies
+//!   `NO_HOLE` on an FTL (no thin provisioning to run out of) and is fast, so `FAST_ZERO`
+//!   succeeds rather than failing with `NBD_ENOTSUP`.
+//! - A read-only export advertises neither `SEND_TRIM` nor `SEND_WRITE_ZEROES` (nor
+//!   `SEND_FAST_ZERO`); write-type commands sent anyway get `NBD_EPERM`.
+//! - Structured read replies are one `OFFSET_DATA` chunk flagged `DONE`, so `DF` always holds;
+//!   failures are a single `NBD_REPLY_TYPE_ERROR` chunk with a message. Other commands answer
+//!   success with a simple reply and failure with an error chunk.
+//! - Option haggling: payloads over 8 KiB get `NBD_REP_ERR_TOO_BIG` (read and discarded up to
+//!   1 MiB, else the connection closes); at most 128 options per connection; `STARTTLS` and the
+//!   metadata-context options get `NBD_REP_ERR_UNSUP`; a repeated `STRUCTURED_REPLY` is
+//!   acknowledged again. Clients without `NBD_FLAG_C_FIXED_NEWSTYLE` are served too.
+//! - Replies to `NBD_OPT_LIST` carry the description after the name in `NBD_REP_SERVER`.
+//! - Limits: `max_connections` (extra connections are closed right after accept), 128 requests
+//!   and 256 MiB of buffers in flight per connection (then the server stops reading from it).
+//!
 //! ```no_run
 //! use ftl_nbd::{MemBackend, NbdServer, ServerConfig};
 //! use std::sync::Arc;

@@ -107,6 +107,11 @@ impl ShutdownSignal {
         // An error means the sender was dropped, which only happens as `serve_*` returns.
         let _ = self.0.wait_for(|&down| down).await;
     }
+
+    /// Whether shutdown has been signalled.
+    pub fn is_set(&self) -> bool {
+        *self.0.borrow()
+    }
 }
 
 /// An NBD server exporting one [`BlockBackend`].
@@ -168,7 +173,9 @@ impl<B: BlockBackend> NbdServer<B> {
         self.serve(
             || async {
                 let (s, addr) = listener.accept().await?;
-                s.set_nodelay(true)?;
+                if let Err(e) = s.set_nodelay(true) {
+                    warn!(peer = %addr, error = %e, "cannot set TCP_NODELAY");
+                }
                 let (r, w) = s.into_split();
                 Ok((r, w, addr.to_string()))
             },

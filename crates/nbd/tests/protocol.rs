@@ -48,6 +48,8 @@ async fn opt_list_names_the_export() {
     // LIST must not carry data.
     let (ty, _) = c.option(NBD_OPT_LIST, b"x").await;
     assert_eq!(ty, NBD_REP_ERR_INVALID);
+    let (ty, _) = c.option(NBD_OPT_STRUCTURED_REPLY, b"x").await;
+    assert_eq!(ty, NBD_REP_ERR_INVALID);
     let (ty, _) = c.option(NBD_OPT_ABORT, &[]).await;
     assert_eq!(ty, NBD_REP_ACK);
     c.expect_closed().await;
@@ -203,6 +205,15 @@ async fn export_name_with_and_without_zeroes() {
         assert_eq!(r.error, 0);
         assert_eq!(c.read(512, 512).await.data, vec![9; 512]);
     }
+    // A client without NBD_FLAG_C_FIXED_NEWSTYLE (non-fixed newstyle) still gets in.
+    let mut c = srv.connect().await;
+    c.greeting().await;
+    c.send(&0u32.to_be_bytes()).await;
+    c.send_option(NBD_OPT_EXPORT_NAME, b"").await;
+    assert_eq!(c.u64().await, SIZE as u64);
+    c.u16().await;
+    assert_eq!(c.read_exact(124).await, vec![0u8; 124]);
+    assert_eq!(c.read(0, 512).await.error, 0);
     // An unknown name cannot be refused politely: the server closes.
     let mut c = srv.connect().await;
     c.start().await;
@@ -537,7 +548,11 @@ async fn disconnect_with_requests_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_finishes_in_flight_requests() {
     let backend = TestBackend::new(SIZE).fault(0, Fault::Delay(Duration::from_millis(500)));
-    let mut srv = TestServer::start(backend, config());
+    let cfg = ServerConfig {
+        shutdown_grace: Duration::from_millis(1500),
+        ..config()
+    };
+    let mut srv = TestServer::start(backend, cfg);
     let (mut c, _, _) = srv.client(true).await;
     let (mut idle, _, _) = srv.client(false).await;
     let mut negotiating = srv.connect().await;
@@ -545,7 +560,15 @@ async fn graceful_shutdown_finishes_in_flight_requests() {
     let slow = c.request(NBD_CMD_WRITE, 0, 0, 4096, &[4; 4096]).await;
     let fast = c.request(NBD_CMD_READ, 0, 4096, 4096, &[]).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut silent = srv.connect().await;
+    silent.start().await;
     srv.signal_stop();
+    // A client still negotiating is told, and may abort politely.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let r = negotiating.info_or_go(NBD_OPT_GO, EXPORT, &[]).await;
+    assert_eq!(r.result, NBD_REP_ERR_SHUTDOWN);
+    let (ty, _) = negotiating.option(NBD_OPT_ABORT, &[]).await;
+    assert_eq!(ty, NBD_REP_ACK);
     let got = [c.reply().await, c.reply().await];
     let mut cookies: Vec<u64> = got.iter().map(|r| r.cookie).collect();
     cookies.sort_unstable();
@@ -554,9 +577,29 @@ async fn graceful_shutdown_finishes_in_flight_requests() {
     c.expect_closed().await;
     idle.expect_closed().await;
     negotiating.expect_closed().await;
+    // One that says nothing is closed after the grace period.
+    silent.expect_closed().await;
     let backend = Arc::clone(&srv.backend);
     srv.stop().await.expect("serve_unix result");
     assert_eq!(backend.mem.contents()[..4096], [4u8; 4096]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_is_bounded_when_the_client_stops_reading() {
+    let cfg = ServerConfig {
+        shutdown_grace: Duration::from_millis(300),
+        ..config()
+    };
+    let srv = TestServer::start(MemBackend::new(SIZE), cfg);
+    let (mut c, _, _) = srv.client(false).await;
+    // Far more reply data than the socket buffers hold; the client never reads it.
+    for _ in 0..300 {
+        c.request(NBD_CMD_READ, 0, 0, 1 << 20, &[]).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    srv.stop().await.expect("serve_unix result");
+    assert!(started.elapsed() < Duration::from_secs(5));
 }
 
 #[tokio::test]
