@@ -1,0 +1,241 @@
+//! Per-queue write buffers (MT-FTL): host pages and trim records are packed into NAND pages here,
+//! then handed to the queue's own writer thread.
+//!
+//! A queue's `open` mutex protects the page being filled. A sealed page is sent to the writer
+//! while that mutex is held, so the writer sees pages in seal order and its FIFO commits keep
+//! `committed` meaning "the first `committed` sealed pages are durable" — which is what flush
+//! and FUA wait on.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_channel::Sender;
+use event_listener::Event;
+use parking_lot::Mutex;
+
+use crate::core::Core;
+use crate::layout::{Lpn, LOGICAL_PAGE};
+use crate::map::{Buffered, PageData};
+use crate::oob::{SlotKind, SlotMeta};
+
+/// Trim records that fit in one 4 KiB trim-log slot: a u32 count, then 16-byte records.
+pub const TRIMS_PER_SLOT: usize = (LOGICAL_PAGE - 4) / 16;
+
+/// One trim or write-zeroes of `count` pages from `start`, made at sequence number `seq`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrimRecord {
+    pub start: u32,
+    pub count: u32,
+    pub seq: u64,
+}
+
+/// Encodes trim records into a slot's bytes.
+pub fn encode_trims(recs: &[TrimRecord]) -> Vec<u8> {
+    let mut v = vec![0u8; LOGICAL_PAGE];
+    v[0..4].copy_from_slice(&(recs.len() as u32).to_le_bytes());
+    for (i, r) in recs.iter().enumerate() {
+        let o = 4 + 16 * i;
+        v[o..o + 4].copy_from_slice(&r.start.to_le_bytes());
+        v[o + 4..o + 8].copy_from_slice(&r.count.to_le_bytes());
+        v[o + 8..o + 16].copy_from_slice(&r.seq.to_le_bytes());
+    }
+    v
+}
+
+/// Decodes a trim-log slot; `None` if it is malformed.
+pub fn decode_trims(b: &[u8]) -> Option<Vec<TrimRecord>> {
+    let n = u32::from_le_bytes(b.get(0..4)?.try_into().ok()?) as usize;
+    if n > TRIMS_PER_SLOT {
+        return None;
+    }
+    (0..n)
+        .map(|i| {
+            let o = 4 + 16 * i;
+            Some(TrimRecord {
+                start: u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?),
+                count: u32::from_le_bytes(b.get(o + 4..o + 8)?.try_into().ok()?),
+                seq: u64::from_le_bytes(b.get(o + 8..o + 16)?.try_into().ok()?),
+            })
+        })
+        .collect()
+}
+
+/// A NAND page's worth of slots on its way to the writer.
+pub struct SealedPage {
+    pub slots: Vec<(SlotMeta, Option<PageData>)>,
+}
+
+pub enum WriterMsg {
+    Page(SealedPage),
+    Stop,
+}
+
+/// The page being filled.
+#[derive(Default)]
+pub struct OpenPage {
+    slots: Vec<(SlotMeta, Option<PageData>)>,
+    trims: Vec<TrimRecord>,
+}
+
+/// A write queue: its open page, its writer's inbox and its progress counters.
+pub struct QueueState {
+    pub open: Mutex<OpenPage>,
+    pub tx: Sender<WriterMsg>,
+    /// Pages sealed and sent to the writer.
+    pub sealed: AtomicU64,
+    /// Pages the writer has programmed and committed, in seal order.
+    pub committed: AtomicU64,
+    /// Notified on every commit.
+    pub progress: Event,
+}
+
+impl QueueState {
+    pub fn new(tx: Sender<WriterMsg>) -> QueueState {
+        QueueState {
+            open: Mutex::new(OpenPage::default()),
+            tx,
+            sealed: AtomicU64::new(0),
+            committed: AtomicU64::new(0),
+            progress: Event::new(),
+        }
+    }
+
+    pub fn pending(&self) -> u64 {
+        self.sealed
+            .load(Ordering::Acquire)
+            .saturating_sub(self.committed.load(Ordering::Acquire))
+    }
+}
+
+impl Core {
+    /// Buffers one full logical page for queue `q`: the write is acknowledged once this returns.
+    pub(crate) fn buffer_page(&self, q: usize, lpn: Lpn, data: PageData) {
+        let seq = {
+            let mut st = self.map.lock(lpn);
+            // Taken under the stripe lock: per page, sequence order is overlay order.
+            let seq = self.next_seq();
+            st.overlay.insert(
+                lpn.0,
+                Buffered {
+                    seq,
+                    data: data.clone(),
+                },
+            );
+            seq
+        };
+        let meta = SlotMeta {
+            kind: SlotKind::Data,
+            lpn,
+            seq,
+            crc: crc32fast::hash(&data),
+        };
+        let queue = &self.queues[q];
+        let mut open = queue.open.lock();
+        open.slots.push((meta, Some(data)));
+        if open.slots.len() == self.layout.slots_per_page as usize {
+            self.seal_locked(queue, &mut open);
+        }
+    }
+
+    /// Adds a trim record to queue `q`'s buffer.
+    pub(crate) fn buffer_trim(&self, q: usize, rec: TrimRecord) {
+        let queue = &self.queues[q];
+        let mut open = queue.open.lock();
+        open.trims.push(rec);
+        if open.trims.len() == TRIMS_PER_SLOT {
+            self.materialize_trims(queue, &mut open);
+        }
+    }
+
+    fn materialize_trims(&self, queue: &QueueState, open: &mut OpenPage) {
+        if open.trims.is_empty() {
+            return;
+        }
+        if open.slots.len() == self.layout.slots_per_page as usize {
+            self.seal_locked(queue, open);
+        }
+        let bytes = encode_trims(&open.trims);
+        let meta = SlotMeta {
+            kind: SlotKind::TrimLog,
+            lpn: Lpn(0),
+            seq: open.trims.iter().map(|r| r.seq).max().unwrap_or(0),
+            crc: crc32fast::hash(&bytes),
+        };
+        open.trims.clear();
+        open.slots.push((meta, Some(Arc::from(bytes))));
+        if open.slots.len() == self.layout.slots_per_page as usize {
+            self.seal_locked(queue, open);
+        }
+    }
+
+    /// Sends the open page (padded) to the writer.
+    fn seal_locked(&self, queue: &QueueState, open: &mut OpenPage) {
+        if open.slots.is_empty() {
+            return;
+        }
+        let mut slots = std::mem::take(&mut open.slots);
+        slots.resize(self.layout.slots_per_page as usize, (SlotMeta::PAD, None));
+        queue.sealed.fetch_add(1, Ordering::AcqRel);
+        if queue.tx.send(WriterMsg::Page(SealedPage { slots })).is_err() {
+            // The writer is gone (shutdown): nothing will commit; waiters see `closed`.
+            queue.sealed.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Seals whatever queue `q` holds (pages and trims) and returns the count to wait for.
+    pub(crate) fn force_seal(&self, q: usize) -> u64 {
+        let queue = &self.queues[q];
+        let mut open = queue.open.lock();
+        self.materialize_trims(queue, &mut open);
+        self.seal_locked(queue, &mut open);
+        queue.sealed.load(Ordering::Acquire)
+    }
+
+    /// Waits until queue `q` has committed `target` pages.
+    pub(crate) async fn wait_committed(&self, q: usize, target: u64) {
+        let queue = &self.queues[q];
+        loop {
+            if queue.committed.load(Ordering::Acquire) >= target || self.writers_gone() {
+                return;
+            }
+            let l = queue.progress.listen();
+            if queue.committed.load(Ordering::Acquire) >= target || self.writers_gone() {
+                return;
+            }
+            l.await;
+        }
+    }
+
+    /// Waits while queue `q` has too many sealed pages in flight (backpressure).
+    pub(crate) async fn wait_room(&self, q: usize) {
+        let queue = &self.queues[q];
+        let max = self.cfg.max_pending_pages as u64;
+        while queue.pending() >= max && !self.writers_gone() {
+            let l = queue.progress.listen();
+            if queue.pending() < max {
+                return;
+            }
+            l.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trims_roundtrip() {
+        let recs: Vec<_> = (0..TRIMS_PER_SLOT as u32)
+            .map(|i| TrimRecord {
+                start: i,
+                count: i + 1,
+                seq: i as u64 * 3,
+            })
+            .collect();
+        assert_eq!(decode_trims(&encode_trims(&recs)), Some(recs));
+        let mut bad = encode_trims(&[]);
+        bad[0] = 0xff;
+        assert_eq!(decode_trims(&bad), None);
+    }
+}

@@ -1,0 +1,92 @@
+//! FTL configuration: what a user can tune, with defaults that suit a test machine.
+
+use serde::{Deserialize, Serialize};
+
+/// How garbage collection is scheduled (the benches compare them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum GcPolicy {
+    /// LFTL's NPGC: no background threads; a writer that finds a bank short of free blocks cleans
+    /// it in its own write path.
+    InPath,
+    /// LFTL's PLLGC: `gc_threads` background workers clean idle banks in parallel.
+    Parallel,
+    /// LFTL §3.4: like `Parallel`, but the number of active workers shrinks as host load grows.
+    #[default]
+    Adaptive,
+}
+
+impl GcPolicy {
+    pub const ALL: [GcPolicy; 3] = [GcPolicy::InPath, GcPolicy::Parallel, GcPolicy::Adaptive];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GcPolicy::InPath => "in-path",
+            GcPolicy::Parallel => "parallel",
+            GcPolicy::Adaptive => "adaptive",
+        }
+    }
+}
+
+impl std::str::FromStr for GcPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        GcPolicy::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| format!("unknown GC policy {s:?} (expected in-path, parallel or adaptive)"))
+    }
+}
+
+/// How a GC victim is chosen inside a bank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum VictimPolicy {
+    /// Fewest valid slots.
+    #[default]
+    Greedy,
+    /// Rosenblum's cost-benefit: maximise `age * (1 - u) / (2 u)`.
+    CostBenefit,
+}
+
+/// Tunables of a running FTL. Values that fix the on-flash format (over-provisioning) are used
+/// only when formatting; opening reads them from the superblock.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FtlConfig {
+    /// Independent write queues (MT-FTL: one buffer and one writer thread each).
+    pub queues: usize,
+    /// Fraction of the usable flash kept hidden from the host (format time only).
+    pub overprovision: f64,
+    pub gc_policy: GcPolicy,
+    pub victim_policy: VictimPolicy,
+    /// Background GC workers (Parallel and Adaptive policies).
+    pub gc_threads: usize,
+    /// Free blocks per bank under which background GC starts (0: derived from the geometry).
+    pub gc_soft_free: u32,
+    /// Erase-count spread that triggers static wear levelling.
+    pub wear_level_spread: u32,
+    /// Host bytes written between two periodic checkpoints (0 disables them).
+    pub checkpoint_interval_bytes: u64,
+    /// Sealed NAND pages a queue may have waiting for its writer before writes wait.
+    pub max_pending_pages: usize,
+    /// Read retries on an uncorrectable read before the error reaches the host.
+    pub read_retries: u32,
+}
+
+impl Default for FtlConfig {
+    fn default() -> Self {
+        FtlConfig {
+            queues: std::thread::available_parallelism().map_or(2, |n| n.get()).min(8),
+            overprovision: 0.07,
+            gc_policy: GcPolicy::default(),
+            victim_policy: VictimPolicy::default(),
+            gc_threads: 2,
+            gc_soft_free: 0,
+            wear_level_spread: 256,
+            checkpoint_interval_bytes: 1 << 30,
+            max_pending_pages: 64,
+            read_retries: 3,
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! Errors of the FTL's public API.
+
+use std::path::PathBuf;
+
+/// Why an FTL operation failed. Frontends map these to protocol errors in one place each.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FtlError {
+    #[error("request at offset {offset} length {len} is not aligned to 512-byte sectors")]
+    Misaligned { offset: u64, len: u64 },
+    #[error("request at offset {offset} length {len} runs past the end of the device ({capacity} bytes)")]
+    OutOfRange { offset: u64, len: u64, capacity: u64 },
+    #[error("device is read-only: {0}")]
+    ReadOnly(String),
+    #[error("uncorrectable read at logical page {lpn} after {retries} retries")]
+    Uncorrectable { lpn: u32, retries: u32 },
+    #[error("device is closed")]
+    Closed,
+    #[error("NAND error: {0}")]
+    Nand(#[from] nand_model::NandError),
+    #[error(transparent)]
+    Image(#[from] nand_model::ImageError),
+    #[error("image {path}: {reason}")]
+    Format { path: PathBuf, reason: String },
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+pub type Result<T, E = FtlError> = std::result::Result<T, E>;

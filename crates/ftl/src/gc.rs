@@ -1,0 +1,526 @@
+//! Garbage collection and wear levelling, cut into bounded steps (RFTL).
+//!
+//! A bank is cleaned by one party at a time: whoever holds its `BankGc` mutex (a background
+//! worker, or a writer doing in-path/foreground GC). One [`Core::gc_step`] does at most one victim
+//! page read plus one GC-page program, or one erase — so a writer that has to clean before it can
+//! write waits for about one erase plus one program, never for a whole block.
+//!
+//! Victims: blocks that had a program failure first (they are retired), then — when a bank's
+//! erase-count spread passes `wear_level_spread` — its least-worn full block (static wear
+//! levelling: its cold data moves and the block re-enters the free list), else greedy (fewest
+//! valid slots) or cost-benefit. Valid slots are copied to the bank's own GC frontier with their
+//! original sequence number, and the map is switched with a compare-and-set so a host write that
+//! raced the copy wins.
+//!
+//! Scheduling (the `GcPolicy`): in-path (writers clean before writing to a bank under its soft
+//! floor, LFTL NPGC), parallel (workers clean idle banks, LFTL PLLGC) and adaptive (as parallel,
+//! with the number of active workers shrinking as host load grows, LFTL §3.4). Under every
+//! policy a writer that finds all banks at their GC reserve cleans in the foreground.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use event_listener::Listener;
+use nand_model::{BankId, BlockAddr, NandError, PageAddr};
+
+use crate::blocks::BlockState;
+use crate::config::VictimPolicy;
+use crate::core::Core;
+use crate::layout::{Psa, LOGICAL_PAGE};
+use crate::oob::{self, PageOob, SlotKind, SlotMeta};
+use crate::writer::Frontier;
+
+/// Why a victim was chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Purpose {
+    Reclaim,
+    Retire,
+    WearLevel,
+}
+
+struct Cursor {
+    block: u32,
+    next_page: u32,
+    purpose: Purpose,
+}
+
+struct Staged {
+    meta: SlotMeta,
+    data: Vec<u8>,
+    src: Psa,
+}
+
+/// A bank's cleaner state (under the bank's GC mutex).
+#[derive(Default)]
+pub struct BankGc {
+    victim: Option<Cursor>,
+    frontier: Option<Frontier>,
+    staged: Vec<Staged>,
+}
+
+/// What a step achieved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing to clean on this bank.
+    Idle,
+    /// Copied data (or skipped empty pages); more to do.
+    Progress,
+    /// A block was erased (or retired).
+    Freed,
+}
+
+/// Host-load gauge for the adaptive policy.
+#[derive(Default)]
+pub struct LoadGauge {
+    pub allowed: AtomicUsize,
+    last_ops: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl Core {
+    /// Runs one bounded GC step on bank `b`; the caller holds `g`, the bank's GC mutex.
+    pub(crate) fn gc_step(&self, b: u32, g: &mut BankGc) -> Step {
+        let _gate = self.gc_gate.read();
+        if g.victim.is_none() {
+            match self.select_victim(b) {
+                Some(c) => g.victim = Some(c),
+                None if g.staged.is_empty() => return Step::Idle,
+                None => {}
+            }
+        }
+        self.counters.gc_steps.fetch_add(1, Ordering::Relaxed);
+        let spp = self.layout.slots_per_page as usize;
+        if g.staged.len() >= spp {
+            self.gc_program(b, g);
+            return Step::Progress;
+        }
+        let exhausted = {
+            let Some(cur) = g.victim.as_mut() else {
+                self.gc_program(b, g);
+                return Step::Progress;
+            };
+            // Find the next page that still holds valid slots, and stage them.
+            while cur.next_page < self.layout.pages_per_block {
+                let addr = PageAddr {
+                    block: BlockAddr {
+                        bank: BankId(b),
+                        block: cur.block,
+                    },
+                    page: cur.next_page,
+                };
+                cur.next_page += 1;
+                let valid: Vec<u32> = (0..spp as u32)
+                    .filter(|&s| self.blocks.is_valid(self.layout.psa(addr, s)))
+                    .collect();
+                if valid.is_empty() {
+                    continue;
+                }
+                self.stage_page(addr, &valid, &mut g.staged);
+                break;
+            }
+            cur.next_page >= self.layout.pages_per_block
+        };
+        if g.staged.len() >= spp || (exhausted && !g.staged.is_empty()) {
+            self.gc_program(b, g);
+            return Step::Progress;
+        }
+        if !exhausted {
+            return Step::Progress;
+        }
+        let Some(cur) = g.victim.take() else {
+            return Step::Progress;
+        };
+        self.finish_victim(b, cur)
+    }
+
+    fn stage_page(&self, addr: PageAddr, valid: &[u32], staged: &mut Vec<Staged>) {
+        let mut data = vec![0u8; self.layout.page_size as usize];
+        let mut oob_buf = vec![0u8; self.layout.oob_size as usize];
+        let mut ok = false;
+        for _ in 0..=self.cfg.read_retries {
+            match self.nand.read(addr, 0, &mut data, Some(&mut oob_buf)) {
+                Ok(c) => {
+                    c.wait();
+                    ok = true;
+                    break;
+                }
+                Err(NandError::Uncorrectable { .. }) => {
+                    self.counters.read_retries.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::error!("GC read of {addr:?} failed: {e}");
+                    break;
+                }
+            }
+        }
+        let metas = match (ok, oob::decode(&oob_buf)) {
+            (true, Some(PageOob::Data(m))) => m,
+            _ => {
+                self.counters.uncorrectable.fetch_add(1, Ordering::Relaxed);
+                tracing::error!("GC cannot read {addr:?}: its valid data is lost");
+                return;
+            }
+        };
+        for &s in valid {
+            let Some(meta) = metas.get(s as usize) else {
+                continue;
+            };
+            let o = s as usize * LOGICAL_PAGE;
+            staged.push(Staged {
+                meta: *meta,
+                data: data[o..o + LOGICAL_PAGE].to_vec(),
+                src: self.layout.psa(addr, s),
+            });
+        }
+    }
+
+    /// Programs up to one page of staged slots to the bank's GC frontier and switches the map.
+    fn gc_program(&self, b: u32, g: &mut BankGc) {
+        let spp = self.layout.slots_per_page as usize;
+        let take = g.staged.len().min(spp);
+        let batch: Vec<Staged> = g.staged.drain(..take).collect();
+        let mut data = vec![0u8; self.layout.page_size as usize];
+        let mut metas = Vec::with_capacity(spp);
+        for (i, s) in batch.iter().enumerate() {
+            data[i * LOGICAL_PAGE..(i + 1) * LOGICAL_PAGE].copy_from_slice(&s.data);
+            metas.push(s.meta);
+        }
+        metas.resize(spp, SlotMeta::PAD);
+        let mut oob_buf = vec![0u8; self.layout.oob_size as usize];
+        oob::encode_data(&mut oob_buf, &metas);
+        loop {
+            let fr = match g.frontier {
+                Some(f) => f,
+                None => match self.alloc_block(b, true) {
+                    Some(block) => Frontier { block, next: 0 },
+                    None => {
+                        // Cannot happen while GC_RESERVE holds; keep the data staged.
+                        tracing::error!("bank {b}: no free block for the GC frontier");
+                        let mut rest = batch;
+                        rest.append(&mut g.staged);
+                        g.staged = rest;
+                        return;
+                    }
+                },
+            };
+            let addr = PageAddr {
+                block: BlockAddr {
+                    bank: BankId(b),
+                    block: fr.block,
+                },
+                page: fr.next,
+            };
+            let result = self.nand.program(addr, &data, &oob_buf);
+            let next = fr.next + 1;
+            g.frontier = (next < self.layout.pages_per_block).then_some(Frontier {
+                block: fr.block,
+                next,
+            });
+            match result {
+                Ok(c) => {
+                    c.wait();
+                    self.counters.gc_page_programs.fetch_add(1, Ordering::Relaxed);
+                    for (i, s) in batch.iter().enumerate() {
+                        self.relocate(s, self.layout.psa(addr, i as u32));
+                    }
+                    if next == self.layout.pages_per_block {
+                        self.mark_full(b, fr.block);
+                    }
+                    return;
+                }
+                Err(e) if e.is_fault() => {
+                    self.counters.program_failures.fetch_add(1, Ordering::Relaxed);
+                    g.frontier = None;
+                    self.retire_block(b, fr.block);
+                }
+                Err(e) => {
+                    self.set_read_only(format!("GC program at {addr:?} failed: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Switches one relocated slot in the map if nothing newer replaced it meanwhile.
+    fn relocate(&self, s: &Staged, dst: Psa) {
+        match s.meta.kind {
+            SlotKind::Data => {
+                let _st = self.map.lock(s.meta.lpn);
+                if self.map.get(s.meta.lpn) == Some(s.src) {
+                    self.map.set(s.meta.lpn, Some(dst));
+                    self.blocks.set_valid(dst);
+                    self.blocks.clear_valid(s.src);
+                    self.counters.gc_copies.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            SlotKind::TrimLog => {
+                let mut tl = self.trim_log.lock();
+                if let Some(e) = tl.iter_mut().find(|e| e.0 == s.src) {
+                    e.0 = dst;
+                    self.blocks.set_valid(dst);
+                    self.blocks.clear_valid(s.src);
+                }
+            }
+            SlotKind::Pad => {}
+        }
+    }
+
+    /// Erases (or retires) a victim whose valid data has all moved.
+    fn finish_victim(&self, b: u32, cur: Cursor) -> Step {
+        let blk_addr = BlockAddr {
+            bank: BankId(b),
+            block: cur.block,
+        };
+        let idx = self.layout.block_idx(blk_addr);
+        let left = self.blocks.valid_count(idx);
+        if left != 0 {
+            // A slot turned valid behind the cursor: that would be a bug; never erase live data.
+            tracing::error!("bank {b} block {}: {left} valid slots after GC; rescanning", cur.block);
+            self.bank(b).alloc.lock().state[cur.block as usize] = BlockState::Full;
+            return Step::Progress;
+        }
+        while self.blocks.pinned(idx) {
+            std::thread::yield_now();
+        }
+        if cur.purpose == Purpose::WearLevel {
+            self.counters.wear_level_moves.fetch_add(1, Ordering::Relaxed);
+        }
+        let went_bad = if cur.purpose == Purpose::Retire {
+            if let Err(e) = self.nand.mark_bad(blk_addr) {
+                tracing::error!("cannot mark {blk_addr:?} bad: {e}");
+            }
+            true
+        } else {
+            match self.nand.erase(blk_addr) {
+                Ok(c) => {
+                    c.wait();
+                    self.counters.gc_erases.fetch_add(1, Ordering::Relaxed);
+                    false
+                }
+                Err(e) if e.is_fault() => {
+                    tracing::warn!("erase of {blk_addr:?} failed: {e}; block retired");
+                    self.counters.erase_failures.fetch_add(1, Ordering::Relaxed);
+                    true
+                }
+                Err(e) => {
+                    self.set_read_only(format!("erase of {blk_addr:?} failed: {e}"));
+                    true
+                }
+            }
+        };
+        let mut a = self.bank(b).alloc.lock();
+        if went_bad {
+            a.state[cur.block as usize] = BlockState::Bad;
+        } else {
+            a.erase_count[cur.block as usize] += 1;
+            a.push_free(cur.block);
+        }
+        let free = a.free_len();
+        drop(a);
+        self.update_free(b, free);
+        if went_bad {
+            self.counters.bad_blocks.fetch_add(1, Ordering::Relaxed);
+            self.check_spares();
+        }
+        Step::Freed
+    }
+
+    /// Chooses the bank's next victim and marks it.
+    fn select_victim(&self, b: u32) -> Option<Cursor> {
+        let spb = self.layout.slots_per_block();
+        let mut a = self.bank(b).alloc.lock();
+        let pick = |block: u32, purpose| Some((block, purpose));
+        let mut chosen = a
+            .state
+            .iter()
+            .position(|s| *s == BlockState::Retiring)
+            .and_then(|i| pick(i as u32, Purpose::Retire));
+        if chosen.is_none() {
+            chosen = self.wear_level_victim(b, &a).and_then(|blk| pick(blk, Purpose::WearLevel));
+        }
+        if chosen.is_none() {
+            let now = self.current_seq();
+            let mut best: Option<(f64, u32)> = None;
+            for (i, s) in a.state.iter().enumerate() {
+                if *s != BlockState::Full {
+                    continue;
+                }
+                let blk = BlockAddr {
+                    bank: BankId(b),
+                    block: i as u32,
+                };
+                let valid = self.blocks.valid_count(self.layout.block_idx(blk));
+                if valid >= spb {
+                    continue;
+                }
+                let score = match self.cfg.victim_policy {
+                    VictimPolicy::Greedy => -(valid as f64),
+                    VictimPolicy::CostBenefit => {
+                        let u = valid as f64 / spb as f64;
+                        let age = (now.saturating_sub(a.filled_seq[i]) + 1) as f64;
+                        if u == 0.0 {
+                            f64::INFINITY
+                        } else {
+                            age * (1.0 - u) / (2.0 * u)
+                        }
+                    }
+                };
+                if best.is_none_or(|(s, _)| score > s) {
+                    best = Some((score, i as u32));
+                }
+            }
+            chosen = best.and_then(|(_, blk)| pick(blk, Purpose::Reclaim));
+        }
+        let (block, purpose) = chosen?;
+        a.state[block as usize] = BlockState::Victim;
+        Some(Cursor {
+            block,
+            next_page: 0,
+            purpose,
+        })
+    }
+
+    /// The least-worn full block of bank `b` if its erase-count spread is too wide.
+    fn wear_level_victim(&self, _b: u32, a: &crate::blocks::BankAlloc) -> Option<u32> {
+        let spread = self.cfg.wear_level_spread;
+        if spread == 0 {
+            return None;
+        }
+        let max = a
+            .state
+            .iter()
+            .zip(&a.erase_count)
+            .filter(|(s, _)| !matches!(s, BlockState::Bad | BlockState::Reserved))
+            .map(|(_, e)| *e)
+            .max()?;
+        let (i, min) = a
+            .state
+            .iter()
+            .zip(&a.erase_count)
+            .enumerate()
+            .filter(|(_, (s, _))| **s == BlockState::Full)
+            .map(|(i, (_, e))| (i, *e))
+            .min_by_key(|(_, e)| *e)?;
+        (max - min > spread).then_some(i as u32)
+    }
+
+    /// Whether bank `b` has a wear spread worth levelling.
+    fn wear_level_due(&self, b: u32) -> bool {
+        let a = self.bank(b).alloc.lock();
+        self.wear_level_victim(b, &a).is_some()
+    }
+
+    fn needs_gc(&self, b: u32) -> bool {
+        self.bank(b).free.load(Ordering::Acquire) < self.gc_soft_free()
+    }
+
+    /// In-path GC (LFTL NPGC): clean bank `b` until it is back over its soft floor.
+    pub(crate) fn in_path_gc(&self, b: u32) {
+        if !self.needs_gc(b) {
+            return;
+        }
+        let mut g = self.gc[b as usize].lock();
+        while self.needs_gc(b) && !self.stopping.load(Ordering::Acquire) {
+            if self.gc_step(b, &mut g) == Step::Idle {
+                break;
+            }
+        }
+    }
+
+    /// Foreground GC when no bank can take a page: frees one block somewhere. Returns false when
+    /// nothing anywhere can be reclaimed.
+    pub(crate) fn foreground_gc(&self, _prefer: Option<u32>) -> bool {
+        self.counters.foreground_gc.fetch_add(1, Ordering::Relaxed);
+        let mut order: Vec<u32> = (0..self.layout.banks).collect();
+        order.sort_by_key(|&b| self.bank(b).free.load(Ordering::Acquire));
+        for b in order {
+            let mut g = self.gc[b as usize].lock();
+            loop {
+                match self.gc_step(b, &mut g) {
+                    Step::Freed => return true,
+                    Step::Idle => break,
+                    Step::Progress => {}
+                }
+            }
+        }
+        false
+    }
+
+    /// Updates the adaptive policy's allowance from the host operation rate.
+    pub(crate) fn update_gc_allowance(&self, workers: usize) {
+        let g = &self.gc_load;
+        let ops = self.counters.host_ops();
+        let last = g.last_ops.swap(ops, Ordering::AcqRel);
+        let rate = ops.saturating_sub(last);
+        let peak = g.peak.load(Ordering::Acquire).max(rate).max(1);
+        // Let the peak decay so one burst does not pin the scale for ever.
+        g.peak.store(peak - peak / 64, Ordering::Release);
+        let idle_share = 1.0 - rate as f64 / peak as f64;
+        let allowed = ((workers as f64 * idle_share).ceil() as usize).clamp(1, workers);
+        g.allowed.store(allowed, Ordering::Release);
+    }
+}
+
+/// A background GC worker (parallel and adaptive policies).
+pub fn worker(core: Arc<Core>, idx: usize, adaptive: bool) {
+    crate::writer::precise_timers();
+    let nb = core.layout.banks;
+    let mut rr = idx as u32;
+    while !core.stopping.load(Ordering::Acquire) {
+        let urgent = (0..nb).any(|b| core.bank(b).exclusive_gc.load(Ordering::Acquire));
+        if adaptive && !urgent && idx >= core.gc_load.allowed.load(Ordering::Acquire) {
+            idle_wait(&core, Duration::from_millis(5));
+            continue;
+        }
+        // The bank most in need; idle banks before busy ones (PLLGC cleans idle banks).
+        let mut pick: Option<(bool, bool, u32, u32)> = None;
+        for i in 0..nb {
+            let b = (rr + i) % nb;
+            let needs = core.needs_gc(b);
+            if !needs && !core.wear_level_due(b) {
+                continue;
+            }
+            let busy = core.nand.bank_load(BankId(b)).inflight > 0;
+            let key = (!needs, busy, core.bank(b).free.load(Ordering::Acquire), b);
+            if pick.is_none_or(|p| key < p) {
+                pick = Some(key);
+            }
+        }
+        let Some((_, _, _, b)) = pick else {
+            idle_wait(&core, Duration::from_millis(20));
+            continue;
+        };
+        rr = (b + 1) % nb;
+        let Some(mut g) = core.gc[b as usize].try_lock() else {
+            std::thread::yield_now();
+            continue;
+        };
+        let start = Instant::now();
+        loop {
+            if core.stopping.load(Ordering::Acquire) {
+                break;
+            }
+            let step = core.gc_step(b, &mut g);
+            if step == Step::Idle {
+                drop(g);
+                idle_wait(&core, Duration::from_millis(5));
+                break;
+            }
+            // Give the bank back to host I/O after a freed block, unless it is urgent.
+            if step == Step::Freed && !core.needs_gc(b) {
+                break;
+            }
+            if start.elapsed() > Duration::from_millis(50) {
+                break;
+            }
+        }
+    }
+}
+
+fn idle_wait(core: &Core, d: Duration) {
+    let l = core.wake.listen();
+    if !core.stopping.load(Ordering::Acquire) {
+        l.wait_timeout(d);
+    }
+}

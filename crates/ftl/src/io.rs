@@ -1,0 +1,338 @@
+//! Host operations: read, write (with read-modify-write of partial pages), trim/write-zeroes,
+//! flush, and the commit that moves a programmed page's slots into the map.
+//!
+//! Read plan per logical page, decided under its stripe lock: the overlay (newest buffered
+//! version), else zeroes (unmapped), else a NAND column read of the slot with the block pinned so
+//! GC cannot erase it under the read.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+
+use event_listener::Listener;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use nand_model::{Completion, NandError, PageAddr};
+
+use crate::buffer::{SealedPage, TrimRecord};
+use crate::core::Core;
+use crate::error::{FtlError, Result};
+use crate::layout::{Lpn, LOGICAL_PAGE, SECTOR};
+use crate::oob::SlotKind;
+
+const LP: u64 = LOGICAL_PAGE as u64;
+/// Pages covered by one trim record (and one hold of the stripe locks).
+const TRIM_CHUNK: u32 = 1 << 16;
+
+impl Core {
+    pub(crate) fn capacity(&self) -> u64 {
+        self.lpns as u64 * LP
+    }
+
+    /// Checks alignment and range; `write_like` requests past the end are `NoSpace`-class.
+    pub(crate) fn check_range(&self, offset: u64, len: u64) -> Result<()> {
+        if offset % SECTOR != 0 || len % SECTOR != 0 {
+            return Err(FtlError::Misaligned { offset, len });
+        }
+        if offset.checked_add(len).is_none_or(|end| end > self.capacity()) {
+            return Err(FtlError::OutOfRange {
+                offset,
+                len,
+                capacity: self.capacity(),
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.stopping.load(Ordering::Acquire) {
+            return Err(FtlError::Closed);
+        }
+        if let Some(r) = self.read_only_reason() {
+            return Err(FtlError::ReadOnly(r));
+        }
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes at `offset` (already range-checked).
+    pub(crate) async fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let mut pending: Vec<Completion> = Vec::new();
+        let mut pos = 0usize;
+        while pos < buf.len() {
+            let abs = offset + pos as u64;
+            let lpn = Lpn((abs / LP) as u32);
+            let in_page = (abs % LP) as usize;
+            let n = (LOGICAL_PAGE - in_page).min(buf.len() - pos);
+            if let Some(c) = self.read_lpn(lpn, in_page, &mut buf[pos..pos + n])? {
+                pending.push(c);
+            }
+            pos += n;
+        }
+        for c in pending {
+            if !c.is_complete() {
+                c.into_future().await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Fills `dst` from logical page `lpn` starting at byte `off`; returns the NAND completion to
+    /// wait for, if the data came from flash.
+    fn read_lpn(&self, lpn: Lpn, off: usize, dst: &mut [u8]) -> Result<Option<Completion>> {
+        let retries = self.cfg.read_retries;
+        for attempt in 0..=retries {
+            let st = self.map.lock(lpn);
+            if let Some(b) = st.overlay.get(&lpn.0) {
+                dst.copy_from_slice(&b.data[off..off + dst.len()]);
+                return Ok(None);
+            }
+            let Some(psa) = self.map.get(lpn) else {
+                dst.fill(0);
+                return Ok(None);
+            };
+            let blk = self.layout.block_of(psa);
+            self.blocks.pin(blk);
+            drop(st);
+            let (page, slot) = self.layout.split(psa);
+            let r = self
+                .nand
+                .read(page, slot * LOGICAL_PAGE as u32 + off as u32, dst, None);
+            self.blocks.unpin(blk);
+            match r {
+                Ok(c) => return Ok(Some(c)),
+                Err(NandError::Uncorrectable { .. }) => {
+                    self.counters.read_retries.fetch_add(1, Ordering::Relaxed);
+                    if attempt == retries {
+                        self.counters.uncorrectable.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(FtlError::Uncorrectable {
+            lpn: lpn.0,
+            retries,
+        })
+    }
+
+    /// Writes `data` at `offset` (already range-checked) through queue `q`.
+    pub(crate) async fn write_at(&self, q: usize, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+        self.check_writable()?;
+        let q = q % self.queues.len();
+        let mut pos = 0usize;
+        while pos < data.len() {
+            let abs = offset + pos as u64;
+            let lpn = Lpn((abs / LP) as u32);
+            let in_page = (abs % LP) as usize;
+            let n = (LOGICAL_PAGE - in_page).min(data.len() - pos);
+            if n == LOGICAL_PAGE {
+                self.wait_room(q).await;
+                let _g = self.gate.enter().await;
+                self.check_writable()?;
+                self.buffer_page(q, lpn, Arc::from(&data[pos..pos + n]));
+            } else {
+                self.write_partial(q, lpn, in_page, &data[pos..pos + n])
+                    .await?;
+            }
+            pos += n;
+        }
+        self.note_written(data.len() as u64);
+        if fua {
+            self.flush_queue(q).await?;
+        }
+        Ok(())
+    }
+
+    /// Read-modify-write of part of a logical page, under the page's partial-write lock.
+    async fn write_partial(&self, q: usize, lpn: Lpn, off: usize, part: &[u8]) -> Result<()> {
+        let _lock = RmwLock { core: self, lpn }.await;
+        let mut page = vec![0u8; LOGICAL_PAGE];
+        self.read_at(lpn.0 as u64 * LP, &mut page).await?;
+        page[off..off + part.len()].copy_from_slice(part);
+        self.wait_room(q).await;
+        let _g = self.gate.enter().await;
+        self.check_writable()?;
+        self.buffer_page(q, lpn, Arc::from(page));
+        Ok(())
+    }
+
+    fn note_written(&self, bytes: u64) {
+        let since = self
+            .counters
+            .bytes_since_checkpoint
+            .fetch_add(bytes, Ordering::Relaxed)
+            + bytes;
+        let interval = self.cfg.checkpoint_interval_bytes;
+        if interval > 0 && since >= interval && since - bytes < interval {
+            self.wake.notify(usize::MAX);
+        }
+    }
+
+    /// Trim / write-zeroes: afterwards the range reads as zeroes; durable once flushed.
+    pub(crate) async fn unmap(&self, q: usize, offset: u64, len: u64, fua: bool) -> Result<()> {
+        self.check_writable()?;
+        let q = q % self.queues.len();
+        let end = offset + len;
+        let first_full = offset.div_ceil(LP);
+        let last_full = end / LP;
+        if first_full >= last_full {
+            // No whole page inside: zero the sectors.
+            if len > 0 {
+                let zeros = vec![0u8; len as usize];
+                self.write_at(q, offset, &zeros, false).await?;
+            }
+        } else {
+            if offset < first_full * LP {
+                let zeros = vec![0u8; (first_full * LP - offset) as usize];
+                self.write_at(q, offset, &zeros, false).await?;
+            }
+            if end > last_full * LP {
+                let zeros = vec![0u8; (end - last_full * LP) as usize];
+                self.write_at(q, last_full * LP, &zeros, false).await?;
+            }
+            let mut start = first_full as u32;
+            let stop = last_full as u32;
+            while start < stop {
+                let count = (stop - start).min(TRIM_CHUNK);
+                let _g = self.gate.enter().await;
+                self.check_writable()?;
+                self.unmap_chunk(q, start, count);
+                start += count;
+            }
+            self.counters
+                .trimmed_pages
+                .fetch_add(last_full - first_full, Ordering::Relaxed);
+        }
+        if fua {
+            self.flush_queue(q).await?;
+        }
+        Ok(())
+    }
+
+    fn unmap_chunk(&self, q: usize, start: u32, count: u32) {
+        let seq = {
+            let mut g = self.map.lock_range(start, count);
+            // Every stripe of the range is held: the record's sequence number is above every
+            // earlier write of these pages and below every later one.
+            let seq = self.next_seq();
+            for l in start..start + count {
+                let lpn = Lpn(l);
+                g.stripe(lpn).overlay.remove(&l);
+                if let Some(old) = self.map.set(lpn, None) {
+                    self.blocks.clear_valid(old);
+                }
+            }
+            seq
+        };
+        self.buffer_trim(q, TrimRecord { start, count, seq });
+    }
+
+    /// Makes everything buffered in queue `q` durable.
+    pub(crate) async fn flush_queue(&self, q: usize) -> Result<()> {
+        let target = self.force_seal(q);
+        self.wait_committed(q, target).await;
+        self.check_durable()
+    }
+
+    /// Makes everything acknowledged so far durable.
+    pub(crate) async fn flush_all(&self) -> Result<()> {
+        let targets: Vec<u64> = (0..self.queues.len()).map(|q| self.force_seal(q)).collect();
+        for (q, t) in targets.into_iter().enumerate() {
+            self.wait_committed(q, t).await;
+        }
+        self.check_durable()
+    }
+
+    /// Blocking flush, for threads outside any executor (checkpoint, close).
+    pub(crate) fn flush_all_blocking(&self) {
+        let targets: Vec<u64> = (0..self.queues.len()).map(|q| self.force_seal(q)).collect();
+        for (q, t) in targets.into_iter().enumerate() {
+            let queue = &self.queues[q];
+            while queue.committed.load(Ordering::Acquire) < t && !self.writers_gone() {
+                let l = queue.progress.listen();
+                if queue.committed.load(Ordering::Acquire) < t && !self.writers_gone() {
+                    l.wait();
+                }
+            }
+        }
+    }
+
+    fn check_durable(&self) -> Result<()> {
+        if let Some(r) = self.read_only_reason() {
+            return Err(FtlError::ReadOnly(r));
+        }
+        if self.writers_gone() {
+            return Err(FtlError::Closed);
+        }
+        Ok(())
+    }
+
+    /// Moves a programmed page's slots into the map. A data slot commits only if the overlay
+    /// still holds its sequence number; otherwise a newer write or a trim superseded it and the
+    /// slot stays invalid (garbage for GC).
+    pub(crate) fn commit_page(&self, page: &SealedPage, addr: PageAddr) {
+        for (i, (meta, _)) in page.slots.iter().enumerate() {
+            let psa = self.layout.psa(addr, i as u32);
+            match meta.kind {
+                SlotKind::Data => {
+                    let mut st = self.map.lock(meta.lpn);
+                    if st.overlay.get(&meta.lpn.0).map(|b| b.seq) == Some(meta.seq) {
+                        st.overlay.remove(&meta.lpn.0);
+                        let old = self.map.set(meta.lpn, Some(psa));
+                        self.blocks.set_valid(psa);
+                        if let Some(old) = old {
+                            self.blocks.clear_valid(old);
+                        }
+                    }
+                }
+                SlotKind::TrimLog => {
+                    let mut tl = self.trim_log.lock();
+                    self.blocks.set_valid(psa);
+                    tl.push((psa, meta.seq));
+                }
+                SlotKind::Pad => {}
+            }
+        }
+    }
+}
+
+/// Waits for, then holds, the partial-write lock of one logical page.
+struct RmwLock<'a> {
+    core: &'a Core,
+    lpn: Lpn,
+}
+
+struct RmwGuard<'a> {
+    core: &'a Core,
+    lpn: Lpn,
+}
+
+impl<'a> Future for RmwLock<'a> {
+    type Output = RmwGuard<'a>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<RmwGuard<'a>> {
+        let mut st = self.core.map.lock(self.lpn);
+        match st.rmw.get_mut(&self.lpn.0) {
+            Some(waiters) => {
+                waiters.push(cx.waker().clone());
+                Poll::Pending
+            }
+            None => {
+                st.rmw.insert(self.lpn.0, Vec::new());
+                Poll::Ready(RmwGuard {
+                    core: self.core,
+                    lpn: self.lpn,
+                })
+            }
+        }
+    }
+}
+
+impl Drop for RmwGuard<'_> {
+    fn drop(&mut self) {
+        let waiters = self.core.map.lock(self.lpn).rmw.remove(&self.lpn.0);
+        for w in waiters.into_iter().flatten() {
+            w.wake();
+        }
+    }
+}

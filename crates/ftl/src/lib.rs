@@ -1,0 +1,500 @@
+//! # ftl — a multi-threaded page-mapping flash translation layer
+//!
+//! Exposes an emulated NAND device ([`nand_model`]) as a block device of 512-byte sectors with
+//! a volatile write cache: writes are acknowledged once buffered, [`Ftl::flush`] (or a FUA
+//! write) makes them durable, and a crash (power cut, `kill -9`) loses at most unflushed data —
+//! never a torn 4 KiB page, never another page's data.
+//!
+//! The API is `Send + Sync` and runtime-agnostic: its `async fn`s are woken by the NAND model's
+//! timer thread and by the FTL's own threads, so they run under tokio, under a ublk queue's
+//! executor or under `futures::executor::block_on` alike.
+//!
+//! ## Where things are
+//! | module | job |
+//! |---|---|
+//! | `layout` | address newtypes (`Lpn`, `Psa`), geometry-derived layout, reserved blocks |
+//! | `map` | lock-striped L2P table + overlay of buffered pages |
+//! | `blocks` | valid bitmaps, read pins, block states, per-bank free lists |
+//! | `buffer` | per-queue write buffers (MT-FTL) and trim records |
+//! | `writer` | per-queue writer threads, write frontiers, bank choice |
+//! | `io` | host read / write / trim / flush paths and page commit |
+//! | `gc` | bounded-step GC, victim policies, wear levelling, GC workers |
+//! | `checkpoint` | superblock, checkpoints, periodic checkpointing |
+//! | `recovery` | rebuilding state from a checkpoint and an OOB scan |
+//! | `stats` | counters, WAF, wear, latency histograms |
+//!
+//! ## Design in one page
+//! **Definitions.** An *LPN* is a 4 KiB logical page; a *slot* is a 4 KiB piece of a NAND page;
+//! a *sequence number* orders every write and trim. **Invariants.** (1) a page's newest version
+//! is in the overlay if buffered, else where `l2p` points, else it reads as zeroes; (2) a slot is
+//! valid iff `l2p` (or the live trim log) points at it; (3) only a block's owner programs it;
+//! (4) a block is erased only after every valid slot moved and no read is pinned on it;
+//! (5) every programmed slot's OOB names its LPN and sequence number, so the newest version on
+//! flash is the one with the highest number. **Media assumptions.** a programmed page survives
+//! process death; a page program is atomic or detectably torn (OOB checksum).
+//!
+//! Memory: 4 bytes of L2P per exported page plus one valid bit per physical slot and ~12 bytes
+//! per block (`FtlStats::map_bytes_per_page` reports it: about 4.2 bytes on the presets).
+
+mod blocks;
+mod buffer;
+mod checkpoint;
+mod config;
+mod core;
+mod error;
+mod gc;
+mod io;
+mod layout;
+mod map;
+mod oob;
+mod recovery;
+mod stats;
+mod writer;
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use nand_model::{NandConfig, NandDevice, TimingMode};
+use parking_lot::Mutex;
+
+pub use crate::checkpoint::{inspect, ImageInfo};
+pub use crate::config::{FtlConfig, GcPolicy, VictimPolicy};
+pub use crate::error::{FtlError, Result};
+pub use crate::layout::{LOGICAL_PAGE, SECTOR};
+pub use crate::recovery::{RecoveryMode, RecoveryReport};
+pub use crate::stats::{BankStats, FtlStats, LatencySummary, WearStats};
+pub use nand_model;
+
+use crate::blocks::{Bank, BankAlloc, BlockState};
+use crate::buffer::{QueueState, WriterMsg};
+use crate::checkpoint::{CkptState, SuperBlock};
+use crate::core::{Core, GC_RESERVE};
+use crate::layout::{Layout, Lpn, Psa};
+use crate::stats::OpKind;
+
+/// A running FTL over one image file.
+pub struct Ftl {
+    core: Arc<Core>,
+    writers: Mutex<Vec<JoinHandle<()>>>,
+    helpers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// What formatting an image decided.
+#[derive(Clone, Copy, Debug)]
+pub struct FormatPlan {
+    pub lpns: u32,
+    pub ckpt_blocks: u32,
+    pub max_export_bytes: u64,
+}
+
+/// Works out the exported size and checkpoint area of a geometry, without touching any file.
+pub fn plan_format(nand: &NandConfig, cfg: &FtlConfig, export_bytes: Option<u64>) -> Result<FormatPlan> {
+    let geo = &nand.geometry;
+    let bad = |m: String| Err(FtlError::Config(m));
+    if geo.page_size < LOGICAL_PAGE as u32 || geo.page_size % LOGICAL_PAGE as u32 != 0 {
+        return bad(format!("page size {} is not a multiple of 4096", geo.page_size));
+    }
+    let base = Layout::new(geo, 0);
+    if oob::data_oob_len(base.slots_per_page) > geo.oob_size as usize {
+        return bad(format!(
+            "OOB of {} bytes is too small for {} slots per page (needs {})",
+            geo.oob_size,
+            base.slots_per_page,
+            oob::data_oob_len(base.slots_per_page)
+        ));
+    }
+    if base.total_slots() >= u32::MAX as u64 {
+        return bad("device has more than 2^32 slots; use a larger page or fewer blocks".into());
+    }
+    if !(0.0..0.9).contains(&cfg.overprovision) {
+        return bad(format!("over-provisioning {} is outside 0..0.9", cfg.overprovision));
+    }
+    let spb = base.slots_per_block() as u64;
+    let total = base.total_blocks() as u64;
+    let banks = base.banks as u64;
+    let ckpt_pages = checkpoint::checkpoint_bytes(total * spb, total).div_ceil(geo.page_size as u64);
+    let ckpt_blocks = ckpt_pages.div_ceil(banks * geo.pages_per_block as u64) as u32;
+    let reserved = 1 + banks * 2 * ckpt_blocks as u64;
+    let frontier = banks * (cfg.queues.max(1) as u64 + 1 + GC_RESERVE as u64 + 2);
+    let usable = total.saturating_sub(reserved);
+    if usable <= frontier + banks {
+        return bad(format!(
+            "geometry too small: {total} blocks, {reserved} reserved for superblock and checkpoints, {frontier} needed for write frontiers and GC"
+        ));
+    }
+    let max_lpns = (((usable - frontier) * spb) as f64 * (1.0 - cfg.overprovision)) as u64;
+    let max_lpns = max_lpns.min(u32::MAX as u64 - 1);
+    let lpns = match export_bytes {
+        None => max_lpns,
+        Some(b) if b % LOGICAL_PAGE as u64 != 0 => {
+            return bad(format!("export size {b} is not a multiple of 4096"))
+        }
+        Some(b) if b / LOGICAL_PAGE as u64 > max_lpns => {
+            return bad(format!(
+                "export size {b} exceeds what this geometry can hold ({} bytes)",
+                max_lpns * LOGICAL_PAGE as u64
+            ))
+        }
+        Some(b) => b / LOGICAL_PAGE as u64,
+    };
+    if lpns == 0 {
+        return bad("export size is zero".into());
+    }
+    Ok(FormatPlan {
+        lpns: lpns as u32,
+        ckpt_blocks,
+        max_export_bytes: max_lpns * LOGICAL_PAGE as u64,
+    })
+}
+
+impl Ftl {
+    /// Creates a new image at `path` (which must not exist) and opens the FTL on it.
+    pub fn create(
+        path: &Path,
+        nand_cfg: &NandConfig,
+        timing: TimingMode,
+        cfg: FtlConfig,
+        export_bytes: Option<u64>,
+    ) -> Result<Ftl> {
+        let plan = plan_format(nand_cfg, &cfg, export_bytes)?;
+        let nand = NandDevice::create(path, nand_cfg, timing)?;
+        let layout = Layout::new(nand.geometry(), plan.ckpt_blocks);
+        let sb = SuperBlock {
+            lpns: plan.lpns,
+            ckpt_blocks: plan.ckpt_blocks,
+            max_queues: cfg.queues.max(1) as u32,
+            overprovision: cfg.overprovision,
+        };
+        checkpoint::write_superblock(&nand, &layout, &sb)?;
+        let ftl = Ftl::start(nand, sb, cfg, None)?;
+        ftl.core.checkpoint()?;
+        Ok(ftl)
+    }
+
+    /// Opens an existing image, recovering from its checkpoint and, after a crash, an OOB scan.
+    pub fn open(path: &Path, timing: TimingMode, cfg: FtlConfig) -> Result<Ftl> {
+        let nand = NandDevice::open(path, None, timing)?;
+        let sb = checkpoint::read_superblock(&nand)?;
+        let layout = Layout::new(nand.geometry(), sb.ckpt_blocks);
+        let loaded = checkpoint::load_newest(&nand, &layout);
+        let ftl = Ftl::start(nand, sb, cfg, Some(loaded))?;
+        if ftl.core.recovery.lock().mode != RecoveryMode::Clean {
+            ftl.core.checkpoint()?;
+        }
+        Ok(ftl)
+    }
+
+    /// Builds the core, recovers (if `loaded` is given), and starts the threads.
+    #[allow(clippy::type_complexity)]
+    fn start(
+        nand: NandDevice,
+        sb: SuperBlock,
+        mut cfg: FtlConfig,
+        loaded: Option<Option<(checkpoint::Snapshot, u32, bool)>>,
+    ) -> Result<Ftl> {
+        let path = nand.path().to_path_buf();
+        let layout = Layout::new(nand.geometry(), sb.ckpt_blocks);
+        if sb.lpns == 0 || (sb.lpns as u64) > layout.total_slots() || sb.ckpt_blocks == 0 {
+            return Err(FtlError::Format {
+                path,
+                reason: "superblock holds impossible parameters".into(),
+            });
+        }
+        if cfg.queues == 0 {
+            return Err(FtlError::Config("queues must be at least 1".into()));
+        }
+        if cfg.queues > sb.max_queues as usize {
+            tracing::info!(
+                "using {} write queues (the image was formatted for at most {})",
+                sb.max_queues,
+                sb.max_queues
+            );
+            cfg.queues = sb.max_queues as usize;
+        }
+        let mut txs = Vec::new();
+        let mut rxs = Vec::new();
+        for _ in 0..cfg.queues {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            txs.push(QueueState::new(tx));
+            rxs.push(rx);
+        }
+        let banks = (0..layout.banks)
+            .map(|_| Bank {
+                alloc: Mutex::new(BankAlloc::new(layout.blocks_per_bank)),
+                free: Default::default(),
+                exclusive_gc: Default::default(),
+            })
+            .collect();
+        let core = Arc::new(Core::new(
+            nand,
+            layout,
+            cfg,
+            sb.lpns,
+            banks,
+            txs,
+            1,
+            CkptState::default(),
+        ));
+        let report = match &loaded {
+            None => {
+                // A fresh image: every non-reserved block is free.
+                for b in 0..layout.banks {
+                    let mut a = core.bank(b).alloc.lock();
+                    for block in 0..layout.blocks_per_bank {
+                        let addr = nand_model::BlockAddr {
+                            bank: nand_model::BankId(b),
+                            block,
+                        };
+                        if layout.is_reserved(addr) {
+                            a.state[block as usize] = BlockState::Reserved;
+                        } else {
+                            a.push_free(block);
+                        }
+                    }
+                    let free = a.free_len();
+                    drop(a);
+                    core.update_free(b, free);
+                }
+                RecoveryReport::default()
+            }
+            Some(found) => {
+                let (snap, area, fallback) = match found {
+                    Some((s, a, f)) => (Some(s), Some(*a), *f),
+                    None => (None, None, true),
+                };
+                let report = core.recover(snap, fallback)?;
+                if let (Some(s), Some(a)) = (snap, area) {
+                    *core.ckpt.lock() = CkptState {
+                        last_id: s.id,
+                        last_area: Some(a),
+                        last_sc: s.sc,
+                    };
+                }
+                tracing::info!(
+                    "opened {}: {:?} recovery, {} pages scanned in {:.1} ms",
+                    core.nand.path().display(),
+                    report.mode,
+                    report.pages_scanned,
+                    report.millis
+                );
+                report
+            }
+        };
+        *core.recovery.lock() = report;
+        let mut writers = Vec::new();
+        for (q, rx) in rxs.into_iter().enumerate() {
+            let c = core.clone();
+            writers.push(spawn(format!("ftl-writer-{q}"), move || writer::run(c, q, rx))?);
+        }
+        let mut helpers = Vec::new();
+        if core.cfg.gc_policy != GcPolicy::InPath {
+            let adaptive = core.cfg.gc_policy == GcPolicy::Adaptive;
+            for i in 0..core.cfg.gc_threads.max(1) {
+                let c = core.clone();
+                helpers.push(spawn(format!("ftl-gc-{i}"), move || gc::worker(c, i, adaptive))?);
+            }
+        }
+        let c = core.clone();
+        helpers.push(spawn("ftl-maint".into(), move || checkpoint::maintenance(c))?);
+        Ok(Ftl {
+            core,
+            writers: Mutex::new(writers),
+            helpers: Mutex::new(helpers),
+        })
+    }
+
+    /// Exported capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.core.capacity()
+    }
+
+    /// Number of write queues (frontends spread their writers over them).
+    pub fn queues(&self) -> usize {
+        self.core.queues.len()
+    }
+
+    /// The NAND device underneath (statistics, fault injection in tests).
+    pub fn nand(&self) -> &NandDevice {
+        &self.core.nand
+    }
+
+    /// Whether writes are refused (spare blocks exhausted or a fatal NAND error).
+    pub fn read_only_reason(&self) -> Option<String> {
+        self.core.read_only_reason()
+    }
+
+    /// Reads `buf.len()` bytes at `offset` (both multiples of 512).
+    pub async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let t = Instant::now();
+        self.core.check_range(offset, buf.len() as u64)?;
+        self.core.read_at(offset, buf).await?;
+        let c = &self.core.counters;
+        c.host_reads.fetch_add(1, Ordering::Relaxed);
+        c.host_read_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.core.latencies.record(OpKind::Read, t.elapsed());
+        Ok(())
+    }
+
+    /// Writes `data` at `offset` through write queue `queue` (taken modulo [`Ftl::queues`]).
+    /// Returns once buffered, or once durable when `fua` is set.
+    pub async fn write(&self, queue: usize, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+        let t = Instant::now();
+        self.core.check_range(offset, data.len() as u64)?;
+        self.core.write_at(queue, offset, data, fua).await?;
+        let c = &self.core.counters;
+        c.host_writes.fetch_add(1, Ordering::Relaxed);
+        c.host_write_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.core.latencies.record(OpKind::Write, t.elapsed());
+        Ok(())
+    }
+
+    /// Makes every write, trim and write-zeroes acknowledged so far durable.
+    pub async fn flush(&self) -> Result<()> {
+        let t = Instant::now();
+        if self.core.writers_gone() {
+            return Err(FtlError::Closed);
+        }
+        self.core.flush_all().await?;
+        self.core.counters.host_flushes.fetch_add(1, Ordering::Relaxed);
+        self.core.latencies.record(OpKind::Flush, t.elapsed());
+        Ok(())
+    }
+
+    /// Discards a range: it reads as zeroes afterwards (durably once flushed, or at once with
+    /// `fua`). Partial 4 KiB pages at the ends are zeroed by writing.
+    pub async fn trim(&self, queue: usize, offset: u64, len: u64, fua: bool) -> Result<()> {
+        let t = Instant::now();
+        self.core.check_range(offset, len)?;
+        self.core.unmap(queue, offset, len, fua).await?;
+        self.core.counters.host_trims.fetch_add(1, Ordering::Relaxed);
+        self.core.latencies.record(OpKind::Trim, t.elapsed());
+        Ok(())
+    }
+
+    /// Writes zeroes over a range. Implemented by unmapping, which costs no flash writes.
+    pub async fn write_zeroes(&self, queue: usize, offset: u64, len: u64, fua: bool) -> Result<()> {
+        self.trim(queue, offset, len, fua).await
+    }
+
+    /// Writes a checkpoint now (blocking).
+    pub fn checkpoint(&self) -> Result<()> {
+        self.core.checkpoint()
+    }
+
+    /// A statistics snapshot.
+    pub fn stats(&self) -> FtlStats {
+        self.core.stats()
+    }
+
+    /// How the image was opened.
+    pub fn recovery(&self) -> RecoveryReport {
+        self.core.recovery.lock().clone()
+    }
+
+    /// Clean shutdown: flush, checkpoint, stop the threads. Later calls fail with `Closed`.
+    pub fn close(&self) -> Result<()> {
+        if self.core.stopping.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.stop_helpers();
+        let flushed = if self.core.read_only_reason().is_none() {
+            self.core.flush_all_blocking();
+            self.core.checkpoint()
+        } else {
+            Ok(())
+        };
+        self.stop_writers(false);
+        flushed
+    }
+
+    /// Simulates a power cut: buffered data and every RAM structure are dropped without a flush
+    /// or checkpoint, exactly as `kill -9` of the daemon would. For crash tests.
+    pub fn simulate_power_loss(self) {
+        self.core.stopping.store(true, Ordering::Release);
+        self.stop_helpers();
+        self.stop_writers(true);
+    }
+
+    fn stop_helpers(&self) {
+        self.core.wake.notify(usize::MAX);
+        for h in self.helpers.lock().drain(..) {
+            let _ = h.join();
+        }
+    }
+
+    fn stop_writers(&self, power_cut: bool) {
+        if power_cut {
+            self.core.mark_writers_gone();
+        }
+        for q in &self.core.queues {
+            let _ = q.tx.send(WriterMsg::Stop);
+        }
+        for h in self.writers.lock().drain(..) {
+            let _ = h.join();
+        }
+        self.core.mark_writers_gone();
+    }
+
+    /// Checks the FTL's structural invariants (for tests; call when no operation is running).
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        let core = &self.core;
+        let layout = core.layout;
+        let mut expect = vec![0u32; layout.total_blocks() as usize];
+        let mut seen = std::collections::HashSet::new();
+        for l in 0..core.lpns {
+            if let Some(psa) = core.map.get(Lpn(l)) {
+                if !seen.insert(psa) {
+                    return Err(format!("slot {psa:?} mapped twice (lpn {l})"));
+                }
+                if !core.blocks.is_valid(psa) {
+                    return Err(format!("lpn {l} maps to {psa:?} whose valid bit is clear"));
+                }
+                expect[layout.block_of(psa).0 as usize] += 1;
+            }
+        }
+        for (psa, _) in core.trim_log.lock().iter() {
+            if !seen.insert(*psa) {
+                return Err(format!("trim slot {psa:?} also mapped"));
+            }
+            expect[layout.block_of(*psa).0 as usize] += 1;
+        }
+        for (b, e) in expect.iter().enumerate() {
+            let got = core.blocks.valid_count(layout::BlockIdx(b as u32));
+            if got != *e {
+                return Err(format!("block {b}: valid count {got}, expected {e}"));
+            }
+            let bank = b as u32 / layout.blocks_per_bank;
+            let blk = b as u32 % layout.blocks_per_bank;
+            let state = core.bank(bank).alloc.lock().state[blk as usize];
+            if *e > 0 && matches!(state, BlockState::Free | BlockState::Bad | BlockState::Reserved) {
+                return Err(format!("block {b} is {state:?} but holds {e} valid slots"));
+            }
+        }
+        let v = core.nand.violations();
+        if v != 0 {
+            return Err(format!("{v} flash rule violations"));
+        }
+        let _ = Psa::UNMAPPED;
+        Ok(())
+    }
+}
+
+impl Drop for Ftl {
+    fn drop(&mut self) {
+        if !self.core.stopping.load(Ordering::Acquire) {
+            if let Err(e) = self.close() {
+                tracing::warn!("closing the FTL on drop failed: {e}");
+            }
+        }
+    }
+}
+
+fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(f)
+        .map_err(|e| FtlError::Internal(format!("cannot start a thread: {e}")))
+}

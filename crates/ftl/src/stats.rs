@@ -1,0 +1,258 @@
+//! FTL statistics: operation counters, write amplification, wear, free blocks per bank and
+//! latency histograms per host operation kind.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crate::blocks::BlockState;
+use crate::core::Core;
+
+/// Monotonic event counters (relaxed atomics: they are statistics, not synchronisation).
+#[derive(Default)]
+pub struct Counters {
+    pub host_reads: AtomicU64,
+    pub host_writes: AtomicU64,
+    pub host_read_bytes: AtomicU64,
+    pub host_write_bytes: AtomicU64,
+    pub host_trims: AtomicU64,
+    pub host_flushes: AtomicU64,
+    pub trimmed_pages: AtomicU64,
+    pub host_slots_programmed: AtomicU64,
+    pub page_programs: AtomicU64,
+    pub gc_page_programs: AtomicU64,
+    pub gc_copies: AtomicU64,
+    pub gc_erases: AtomicU64,
+    pub gc_steps: AtomicU64,
+    pub foreground_gc: AtomicU64,
+    pub wear_level_moves: AtomicU64,
+    pub program_failures: AtomicU64,
+    pub erase_failures: AtomicU64,
+    pub read_retries: AtomicU64,
+    pub uncorrectable: AtomicU64,
+    pub retired_blocks: AtomicU64,
+    pub bad_blocks: AtomicU64,
+    pub checkpoints: AtomicU64,
+    pub checkpoint_failures: AtomicU64,
+    pub checkpoint_pages: AtomicU64,
+    pub bytes_since_checkpoint: AtomicU64,
+}
+
+impl Counters {
+    pub fn host_ops(&self) -> u64 {
+        self.host_reads.load(Ordering::Relaxed)
+            + self.host_writes.load(Ordering::Relaxed)
+            + self.host_trims.load(Ordering::Relaxed)
+    }
+}
+
+/// Host operation kinds with a latency histogram.
+#[derive(Clone, Copy, Debug)]
+pub enum OpKind {
+    Read,
+    Write,
+    Flush,
+    Trim,
+}
+
+/// Latency histograms in nanoseconds (1 ns .. 100 s, 3 significant digits).
+pub struct Latencies {
+    hists: [Mutex<Histogram<u64>>; 4],
+}
+
+impl Default for Latencies {
+    fn default() -> Self {
+        let h = || {
+            Mutex::new(
+                Histogram::new_with_bounds(1, 100_000_000_000, 3)
+                    .unwrap_or_else(|_| Histogram::new(3).expect("3 significant digits is valid")),
+            )
+        };
+        Latencies {
+            hists: [h(), h(), h(), h()],
+        }
+    }
+}
+
+impl Latencies {
+    pub fn record(&self, kind: OpKind, d: Duration) {
+        let ns = (d.as_nanos() as u64).clamp(1, 100_000_000_000);
+        // saturating_record never fails: values are clamped into the histogram's range.
+        self.hists[kind as usize].lock().saturating_record(ns);
+    }
+
+    fn summary(&self, kind: OpKind) -> LatencySummary {
+        let h = self.hists[kind as usize].lock();
+        let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+        LatencySummary {
+            count: h.len(),
+            mean_us: h.mean() / 1000.0,
+            p50_us: us(0.5),
+            p99_us: us(0.99),
+            p999_us: us(0.999),
+            max_us: h.max() as f64 / 1000.0,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct BankStats {
+    pub free_blocks: u32,
+    pub full_blocks: u32,
+    pub bad_blocks: u32,
+    pub exclusive_gc: bool,
+    pub erase_min: u32,
+    pub erase_max: u32,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct WearStats {
+    pub min: u32,
+    pub avg: f64,
+    pub max: u32,
+}
+
+/// A point-in-time view of the FTL (serialisable to JSON for `ftld stats`).
+#[derive(Clone, Debug, Serialize)]
+pub struct FtlStats {
+    pub capacity_bytes: u64,
+    pub logical_pages: u32,
+    pub queues: usize,
+    pub gc_policy: &'static str,
+    pub read_only: Option<String>,
+    pub host_reads: u64,
+    pub host_writes: u64,
+    pub host_read_bytes: u64,
+    pub host_write_bytes: u64,
+    pub host_trims: u64,
+    pub host_flushes: u64,
+    pub trimmed_pages: u64,
+    pub nand_page_programs: u64,
+    pub gc_page_programs: u64,
+    pub gc_copies: u64,
+    pub gc_erases: u64,
+    pub gc_steps: u64,
+    pub foreground_gc: u64,
+    pub wear_level_moves: u64,
+    /// NAND bytes programmed for host data and GC / host bytes written.
+    pub waf: f64,
+    pub program_failures: u64,
+    pub erase_failures: u64,
+    pub read_retries: u64,
+    pub uncorrectable_reads: u64,
+    pub retired_blocks: u64,
+    pub bad_blocks: u64,
+    pub checkpoints: u64,
+    pub checkpoint_failures: u64,
+    pub buffered_pages: usize,
+    pub wear: WearStats,
+    pub banks: Vec<BankStats>,
+    /// RAM used by the map, bitmaps and block table, per exported 4 KiB page.
+    pub map_bytes_per_page: f64,
+    pub latency_read: LatencySummary,
+    pub latency_write: LatencySummary,
+    pub latency_flush: LatencySummary,
+    pub latency_trim: LatencySummary,
+    pub nand_violations: u64,
+    pub recovery: crate::recovery::RecoveryReport,
+}
+
+impl Core {
+    pub(crate) fn stats(&self) -> FtlStats {
+        let latencies = &self.latencies;
+        let c = &self.counters;
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut banks = Vec::new();
+        let (mut wmin, mut wmax, mut wsum, mut wn) = (u32::MAX, 0u32, 0u64, 0u64);
+        for bank in &self.banks {
+            let a = bank.alloc.lock();
+            let (mut full, mut bad, mut emin, mut emax) = (0, 0, u32::MAX, 0);
+            for (s, e) in a.state.iter().zip(&a.erase_count) {
+                match s {
+                    BlockState::Bad => bad += 1,
+                    BlockState::Reserved => continue,
+                    BlockState::Full => full += 1,
+                    _ => {}
+                }
+                emin = emin.min(*e);
+                emax = emax.max(*e);
+                wsum += *e as u64;
+                wn += 1;
+            }
+            wmin = wmin.min(emin);
+            wmax = wmax.max(emax);
+            banks.push(BankStats {
+                free_blocks: a.free_len(),
+                full_blocks: full,
+                bad_blocks: bad,
+                exclusive_gc: bank.exclusive_gc.load(Ordering::Relaxed),
+                erase_min: if emin == u32::MAX { 0 } else { emin },
+                erase_max: emax,
+            });
+        }
+        let host_bytes = ld(&c.host_write_bytes);
+        let nand_bytes = (ld(&c.page_programs) + ld(&c.gc_page_programs)) * self.layout.page_size as u64;
+        let mem = self.map.memory_bytes() + self.blocks.memory_bytes();
+        FtlStats {
+            capacity_bytes: self.capacity(),
+            logical_pages: self.lpns,
+            queues: self.queues.len(),
+            gc_policy: self.cfg.gc_policy.name(),
+            read_only: self.read_only_reason(),
+            host_reads: ld(&c.host_reads),
+            host_writes: ld(&c.host_writes),
+            host_read_bytes: ld(&c.host_read_bytes),
+            host_write_bytes: host_bytes,
+            host_trims: ld(&c.host_trims),
+            host_flushes: ld(&c.host_flushes),
+            trimmed_pages: ld(&c.trimmed_pages),
+            nand_page_programs: ld(&c.page_programs),
+            gc_page_programs: ld(&c.gc_page_programs),
+            gc_copies: ld(&c.gc_copies),
+            gc_erases: ld(&c.gc_erases),
+            gc_steps: ld(&c.gc_steps),
+            foreground_gc: ld(&c.foreground_gc),
+            wear_level_moves: ld(&c.wear_level_moves),
+            waf: if host_bytes == 0 {
+                0.0
+            } else {
+                nand_bytes as f64 / host_bytes as f64
+            },
+            program_failures: ld(&c.program_failures),
+            erase_failures: ld(&c.erase_failures),
+            read_retries: ld(&c.read_retries),
+            uncorrectable_reads: ld(&c.uncorrectable),
+            retired_blocks: ld(&c.retired_blocks),
+            bad_blocks: ld(&c.bad_blocks),
+            checkpoints: ld(&c.checkpoints),
+            checkpoint_failures: ld(&c.checkpoint_failures),
+            buffered_pages: self.map.overlay_len(),
+            wear: WearStats {
+                min: if wmin == u32::MAX { 0 } else { wmin },
+                avg: if wn == 0 { 0.0 } else { wsum as f64 / wn as f64 },
+                max: wmax,
+            },
+            banks,
+            map_bytes_per_page: mem as f64 / self.lpns.max(1) as f64,
+            latency_read: latencies.summary(OpKind::Read),
+            latency_write: latencies.summary(OpKind::Write),
+            latency_flush: latencies.summary(OpKind::Flush),
+            latency_trim: latencies.summary(OpKind::Trim),
+            nand_violations: self.nand.violations(),
+            recovery: self.recovery.lock().clone(),
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! Shared helpers for the FTL's integration tests: small geometries and a blocking executor.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use ftl::nand_model::{Geometry, NandConfig, Timing, TimingMode};
+use ftl::{Ftl, FtlConfig, GcPolicy};
+
+pub use futures::executor::block_on;
+
+/// A tiny geometry so GC, wear and checkpoints all happen within a short test.
+pub fn small_nand(page_size: u32, blocks_per_bank: u32) -> NandConfig {
+    NandConfig {
+        geometry: Geometry {
+            channels: 2,
+            banks_per_channel: 2,
+            blocks_per_bank,
+            pages_per_block: 8,
+            page_size,
+            oob_size: 256,
+        },
+        timing: Timing {
+            t_read: Duration::from_micros(25),
+            t_prog: Duration::from_micros(200),
+            t_erase: Duration::from_micros(1500),
+            channel_bytes_per_sec: 400_000_000,
+        },
+        endurance: 100_000,
+    }
+}
+
+pub fn small_cfg(policy: GcPolicy) -> FtlConfig {
+    FtlConfig {
+        queues: 2,
+        gc_policy: policy,
+        gc_threads: 2,
+        overprovision: 0.10,
+        checkpoint_interval_bytes: 512 * 1024,
+        ..FtlConfig::default()
+    }
+}
+
+pub fn create(path: &Path, nand: &NandConfig, cfg: FtlConfig) -> Ftl {
+    Ftl::create(path, nand, TimingMode::Off, cfg, None).expect("create FTL image")
+}
+
+pub fn open(path: &Path, cfg: FtlConfig) -> Ftl {
+    Ftl::open(path, TimingMode::Off, cfg).expect("open FTL image")
+}
+
+/// A 4 KiB page stamped with its page number and a tag, so a read can tell which write it saw
+/// and whether it is torn or belongs to another page.
+pub fn stamped(lpn: u64, tag: u64) -> Vec<u8> {
+    let mut v = vec![0u8; 4096];
+    v[0..8].copy_from_slice(&lpn.to_le_bytes());
+    v[8..16].copy_from_slice(&tag.to_le_bytes());
+    let mut x = lpn.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ tag;
+    for chunk in v[16..].chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    v
+}
+
+/// The tag of a stamped page, or None if it is zeroes; panics if it is torn or foreign.
+pub fn check_stamp(lpn: u64, data: &[u8]) -> Option<u64> {
+    if data.iter().all(|b| *b == 0) {
+        return None;
+    }
+    let got_lpn = u64::from_le_bytes(data[0..8].try_into().unwrap());
+    let tag = u64::from_le_bytes(data[8..16].try_into().unwrap());
+    assert_eq!(got_lpn, lpn, "page {lpn} holds data of page {got_lpn}");
+    assert!(data == stamped(lpn, tag).as_slice(), "page {lpn} tag {tag} is torn");
+    Some(tag)
+}
