@@ -10,8 +10,9 @@
 //!   read-only backend. A [`BackendError`] is therefore a real device error.
 //! - Calls from one connection and from different connections run concurrently; the backend
 //!   orders them itself. The server never reorders a single request's effects.
-//! - `queue` passed to [`BlockBackend::write`] is `connection index % queues()`, so each
-//!   connection sticks to one write queue.
+//! - `queue` passed to [`BlockBackend::write`], [`BlockBackend::trim`] and
+//!   [`BlockBackend::write_zeroes`] is `connection index % queues()`, so each connection sticks
+//!   to one write queue.
 //! - FUA (`fua == true`): resolve only once the data written by this call is durable.
 //!   `flush`: resolve only once every write that completed before the call is durable.
 //!
@@ -48,17 +49,19 @@ pub trait BlockBackend: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Makes every completed write durable.
     fn flush(&self) -> impl Future<Output = Result<(), BackendError>> + Send;
-    /// Discards the range; after trim the range reads as zeroes.
+    /// Discards the range through write queue `queue`; after trim the range reads as zeroes.
     fn trim(
         &self,
+        queue: usize,
         offset: u64,
         len: u64,
         fua: bool,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Makes the range read as zeroes. Expected to be fast (unmapping), so the server answers
-    /// `NBD_CMD_FLAG_FAST_ZERO` requests by calling it.
+    /// `NBD_CMD_FLAG_FAST_ZERO` requests by calling it. `queue` as for [`BlockBackend::write`].
     fn write_zeroes(
         &self,
+        queue: usize,
         offset: u64,
         len: u64,
         fua: bool,

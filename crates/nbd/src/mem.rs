@@ -131,11 +131,23 @@ impl BlockBackend for MemBackend {
         Ok(())
     }
 
-    async fn trim(&self, offset: u64, len: u64, _fua: bool) -> Result<(), BackendError> {
+    async fn trim(
+        &self,
+        _queue: usize,
+        offset: u64,
+        len: u64,
+        _fua: bool,
+    ) -> Result<(), BackendError> {
         self.zero(offset, len)
     }
 
-    async fn write_zeroes(&self, offset: u64, len: u64, _fua: bool) -> Result<(), BackendError> {
+    async fn write_zeroes(
+        &self,
+        _queue: usize,
+        offset: u64,
+        len: u64,
+        _fua: bool,
+    ) -> Result<(), BackendError> {
         self.zero(offset, len)
     }
 }
@@ -160,7 +172,7 @@ mod tests {
             m.read(0, &mut buf).await.expect("read");
             assert!(buf[..512].iter().all(|&b| b == 0));
             assert!(buf[512..].iter().all(|&b| b == 7));
-            m.trim(512, 512, false).await.expect("trim");
+            m.trim(0, 512, 512, false).await.expect("trim");
             m.read(0, &mut buf).await.expect("read");
             assert!(buf.iter().all(|&b| b == 0));
             assert!(m.read(4096, &mut buf).await.is_err());
@@ -175,7 +187,7 @@ mod tests {
                 m.write(0, 0, &[1; 512], false).await,
                 Err(BackendError::ReadOnly(_))
             ));
-            assert!(m.write_zeroes(0, 512, false).await.is_err());
+            assert!(m.write_zeroes(0, 0, 512, false).await.is_err());
         });
     }
 }

@@ -197,12 +197,12 @@ pub(crate) async fn execute<B: BlockBackend>(
             r
         }
         Command::Flush => backend.flush().await,
-        Command::Trim { offset, len, fua } => backend.trim(offset, len.into(), fua).await,
+        Command::Trim { offset, len, fua } => backend.trim(queue, offset, len.into(), fua).await,
         Command::Cache => Ok(()),
         // NO_HOLE: the backend's zeroing keeps the range writable (an FTL has no holes to run
         // out of), so it satisfies NO_HOLE. FAST_ZERO: zeroing unmaps, which is fast.
         Command::WriteZeroes { offset, len, fua } => {
-            backend.write_zeroes(offset, len.into(), fua).await
+            backend.write_zeroes(queue, offset, len.into(), fua).await
         }
     };
     match result {

@@ -504,11 +504,24 @@ impl BlockBackend for TestBackend {
     async fn flush(&self) -> Result<(), BackendError> {
         self.mem.flush().await
     }
-    async fn trim(&self, offset: u64, len: u64, fua: bool) -> Result<(), BackendError> {
-        self.around(offset, self.mem.trim(offset, len, fua)).await
+    async fn trim(
+        &self,
+        queue: usize,
+        offset: u64,
+        len: u64,
+        fua: bool,
+    ) -> Result<(), BackendError> {
+        self.around(offset, self.mem.trim(queue, offset, len, fua))
+            .await
     }
-    async fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> Result<(), BackendError> {
-        self.around(offset, self.mem.write_zeroes(offset, len, fua))
+    async fn write_zeroes(
+        &self,
+        queue: usize,
+        offset: u64,
+        len: u64,
+        fua: bool,
+    ) -> Result<(), BackendError> {
+        self.around(offset, self.mem.write_zeroes(queue, offset, len, fua))
             .await
     }
 }

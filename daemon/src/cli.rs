@@ -1,0 +1,184 @@
+//! The command line (clap derive): one struct per subcommand.
+//!
+//! Every `serve`/`format` setting is an `Option` here so that a value given in the `--config`
+//! file can fill what the command line leaves out; `crate::config` merges the two (flags win)
+//! and applies the defaults. Values clap can check (sizes, addresses, enums) are parsed here, so
+//! a typo is a usage error (exit code 2) before anything is opened.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use ftl::GcPolicy;
+use nand_model::TimingMode;
+use serde::Deserialize;
+
+use crate::units::{parse_listen, parse_size};
+
+/// Image used when neither `--image` nor the config file names one.
+pub const DEFAULT_IMAGE: &str = "ftld-data/ftld.img";
+
+/// ftld: a flash translation layer over emulated NAND, served as a Linux block device.
+#[derive(Parser, Debug)]
+#[command(name = "ftld", version, propagate_version = true)]
+#[command(after_help = "Run `ftld serve` and follow what it prints to connect a client.")]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Serve an image as a block device over NBD until SIGINT/SIGTERM (creates it if missing).
+    Serve(ServeArgs),
+    /// Create (or with --force recreate) an image.
+    Format(FormatArgs),
+    /// Show an image's geometry, capacity, wear and shutdown state (the image must not be in use).
+    Info(InfoArgs),
+    /// Print the statistics of a running daemon as JSON (via its control socket).
+    Stats(StatsArgs),
+    /// List the NAND presets.
+    Presets(PresetsArgs),
+}
+
+/// Which frontend exports the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Frontend {
+    /// ublk when the kernel offers it (/dev/ublk-control), else NBD.
+    #[default]
+    Auto,
+    /// The kernel's ublk driver (not built yet).
+    Ublk,
+    /// NBD on a unix socket and/or TCP.
+    Nbd,
+}
+
+/// Options that choose and shape an image (shared by `serve` and `format`).
+#[derive(Args, Debug, Default, Clone)]
+pub struct ImageArgs {
+    /// The image file [default: ./ftld-data/ftld.img].
+    #[arg(long, value_name = "PATH")]
+    pub image: Option<PathBuf>,
+    /// NAND preset for a new image (`ftld presets` lists them) [default: default].
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
+    /// Exported size of a new image, e.g. 256M, 1G, 1GiB or bytes; the preset's geometry is
+    /// scaled to hold it [default: the preset's own size].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub capacity: Option<u64>,
+    /// Write queues (one writer thread each); a new image is formatted for at most this many.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub queues: Option<u16>,
+    /// TOML configuration file; command-line flags override its values.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// `ftld serve`.
+#[derive(Args, Debug, Default, Clone)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub image: ImageArgs,
+    /// Whether NAND operations take their modelled time [default: real].
+    #[arg(long, value_enum)]
+    pub timing: Option<TimingMode>,
+    /// Frontend [default: auto].
+    #[arg(long, value_enum)]
+    pub frontend: Option<Frontend>,
+    /// Unix socket to serve NBD on [default: the image path with extension .sock].
+    #[arg(long, value_name = "PATH")]
+    pub nbd_socket: Option<PathBuf>,
+    /// Serve NBD over TCP on ADDR:PORT; a bare `:PORT` binds 127.0.0.1 (then no unix socket is
+    /// served unless --nbd-socket is given too).
+    #[arg(long, value_name = "ADDR:PORT", value_parser = parse_listen)]
+    pub nbd_listen: Option<SocketAddr>,
+    /// Export the device read-only.
+    #[arg(long)]
+    pub read_only: bool,
+    /// Garbage-collection scheduling: in-path, parallel or adaptive [default: adaptive].
+    #[arg(long, value_name = "POLICY")]
+    pub gc_policy: Option<GcPolicy>,
+    /// Control socket for `ftld stats` [default: the image path with extension .ctl].
+    #[arg(long, value_name = "PATH")]
+    pub control_socket: Option<PathBuf>,
+}
+
+/// `ftld format`.
+#[derive(Args, Debug, Default, Clone)]
+pub struct FormatArgs {
+    #[command(flatten)]
+    pub image: ImageArgs,
+    /// Replace an existing image (refused while a daemon holds it).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `ftld info`.
+#[derive(Args, Debug, Clone)]
+pub struct InfoArgs {
+    /// The image file.
+    #[arg(value_name = "IMAGE", default_value = DEFAULT_IMAGE)]
+    pub image: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `ftld stats`.
+#[derive(Args, Debug, Clone)]
+pub struct StatsArgs {
+    /// The daemon's control socket [default: derived from --image].
+    #[arg(long, value_name = "PATH")]
+    pub control_socket: Option<PathBuf>,
+    /// The image the daemon serves (its control socket is `<image without extension>.ctl`).
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_IMAGE)]
+    pub image: PathBuf,
+}
+
+/// `ftld presets`.
+#[derive(Args, Debug, Clone)]
+pub struct PresetsArgs {
+    /// Print JSON (full configurations) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn serve_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "ftld",
+            "serve",
+            "--capacity",
+            "64M",
+            "--timing",
+            "off",
+            "--gc-policy",
+            "in-path",
+            "--nbd-listen",
+            ":10809",
+        ])
+        .expect("parses");
+        let Command::Serve(a) = cli.command else {
+            panic!("not serve")
+        };
+        assert_eq!(a.image.capacity, Some(64 << 20));
+        assert_eq!(a.timing, Some(TimingMode::Off));
+        assert_eq!(a.gc_policy, Some(GcPolicy::InPath));
+        assert_eq!(a.nbd_listen, Some("127.0.0.1:10809".parse().expect("addr")));
+        assert!(Cli::try_parse_from(["ftld", "serve", "--capacity", "12X"]).is_err());
+        assert!(Cli::try_parse_from(["ftld", "serve", "--gc-policy", "eager"]).is_err());
+    }
+}

@@ -1,0 +1,309 @@
+//! The TOML configuration file and how it merges with the command line.
+//!
+//! Precedence: command-line flag > config file > built-in default. Relative paths in the file
+//! are taken relative to the file's own directory (so a unit file can point at
+//! `/etc/ftld/disk.toml` from anywhere). Unknown keys are errors, in the `[ftl]` and `[nbd]`
+//! tables too.
+//!
+//! ```toml
+//! image = "/var/lib/ftld/disk0.img"
+//! preset = "k9-003"          # new images only
+//! capacity = "1G"            # new images only; or a number of bytes
+//! timing = "real"            # or "off"
+//! frontend = "auto"          # auto | nbd | ublk
+//! nbd_socket = "/run/ftld/disk0.sock"
+//! nbd_listen = "127.0.0.1:10809"
+//! read_only = false
+//! control_socket = "/run/ftld/disk0.ctl"
+//!
+//! [ftl]                      # ftl::FtlConfig
+//! queues = 4
+//! gc_policy = "adaptive"     # in-path | parallel | adaptive
+//! overprovision = 0.07       # new images only
+//!
+//! [nbd]
+//! export_name = "ftld"
+//! max_connections = 64
+//! ```
+
+use std::fs;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use ftl::FtlConfig;
+use ftl_nbd::ServerConfig;
+use nand_model::TimingMode;
+use serde::Deserialize;
+
+use crate::cli::{Frontend, ImageArgs, ServeArgs, DEFAULT_IMAGE};
+use crate::units::{parse_listen, parse_size};
+use crate::UsageError;
+
+/// The file as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub image: Option<PathBuf>,
+    pub preset: Option<String>,
+    pub capacity: Option<SizeValue>,
+    pub timing: Option<TimingMode>,
+    pub frontend: Option<Frontend>,
+    pub nbd_socket: Option<PathBuf>,
+    pub nbd_listen: Option<String>,
+    pub read_only: Option<bool>,
+    pub control_socket: Option<PathBuf>,
+    pub ftl: Option<FtlConfig>,
+    pub nbd: Option<NbdFileConfig>,
+}
+
+/// The `[nbd]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NbdFileConfig {
+    pub export_name: Option<String>,
+    pub description: Option<String>,
+    pub max_connections: Option<usize>,
+}
+
+/// A size written as a number of bytes or as a string like `"1G"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum SizeValue {
+    Bytes(u64),
+    Text(String),
+}
+
+impl FileConfig {
+    /// Reads and parses `path`; relative paths inside are resolved against its directory.
+    pub fn load(path: &Path) -> anyhow::Result<FileConfig> {
+        let text = fs::read_to_string(path)
+            .with_context(|| format!("reading config file {}", path.display()))?;
+        let mut cfg: FileConfig = toml::from_str(&text)
+            .map_err(|e| UsageError(format!("config file {}: {e}", path.display())))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        for p in [&mut cfg.image, &mut cfg.nbd_socket, &mut cfg.control_socket]
+            .into_iter()
+            .flatten()
+        {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// Loads `path` if given, else an empty configuration.
+    pub fn load_opt(path: Option<&Path>) -> anyhow::Result<FileConfig> {
+        path.map_or_else(|| Ok(FileConfig::default()), FileConfig::load)
+    }
+}
+
+/// What an image command (serve or format) needs to find or create the image.
+#[derive(Debug, Clone)]
+pub struct ImageSettings {
+    pub path: PathBuf,
+    /// Preset named explicitly (flag or file); `None` means the default for a new image and
+    /// "whatever it has" for an existing one.
+    pub preset: Option<String>,
+    /// Exported size asked for explicitly.
+    pub capacity: Option<u64>,
+    pub ftl: FtlConfig,
+}
+
+/// Everything `ftld serve` runs with, after merging.
+#[derive(Debug, Clone)]
+pub struct ServeSettings {
+    pub image: ImageSettings,
+    pub timing: TimingMode,
+    pub frontend: Frontend,
+    pub nbd_socket: Option<PathBuf>,
+    pub nbd_listen: Option<SocketAddr>,
+    pub read_only: bool,
+    pub control_socket: PathBuf,
+    pub nbd: ServerConfig,
+}
+
+/// Merges image options: flags over file over defaults.
+pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<ImageSettings> {
+    let path = args
+        .image
+        .clone()
+        .or_else(|| file.image.clone())
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_IMAGE));
+    let capacity = match (args.capacity, &file.capacity) {
+        (Some(c), _) => Some(c),
+        (None, Some(SizeValue::Bytes(b))) => Some(*b),
+        (None, Some(SizeValue::Text(t))) => {
+            Some(parse_size(t).map_err(|e| UsageError(format!("config file: capacity: {e}")))?)
+        }
+        (None, None) => None,
+    };
+    if capacity == Some(0) {
+        return Err(UsageError("capacity must be more than 0 bytes".into()).into());
+    }
+    let mut ftl = file.ftl.clone().unwrap_or_default();
+    if let Some(q) = args.queues {
+        ftl.queues = q.into();
+    }
+    if ftl.queues == 0 || ftl.queues > 64 {
+        return Err(UsageError(format!("queues must be 1..=64, not {}", ftl.queues)).into());
+    }
+    Ok(ImageSettings {
+        path,
+        preset: args.preset.clone().or_else(|| file.preset.clone()),
+        capacity,
+        ftl,
+    })
+}
+
+/// Merges `serve` options: flags over file over defaults.
+pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
+    let file = FileConfig::load_opt(args.image.config.as_deref())?;
+    let mut image = resolve_image(&args.image, &file)?;
+    if let Some(p) = args.gc_policy {
+        image.ftl.gc_policy = p;
+    }
+    let nbd_listen = match (args.nbd_listen, &file.nbd_listen) {
+        (Some(a), _) => Some(a),
+        (None, Some(s)) => {
+            Some(parse_listen(s).map_err(|e| UsageError(format!("config file: nbd_listen: {e}")))?)
+        }
+        (None, None) => None,
+    };
+    let nbd_socket = args.nbd_socket.clone().or_else(|| file.nbd_socket.clone());
+    // A unix socket is served unless only TCP was asked for.
+    let nbd_socket = match (nbd_socket, nbd_listen) {
+        (Some(p), _) => Some(p),
+        (None, None) => Some(sibling(&image.path, "sock")),
+        (None, Some(_)) => None,
+    };
+    let control_socket = args
+        .control_socket
+        .clone()
+        .or_else(|| file.control_socket.clone())
+        .unwrap_or_else(|| sibling(&image.path, "ctl"));
+    let mut nbd = ServerConfig::default();
+    if let Some(n) = &file.nbd {
+        if let Some(name) = &n.export_name {
+            nbd.export_name.clone_from(name);
+        }
+        if let Some(d) = &n.description {
+            nbd.description.clone_from(d);
+        }
+        if let Some(m) = n.max_connections {
+            nbd.max_connections = m;
+        }
+    }
+    nbd.validate()
+        .map_err(|e| UsageError(format!("[nbd] settings: {e}")))?;
+    Ok(ServeSettings {
+        image,
+        timing: args.timing.or(file.timing).unwrap_or(TimingMode::Real),
+        frontend: args.frontend.or(file.frontend).unwrap_or_default(),
+        nbd_socket,
+        nbd_listen,
+        read_only: args.read_only || file.read_only.unwrap_or(false),
+        control_socket,
+        nbd,
+    })
+}
+
+/// `image` with its extension replaced by `ext` (`disk.img` -> `disk.sock`); if that would be
+/// the image itself, `ext` is appended instead.
+pub fn sibling(image: &Path, ext: &str) -> PathBuf {
+    let p = image.with_extension(ext);
+    if p == image {
+        let mut s = image.as_os_str().to_owned();
+        s.push(".");
+        s.push(ext);
+        PathBuf::from(s)
+    } else {
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ftl::GcPolicy;
+
+    fn parse(text: &str) -> Result<FileConfig, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    #[test]
+    fn file_parses_and_rejects_unknown_keys() {
+        let c = parse(
+            "image = \"a.img\"\ncapacity = \"1G\"\ntiming = \"off\"\n[ftl]\nqueues = 3\ngc_policy = \"in-path\"\n[nbd]\nexport_name = \"x\"\n",
+        )
+        .expect("parses");
+        assert_eq!(c.timing, Some(TimingMode::Off));
+        let ftl = c.ftl.expect("ftl table");
+        assert_eq!(ftl.queues, 3);
+        assert_eq!(ftl.gc_policy, GcPolicy::InPath);
+        assert!(parse("imagee = \"a\"").is_err());
+        assert!(parse("[ftl]\nqueuez = 1").is_err());
+        assert!(parse("[nbd]\nport = 1").is_err());
+        assert!(matches!(
+            parse("capacity = 4096").expect("parses").capacity,
+            Some(SizeValue::Bytes(4096))
+        ));
+    }
+
+    #[test]
+    fn flags_override_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        fs::write(
+            &path,
+            "image = \"d.img\"\ntiming = \"off\"\ncapacity = \"128M\"\nread_only = true\n[ftl]\nqueues = 3\n",
+        )
+        .expect("write");
+        let args = ServeArgs {
+            image: ImageArgs {
+                config: Some(path),
+                capacity: Some(64 << 20),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let s = resolve_serve(&args).expect("resolves");
+        assert_eq!(s.image.path, dir.path().join("d.img"));
+        assert_eq!(s.image.capacity, Some(64 << 20));
+        assert_eq!(s.image.ftl.queues, 3);
+        assert_eq!(s.timing, TimingMode::Off);
+        assert!(s.read_only);
+        assert_eq!(s.nbd_socket, Some(dir.path().join("d.sock")));
+        assert_eq!(s.control_socket, dir.path().join("d.ctl"));
+    }
+
+    #[test]
+    fn defaults() {
+        let s = resolve_serve(&ServeArgs::default()).expect("resolves");
+        assert_eq!(s.image.path, PathBuf::from("ftld-data/ftld.img"));
+        assert_eq!(s.nbd_socket, Some(PathBuf::from("ftld-data/ftld.sock")));
+        assert_eq!(s.control_socket, PathBuf::from("ftld-data/ftld.ctl"));
+        assert_eq!(s.timing, TimingMode::Real);
+        assert_eq!(s.frontend, Frontend::Auto);
+        let tcp = resolve_serve(&ServeArgs {
+            nbd_listen: Some("127.0.0.1:1".parse().expect("addr")),
+            ..Default::default()
+        })
+        .expect("resolves");
+        assert_eq!(tcp.nbd_socket, None);
+    }
+
+    #[test]
+    fn sibling_never_returns_the_image() {
+        assert_eq!(
+            sibling(Path::new("a/x.img"), "ctl"),
+            PathBuf::from("a/x.ctl")
+        );
+        assert_eq!(sibling(Path::new("a/x"), "ctl"), PathBuf::from("a/x.ctl"));
+        assert_eq!(
+            sibling(Path::new("a/x.ctl"), "ctl"),
+            PathBuf::from("a/x.ctl.ctl")
+        );
+    }
+}

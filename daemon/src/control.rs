@@ -1,0 +1,157 @@
+//! The control socket: a unix socket speaking one JSON request per line, one JSON reply per line.
+//!
+//! ```text
+//! → {"cmd":"stats"}
+//! ← {"ok":true,"pid":…,"image":…,"uptime_secs":…,"ftl":{FtlStats},"nand":{NandStats},"nbd":{ServerStats},"recovery":{…}}
+//! → {"cmd":"ping"}
+//! ← {"ok":true,"pid":…}
+//! → anything else
+//! ← {"ok":false,"error":"…"}
+//! ```
+//! Requests longer than [`MAX_REQUEST`] bytes close the connection. The server stops accepting
+//! when the daemon shuts down; `ftld stats` is the client ([`request`]).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use ftl::Ftl;
+use ftl_nbd::NbdServer;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::task::JoinSet;
+
+use crate::backend::FtlBackend;
+
+/// Longest request line accepted.
+pub const MAX_REQUEST: u64 = 64 * 1024;
+/// Control connections served at once.
+const MAX_CLIENTS: usize = 16;
+
+/// What the control server reports on.
+pub struct ControlContext {
+    pub ftl: Arc<Ftl>,
+    pub nbd: Arc<NbdServer<FtlBackend>>,
+    pub image: PathBuf,
+    pub started: Instant,
+}
+
+/// A request line.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "cmd", rename_all = "kebab-case", deny_unknown_fields)]
+enum Request {
+    Stats,
+    Ping,
+}
+
+impl ControlContext {
+    /// The reply to one request line.
+    fn answer(&self, line: &str) -> Value {
+        match serde_json::from_str::<Request>(line) {
+            Ok(Request::Ping) => json!({"ok": true, "pid": std::process::id()}),
+            Ok(Request::Stats) => json!({
+                "ok": true,
+                "pid": std::process::id(),
+                "image": self.image,
+                "uptime_secs": self.started.elapsed().as_secs_f64(),
+                "ftl": self.ftl.stats(),
+                "nand": self.ftl.nand().stats(),
+                "nbd": self.nbd.stats(),
+                "recovery": self.ftl.recovery(),
+            }),
+            Err(e) => json!({
+                "ok": false,
+                "error": format!("bad request: {e} (expected {{\"cmd\":\"stats\"}} or {{\"cmd\":\"ping\"}})"),
+            }),
+        }
+    }
+}
+
+/// Serves control connections until `shutdown` resolves.
+pub async fn serve(
+    listener: UnixListener,
+    ctx: Arc<ControlContext>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let mut clients = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            Some(_) = clients.join_next() => {}
+            res = listener.accept() => match res {
+                Ok((stream, _)) if clients.len() < MAX_CLIENTS => {
+                    let ctx = Arc::clone(&ctx);
+                    clients.spawn(async move {
+                        if let Err(e) = client(stream, &ctx).await {
+                            tracing::debug!(error = %e, "control connection ended");
+                        }
+                    });
+                }
+                Ok(_) => tracing::warn!("control socket: too many clients, closing one"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "control socket accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+        }
+    }
+    clients.shutdown().await;
+}
+
+/// Answers the requests of one connection.
+async fn client(stream: UnixStream, ctx: &ControlContext) -> std::io::Result<()> {
+    let (r, mut w) = stream.into_split();
+    let mut r = tokio::io::BufReader::new(r);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = (&mut r).take(MAX_REQUEST).read_line(&mut line).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        if !line.ends_with('\n') && n as u64 >= MAX_REQUEST {
+            let reply = json!({"ok": false, "error": "request too long"});
+            w.write_all(format!("{reply}\n").as_bytes()).await?;
+            return Ok(());
+        }
+        let reply = ctx.answer(line.trim());
+        w.write_all(format!("{reply}\n").as_bytes()).await?;
+    }
+}
+
+/// Sends one request to the daemon at `socket` and returns its reply (an error if `ok` is not
+/// true). Blocking; for `ftld stats`.
+pub fn request(socket: &Path, cmd: &str) -> anyhow::Result<Value> {
+    let mut s = std::os::unix::net::UnixStream::connect(socket).with_context(|| {
+        format!(
+            "cannot reach a daemon at control socket {} (is `ftld serve` running? pass \
+             --control-socket or --image)",
+            socket.display()
+        )
+    })?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    writeln!(s, "{}", json!({ "cmd": cmd }))
+        .with_context(|| format!("writing to {}", socket.display()))?;
+    let mut line = String::new();
+    BufReader::new(&s)
+        .take(16 << 20)
+        .read_line(&mut line)
+        .with_context(|| format!("reading from {}", socket.display()))?;
+    let v: Value = serde_json::from_str(&line)
+        .with_context(|| format!("daemon at {} sent a bad reply", socket.display()))?;
+    if v.get("ok") != Some(&Value::Bool(true)) {
+        bail!(
+            "daemon at {} refused {cmd:?}: {}",
+            socket.display(),
+            v.get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("no reason given")
+        );
+    }
+    Ok(v)
+}

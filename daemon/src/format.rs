@@ -1,0 +1,54 @@
+//! `ftld format`: create an image, or with `--force` replace one that no daemon holds.
+
+use std::fs;
+
+use anyhow::Context;
+use ftl::FtlError;
+use nand_model::{ImageError, TimingMode};
+
+use crate::cli::FormatArgs;
+use crate::config::{self, FileConfig};
+use crate::image;
+use crate::units::format_size;
+use crate::UsageError;
+
+/// Runs `ftld format`.
+pub fn run(args: &FormatArgs) -> anyhow::Result<()> {
+    let file = FileConfig::load_opt(args.image.config.as_deref())?;
+    let s = config::resolve_image(&args.image, &file)?;
+    let path = &s.path;
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => {
+            return Err(UsageError(format!("{} is a directory", path.display())).into())
+        }
+        Ok(_) if !args.force => {
+            return Err(UsageError(format!(
+                "image {} already exists; pass --force to replace it (its data is lost)",
+                path.display()
+            ))
+            .into())
+        }
+        Ok(_) => {
+            if let Err(e @ FtlError::Image(ImageError::Locked { .. })) = ftl::inspect(path) {
+                return Err(image::describe(e, path));
+            }
+            fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("image {}", path.display())),
+    }
+    let ftl = image::create(&s, TimingMode::Off)?;
+    let capacity = ftl.capacity();
+    let geo = ftl.nand().geometry().to_owned();
+    ftl.close()
+        .map_err(|e| image::describe(e, path).context("closing the new image"))?;
+    println!(
+        "formatted {}: {} exported ({} bytes) on {} of raw flash ({} blocks/bank)",
+        path.display(),
+        format_size(capacity),
+        capacity,
+        format_size(geo.raw_capacity()),
+        geo.blocks_per_bank
+    );
+    Ok(())
+}

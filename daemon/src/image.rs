@@ -1,0 +1,224 @@
+//! Finding, checking, creating and opening image files, with errors that name the image.
+//!
+//! An existing image keeps the geometry and capacity it was formatted with; a preset or
+//! capacity asked for explicitly must agree with it ([`check_matches`]), otherwise the command
+//! fails naming the image and the field. A held image lock becomes a message naming the
+//! holder's pid.
+
+use std::fs;
+use std::path::Path;
+
+use anyhow::{anyhow, Context};
+use ftl::{Ftl, FtlError, ImageInfo, LOGICAL_PAGE};
+use nand_model::{ImageError, NandConfig, TimingMode};
+
+use crate::config::ImageSettings;
+use crate::presets;
+use crate::units::format_size;
+use crate::UsageError;
+
+/// Preset used for new images when none is named.
+pub const DEFAULT_PRESET: &str = "default";
+
+/// Exported size rounded up to whole 4 KiB logical pages.
+pub fn round_capacity(capacity: u64) -> u64 {
+    capacity.div_ceil(LOGICAL_PAGE as u64) * LOGICAL_PAGE as u64
+}
+
+/// Turns an FTL error about `path` into a message for people.
+pub fn describe(e: FtlError, path: &Path) -> anyhow::Error {
+    match e {
+        FtlError::Image(ImageError::Locked { pid, .. }) => {
+            let holder = pid.map_or_else(|| "another process".to_string(), |p| format!("pid {p}"));
+            anyhow!(
+                "image {} is in use by {holder} (another `ftld serve`?): stop it first, or \
+                 query it with `ftld stats`",
+                path.display()
+            )
+        }
+        // These already name the image.
+        e @ (FtlError::Image(_) | FtlError::Format { .. }) => anyhow::Error::new(e),
+        e => anyhow::Error::new(e).context(format!("image {}", path.display())),
+    }
+}
+
+/// Reads an image's description without changing it.
+pub fn inspect(path: &Path) -> anyhow::Result<ImageInfo> {
+    ftl::inspect(path).map_err(|e| describe(e, path))
+}
+
+/// Fails if an explicitly requested preset or capacity contradicts the existing image.
+pub fn check_matches(
+    info: &ImageInfo,
+    preset: Option<&str>,
+    capacity: Option<u64>,
+) -> anyhow::Result<()> {
+    let path = info.path.display();
+    let hint = "an existing image keeps the geometry it was created with; drop the option, or \
+                recreate the image with `ftld format --force`";
+    if let Some(name) = preset {
+        let want = presets::find(name)?.config;
+        if let Some((field, image, wanted)) = shape_difference(&info.nand, &want) {
+            return Err(UsageError(format!(
+                "image {path} has {field} = {image}, but preset {name:?} has {field} = {wanted} ({hint})"
+            ))
+            .into());
+        }
+    }
+    if let Some(c) = capacity {
+        let c = round_capacity(c);
+        if c != info.capacity_bytes {
+            return Err(UsageError(format!(
+                "image {path} exports {} ({} bytes), but --capacity asks for {} ({c} bytes) ({hint})",
+                format_size(info.capacity_bytes),
+                info.capacity_bytes,
+                format_size(c)
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// The first field (other than the number of blocks, which capacity scaling changes) in which
+/// two device configurations differ: `(name, a's value, b's value)`.
+pub fn shape_difference(a: &NandConfig, b: &NandConfig) -> Option<(&'static str, String, String)> {
+    let (ga, gb) = (&a.geometry, &b.geometry);
+    let (ta, tb) = (&a.timing, &b.timing);
+    let fields: [(&'static str, String, String); 10] = [
+        ("channels", ga.channels.to_string(), gb.channels.to_string()),
+        (
+            "banks_per_channel",
+            ga.banks_per_channel.to_string(),
+            gb.banks_per_channel.to_string(),
+        ),
+        (
+            "pages_per_block",
+            ga.pages_per_block.to_string(),
+            gb.pages_per_block.to_string(),
+        ),
+        (
+            "page_size",
+            ga.page_size.to_string(),
+            gb.page_size.to_string(),
+        ),
+        ("oob_size", ga.oob_size.to_string(), gb.oob_size.to_string()),
+        (
+            "t_read",
+            format!("{:?}", ta.t_read),
+            format!("{:?}", tb.t_read),
+        ),
+        (
+            "t_prog",
+            format!("{:?}", ta.t_prog),
+            format!("{:?}", tb.t_prog),
+        ),
+        (
+            "t_erase",
+            format!("{:?}", ta.t_erase),
+            format!("{:?}", tb.t_erase),
+        ),
+        (
+            "channel_bytes_per_sec",
+            ta.channel_bytes_per_sec.to_string(),
+            tb.channel_bytes_per_sec.to_string(),
+        ),
+        (
+            "endurance",
+            a.endurance.to_string(),
+            b.endurance.to_string(),
+        ),
+    ];
+    fields.into_iter().find(|(_, x, y)| x != y)
+}
+
+/// The device configuration and exported size a new image gets.
+pub fn plan_new(settings: &ImageSettings) -> anyhow::Result<(NandConfig, Option<u64>)> {
+    let preset = presets::find(settings.preset.as_deref().unwrap_or(DEFAULT_PRESET))?;
+    match settings.capacity {
+        None => Ok((preset.config, None)),
+        Some(c) => {
+            let export = round_capacity(c);
+            let nand = presets::scale_for_capacity(&preset.config, &settings.ftl, export)?;
+            Ok((nand, Some(export)))
+        }
+    }
+}
+
+/// Creates a new image (its directory too). A half-made file is removed on failure.
+pub fn create(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ftl> {
+    let path = &settings.path;
+    let (nand, export) = plan_new(settings)?;
+    ftl::plan_format(&nand, &settings.ftl, export)
+        .map_err(|e| UsageError(format!("cannot format {}: {e}", path.display())))?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir)
+            .with_context(|| format!("creating the image directory {}", dir.display()))?;
+    }
+    tracing::info!(
+        image = %path.display(),
+        preset = settings.preset.as_deref().unwrap_or(DEFAULT_PRESET),
+        raw = %format_size(nand.geometry.raw_capacity()),
+        "creating a new image"
+    );
+    match Ftl::create(path, &nand, timing, settings.ftl.clone(), export) {
+        Ok(f) => Ok(f),
+        Err(e) => {
+            // Leave a file that someone else made (or is making) alone.
+            let theirs = matches!(
+                e,
+                FtlError::Image(ImageError::AlreadyExists { .. } | ImageError::Locked { .. })
+            );
+            if !theirs && path.exists() {
+                if let Err(rm) = fs::remove_file(path) {
+                    tracing::warn!(image = %path.display(), error = %rm, "cannot remove the half-created image");
+                }
+            }
+            Err(describe(e, path))
+        }
+    }
+}
+
+/// Opens an existing image after checking it against explicitly requested options.
+pub fn open(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ftl> {
+    let path = &settings.path;
+    let info = inspect(path)?;
+    check_matches(&info, settings.preset.as_deref(), settings.capacity)?;
+    Ftl::open(path, timing, settings.ftl.clone()).map_err(|e| describe(e, path))
+}
+
+/// Opens the image, creating it first if it does not exist.
+pub fn open_or_create(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ftl> {
+    let path = &settings.path;
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => Err(UsageError(format!(
+            "image {} is a directory, not an image file",
+            path.display()
+        ))
+        .into()),
+        Ok(_) => open(settings, timing),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(settings, timing),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("image {}", path.display()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding() {
+        assert_eq!(round_capacity(1), 4096);
+        assert_eq!(round_capacity(4096), 4096);
+        assert_eq!(round_capacity(64 << 20), 64 << 20);
+    }
+
+    #[test]
+    fn shapes() {
+        let a = presets::find("board-000").expect("preset").config;
+        let b = presets::find("k9-003").expect("preset").config;
+        assert_eq!(shape_difference(&a, &a.scaled_to(1 << 30)), None);
+        let d = shape_difference(&a, &b).expect("differs");
+        assert_eq!(d.0, "pages_per_block");
+    }
+}

@@ -1,0 +1,92 @@
+//! `ftld info`: what an image holds, read without changing it (`ftl::inspect`).
+
+use std::path::Path;
+
+use ftl::ImageInfo;
+
+use crate::image;
+use crate::units::format_size;
+
+/// Prints the description of the image at `path`, as text or JSON.
+pub fn run(path: &Path, json: bool) -> anyhow::Result<()> {
+    let info = image::inspect(path)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&info)?);
+    } else {
+        print!("{}", render(&info));
+    }
+    Ok(())
+}
+
+/// The text form.
+pub fn render(info: &ImageInfo) -> String {
+    let g = &info.nand.geometry;
+    let t = &info.nand.timing;
+    let checkpoint = match (info.checkpoint_id, info.checkpoint_corrupt) {
+        (Some(id), false) => format!("#{id}"),
+        (Some(id), true) => format!("#{id} (a newer one is corrupt)"),
+        (None, _) => "none".to_string(),
+    };
+    let shutdown = if info.clean_shutdown {
+        "clean".to_string()
+    } else {
+        format!(
+            "dirty ({} pages written after the last checkpoint will be scanned on open)",
+            info.pages_after_checkpoint
+        )
+    };
+    let rows = [
+        ("image", info.path.display().to_string()),
+        (
+            "capacity",
+            format!(
+                "{} ({} bytes, {} logical pages of 4 KiB)",
+                format_size(info.capacity_bytes),
+                info.capacity_bytes,
+                info.logical_pages
+            ),
+        ),
+        (
+            "geometry",
+            format!(
+                "{} channels x {} banks, {} blocks/bank, {} pages/block, {} + {} B OOB pages",
+                g.channels,
+                g.banks_per_channel,
+                g.blocks_per_bank,
+                g.pages_per_block,
+                g.page_size,
+                g.oob_size
+            ),
+        ),
+        ("raw flash", format_size(g.raw_capacity())),
+        (
+            "over-provisioning",
+            format!("{:.1}%", info.overprovision * 100.0),
+        ),
+        (
+            "timing",
+            format!(
+                "read {} us, program {} us, erase {} us, channel {} MB/s",
+                t.t_read.as_micros(),
+                t.t_prog.as_micros(),
+                t.t_erase.as_micros(),
+                t.channel_bytes_per_sec / 1_000_000
+            ),
+        ),
+        ("write queues", format!("at most {}", info.max_queues)),
+        (
+            "wear",
+            format!(
+                "erase count min {} / avg {:.1} / max {} of {} P/E cycles",
+                info.erase_min, info.erase_avg, info.erase_max, info.nand.endurance
+            ),
+        ),
+        (
+            "bad blocks",
+            format!("{} of {}", info.bad_blocks, info.total_blocks),
+        ),
+        ("last checkpoint", checkpoint),
+        ("last shutdown", shutdown),
+    ];
+    rows.iter().map(|(k, v)| format!("{k:<18} {v}\n")).collect()
+}

@@ -1,0 +1,93 @@
+//! `ftld`: serves the ftl flash translation layer over emulated NAND as a Linux block device.
+//!
+//! | module | job |
+//! |---|---|
+//! | `cli` | clap definitions of the subcommands |
+//! | `config` | the TOML file and merging it with flags |
+//! | `serve` | `ftld serve`: open the image, NBD + control sockets, signals, clean shutdown |
+//! | `backend` | the FTL as an NBD backend; FTL error → NBD error mapping |
+//! | `control` | the control socket (JSON lines) and its client for `ftld stats` |
+//! | `image` | creating/opening images, checking flags against an existing image |
+//! | `format`, `info`, `presets` | the other subcommands |
+//! | `units` | sizes and listen addresses |
+//!
+//! Exit codes: 0 success, 1 runtime error, 2 usage error (bad flags, bad config file, options
+//! that contradict an existing image). Errors are printed once, with their causes, on stderr.
+
+mod backend;
+mod cli;
+mod config;
+mod control;
+mod format;
+mod image;
+mod info;
+mod presets;
+mod serve;
+mod units;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+
+/// An error in what the user asked for (exit code 2), as opposed to one met while doing it.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+fn main() -> ExitCode {
+    // clap prints help/version (exit 0) and usage errors (exit 2) itself.
+    let cli = Cli::parse();
+    init_logging();
+    let result = match &cli.command {
+        Command::Serve(a) => serve::run(a),
+        Command::Format(a) => format::run(a),
+        Command::Info(a) => info::run(&a.image, a.json),
+        Command::Stats(a) => stats(a),
+        Command::Presets(a) => presets::print(a.json),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ftld: error: {e:#}");
+            if e.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}
+
+/// `ftld stats`: asks the running daemon and prints its JSON reply.
+fn stats(a: &cli::StatsArgs) -> anyhow::Result<()> {
+    let socket = a
+        .control_socket
+        .clone()
+        .unwrap_or_else(|| config::sibling(&a.image, "ctl"));
+    let mut v = control::request(&socket, "stats")?;
+    if let Some(o) = v.as_object_mut() {
+        o.remove("ok");
+    }
+    println!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(())
+}

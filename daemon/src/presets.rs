@@ -1,0 +1,144 @@
+//! NAND presets: lookup by name, scaling a preset to an exported capacity, and `ftld presets`.
+//!
+//! Scaling keeps a preset's page and block shape, bank layout and timing and changes only the
+//! number of blocks per bank ([`nand_model::NandConfig::scaled_to`]); [`scale_for_capacity`]
+//! grows the raw size until the FTL's format plan (over-provisioning, checkpoint area, write
+//! frontiers, GC reserve) leaves at least the asked-for exported size.
+
+use anyhow::Context;
+use ftl::FtlConfig;
+use nand_model::{NandConfig, Preset};
+
+use crate::units::format_size;
+use crate::UsageError;
+
+/// The preset called `name`, or a usage error listing the known names.
+pub fn find(name: &str) -> anyhow::Result<Preset> {
+    nand_model::preset(name).ok_or_else(|| {
+        let names: Vec<&str> = nand_model::presets().iter().map(|p| p.name).collect();
+        UsageError(format!(
+            "unknown preset {name:?} (known: {}; see `ftld presets`)",
+            names.join(", ")
+        ))
+        .into()
+    })
+}
+
+/// `base` with enough blocks per bank that the FTL can export `capacity` bytes.
+pub fn scale_for_capacity(
+    base: &NandConfig,
+    ftl: &FtlConfig,
+    capacity: u64,
+) -> anyhow::Result<NandConfig> {
+    let g = base.geometry;
+    let row = u64::from(g.banks()) * g.block_bytes();
+    let mut raw = capacity;
+    let mut last_blocks = 0;
+    loop {
+        let cfg = base.scaled_to(raw);
+        let max = ftl::plan_format(&cfg, ftl, None).map_or(0, |p| p.max_export_bytes);
+        if max >= capacity {
+            return Ok(cfg);
+        }
+        if cfg.geometry.blocks_per_bank == last_blocks {
+            return Err(UsageError(format!(
+                "capacity {} is more than this preset's geometry can address (at most {})",
+                format_size(capacity),
+                format_size(max)
+            ))
+            .into());
+        }
+        last_blocks = cfg.geometry.blocks_per_bank;
+        // Grow by the shortfall plus some slack for over-provisioning, at least one block per
+        // bank, so this converges in a handful of steps at any size.
+        let short = capacity - max;
+        raw = cfg
+            .geometry
+            .raw_capacity()
+            .checked_add((short + short / 8).max(row))
+            .context("capacity overflows")?;
+    }
+}
+
+/// Prints the presets as a table (or JSON).
+pub fn print(json: bool) -> anyhow::Result<()> {
+    let all = nand_model::presets();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&all)?);
+        return Ok(());
+    }
+    println!(
+        "{:<14} {:>6} {:>6} {:>8} {:>5} {:>9} {:>9} {:>14} {:>9} {:>7}",
+        "NAME",
+        "PAGE",
+        "PG/BLK",
+        "BLOCK",
+        "BANKS",
+        "RAW",
+        "EXPORT",
+        "READ/PROG/ERASE",
+        "CHANNEL",
+        "P/E"
+    );
+    let ftl = FtlConfig::default();
+    for p in &all {
+        let c = &p.config;
+        let g = &c.geometry;
+        let t = &c.timing;
+        let export = ftl::plan_format(c, &ftl, None)
+            .map_or_else(|_| "-".to_string(), |pl| format_size(pl.max_export_bytes));
+        println!(
+            "{:<14} {:>6} {:>6} {:>8} {:>5} {:>9} {:>9} {:>14} {:>9} {:>7}",
+            p.name,
+            format_size(u64::from(g.page_size)),
+            g.pages_per_block,
+            format_size(g.block_bytes()),
+            format!("{}x{}", g.channels, g.banks_per_channel),
+            format_size(g.raw_capacity()),
+            export,
+            format!(
+                "{}/{}/{}us",
+                t.t_read.as_micros(),
+                t.t_prog.as_micros(),
+                t.t_erase.as_micros()
+            ),
+            format!("{:.0}MB/s", t.channel_bytes_per_sec as f64 / 1e6),
+            c.endurance
+        );
+    }
+    println!();
+    println!("BANKS is channels x banks per channel; EXPORT is the default exported size.");
+    println!("--capacity SIZE scales a preset's blocks per bank to export SIZE.");
+    println!();
+    for p in &all {
+        println!("{}: {}", p.name, p.description);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scaling_reaches_the_capacity() {
+        let ftl = FtlConfig {
+            queues: 2,
+            ..Default::default()
+        };
+        for p in nand_model::presets() {
+            for cap in [1u64 << 20, 64 << 20, 1 << 30, 3 << 30] {
+                let cfg = scale_for_capacity(&p.config, &ftl, cap).expect("scales");
+                let plan = ftl::plan_format(&cfg, &ftl, Some(cap)).expect("plan");
+                assert!(plan.max_export_bytes >= cap, "{} {cap}", p.name);
+                assert_eq!(cfg.geometry.page_size, p.config.geometry.page_size);
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_preset_lists_names() {
+        let e = find("nope").expect_err("unknown");
+        assert!(e.to_string().contains("board-000"), "{e}");
+    }
+}

@@ -1,0 +1,287 @@
+//! `ftld serve`: open (or create) the image, export it over NBD, answer the control socket, and
+//! shut down cleanly on SIGINT/SIGTERM.
+//!
+//! ```text
+//! main thread:  resolve settings ─► install signal handlers ─► open/create image (FTL threads)
+//!               ─► runtime.block_on(serve_all) ─► Ftl::close (flush + checkpoint) ─► exit 0
+//! serve_all:    NBD unix socket ┐
+//!               NBD TCP socket  ├─ share one shutdown signal (first SIGINT/SIGTERM, or a
+//!               control socket  ┘  listener failing); a second signal exits at once, unflushed
+//! ```
+//! # Shutdown contract
+//! On the first signal the NBD server stops accepting, lets every request it has received
+//! finish and answer, and closes its connections; then the FTL is closed (every acknowledged
+//! write programmed, a checkpoint written, image unlocked) and the socket files are removed.
+//! Only then does the process exit with 0, so `ftld info` right after reports a clean shutdown.
+
+use std::io::Write;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use ftl::Ftl;
+use ftl_nbd::NbdServer;
+use tokio::net::{TcpListener, UnixListener};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::backend::FtlBackend;
+use crate::cli::{Frontend, ServeArgs};
+use crate::config::{self, ServeSettings};
+use crate::control::{self, ControlContext};
+use crate::image;
+use crate::units::format_size;
+use crate::UsageError;
+
+/// Where the kernel's ublk driver would be.
+const UBLK_CONTROL: &str = "/dev/ublk-control";
+
+/// Runs `ftld serve` to completion.
+pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
+    let s = config::resolve_serve(args)?;
+    choose_frontend(s.frontend)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("ftld-rt")
+        .build()
+        .context("starting the tokio runtime")?;
+    // Installed before the (possibly long) image open, so a signal during recovery is held
+    // and handled as soon as serving starts instead of killing the process.
+    let signals = rt.block_on(async { Signals::install() })?;
+    let ftl = Arc::new(image::open_or_create(&s.image, s.timing)?);
+    log_opened(&ftl, &s);
+    let served = rt.block_on(serve_all(Arc::clone(&ftl), &s, signals));
+    info!("closing the FTL: programming buffered writes and writing a checkpoint");
+    let t = Instant::now();
+    let closed = ftl.close();
+    rt.shutdown_timeout(Duration::from_secs(1));
+    served?;
+    closed.map_err(|e| image::describe(e, &s.image.path).context("closing the FTL"))?;
+    info!(
+        millis = t.elapsed().as_millis() as u64,
+        "clean shutdown: everything acknowledged is on flash"
+    );
+    Ok(())
+}
+
+/// Checks that the asked-for frontend exists here and says which one serves.
+fn choose_frontend(f: Frontend) -> anyhow::Result<()> {
+    match f {
+        Frontend::Ublk => Err(UsageError(
+            "ublk frontend not built yet (it comes with a later release); use --frontend nbd \
+             (or auto)"
+                .into(),
+        )
+        .into()),
+        Frontend::Nbd => {
+            info!("frontend: NBD (asked for)");
+            Ok(())
+        }
+        Frontend::Auto => {
+            if Path::new(UBLK_CONTROL).exists() {
+                info!("{UBLK_CONTROL} exists but the ublk frontend is not built yet; using NBD");
+            } else {
+                info!("{UBLK_CONTROL} not found; using NBD");
+            }
+            Ok(())
+        }
+    }
+}
+
+fn log_opened(ftl: &Ftl, s: &ServeSettings) {
+    let r = ftl.recovery();
+    info!(
+        image = %s.image.path.display(),
+        capacity = %format_size(ftl.capacity()),
+        queues = ftl.queues(),
+        gc_policy = s.image.ftl.gc_policy.name(),
+        timing = ?s.timing,
+        recovery = ?r.mode,
+        pages_scanned = r.pages_scanned,
+        "image open"
+    );
+}
+
+/// SIGINT and SIGTERM.
+struct Signals {
+    int: Signal,
+    term: Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+        })
+    }
+
+    /// The name of the next signal received.
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.int.recv() => "SIGINT",
+            _ = self.term.recv() => "SIGTERM",
+        }
+    }
+}
+
+/// Socket files this process created, removed when dropped.
+#[derive(Default)]
+struct SocketFiles(Vec<PathBuf>);
+
+impl Drop for SocketFiles {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            if let Err(e) = std::fs::remove_file(p) {
+                warn!(path = %p.display(), error = %e, "cannot remove socket file");
+            }
+        }
+    }
+}
+
+/// Binds a unix socket at `path`, replacing a stale socket file (one nobody listens on) but
+/// never a live socket or a file of another kind.
+fn bind_unix(path: &Path, what: &str, files: &mut SocketFiles) -> anyhow::Result<UnixListener> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the directory of {what} {}", path.display()))?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                bail!(
+                    "{what} {} is in use by another process (another ftld?)",
+                    path.display()
+                );
+            }
+            std::fs::remove_file(path)
+                .with_context(|| format!("removing stale {what} {}", path.display()))?;
+        }
+        Ok(_) => bail!(
+            "{what} {} exists and is not a socket; refusing to replace it",
+            path.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("{what} {}", path.display())),
+    }
+    let l =
+        UnixListener::bind(path).with_context(|| format!("binding {what} {}", path.display()))?;
+    files.0.push(path.to_path_buf());
+    Ok(l)
+}
+
+/// Serves NBD and the control socket until a signal (or a listener failure).
+async fn serve_all(ftl: Arc<Ftl>, s: &ServeSettings, mut signals: Signals) -> anyhow::Result<()> {
+    let backend = Arc::new(FtlBackend::new(Arc::clone(&ftl), s.read_only));
+    let server = Arc::new(NbdServer::new(backend, s.nbd.clone()));
+    let mut files = SocketFiles::default();
+    let unix = match &s.nbd_socket {
+        Some(p) => Some(bind_unix(p, "NBD socket", &mut files)?),
+        None => None,
+    };
+    let tcp = match s.nbd_listen {
+        Some(a) => Some(
+            TcpListener::bind(a)
+                .await
+                .with_context(|| format!("binding NBD TCP address {a}"))?,
+        ),
+        None => None,
+    };
+    let ctl = bind_unix(&s.control_socket, "control socket", &mut files)?;
+
+    let (tx, rx) = watch::channel(false);
+    let tx = Arc::new(tx);
+    let down = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|d| *d).await;
+    };
+    let ctx = Arc::new(ControlContext {
+        ftl: Arc::clone(&ftl),
+        nbd: Arc::clone(&server),
+        image: s.image.path.clone(),
+        started: Instant::now(),
+    });
+    let control = tokio::spawn(control::serve(ctl, ctx, down(rx.clone())));
+    let stop = Arc::clone(&tx);
+    let signal_task = tokio::spawn(async move {
+        let name = signals.next().await;
+        info!("{name}: stopping (in-flight requests finish, then flush and checkpoint)");
+        stop.send_replace(true);
+        let name = signals.next().await;
+        warn!("second {name}: exiting at once; writes not yet flushed are lost");
+        std::process::exit(1);
+    });
+    print_connect_help(s, ftl.capacity());
+    info!(read_only = s.read_only, "ready");
+
+    let unix_loop = async {
+        let Some(l) = unix else { return Ok(()) };
+        let r = server.serve_unix(l, down(rx.clone())).await;
+        if r.is_err() {
+            tx.send_replace(true);
+        }
+        r.context("NBD unix socket")
+    };
+    let tcp_loop = async {
+        let Some(l) = tcp else { return Ok(()) };
+        let r = server.serve_tcp(l, down(rx.clone())).await;
+        if r.is_err() {
+            tx.send_replace(true);
+        }
+        r.context("NBD TCP socket")
+    };
+    let (ru, rt) = tokio::join!(unix_loop, tcp_loop);
+    tx.send_replace(true);
+    if let Err(e) = control.await {
+        warn!(error = %e, "control socket task failed");
+    }
+    signal_task.abort();
+    drop(files);
+    ru.and(rt)
+}
+
+/// Tells the user how to reach the export (stdout; the logs go to stderr).
+fn print_connect_help(s: &ServeSettings, capacity: u64) {
+    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let image = abs(&s.image.path);
+    let mut out = String::new();
+    out.push_str(&format!(
+        "\nftld is serving {} ({}{}) over NBD.\n",
+        image.display(),
+        format_size(capacity),
+        if s.read_only { ", read-only" } else { "" }
+    ));
+    let mut uris = Vec::new();
+    if let Some(p) = &s.nbd_socket {
+        uris.push(format!("nbd+unix:///?socket={}", abs(p).display()));
+    }
+    if let Some(a) = s.nbd_listen {
+        uris.push(format!("nbd://{a}"));
+    }
+    let Some(uri) = uris.first() else { return };
+    out.push_str("\nInspect it:\n");
+    for u in &uris {
+        out.push_str(&format!("    nbdinfo '{u}'\n"));
+    }
+    out.push_str(&format!(
+        "    qemu-io -f raw '{uri}' -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M'\n"
+    ));
+    out.push_str(&format!(
+        "\nPut a filesystem on it (as root; needs fuse3 and libnbd-bin):\n\
+         \x20   mkdir -p /tmp/ftld-fuse /mnt/ftld\n\
+         \x20   nbdfuse /tmp/ftld-fuse/disk '{uri}' &\n\
+         \x20   dev=$(losetup -f --show /tmp/ftld-fuse/disk)\n\
+         \x20   mkfs.ext4 \"$dev\" && mount \"$dev\" /mnt/ftld\n\
+         \x20   ... and to undo: umount /mnt/ftld; losetup -d \"$dev\"; fusermount3 -u /tmp/ftld-fuse\n"
+    ));
+    out.push_str(&format!(
+        "\nStatistics: ftld stats --control-socket {}\n\
+         Stop with Ctrl-C or SIGTERM (in-flight requests finish, then flush and checkpoint).\n\n",
+        abs(&s.control_socket).display()
+    ));
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(out.as_bytes());
+    let _ = stdout.flush();
+}
