@@ -1,0 +1,293 @@
+//! Every `ImageError` variant, produced from a real file.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{small_config, small_geometry, Fixture};
+use nand_model::{Geometry, ImageError, NandConfig, NandDevice, TimingMode};
+
+/// A closed, valid image in a temp dir.
+fn closed_image() -> Fixture {
+    let mut f = Fixture::small();
+    f.dev = None;
+    f
+}
+
+fn open(path: &Path) -> Result<NandDevice, ImageError> {
+    NandDevice::open(path, None, TimingMode::Off)
+}
+
+fn patch(path: &Path, at: u64, bytes: &[u8]) {
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.write_all_at(bytes, at).unwrap();
+}
+
+/// Rewrites the header CRC so a deliberate field change passes the checksum.
+fn fix_crc(path: &Path) {
+    let mut h = vec![0u8; 4096];
+    let file = std::fs::File::open(path).unwrap();
+    file.read_exact_at(&mut h, 0).unwrap();
+    let crc = crc32fast::hash(&h[..4092]);
+    patch(path, 4092, &crc.to_le_bytes());
+}
+
+#[test]
+fn not_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = open(&dir.path().join("missing.img")).unwrap_err();
+    assert!(matches!(e, ImageError::NotFound { .. }), "{e}");
+}
+
+#[test]
+fn create_refuses_to_overwrite() {
+    let f = closed_image();
+    let e = NandDevice::create(&f.path, &small_config(), TimingMode::Off).unwrap_err();
+    assert!(matches!(e, ImageError::AlreadyExists { .. }), "{e}");
+    // The existing image is untouched.
+    open(&f.path).unwrap();
+}
+
+#[test]
+fn not_an_image() {
+    let f = closed_image();
+    patch(&f.path, 0, b"NOTNAND!");
+    let e = open(&f.path).unwrap_err();
+    assert!(matches!(e, ImageError::NotAnImage { .. }), "{e}");
+}
+
+#[test]
+fn flipped_byte_gives_bad_checksum() {
+    let f = closed_image();
+    patch(&f.path, 30, &[0x7F]);
+    let e = open(&f.path).unwrap_err();
+    assert!(matches!(e, ImageError::BadChecksum { .. }), "{e}");
+}
+
+#[test]
+fn other_version() {
+    let f = closed_image();
+    patch(&f.path, 8, &2u32.to_le_bytes());
+    fix_crc(&f.path);
+    let e = open(&f.path).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ImageError::UnsupportedVersion {
+                found: 2,
+                supported: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn geometry_mismatch_per_field() {
+    let f = closed_image();
+    let g = small_geometry();
+    let cases: [(&str, Geometry); 6] = [
+        ("channels", Geometry { channels: 4, ..g }),
+        (
+            "banks_per_channel",
+            Geometry {
+                banks_per_channel: 1,
+                ..g
+            },
+        ),
+        (
+            "blocks_per_bank",
+            Geometry {
+                blocks_per_bank: 16,
+                ..g
+            },
+        ),
+        (
+            "pages_per_block",
+            Geometry {
+                pages_per_block: 8,
+                ..g
+            },
+        ),
+        (
+            "page_size",
+            Geometry {
+                page_size: 8192,
+                ..g
+            },
+        ),
+        ("oob_size", Geometry { oob_size: 64, ..g }),
+    ];
+    for (field, want) in cases {
+        let e = NandDevice::open(&f.path, Some(&want), TimingMode::Off).unwrap_err();
+        match &e {
+            ImageError::GeometryMismatch { field: got, .. } => assert_eq!(*got, field),
+            other => panic!("{field}: {other}"),
+        }
+    }
+    let e = NandDevice::open(
+        &f.path,
+        Some(&Geometry {
+            page_size: 8192,
+            ..g
+        }),
+        TimingMode::Off,
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "image {}: geometry mismatch in page_size: image has 4096, requested 8192",
+            f.path.display()
+        )
+    );
+}
+
+#[test]
+fn truncated_file() {
+    let f = closed_image();
+    let full = std::fs::metadata(&f.path).unwrap().len();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&f.path)
+        .unwrap();
+    file.set_len(full - 4096).unwrap();
+    let e = open(&f.path).unwrap_err();
+    match e {
+        ImageError::Truncated {
+            expected, actual, ..
+        } => assert_eq!((expected, actual), (full, full - 4096)),
+        other => panic!("{other}"),
+    }
+    // Shorter than the header itself.
+    file.set_len(100).unwrap();
+    assert!(matches!(
+        open(&f.path),
+        Err(ImageError::Truncated {
+            expected: 4096,
+            actual: 100,
+            ..
+        })
+    ));
+    // An empty file, too.
+    file.set_len(0).unwrap();
+    assert!(matches!(open(&f.path), Err(ImageError::Truncated { .. })));
+}
+
+#[test]
+fn invalid_geometry() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.img");
+    let mut cfg: NandConfig = small_config();
+    cfg.geometry.page_size = 1000;
+    let e = NandDevice::create(&path, &cfg, TimingMode::Off).unwrap_err();
+    assert!(matches!(e, ImageError::InvalidGeometry { .. }), "{e}");
+    assert!(!path.exists(), "nothing is created for an invalid config");
+    // An image whose stored geometry is invalid (but checksummed) is refused the same way.
+    let f = closed_image();
+    patch(&f.path, 32, &1000u32.to_le_bytes());
+    fix_crc(&f.path);
+    let e = open(&f.path).unwrap_err();
+    assert!(matches!(e, ImageError::InvalidGeometry { .. }), "{e}");
+}
+
+#[test]
+fn io_error_for_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = open(dir.path()).unwrap_err();
+    assert!(matches!(e, ImageError::Io { .. }), "{e}");
+    assert_eq!(e.path(), dir.path());
+}
+
+#[test]
+fn second_open_in_this_process_is_refused() {
+    let f = Fixture::small();
+    let e = open(&f.path).unwrap_err();
+    match e {
+        ImageError::Locked { pid, .. } => assert_eq!(pid, Some(std::process::id() as i32)),
+        other => panic!("{other}"),
+    }
+    // The refused open must not have dropped the first device's POSIX lock (closing any fd of
+    // a file releases the process's locks): the device is still usable and still exclusive.
+    f.dev()
+        .program(nand_model::PageAddr::new(0, 0, 0), &[0; 4096], &[])
+        .unwrap()
+        .wait();
+    assert!(open(&f.path).is_err());
+}
+
+const HOLD_ENV: &str = "NAND_MODEL_TEST_HOLD_IMAGE";
+
+/// Not a test on its own: when run as a child with `HOLD_ENV` set, opens the image, says
+/// "locked", and holds it until its stdin closes.
+#[test]
+fn lock_holder_child() {
+    let Ok(path) = std::env::var(HOLD_ENV) else {
+        return;
+    };
+    let dev = open(Path::new(&path)).expect("child open");
+    // Written to the real stdout (print! would be captured by the test harness); it may share
+    // a line with the harness's "test lock_holder_child ... ".
+    let mut out = std::io::stdout();
+    writeln!(out, "locked").unwrap();
+    out.flush().unwrap();
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    drop(dev);
+}
+
+#[test]
+fn second_process_is_refused_with_its_pid() {
+    // POSIX locks are per process: only another process can show the fcntl lock at work.
+    let f = closed_image();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "lock_holder_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HOLD_ENV, &f.path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the child's "locked" line on a helper thread, so a broken child fails the test
+    // after a timeout instead of hanging it.
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Keep draining after the line: closing the pipe early would make the child's
+        // harness fail with EPIPE when it reports its result.
+        for line in out.lines().map_while(Result::ok) {
+            if line.trim_end().ends_with("locked") {
+                let _ = tx.send(true);
+            }
+        }
+        let _ = tx.send(false);
+    });
+    if rx.recv_timeout(Duration::from_secs(60)) != Ok(true) {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("child did not lock the image");
+    }
+    let e = open(&f.path).unwrap_err();
+    match &e {
+        ImageError::Locked { pid, .. } => assert_eq!(*pid, Some(child.id() as i32)),
+        other => panic!("{other}"),
+    }
+    assert!(
+        e.to_string()
+            .contains(&format!("locked by process {}", child.id())),
+        "{e}"
+    );
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    // Once the holder is gone the image opens.
+    open(&f.path).unwrap();
+}

@@ -1,0 +1,93 @@
+//! What the image keeps across close and reopen: page data, OOB, erase counts, bad flags,
+//! programmed-page counts, identity and configuration.
+
+mod common;
+
+use common::{pattern, small_config, small_geometry, Fixture};
+use nand_model::{BlockAddr, NandDevice, PageAddr, TimingMode};
+
+#[test]
+fn everything_survives_reopen() {
+    let mut f = Fixture::small();
+    let (uuid, created) = (f.dev().uuid(), f.dev().created());
+    {
+        let dev = f.dev();
+        // Bank 0 block 1: erased twice, then two pages programmed.
+        let b = BlockAddr::new(0, 1);
+        dev.erase(b).unwrap().wait();
+        dev.erase(b).unwrap().wait();
+        for i in 0..2 {
+            let p = b.page(i);
+            dev.program(p, &pattern(p, 7, 4096), &pattern(p, 8, 100))
+                .unwrap()
+                .wait();
+        }
+        dev.mark_bad(BlockAddr::new(3, 7)).unwrap();
+        let p = PageAddr::new(2, 6, 0);
+        dev.program(p, &pattern(p, 9, 4096), &[]).unwrap().wait();
+        dev.sync().unwrap();
+    }
+    f.reopen(TimingMode::Off);
+    let dev = f.dev();
+    assert_eq!(dev.uuid(), uuid);
+    assert_eq!(dev.created(), created);
+    assert_eq!(dev.config(), &small_config());
+    let b = BlockAddr::new(0, 1);
+    let st = dev.block_state(b).unwrap();
+    assert_eq!((st.erase_count, st.programmed_pages, st.bad), (2, 2, false));
+    for i in 0..2 {
+        let p = b.page(i);
+        let mut data = vec![0u8; 4096];
+        let mut oob = vec![0u8; 128];
+        dev.read(p, 0, &mut data, Some(&mut oob)).unwrap().wait();
+        assert_eq!(data, pattern(p, 7, 4096));
+        assert_eq!(&oob[..100], &pattern(p, 8, 100)[..]);
+        assert!(oob[100..].iter().all(|&x| x == 0xFF));
+    }
+    assert!(dev.block_state(BlockAddr::new(3, 7)).unwrap().bad);
+    let st = dev.block_state(BlockAddr::new(2, 6)).unwrap();
+    assert_eq!(st.programmed_pages, 1);
+    // The next page of a reopened block is still the one after the persisted count.
+    dev.program(b.page(2), &[0; 4096], &[]).unwrap().wait();
+    assert!(dev.program(b.page(2), &[0; 4096], &[]).is_err());
+}
+
+#[test]
+fn unsynced_writes_survive_drop_too() {
+    // MAP_SHARED stores are in the page cache at once: no sync is needed to survive the
+    // process, only to survive the machine.
+    let mut f = Fixture::small();
+    let p = PageAddr::new(1, 1, 0);
+    f.dev()
+        .program(p, &pattern(p, 1, 4096), &[])
+        .unwrap()
+        .wait();
+    f.reopen(TimingMode::Real);
+    let mut data = vec![0u8; 4096];
+    f.dev().read(p, 0, &mut data, None).unwrap().wait();
+    assert_eq!(data, pattern(p, 1, 4096));
+    assert_eq!(f.dev().timing_mode(), TimingMode::Real);
+}
+
+#[test]
+fn open_with_expected_geometry() {
+    let mut f = Fixture::small();
+    f.dev = None;
+    let dev = NandDevice::open(&f.path, Some(&small_geometry()), TimingMode::Off).unwrap();
+    assert_eq!(dev.geometry(), &small_geometry());
+    assert_eq!(dev.path(), f.path.as_path());
+}
+
+#[test]
+fn image_is_sparse_at_creation() {
+    let cfg = nand_model::preset("default").unwrap().config;
+    let f = Fixture::new(&cfg, TimingMode::Off);
+    let meta = std::fs::metadata(&f.path).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert!(meta.len() > 512 << 20);
+    assert!(
+        meta.blocks() * 512 < 1 << 20,
+        "allocated {} B",
+        meta.blocks() * 512
+    );
+}

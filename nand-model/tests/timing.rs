@@ -1,0 +1,245 @@
+//! Timing mode Real: modelled completion times, bank parallelism, serialization on a bank and on
+//! a channel, and waiting by blocking and through futures.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{small_config, Fixture};
+use futures::executor::block_on;
+use nand_model::{BankId, BlockAddr, PageAddr, TimingMode};
+
+const PAGE: [u8; 4096] = [0x42; 4096];
+
+fn real() -> Fixture {
+    Fixture::new(&small_config(), TimingMode::Real)
+}
+
+fn xfer(bytes: u64) -> Duration {
+    small_config().timing.xfer(bytes)
+}
+
+fn t_prog() -> Duration {
+    small_config().timing.t_prog
+}
+
+#[test]
+fn program_completes_after_transfer_and_program_time() {
+    let f = real();
+    let dev = f.dev();
+    let before = Instant::now();
+    let c = dev
+        .program(PageAddr::new(0, 0, 0), &PAGE, &[0; 128])
+        .unwrap();
+    let after = Instant::now();
+    let model = xfer(4096 + 128) + t_prog();
+    assert!(c.deadline() >= before + model, "deadline too early");
+    assert!(c.deadline() <= after + model + Duration::from_micros(5));
+    assert!(!c.is_complete());
+    let load = dev.bank_load(BankId(0));
+    assert_eq!(load.inflight, 1);
+    assert!(load.busy_until.is_some());
+    let deadline = c.deadline();
+    c.wait();
+    assert!(Instant::now() >= deadline);
+    assert!(before.elapsed() >= model);
+    assert_eq!(
+        dev.bank_load(BankId(0)),
+        nand_model::BankLoad {
+            inflight: 0,
+            busy_until: None
+        }
+    );
+}
+
+#[test]
+fn read_and_erase_times() {
+    let f = real();
+    let dev = f.dev();
+    dev.program(PageAddr::new(1, 0, 0), &PAGE, &[])
+        .unwrap()
+        .wait();
+    let t = small_config().timing;
+    let before = Instant::now();
+    let mut buf = [0u8; 512];
+    let c = dev.read(PageAddr::new(1, 0, 0), 0, &mut buf, None).unwrap();
+    let after = Instant::now();
+    // Column read: only 512 bytes cross the channel.
+    assert!(c.deadline() >= before + t.t_read + xfer(512));
+    assert!(c.deadline() <= after + t.t_read + xfer(512) + Duration::from_micros(2));
+    c.wait();
+    let before = Instant::now();
+    let c = dev.erase(BlockAddr::new(1, 0)).unwrap();
+    assert!(c.deadline() >= before + t.t_erase);
+    c.wait();
+    assert!(before.elapsed() >= t.t_erase);
+}
+
+#[test]
+fn banks_on_different_channels_run_in_parallel() {
+    let f = real();
+    let dev = f.dev();
+    let one = xfer(4096) + t_prog();
+    // Bank 0 is on channel 0, bank 2 on channel 1. Deadlines are measured from each op's own
+    // submission: the machine may be loaded, the model must not be.
+    let start = Instant::now();
+    let a = dev.program(PageAddr::new(0, 0, 0), &PAGE, &[]).unwrap();
+    let b_submit = Instant::now();
+    let b = dev.program(PageAddr::new(2, 0, 0), &PAGE, &[]).unwrap();
+    let b_after = Instant::now();
+    assert!(a.deadline() >= start + one);
+    assert!(b.deadline() >= b_submit + one);
+    assert!(
+        b.deadline() <= b_after + one,
+        "bank 2 waited for bank 0: {:?} after its submission",
+        b.deadline() - b_submit
+    );
+    a.wait();
+    b.wait();
+    assert!(start.elapsed() >= one);
+}
+
+#[test]
+fn same_bank_serializes() {
+    let f = real();
+    let dev = f.dev();
+    let a = dev.program(PageAddr::new(3, 0, 0), &PAGE, &[]).unwrap();
+    let b = dev.program(PageAddr::new(3, 0, 1), &PAGE, &[]).unwrap();
+    let one = xfer(4096) + t_prog();
+    assert!(
+        b.deadline() >= a.deadline() + one,
+        "{:?}",
+        b.deadline() - a.deadline()
+    );
+    // The FTL can see the bank is busy until the second op finishes.
+    let until = dev.bank_load(BankId(3)).busy_until.unwrap();
+    let skew = if until > b.deadline() {
+        until - b.deadline()
+    } else {
+        b.deadline() - until
+    };
+    assert!(skew < Duration::from_micros(2));
+    let start = Instant::now();
+    futures::executor::block_on(async {
+        a.await;
+        b.await;
+    });
+    assert!(start.elapsed() >= one);
+}
+
+#[test]
+fn channel_transfers_serialize() {
+    let f = real();
+    let dev = f.dev();
+    // Banks 0 and 1 share channel 0: their transfers queue, their program times overlap.
+    let a = dev.program(PageAddr::new(0, 1, 0), &PAGE, &[]).unwrap();
+    let b = dev.program(PageAddr::new(1, 1, 0), &PAGE, &[]).unwrap();
+    let b_after = Instant::now();
+    let gap = b.deadline() - a.deadline();
+    assert!(
+        gap >= xfer(4096),
+        "second transfer overlapped the first: {gap:?}"
+    );
+    // At most one transfer of queueing after its own submission: the banks overlapped.
+    assert!(b.deadline() <= b_after + xfer(4096) * 2 + t_prog());
+    drop((a, b));
+    let s = dev.stats();
+    assert_eq!(s.channels[0].transfers, 2);
+    assert_eq!(s.channels[0].busy_ns, 2 * xfer(4096).as_nanos() as u64);
+    // Reads: both banks sense in parallel, then the transfers queue on the channel.
+    std::thread::sleep(Duration::from_millis(2));
+    let mut x = vec![0u8; 4096];
+    let mut y = vec![0u8; 4096];
+    let a = dev.read(PageAddr::new(0, 1, 0), 0, &mut x, None).unwrap();
+    let b = dev.read(PageAddr::new(1, 1, 0), 0, &mut y, None).unwrap();
+    let b_after = Instant::now();
+    let gap = b.deadline() - a.deadline();
+    assert!(gap >= xfer(4096), "{gap:?}");
+    let t_read = small_config().timing.t_read;
+    assert!(b.deadline() <= b_after + t_read + xfer(4096) * 2);
+}
+
+#[test]
+fn future_waits_until_deadline() {
+    let f = real();
+    let dev = f.dev();
+    let c = dev.erase(BlockAddr::new(0, 5)).unwrap();
+    let deadline = c.deadline();
+    block_on(c.into_future());
+    assert!(Instant::now() >= deadline);
+    // A future whose deadline has passed is ready at once.
+    let c = dev.erase(BlockAddr::new(0, 6)).unwrap();
+    std::thread::sleep(Duration::from_millis(3));
+    let start = Instant::now();
+    block_on(c.into_future());
+    assert!(start.elapsed() < Duration::from_millis(1));
+}
+
+/// Awaits a completion; true if it did not complete before its deadline.
+async fn on_time(c: nand_model::Completion) -> bool {
+    let deadline = c.deadline();
+    c.await;
+    Instant::now() >= deadline
+}
+
+#[test]
+fn many_concurrent_futures() {
+    let f = real();
+    let dev = f.dev();
+    let mut futs = Vec::new();
+    for bank in 0..4 {
+        for block in 0..8 {
+            for page in 0..4 {
+                let c = dev
+                    .program(PageAddr::new(bank, block, page), &PAGE, &[])
+                    .unwrap();
+                futs.push(on_time(c));
+            }
+        }
+        // Erases mix long deadlines in with the short ones.
+        for block in 0..8 {
+            futs.push(on_time(dev.erase(BlockAddr::new(bank, block)).unwrap()));
+        }
+    }
+    assert_eq!(dev.stats().totals.inflight, futs.len() as u64);
+    let results = block_on(futures::future::join_all(futs));
+    assert_eq!(results.len(), 4 * 8 * 5);
+    assert!(
+        results.iter().all(|&ok| ok),
+        "a future completed before its deadline"
+    );
+    assert_eq!(dev.stats().totals.inflight, 0);
+}
+
+#[test]
+fn futures_from_many_threads() {
+    let f = real();
+    let dev = f.dev();
+    std::thread::scope(|s| {
+        for bank in 0..4u32 {
+            s.spawn(move || {
+                block_on(async {
+                    for page in 0..4 {
+                        let c = dev
+                            .program(PageAddr::new(bank, 2, page), &PAGE, &[])
+                            .unwrap();
+                        let d = c.deadline();
+                        c.await;
+                        assert!(Instant::now() >= d);
+                    }
+                })
+            });
+        }
+    });
+}
+
+#[test]
+fn timing_off_completes_immediately() {
+    let f = Fixture::small();
+    let dev = f.dev();
+    let c = dev.program(PageAddr::new(0, 0, 0), &PAGE, &[]).unwrap();
+    assert!(c.is_complete());
+    assert!(c.deadline() <= Instant::now());
+    block_on(c.into_future());
+    assert_eq!(dev.bank_load(BankId(0)).busy_until, None);
+}
