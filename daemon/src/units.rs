@@ -25,9 +25,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "m" | "mb" | "mib" => 20,
         "g" | "gb" | "gib" => 30,
         "t" | "tb" | "tib" => 40,
-        other => return Err(format!(
+        other => {
+            return Err(format!(
             "size {s:?} has an unknown unit {other:?} (use K, M, G, T, optionally followed by iB)"
-        )),
+        ))
+        }
     };
     n.checked_mul(1u64 << shift)
         .ok_or_else(|| format!("size {s:?} is too large"))

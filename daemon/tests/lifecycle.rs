@@ -1,0 +1,257 @@
+//! The daemon's life cycle and command line, run as a user would: clean shutdown on SIGTERM,
+//! the image lock, exit codes, `format`, `info`, `presets` and the default paths.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use e2e::daemon::wait_timeout;
+use e2e::{run_ok, Daemon};
+use serde_json::Value;
+
+const FTLD: &str = env!("CARGO_BIN_EXE_ftld");
+
+fn info_json(image: &Path) -> Value {
+    let out = run_ok(Command::new(FTLD).arg("info").arg("--json").arg(image));
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("ftld info printed bad JSON: {e}\n{out}"))
+}
+
+/// Runs `cmd` expecting it to exit on its own within 60 s; returns (code, stderr).
+fn run_to_exit(cmd: &mut Command) -> (i32, String) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ftld");
+    let status = wait_timeout(&mut child, Duration::from_secs(60));
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let code = status
+        .and_then(|s| s.code())
+        .unwrap_or_else(|| panic!("{cmd:?} did not exit by itself:\n{stderr}"));
+    (code, stderr)
+}
+
+#[test]
+fn sigterm_flushes_checkpoints_and_exits_0() {
+    let mut d = Daemon::start(FTLD);
+    // Stats work while it runs; info does not (the image is locked).
+    assert!(d.stats()["ftl"].is_object());
+    let (code, err) = run_to_exit(Command::new(FTLD).arg("info").arg(d.image()));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(&d.pid().to_string()), "{err}");
+    let status = d.stop();
+    assert!(status.success(), "exit {status}:\n{}", d.log());
+    let log = d.log();
+    assert!(log.contains("SIGTERM"), "{log}");
+    assert!(log.contains("clean shutdown"), "{log}");
+    let info = info_json(&d.image());
+    assert_eq!(info["clean_shutdown"], true, "{info:#}");
+    assert_eq!(info["capacity_bytes"], 64u64 << 20, "{info:#}");
+    assert!(info["checkpoint_id"].is_u64(), "{info:#}");
+    let text = run_ok(Command::new(FTLD).arg("info").arg(d.image()));
+    assert!(text.contains("clean"), "{text}");
+    assert!(
+        !d.socket().exists(),
+        "the NBD socket file is removed on exit"
+    );
+    assert!(
+        !d.control_socket().exists(),
+        "the control socket is removed on exit"
+    );
+    // And it comes back from the checkpoint.
+    d.restart();
+    assert!(d.log().contains("recovery=Clean"), "{}", d.log());
+}
+
+#[test]
+fn a_second_daemon_on_the_same_image_is_refused_naming_the_pid() {
+    let d = Daemon::start(FTLD);
+    let (code, err) = run_to_exit(&mut d.serve_command());
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&d.pid().to_string()),
+        "message lacks pid {}: {err}",
+        d.pid()
+    );
+    assert!(err.contains(&d.image().display().to_string()), "{err}");
+    assert!(d.ping(), "the first daemon must keep serving");
+}
+
+#[test]
+fn options_that_contradict_the_image_are_usage_errors() {
+    let mut d = Daemon::start(FTLD);
+    assert!(d.stop().success());
+    let image = d.image().display().to_string();
+    let base = ["serve", "--timing", "off", "--image", &image];
+    let (code, err) = run_to_exit(Command::new(FTLD).args(base).args(["--preset", "k9-003"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&image) && err.contains("pages_per_block"),
+        "{err}"
+    );
+    let (code, err) = run_to_exit(Command::new(FTLD).args(base).args(["--capacity", "128M"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(&image) && err.contains("capacity"), "{err}");
+    // The preset and capacity it was made with are fine.
+    d.restart();
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        &["serve", "--frontend", "ublk"][..],
+        &["serve", "--capacity", "12X"],
+        &["serve", "--gc-policy", "eager"],
+        &[
+            "serve",
+            "--preset",
+            "no-such-preset",
+            "--image",
+            "/nonexistent/dir/x.img",
+        ],
+        &["frobnicate"],
+    ] {
+        let (code, err) = run_to_exit(Command::new(FTLD).args(args));
+        assert_eq!(code, 2, "{args:?}: {err}");
+    }
+    let (_, err) = run_to_exit(Command::new(FTLD).args(["serve", "--frontend", "ublk"]));
+    assert!(err.contains("ublk frontend not built yet"), "{err}");
+}
+
+#[test]
+fn bad_config_files_are_usage_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("ftld.toml");
+    std::fs::write(&cfg, "image = \"x.img\"\nunknown_key = 1\n").expect("write");
+    let (code, err) = run_to_exit(Command::new(FTLD).arg("serve").arg("--config").arg(&cfg));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("unknown_key") && err.contains("ftld.toml"),
+        "{err}"
+    );
+}
+
+#[test]
+fn config_file_values_apply_and_flags_override_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("ftld.toml");
+    std::fs::write(
+        &cfg,
+        "image = \"disk.img\"\npreset = \"k9-003\"\ncapacity = \"32M\"\ntiming = \"off\"\n\
+         [ftl]\nqueues = 1\n",
+    )
+    .expect("write");
+    let out = run_ok(
+        Command::new(FTLD)
+            .arg("format")
+            .arg("--config")
+            .arg(&cfg)
+            .args(["--capacity", "16M"]),
+    );
+    assert!(out.contains("16 MiB"), "{out}");
+    let info = info_json(&dir.path().join("disk.img"));
+    assert_eq!(info["capacity_bytes"], 16u64 << 20, "{info:#}");
+    assert_eq!(
+        info["nand"]["geometry"]["pages_per_block"], 64,
+        "k9-003: {info:#}"
+    );
+    assert_eq!(info["max_queues"], 1, "{info:#}");
+}
+
+#[test]
+fn format_refuses_to_overwrite_without_force() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("sub/f.img");
+    let fmt = |extra: &[&str]| {
+        let mut c = Command::new(FTLD);
+        c.arg("format").arg("--image").arg(&img);
+        c.args(["--preset", "slc-large-004", "--capacity", "8M"])
+            .args(extra);
+        run_to_exit(&mut c)
+    };
+    assert_eq!(fmt(&[]).0, 0, "creates the directory too");
+    assert_eq!(info_json(&img)["capacity_bytes"], 8u64 << 20);
+    let (code, err) = fmt(&[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--force"), "{err}");
+    assert_eq!(fmt(&["--force"]).0, 0);
+}
+
+#[test]
+fn info_on_a_missing_image_names_it() {
+    let (code, err) = run_to_exit(Command::new(FTLD).args(["info", "/nonexistent/x.img"]));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("/nonexistent/x.img"), "{err}");
+}
+
+#[test]
+fn presets_lists_every_preset() {
+    let out = run_ok(Command::new(FTLD).arg("presets"));
+    for name in [
+        "default",
+        "board-000",
+        "lftl-card",
+        "k9-003",
+        "slc-small-004",
+        "slc-large-004",
+    ] {
+        assert!(out.contains(name), "{name} missing:\n{out}");
+    }
+    let json: Value = serde_json::from_str(&run_ok(Command::new(FTLD).args(["presets", "--json"])))
+        .expect("json");
+    assert_eq!(json.as_array().map(Vec::len), Some(6));
+}
+
+#[test]
+fn serve_defaults_to_ftld_data_in_the_working_directory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(FTLD)
+        .args([
+            "serve",
+            "--timing",
+            "off",
+            "--preset",
+            "slc-small-004",
+            "--capacity",
+            "16M",
+        ])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let data = dir.path().join("ftld-data");
+    let mut ready = false;
+    for _ in 0..3000 {
+        if std::os::unix::net::UnixStream::connect(data.join("ftld.ctl")).is_ok() {
+            ready = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    e2e::daemon::signal(child.id(), libc::SIGTERM);
+    let status = wait_timeout(&mut child, Duration::from_secs(60));
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().expect("wait");
+    assert!(ready, "control socket never appeared");
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    assert!(data.join("ftld.img").is_file());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let sock = data.join("ftld.sock");
+    assert!(
+        stdout.contains(&format!("nbd+unix:///?socket={}", sock.display())),
+        "connect help lacks the URI:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("nbdfuse") && stdout.contains("losetup"),
+        "{stdout}"
+    );
+}

@@ -1,0 +1,179 @@
+//! The real `ftld serve` seen by real NBD clients: nbdinfo (handshake, size, block sizes,
+//! flags), qemu-io (data patterns, FUA, zeroes, discard, persistence across a restart) and
+//! `ftld stats` after I/O.
+//!
+//! Harness: the `e2e` crate (`tests/src/`); see its docs for the guards used here.
+
+use e2e::{require_tool, run, run_ok, tool, Daemon, DaemonOpts};
+use serde_json::Value;
+
+const FTLD: &str = env!("CARGO_BIN_EXE_ftld");
+
+/// Runs qemu-io commands against `uri` and fails on any pattern mismatch or error (qemu-io may
+/// exit 0 when a pattern check fails, so its output is read).
+fn qemu_io(uri: &str, cmds: &[&str]) -> String {
+    qemu_io_opts(&[], uri, cmds)
+}
+
+/// [`qemu_io`] with more qemu-io options (e.g. `-r` for read-only).
+fn qemu_io_opts(opts: &[&str], uri: &str, cmds: &[&str]) -> String {
+    let mut c = tool("qemu-io");
+    c.args(opts).args(["-f", "raw", uri]);
+    for cmd in cmds {
+        c.args(["-c", cmd]);
+    }
+    let out = run(&mut c);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success()
+            && !text.contains("Pattern verification failed")
+            && !text.to_lowercase().contains("error")
+            && !text.contains("failed"),
+        "qemu-io {cmds:?} failed ({}):\n{text}",
+        out.status
+    );
+    text
+}
+
+fn nbdinfo_json(uri: &str) -> Value {
+    let out = run_ok(tool("nbdinfo").arg("--json").arg(uri));
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("nbdinfo printed bad JSON: {e}\n{out}"))
+}
+
+#[test]
+fn nbdinfo_reports_size_block_sizes_and_every_flag() {
+    if !require_tool("nbdinfo", "libnbd-bin") {
+        return;
+    }
+    let d = Daemon::start(FTLD);
+    let v = nbdinfo_json(&d.uri());
+    assert_eq!(v["protocol"], "newstyle-fixed", "{v:#}");
+    assert_eq!(v["structured"], true, "{v:#}");
+    let e = &v["exports"][0];
+    assert_eq!(e["export-name"], "ftld", "{e:#}");
+    assert_eq!(e["export-size"], 64u64 << 20, "{e:#}");
+    assert_eq!(e["block_size_minimum"], 512, "{e:#}");
+    assert_eq!(e["block_size_preferred"], 4096, "{e:#}");
+    assert_eq!(e["block_size_maximum"], 32u64 << 20, "{e:#}");
+    for flag in [
+        "can_cache",
+        "can_df",
+        "can_fast_zero",
+        "can_flush",
+        "can_fua",
+        "can_multi_conn",
+        "can_trim",
+        "can_zero",
+    ] {
+        assert_eq!(e[flag], true, "{flag} in {e:#}");
+    }
+    assert_eq!(e["is_read_only"], false, "{e:#}");
+    assert_eq!(e["is_rotational"], false, "{e:#}");
+}
+
+#[test]
+fn read_only_export_refuses_writes() {
+    if !require_tool("nbdinfo", "libnbd-bin") || !require_tool("qemu-io", "qemu-utils") {
+        return;
+    }
+    let d = Daemon::start_with(
+        FTLD,
+        DaemonOpts {
+            extra: vec!["--read-only".into()],
+            ..Default::default()
+        },
+    );
+    let e = nbdinfo_json(&d.uri())["exports"][0].clone();
+    assert_eq!(e["is_read_only"], true, "{e:#}");
+    assert_eq!(e["can_trim"], false, "{e:#}");
+    assert_eq!(e["can_zero"], false, "{e:#}");
+    qemu_io_opts(&["-r"], &d.uri(), &["read -P 0 0 1M"]);
+    let out = run(tool("qemu-io").args(["-f", "raw", &d.uri(), "-c", "write -P 1 0 4k"]));
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() || text.contains("failed") || text.contains("ermission"),
+        "write to a read-only export succeeded:\n{text}"
+    );
+}
+
+/// Writes that cover whole pages, 512-byte pieces of pages, FUA, zeroes and discard.
+const WRITES: &[&str] = &[
+    "write -P 0x11 0 1M",
+    "write -P 0x22 1M 64k",
+    "write -P 0x33 4608 1536",
+    "write -f -P 0x44 2M 256k",
+    "write -P 0x55 3M 1M",
+    "write -z 3M 128k",
+    "discard 3584k 256k",
+    "write -P 0x66 63M 1M",
+    "flush",
+];
+
+/// What [`WRITES`] leave behind.
+const READS: &[&str] = &[
+    "read -P 0x11 0 4608",
+    "read -P 0x33 4608 1536",
+    "read -P 0x11 6144 1042432",
+    "read -P 0x22 1M 64k",
+    "read -P 0 1088k 960k",
+    "read -P 0x44 2M 256k",
+    "read -P 0 3M 128k",
+    "read -P 0x55 3200k 384k",
+    "read -P 0 3584k 256k",
+    "read -P 0x55 3840k 256k",
+    "read -P 0x66 63M 1M",
+];
+
+#[test]
+fn qemu_io_patterns_survive_a_restart() {
+    if !require_tool("qemu-io", "qemu-utils") {
+        return;
+    }
+    let mut d = Daemon::start(FTLD);
+    qemu_io(&d.uri(), WRITES);
+    qemu_io(&d.uri(), READS);
+    assert!(d.stop().success(), "ftld exited badly:\n{}", d.log());
+    d.restart();
+    qemu_io(&d.uri(), READS);
+}
+
+#[test]
+fn stats_report_host_writes_and_every_layer() {
+    if !require_tool("qemu-io", "qemu-utils") {
+        return;
+    }
+    let d = Daemon::start(FTLD);
+    qemu_io(&d.uri(), &["write -P 7 0 2M", "flush", "read -P 7 0 2M"]);
+    let s = d.stats();
+    let ftl = &s["ftl"];
+    assert!(ftl["host_writes"].as_u64().unwrap_or(0) > 0, "{ftl:#}");
+    assert!(
+        ftl["host_write_bytes"].as_u64().unwrap_or(0) >= 2 << 20,
+        "{ftl:#}"
+    );
+    assert!(ftl["host_flushes"].as_u64().unwrap_or(0) > 0, "{ftl:#}");
+    assert_eq!(ftl["capacity_bytes"], 64u64 << 20);
+    let banks = s["nand"]["banks"].as_array().expect("nand.banks");
+    assert_eq!(banks.len(), 16, "slc-small-004 has 4 x 4 banks");
+    assert!(
+        s["nand"]["totals"]["programs"].as_u64().unwrap_or(0) > 0,
+        "{:#}",
+        s["nand"]
+    );
+    let nbd = &s["nbd"];
+    assert!(
+        nbd["requests"]["write"].as_u64().unwrap_or(0) > 0,
+        "{nbd:#}"
+    );
+    assert!(
+        nbd["bytes_written"].as_u64().unwrap_or(0) >= 2 << 20,
+        "{nbd:#}"
+    );
+    assert_eq!(s["pid"], d.pid());
+    assert!(s.get("ok").is_none(), "ftld stats strips the envelope");
+}
