@@ -39,7 +39,9 @@
 //! [`ImageError`] naming the file. A second process gets [`ImageError::Locked`] with the holder's
 //! pid. POSIX locks are per process, so a second open in the *same* process is refused by an
 //! in-process registry instead (same error, own pid), checked before the file is opened because
-//! closing any descriptor of a locked file would drop the process's lock.
+//! closing any descriptor of a locked file would drop the process's lock. The lock is advisory:
+//! a program that ignores it and truncates the file under an open device makes the next access
+//! to the lost range fault (SIGBUS), as with any mapped file.
 //!
 //! # Timing model
 //!
