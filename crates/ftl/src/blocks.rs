@@ -62,7 +62,8 @@ impl BankAlloc {
     /// Puts an erased block in the free list.
     pub fn push_free(&mut self, block: u32) {
         self.state[block as usize] = BlockState::Free;
-        self.free.push(Reverse((self.erase_count[block as usize], block)));
+        self.free
+            .push(Reverse((self.erase_count[block as usize], block)));
     }
 
     /// Takes the least-worn free block, marking it open.

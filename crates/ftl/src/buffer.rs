@@ -176,7 +176,11 @@ impl Core {
         let mut slots = std::mem::take(&mut open.slots);
         slots.resize(self.layout.slots_per_page as usize, (SlotMeta::PAD, None));
         queue.sealed.fetch_add(1, Ordering::AcqRel);
-        if queue.tx.send(WriterMsg::Page(SealedPage { slots })).is_err() {
+        if queue
+            .tx
+            .send(WriterMsg::Page(SealedPage { slots }))
+            .is_err()
+        {
             // The writer is gone (shutdown): nothing will commit; waiters see `closed`.
             queue.sealed.fetch_sub(1, Ordering::AcqRel);
         }

@@ -180,11 +180,15 @@ fn decode(b: &[u8]) -> std::result::Result<Snapshot, String> {
     let prev_sc = get64(b, 32).ok_or("short header")?;
     let (lpns, blocks, trims, crc) = (h(40)? as usize, h(44)? as usize, h(48)? as usize, h(56)?);
     let len = lpns * 4 + blocks * 8 + trims * 12;
-    let body = b.get(HEADER..HEADER + len).ok_or("checkpoint shorter than its header says")?;
+    let body = b
+        .get(HEADER..HEADER + len)
+        .ok_or("checkpoint shorter than its header says")?;
     if crc32fast::hash(body) != crc {
         return Err("checkpoint payload checksum mismatch".into());
     }
-    let l2p = (0..lpns).map(|i| get32(body, i * 4).unwrap_or(u32::MAX)).collect();
+    let l2p = (0..lpns)
+        .map(|i| get32(body, i * 4).unwrap_or(u32::MAX))
+        .collect();
     let o = lpns * 4;
     let blocks = (0..blocks)
         .map(|i| {
@@ -221,13 +225,22 @@ fn area_id(nand: &NandDevice, layout: &Layout, area: u32) -> Option<(u64, u32)> 
         .ok()?;
     c.wait();
     match oob::decode(&oob_buf)? {
-        PageOob::Checkpoint { id, index: 0, count, .. } => Some((id, count)),
+        PageOob::Checkpoint {
+            id,
+            index: 0,
+            count,
+            ..
+        } => Some((id, count)),
         _ => None,
     }
 }
 
 /// Loads the checkpoint in `area`, reading its pages bank-parallel and checking every CRC.
-fn load_area(nand: &NandDevice, layout: &Layout, area: u32) -> std::result::Result<Snapshot, String> {
+fn load_area(
+    nand: &NandDevice,
+    layout: &Layout,
+    area: u32,
+) -> std::result::Result<Snapshot, String> {
     let (id, count) = area_id(nand, layout, area).ok_or("no checkpoint header")?;
     if count as u64 > layout.ckpt_area_pages() || count == 0 {
         return Err(format!("checkpoint claims {count} pages"));
@@ -333,13 +346,17 @@ impl Core {
             }
         };
         self.gate.thaw();
-        self.counters.bytes_since_checkpoint.store(0, Ordering::Relaxed);
+        self.counters
+            .bytes_since_checkpoint
+            .store(0, Ordering::Relaxed);
         let area = match self.ckpt.lock().last_area {
             Some(a) => 1 - a,
             None => 0,
         };
         if let Err(e) = self.write_area(area, &snap) {
-            self.counters.checkpoint_failures.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .checkpoint_failures
+                .fetch_add(1, Ordering::Relaxed);
             return Err(e);
         }
         *self.ckpt.lock() = CkptState {
@@ -399,15 +416,28 @@ impl Core {
             let chunk = &bytes[i as usize * ps..((i as usize + 1) * ps).min(bytes.len())];
             page[..chunk.len()].copy_from_slice(chunk);
             page[chunk.len()..].fill(0);
-            oob::encode_checkpoint(&mut oob_buf, snap.id, i as u32, count as u32, crc32fast::hash(&page));
-            pending.push(self.nand.program(layout.ckpt_page(area, i), &page, &oob_buf)?);
+            oob::encode_checkpoint(
+                &mut oob_buf,
+                snap.id,
+                i as u32,
+                count as u32,
+                crc32fast::hash(&page),
+            );
+            pending.push(
+                self.nand
+                    .program(layout.ckpt_page(area, i), &page, &oob_buf)?,
+            );
             // Keep the number of outstanding completions bounded.
             if pending.len() >= 4 * layout.banks as usize {
-                pending.drain(..layout.banks as usize).for_each(Completion::wait);
+                pending
+                    .drain(..layout.banks as usize)
+                    .for_each(Completion::wait);
             }
         }
         pending.drain(..).for_each(Completion::wait);
-        self.counters.checkpoint_pages.fetch_add(count, Ordering::Relaxed);
+        self.counters
+            .checkpoint_pages
+            .fetch_add(count, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -417,6 +447,9 @@ pub fn maintenance(core: std::sync::Arc<Core>) {
     let workers = core.cfg.gc_threads.max(1);
     while !core.stopping.load(Ordering::Acquire) {
         let l = core.wake.listen();
+        if core.stopping.load(Ordering::Acquire) {
+            break;
+        }
         l.wait_timeout(std::time::Duration::from_millis(100));
         if core.stopping.load(Ordering::Acquire) {
             break;
@@ -490,7 +523,10 @@ pub fn inspect(path: &std::path::Path) -> Result<ImageInfo> {
     let nand = NandDevice::open(path, None, nand_model::TimingMode::Off)?;
     let sb = read_superblock(&nand)?;
     let layout = Layout::new(nand.geometry(), sb.ckpt_blocks);
-    let newest_id = (0..2).filter_map(|a| area_id(&nand, &layout, a)).map(|(id, _)| id).max();
+    let newest_id = (0..2)
+        .filter_map(|a| area_id(&nand, &layout, a))
+        .map(|(id, _)| id)
+        .max();
     let loaded = load_newest(&nand, &layout);
     let (mut emin, mut emax, mut esum, mut bad, mut after) = (u32::MAX, 0u32, 0u64, 0u32, 0u64);
     let total = layout.total_blocks();
@@ -506,7 +542,10 @@ pub fn inspect(path: &std::path::Path) -> Result<ImageInfo> {
         if layout.is_reserved(addr) {
             continue;
         }
-        let from = match loaded.as_ref().and_then(|(s, _, _)| s.blocks.get(b as usize)) {
+        let from = match loaded
+            .as_ref()
+            .and_then(|(s, _, _)| s.blocks.get(b as usize))
+        {
             Some(&(e, p)) if e == st.erase_count => p,
             _ => 0,
         };

@@ -34,7 +34,9 @@ impl std::str::FromStr for GcPolicy {
         GcPolicy::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| format!("unknown GC policy {s:?} (expected in-path, parallel or adaptive)"))
+            .ok_or_else(|| {
+                format!("unknown GC policy {s:?} (expected in-path, parallel or adaptive)")
+            })
     }
 }
 
@@ -77,7 +79,9 @@ pub struct FtlConfig {
 impl Default for FtlConfig {
     fn default() -> Self {
         FtlConfig {
-            queues: std::thread::available_parallelism().map_or(2, |n| n.get()).min(8),
+            queues: std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .min(8),
             overprovision: 0.07,
             gc_policy: GcPolicy::default(),
             victim_policy: VictimPolicy::default(),

@@ -9,7 +9,11 @@ pub enum FtlError {
     #[error("request at offset {offset} length {len} is not aligned to 512-byte sectors")]
     Misaligned { offset: u64, len: u64 },
     #[error("request at offset {offset} length {len} runs past the end of the device ({capacity} bytes)")]
-    OutOfRange { offset: u64, len: u64, capacity: u64 },
+    OutOfRange {
+        offset: u64,
+        len: u64,
+        capacity: u64,
+    },
     #[error("device is read-only: {0}")]
     ReadOnly(String),
     #[error("uncorrectable read at logical page {lpn} after {retries} retries")]

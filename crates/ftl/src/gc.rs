@@ -220,7 +220,9 @@ impl Core {
             match result {
                 Ok(c) => {
                     c.wait();
-                    self.counters.gc_page_programs.fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .gc_page_programs
+                        .fetch_add(1, Ordering::Relaxed);
                     for (i, s) in batch.iter().enumerate() {
                         self.relocate(s, self.layout.psa(addr, i as u32));
                     }
@@ -230,7 +232,9 @@ impl Core {
                     return;
                 }
                 Err(e) if e.is_fault() => {
-                    self.counters.program_failures.fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .program_failures
+                        .fetch_add(1, Ordering::Relaxed);
                     g.frontier = None;
                     self.retire_block(b, fr.block);
                 }
@@ -276,7 +280,10 @@ impl Core {
         let left = self.blocks.valid_count(idx);
         if left != 0 {
             // A slot turned valid behind the cursor: that would be a bug; never erase live data.
-            tracing::error!("bank {b} block {}: {left} valid slots after GC; rescanning", cur.block);
+            tracing::error!(
+                "bank {b} block {}: {left} valid slots after GC; rescanning",
+                cur.block
+            );
             self.bank(b).alloc.lock().state[cur.block as usize] = BlockState::Full;
             return Step::Progress;
         }
@@ -284,7 +291,9 @@ impl Core {
             std::thread::yield_now();
         }
         if cur.purpose == Purpose::WearLevel {
-            self.counters.wear_level_moves.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .wear_level_moves
+                .fetch_add(1, Ordering::Relaxed);
         }
         let went_bad = if cur.purpose == Purpose::Retire {
             if let Err(e) = self.nand.mark_bad(blk_addr) {
@@ -337,7 +346,9 @@ impl Core {
             .position(|s| *s == BlockState::Retiring)
             .and_then(|i| pick(i as u32, Purpose::Retire));
         if chosen.is_none() {
-            chosen = self.wear_level_victim(b, &a).and_then(|blk| pick(blk, Purpose::WearLevel));
+            chosen = self
+                .wear_level_victim(b, &a)
+                .and_then(|blk| pick(blk, Purpose::WearLevel));
         }
         if chosen.is_none() {
             let now = self.current_seq();

@@ -35,7 +35,10 @@ impl Core {
         if offset % SECTOR != 0 || len % SECTOR != 0 {
             return Err(FtlError::Misaligned { offset, len });
         }
-        if offset.checked_add(len).is_none_or(|end| end > self.capacity()) {
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > self.capacity())
+        {
             return Err(FtlError::OutOfRange {
                 offset,
                 len,
@@ -117,7 +120,13 @@ impl Core {
     }
 
     /// Writes `data` at `offset` (already range-checked) through queue `q`.
-    pub(crate) async fn write_at(&self, q: usize, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+    pub(crate) async fn write_at(
+        &self,
+        q: usize,
+        offset: u64,
+        data: &[u8],
+        fua: bool,
+    ) -> Result<()> {
         self.check_writable()?;
         let q = q % self.queues.len();
         let mut pos = 0usize;

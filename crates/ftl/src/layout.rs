@@ -140,7 +140,8 @@ impl Layout {
     pub fn ckpt_page(&self, area: u32, i: u64) -> PageAddr {
         let bank = (i % self.banks as u64) as u32;
         let per_bank = i / self.banks as u64;
-        let block = self.ckpt_area_blocks(area).start + (per_bank / self.pages_per_block as u64) as u32;
+        let block =
+            self.ckpt_area_blocks(area).start + (per_bank / self.pages_per_block as u64) as u32;
         PageAddr {
             block: BlockAddr {
                 bank: BankId(bank),

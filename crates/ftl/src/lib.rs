@@ -91,11 +91,18 @@ pub struct FormatPlan {
 }
 
 /// Works out the exported size and checkpoint area of a geometry, without touching any file.
-pub fn plan_format(nand: &NandConfig, cfg: &FtlConfig, export_bytes: Option<u64>) -> Result<FormatPlan> {
+pub fn plan_format(
+    nand: &NandConfig,
+    cfg: &FtlConfig,
+    export_bytes: Option<u64>,
+) -> Result<FormatPlan> {
     let geo = &nand.geometry;
     let bad = |m: String| Err(FtlError::Config(m));
     if geo.page_size < LOGICAL_PAGE as u32 || geo.page_size % LOGICAL_PAGE as u32 != 0 {
-        return bad(format!("page size {} is not a multiple of 4096", geo.page_size));
+        return bad(format!(
+            "page size {} is not a multiple of 4096",
+            geo.page_size
+        ));
     }
     let base = Layout::new(geo, 0);
     if oob::data_oob_len(base.slots_per_page) > geo.oob_size as usize {
@@ -110,12 +117,16 @@ pub fn plan_format(nand: &NandConfig, cfg: &FtlConfig, export_bytes: Option<u64>
         return bad("device has more than 2^32 slots; use a larger page or fewer blocks".into());
     }
     if !(0.0..0.9).contains(&cfg.overprovision) {
-        return bad(format!("over-provisioning {} is outside 0..0.9", cfg.overprovision));
+        return bad(format!(
+            "over-provisioning {} is outside 0..0.9",
+            cfg.overprovision
+        ));
     }
     let spb = base.slots_per_block() as u64;
     let total = base.total_blocks() as u64;
     let banks = base.banks as u64;
-    let ckpt_pages = checkpoint::checkpoint_bytes(total * spb, total).div_ceil(geo.page_size as u64);
+    let ckpt_pages =
+        checkpoint::checkpoint_bytes(total * spb, total).div_ceil(geo.page_size as u64);
     let ckpt_blocks = ckpt_pages.div_ceil(banks * geo.pages_per_block as u64) as u32;
     let reserved = 1 + banks * 2 * ckpt_blocks as u64;
     let frontier = banks * (cfg.queues.max(1) as u64 + 1 + GC_RESERVE as u64 + 2);
@@ -287,18 +298,24 @@ impl Ftl {
         let mut writers = Vec::new();
         for (q, rx) in rxs.into_iter().enumerate() {
             let c = core.clone();
-            writers.push(spawn(format!("ftl-writer-{q}"), move || writer::run(c, q, rx))?);
+            writers.push(spawn(format!("ftl-writer-{q}"), move || {
+                writer::run(c, q, rx)
+            })?);
         }
         let mut helpers = Vec::new();
         if core.cfg.gc_policy != GcPolicy::InPath {
             let adaptive = core.cfg.gc_policy == GcPolicy::Adaptive;
             for i in 0..core.cfg.gc_threads.max(1) {
                 let c = core.clone();
-                helpers.push(spawn(format!("ftl-gc-{i}"), move || gc::worker(c, i, adaptive))?);
+                helpers.push(spawn(format!("ftl-gc-{i}"), move || {
+                    gc::worker(c, i, adaptive)
+                })?);
             }
         }
         let c = core.clone();
-        helpers.push(spawn("ftl-maint".into(), move || checkpoint::maintenance(c))?);
+        helpers.push(spawn("ftl-maint".into(), move || {
+            checkpoint::maintenance(c)
+        })?);
         Ok(Ftl {
             core,
             writers: Mutex::new(writers),
@@ -333,7 +350,8 @@ impl Ftl {
         self.core.read_at(offset, buf).await?;
         let c = &self.core.counters;
         c.host_reads.fetch_add(1, Ordering::Relaxed);
-        c.host_read_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        c.host_read_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
         self.core.latencies.record(OpKind::Read, t.elapsed());
         Ok(())
     }
@@ -346,7 +364,8 @@ impl Ftl {
         self.core.write_at(queue, offset, data, fua).await?;
         let c = &self.core.counters;
         c.host_writes.fetch_add(1, Ordering::Relaxed);
-        c.host_write_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        c.host_write_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
         self.core.latencies.record(OpKind::Write, t.elapsed());
         Ok(())
     }
@@ -358,7 +377,10 @@ impl Ftl {
             return Err(FtlError::Closed);
         }
         self.core.flush_all().await?;
-        self.core.counters.host_flushes.fetch_add(1, Ordering::Relaxed);
+        self.core
+            .counters
+            .host_flushes
+            .fetch_add(1, Ordering::Relaxed);
         self.core.latencies.record(OpKind::Flush, t.elapsed());
         Ok(())
     }
@@ -369,7 +391,10 @@ impl Ftl {
         let t = Instant::now();
         self.core.check_range(offset, len)?;
         self.core.unmap(queue, offset, len, fua).await?;
-        self.core.counters.host_trims.fetch_add(1, Ordering::Relaxed);
+        self.core
+            .counters
+            .host_trims
+            .fetch_add(1, Ordering::Relaxed);
         self.core.latencies.record(OpKind::Trim, t.elapsed());
         Ok(())
     }
@@ -438,9 +463,29 @@ impl Ftl {
         self.core.mark_writers_gone();
     }
 
+    /// Where the newest checkpoint lives (for corruption tests).
+    #[doc(hidden)]
+    pub fn newest_checkpoint_pages(&self) -> Vec<nand_model::PageAddr> {
+        let Some(area) = self.core.ckpt.lock().last_area else {
+            return Vec::new();
+        };
+        let l = self.core.layout;
+        (0..l.ckpt_area_pages())
+            .map(|i| l.ckpt_page(area, i))
+            .filter(|p| {
+                self.core
+                    .nand
+                    .block_state(p.block)
+                    .is_ok_and(|s| p.page < s.programmed_pages)
+            })
+            .collect()
+    }
+
     /// Checks the FTL's structural invariants (for tests; call when no operation is running).
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         let core = &self.core;
+        // GC workers pause between steps while this is held.
+        let _gc = core.gc_gate.write();
         let layout = core.layout;
         let mut expect = vec![0u32; layout.total_blocks() as usize];
         let mut seen = std::collections::HashSet::new();
@@ -469,7 +514,12 @@ impl Ftl {
             let bank = b as u32 / layout.blocks_per_bank;
             let blk = b as u32 % layout.blocks_per_bank;
             let state = core.bank(bank).alloc.lock().state[blk as usize];
-            if *e > 0 && matches!(state, BlockState::Free | BlockState::Bad | BlockState::Reserved) {
+            if *e > 0
+                && matches!(
+                    state,
+                    BlockState::Free | BlockState::Bad | BlockState::Reserved
+                )
+            {
                 return Err(format!("block {b} is {state:?} but holds {e} valid slots"));
             }
         }

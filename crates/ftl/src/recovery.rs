@@ -71,7 +71,11 @@ struct Scan {
 
 impl Core {
     /// Rebuilds map, bitmaps and block states from flash. Runs before any thread starts.
-    pub(crate) fn recover(&self, ckpt: Option<&Snapshot>, fallback: bool) -> Result<RecoveryReport> {
+    pub(crate) fn recover(
+        &self,
+        ckpt: Option<&Snapshot>,
+        fallback: bool,
+    ) -> Result<RecoveryReport> {
         let t0 = Instant::now();
         let layout = self.layout;
         let total = layout.total_blocks();
@@ -109,7 +113,11 @@ impl Core {
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(crate::FtlError::Internal("scan thread panicked".into()))))
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(crate::FtlError::Internal("scan thread panicked".into()))
+                    })
+                })
                 .collect::<Result<Vec<_>>>()
         })?;
 
@@ -123,7 +131,10 @@ impl Core {
         for (lpn, e) in l2p.iter_mut().enumerate() {
             if *e != Psa::UNMAPPED {
                 let blk = layout.block_of(Psa(*e)).0 as usize;
-                if *e as u64 >= layout.total_slots() || blk >= erased_since.len() || erased_since[blk] {
+                if *e as u64 >= layout.total_slots()
+                    || blk >= erased_since.len()
+                    || erased_since[blk]
+                {
                     lost[lpn] = true;
                     *e = Psa::UNMAPPED;
                 }
@@ -284,7 +295,8 @@ impl Core {
                                 continue;
                             };
                             out.max_seq = out.max_seq.max(m.seq);
-                            out.trims.extend(recs.iter().map(|r| (r.start, r.count, r.seq)));
+                            out.trims
+                                .extend(recs.iter().map(|r| (r.start, r.count, r.seq)));
                             out.trim_slots.push((psa, m.seq));
                         }
                         SlotKind::Pad => {}

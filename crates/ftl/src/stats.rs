@@ -204,7 +204,8 @@ impl Core {
             });
         }
         let host_bytes = ld(&c.host_write_bytes);
-        let nand_bytes = (ld(&c.page_programs) + ld(&c.gc_page_programs)) * self.layout.page_size as u64;
+        let nand_bytes =
+            (ld(&c.page_programs) + ld(&c.gc_page_programs)) * self.layout.page_size as u64;
         let mem = self.map.memory_bytes() + self.blocks.memory_bytes();
         FtlStats {
             capacity_bytes: self.capacity(),
@@ -242,7 +243,11 @@ impl Core {
             buffered_pages: self.map.overlay_len(),
             wear: WearStats {
                 min: if wmin == u32::MAX { 0 } else { wmin },
-                avg: if wn == 0 { 0.0 } else { wsum as f64 / wn as f64 },
+                avg: if wn == 0 {
+                    0.0
+                } else {
+                    wsum as f64 / wn as f64
+                },
                 max: wmax,
             },
             banks,

@@ -156,13 +156,10 @@ impl Writer {
 
     fn place(&mut self, core: &Core, page: SealedPage) {
         self.fill(core, &page);
-        let mut attempts = 0u32;
+        // Consecutive rounds in which no bank could take the page and GC reclaimed nothing.
+        let mut stuck = 0u32;
         loop {
-            attempts += 1;
-            if core.read_only_reason().is_some() || attempts > 64 * core.layout.banks {
-                if core.read_only_reason().is_none() {
-                    core.set_read_only("no bank can take a page".into());
-                }
+            if core.read_only_reason().is_some() {
                 // The data stays readable from the overlay until restart; flush reports the error.
                 let queue = &core.queues[self.q];
                 queue.committed.fetch_add(1, Ordering::AcqRel);
@@ -171,8 +168,15 @@ impl Writer {
             }
             let Some(b) = self.choose_bank(core) else {
                 // Every bank is at its GC reserve: clean in the foreground (bounded steps).
-                if !core.foreground_gc(None) {
-                    core.set_read_only("no free blocks left and nothing to reclaim".into());
+                if core.foreground_gc(None) {
+                    stuck = 0;
+                } else {
+                    // Reclaimable space may sit in other writers' open blocks: give them time.
+                    stuck += 1;
+                    if stuck > 2000 {
+                        core.set_read_only("no free blocks left and nothing to reclaim".into());
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(500));
                 }
                 continue;
             };
@@ -198,8 +202,7 @@ impl Writer {
                 block: fr.block,
                 next: fr.next + 1,
             };
-            self.frontiers[b as usize] =
-                (next.next < core.layout.pages_per_block).then_some(next);
+            self.frontiers[b as usize] = (next.next < core.layout.pages_per_block).then_some(next);
             match result {
                 Ok(done) => {
                     core.counters.page_programs.fetch_add(1, Ordering::Relaxed);
@@ -212,7 +215,9 @@ impl Writer {
                 }
                 Err(e) if e.is_fault() => {
                     tracing::warn!("program failed at {addr:?}: {e}; retiring the block");
-                    core.counters.program_failures.fetch_add(1, Ordering::Relaxed);
+                    core.counters
+                        .program_failures
+                        .fetch_add(1, Ordering::Relaxed);
                     // Everything already programmed in the block must be committed before GC
                     // may move it out.
                     self.commit_done(core, true);
@@ -237,7 +242,9 @@ impl Writer {
             }
             metas.push(*meta);
             if meta.kind == SlotKind::Data {
-                core.counters.host_slots_programmed.fetch_add(1, Ordering::Relaxed);
+                core.counters
+                    .host_slots_programmed
+                    .fetch_add(1, Ordering::Relaxed);
             }
         }
         oob::encode_data(&mut self.oob, &metas);

@@ -28,7 +28,10 @@ fn write_read_roundtrip_and_reopen() {
         assert!(back[3584..7680].iter().all(|b| *b == 0));
         assert_eq!(back[..3584], data[..3584]);
         // Errors.
-        assert!(matches!(ftl.read(1, &mut [0u8; 512]).await, Err(FtlError::Misaligned { .. })));
+        assert!(matches!(
+            ftl.read(1, &mut [0u8; 512]).await,
+            Err(FtlError::Misaligned { .. })
+        ));
         assert!(matches!(
             ftl.write(0, cap, &[0u8; 512], false).await,
             Err(FtlError::OutOfRange { .. })
@@ -44,7 +47,9 @@ fn write_read_roundtrip_and_reopen() {
     block_on(async {
         let mut back = vec![0u8; 4096];
         ftl.read(8192, &mut back).await.unwrap();
-        let expect: Vec<u8> = (2 * 4096 - 512..3 * 4096 - 512).map(|i| (i % 251) as u8).collect();
+        let expect: Vec<u8> = (2 * 4096 - 512..3 * 4096 - 512)
+            .map(|i| (i % 251) as u8)
+            .collect();
         assert_eq!(back, expect);
     });
     ftl.check_invariants().unwrap();

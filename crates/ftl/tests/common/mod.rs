@@ -73,6 +73,9 @@ pub fn check_stamp(lpn: u64, data: &[u8]) -> Option<u64> {
     let got_lpn = u64::from_le_bytes(data[0..8].try_into().unwrap());
     let tag = u64::from_le_bytes(data[8..16].try_into().unwrap());
     assert_eq!(got_lpn, lpn, "page {lpn} holds data of page {got_lpn}");
-    assert!(data == stamped(lpn, tag).as_slice(), "page {lpn} tag {tag} is torn");
+    assert!(
+        data == stamped(lpn, tag).as_slice(),
+        "page {lpn} tag {tag} is torn"
+    );
     Some(tag)
 }

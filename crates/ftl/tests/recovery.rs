@@ -1,0 +1,228 @@
+//! Recovery paths: a clean reopen uses the checkpoint and scans nothing, a crash reopen scans
+//! what was written after the checkpoint, a corrupt checkpoint falls back to the older one (or a
+//! full scan), and periodic checkpoints bound the crash scan.
+
+mod common;
+
+use std::io::{Seek, SeekFrom, Write};
+use std::path::Path;
+
+use common::*;
+use ftl::nand_model::Geometry;
+use ftl::{Ftl, GcPolicy, RecoveryMode};
+
+fn write_pages(ftl: &Ftl, lpns: std::ops::Range<u64>, tag: u64) {
+    block_on(async {
+        for l in lpns {
+            ftl.write(l as usize, l * 4096, &stamped(l, tag), false)
+                .await
+                .unwrap();
+        }
+    });
+}
+
+fn verify_pages(ftl: &Ftl, lpns: std::ops::Range<u64>, tag: u64) {
+    block_on(async {
+        let mut buf = vec![0u8; 4096];
+        for l in lpns {
+            ftl.read(l * 4096, &mut buf).await.unwrap();
+            assert_eq!(check_stamp(l, &buf), Some(tag), "page {l}");
+        }
+    });
+}
+
+/// Byte offset of a page's data in the image (layout documented in nand-model's crate docs).
+fn page_offset(geo: &Geometry, p: ftl::nand_model::PageAddr) -> u64 {
+    let blocks = geo.banks() as u64 * geo.blocks_per_bank as u64;
+    let table = (blocks * 16).div_ceil(4096) * 4096;
+    let index = (p.block.bank.0 as u64 * geo.blocks_per_bank as u64 + p.block.block as u64)
+        * geo.pages_per_block as u64
+        + p.page as u64;
+    4096 + table + index * geo.page_size as u64
+}
+
+fn corrupt(path: &Path, geo: &Geometry, p: ftl::nand_model::PageAddr) {
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(page_offset(geo, p) + 100)).unwrap();
+    f.write_all(&[0x5a; 16]).unwrap();
+}
+
+#[test]
+fn clean_reopen_uses_checkpoint_crash_reopen_scans() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.img");
+    let nand = small_nand(8192, 24);
+    let cfg = small_cfg(GcPolicy::Parallel);
+    let ftl = create(&path, &nand, cfg.clone());
+    write_pages(&ftl, 0..100, 1);
+    ftl.close().unwrap();
+    drop(ftl);
+
+    let ftl = open(&path, cfg.clone());
+    let r = ftl.recovery();
+    assert_eq!(r.mode, RecoveryMode::Clean);
+    assert_eq!(
+        (r.pages_scanned, r.blocks_scanned),
+        (0, 0),
+        "clean open must not scan"
+    );
+    verify_pages(&ftl, 0..100, 1);
+    write_pages(&ftl, 50..150, 2);
+    block_on(ftl.flush()).unwrap();
+    ftl.simulate_power_loss();
+
+    let ftl = open(&path, cfg.clone());
+    let r = ftl.recovery();
+    assert_eq!(r.mode, RecoveryMode::RollForward);
+    assert!(r.pages_scanned > 0);
+    verify_pages(&ftl, 0..50, 1);
+    verify_pages(&ftl, 50..150, 2);
+    ftl.check_invariants().unwrap();
+    // The open after a crash wrote a fresh checkpoint: the next clean cycle scans nothing.
+    ftl.close().unwrap();
+    drop(ftl);
+    assert_eq!(open(&path, cfg).recovery().mode, RecoveryMode::Clean);
+}
+
+#[test]
+fn corrupt_checkpoint_falls_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.img");
+    let nand = small_nand(4096, 28);
+    let cfg = small_cfg(GcPolicy::InPath);
+    let ftl = create(&path, &nand, cfg.clone());
+    write_pages(&ftl, 0..200, 1);
+    block_on(ftl.flush()).unwrap();
+    ftl.checkpoint().unwrap();
+    write_pages(&ftl, 100..300, 2);
+    ftl.close().unwrap();
+    let newest = ftl.newest_checkpoint_pages();
+    assert!(!newest.is_empty());
+    drop(ftl);
+
+    // Corrupt one page of the newest checkpoint: the older one plus a scan must still give
+    // every page its last value.
+    corrupt(&path, &nand.geometry, newest[newest.len() / 2]);
+    let ftl = open(&path, cfg.clone());
+    let r = ftl.recovery();
+    assert!(r.checkpoint_fallback, "{r:?}");
+    assert_eq!(r.mode, RecoveryMode::RollForward);
+    assert!(r.pages_scanned > 0);
+    verify_pages(&ftl, 0..100, 1);
+    verify_pages(&ftl, 100..300, 2);
+    ftl.check_invariants().unwrap();
+    let both = ftl.newest_checkpoint_pages();
+    ftl.close().unwrap();
+    let last = ftl.newest_checkpoint_pages();
+    drop(ftl);
+
+    // Corrupt both checkpoints: a full OOB scan rebuilds the map.
+    corrupt(&path, &nand.geometry, both[0]);
+    corrupt(&path, &nand.geometry, last[0]);
+    let ftl = open(&path, cfg);
+    let r = ftl.recovery();
+    assert_eq!(r.mode, RecoveryMode::FullScan, "{r:?}");
+    verify_pages(&ftl, 0..100, 1);
+    verify_pages(&ftl, 100..300, 2);
+    ftl.check_invariants().unwrap();
+}
+
+#[test]
+fn periodic_checkpoints_bound_the_crash_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.img");
+    let nand = small_nand(4096, 48);
+    let mut cfg = small_cfg(GcPolicy::Adaptive);
+    cfg.checkpoint_interval_bytes = 64 * 4096;
+    let ftl = create(&path, &nand, cfg.clone());
+    let pages = ftl.capacity() / 4096;
+    // Several device-fulls of writes: many periodic checkpoints happen meanwhile.
+    let mut round = 0;
+    while round < 4 || (ftl.stats().checkpoints < 5 && round < 40) {
+        round += 1;
+        write_pages(&ftl, 0..pages * 9 / 10, round);
+        // Let the maintenance thread catch up.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let checkpoints = ftl.stats().checkpoints;
+    assert!(
+        checkpoints >= 5,
+        "only {checkpoints} checkpoints in {round} rounds"
+    );
+    block_on(ftl.flush()).unwrap();
+    let total_programmed = ftl.stats().nand_page_programs;
+    ftl.simulate_power_loss();
+    let ftl = open(&path, cfg);
+    let r = ftl.recovery();
+    assert_eq!(r.mode, RecoveryMode::RollForward);
+    assert!(
+        r.pages_scanned < total_programmed / 2,
+        "scan of {} pages is not bounded by the checkpoints ({} programmed)",
+        r.pages_scanned,
+        total_programmed
+    );
+    verify_pages(&ftl, 0..pages * 9 / 10, round);
+    ftl.check_invariants().unwrap();
+}
+
+#[test]
+fn trims_survive_crash_once_flushed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.img");
+    let cfg = small_cfg(GcPolicy::Parallel);
+    let ftl = create(&path, &small_nand(8192, 24), cfg.clone());
+    write_pages(&ftl, 0..64, 1);
+    ftl.checkpoint().unwrap();
+    block_on(async {
+        ftl.trim(0, 8 * 4096, 16 * 4096, false).await.unwrap();
+        ftl.write_zeroes(1, 40 * 4096, 8 * 4096, false)
+            .await
+            .unwrap();
+        ftl.flush().await.unwrap();
+    });
+    ftl.simulate_power_loss();
+    let ftl = open(&path, cfg);
+    verify_pages(&ftl, 0..8, 1);
+    verify_pages(&ftl, 24..40, 1);
+    verify_pages(&ftl, 48..64, 1);
+    block_on(async {
+        let mut buf = vec![0u8; 4096];
+        for l in (8..24).chain(40..48) {
+            ftl.read(l * 4096, &mut buf).await.unwrap();
+            assert_eq!(check_stamp(l, &buf), None, "trimmed page {l} came back");
+        }
+    });
+}
+
+#[test]
+fn foreign_and_unformatted_images_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.img");
+    std::fs::write(&junk, vec![7u8; 1 << 16]).unwrap();
+    let e = Ftl::open(
+        &junk,
+        ftl::nand_model::TimingMode::Off,
+        small_cfg(GcPolicy::InPath),
+    )
+    .err()
+    .expect("junk must not open");
+    assert!(e.to_string().contains("junk.img"), "{e}");
+    // A NAND image that was never formatted by the FTL.
+    let raw = dir.path().join("raw.img");
+    drop(
+        ftl::nand_model::NandDevice::create(
+            &raw,
+            &small_nand(4096, 24),
+            ftl::nand_model::TimingMode::Off,
+        )
+        .unwrap(),
+    );
+    let e = Ftl::open(
+        &raw,
+        ftl::nand_model::TimingMode::Off,
+        small_cfg(GcPolicy::InPath),
+    )
+    .err()
+    .expect("unformatted must not open");
+    assert!(e.to_string().contains("superblock"), "{e}");
+}
