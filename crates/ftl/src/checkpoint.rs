@@ -350,6 +350,9 @@ impl Core {
             .bytes_since_checkpoint
             .store(0, Ordering::Relaxed);
         let area = match self.ckpt.lock().last_area {
+            // A checkpoint area with a bad block is not remapped: write over the other one then
+            // (a crash during that write leaves no checkpoint, and recovery does a full scan).
+            Some(a) if self.area_has_bad_block(1 - a) => a,
             Some(a) => 1 - a,
             None => 0,
         };
@@ -377,6 +380,19 @@ impl Core {
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         tracing::debug!("checkpoint {} written to area {area}", snap.id);
         Ok(())
+    }
+
+    fn area_has_bad_block(&self, area: u32) -> bool {
+        (0..self.layout.banks).any(|bank| {
+            self.layout.ckpt_area_blocks(area).any(|block| {
+                self.nand
+                    .block_state(BlockAddr {
+                        bank: BankId(bank),
+                        block,
+                    })
+                    .map_or(true, |s| s.bad)
+            })
+        })
     }
 
     fn write_area(&self, area: u32, snap: &Snapshot) -> Result<()> {
@@ -554,7 +570,7 @@ pub fn inspect(path: &std::path::Path) -> Result<ImageInfo> {
     let checkpoint_id = loaded.as_ref().map(|(s, _, _)| s.id);
     Ok(ImageInfo {
         path: path.to_path_buf(),
-        nand: nand.config().clone(),
+        nand: *nand.config(),
         capacity_bytes: sb.lpns as u64 * crate::layout::LOGICAL_PAGE as u64,
         logical_pages: sb.lpns,
         overprovision: sb.overprovision,

@@ -83,7 +83,13 @@ impl Core {
     pub(crate) fn gc_step(&self, b: u32, g: &mut BankGc) -> Step {
         let _gate = self.gc_gate.read();
         if g.victim.is_none() {
-            match self.select_victim(b) {
+            // Never start a victim whose valid data could not all be written back: the GC
+            // frontier's room plus the bank's free blocks bound what may be chosen.
+            let ppb = self.layout.pages_per_block;
+            let spp = self.layout.slots_per_page;
+            let frontier_room = g.frontier.map_or(0, |f| (ppb - f.next) * spp);
+            let room = frontier_room.saturating_sub(g.staged.len() as u32);
+            match self.select_victim(b, room) {
                 Some(c) => g.victim = Some(c),
                 None if g.staged.is_empty() => return Step::Idle,
                 None => {}
@@ -91,14 +97,13 @@ impl Core {
         }
         self.counters.gc_steps.fetch_add(1, Ordering::Relaxed);
         let spp = self.layout.slots_per_page as usize;
+        let programmed = |ok: bool| if ok { Step::Progress } else { Step::Idle };
         if g.staged.len() >= spp {
-            self.gc_program(b, g);
-            return Step::Progress;
+            return programmed(self.gc_program(b, g));
         }
         let exhausted = {
             let Some(cur) = g.victim.as_mut() else {
-                self.gc_program(b, g);
-                return Step::Progress;
+                return programmed(self.gc_program(b, g));
             };
             // Find the next page that still holds valid slots, and stage them.
             while cur.next_page < self.layout.pages_per_block {
@@ -122,8 +127,7 @@ impl Core {
             cur.next_page >= self.layout.pages_per_block
         };
         if g.staged.len() >= spp || (exhausted && !g.staged.is_empty()) {
-            self.gc_program(b, g);
-            return Step::Progress;
+            return programmed(self.gc_program(b, g));
         }
         if !exhausted {
             return Step::Progress;
@@ -176,7 +180,8 @@ impl Core {
     }
 
     /// Programs up to one page of staged slots to the bank's GC frontier and switches the map.
-    fn gc_program(&self, b: u32, g: &mut BankGc) {
+    /// Returns false if nothing could be programmed (no block for the frontier).
+    fn gc_program(&self, b: u32, g: &mut BankGc) -> bool {
         let spp = self.layout.slots_per_page as usize;
         let take = g.staged.len().min(spp);
         let batch: Vec<Staged> = g.staged.drain(..take).collect();
@@ -200,7 +205,7 @@ impl Core {
                         let mut rest = batch;
                         rest.append(&mut g.staged);
                         g.staged = rest;
-                        return;
+                        return false;
                     }
                 },
             };
@@ -229,7 +234,7 @@ impl Core {
                     if next == self.layout.pages_per_block {
                         self.mark_full(b, fr.block);
                     }
-                    return;
+                    return true;
                 }
                 Err(e) if e.is_fault() => {
                     self.counters
@@ -240,7 +245,7 @@ impl Core {
                 }
                 Err(e) => {
                     self.set_read_only(format!("GC program at {addr:?} failed: {e}"));
-                    return;
+                    return false;
                 }
             }
         }
@@ -335,19 +340,31 @@ impl Core {
         Step::Freed
     }
 
-    /// Chooses the bank's next victim and marks it.
-    fn select_victim(&self, b: u32) -> Option<Cursor> {
+    /// Chooses the bank's next victim and marks it. `room` is the number of slots the GC
+    /// frontier can still take without a new block.
+    fn select_victim(&self, b: u32, room: u32) -> Option<Cursor> {
         let spb = self.layout.slots_per_block();
         let mut a = self.bank(b).alloc.lock();
+        let room = room + a.free_len() * spb;
+        let fits = |block: usize| {
+            let addr = BlockAddr {
+                bank: BankId(b),
+                block: block as u32,
+            };
+            self.blocks.valid_count(self.layout.block_idx(addr)) <= room
+        };
         let pick = |block: u32, purpose| Some((block, purpose));
         let mut chosen = a
             .state
             .iter()
-            .position(|s| *s == BlockState::Retiring)
+            .enumerate()
+            .position(|(i, s)| *s == BlockState::Retiring && fits(i))
             .and_then(|i| pick(i as u32, Purpose::Retire));
-        if chosen.is_none() {
+        // Static wear levelling only on a bank that is not short of free blocks.
+        if chosen.is_none() && a.free_len() >= self.gc_soft_free() {
             chosen = self
                 .wear_level_victim(b, &a)
+                .filter(|blk| fits(*blk as usize))
                 .and_then(|blk| pick(blk, Purpose::WearLevel));
         }
         if chosen.is_none() {
@@ -362,7 +379,7 @@ impl Core {
                     block: i as u32,
                 };
                 let valid = self.blocks.valid_count(self.layout.block_idx(blk));
-                if valid >= spb {
+                if valid >= spb || valid > room {
                     continue;
                 }
                 let score = match self.cfg.victim_policy {

@@ -32,7 +32,7 @@ impl Core {
 
     /// Checks alignment and range; `write_like` requests past the end are `NoSpace`-class.
     pub(crate) fn check_range(&self, offset: u64, len: u64) -> Result<()> {
-        if offset % SECTOR != 0 || len % SECTOR != 0 {
+        if !offset.is_multiple_of(SECTOR) || !len.is_multiple_of(SECTOR) {
             return Err(FtlError::Misaligned { offset, len });
         }
         if offset

@@ -98,7 +98,7 @@ pub fn plan_format(
 ) -> Result<FormatPlan> {
     let geo = &nand.geometry;
     let bad = |m: String| Err(FtlError::Config(m));
-    if geo.page_size < LOGICAL_PAGE as u32 || geo.page_size % LOGICAL_PAGE as u32 != 0 {
+    if geo.page_size < LOGICAL_PAGE as u32 || !geo.page_size.is_multiple_of(LOGICAL_PAGE as u32) {
         return bad(format!(
             "page size {} is not a multiple of 4096",
             geo.page_size

@@ -1,0 +1,146 @@
+//! Fault injection: program, erase and read failures and wear-out in the middle of a workload.
+//! Nothing acknowledged and flushed may be lost, and the FTL must never break a flash rule.
+
+mod common;
+
+use common::*;
+use ftl::nand_model::FaultRates;
+use ftl::{FtlError, GcPolicy};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+#[test]
+fn random_program_erase_read_faults() {
+    for (i, policy) in GcPolicy::ALL.into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.img");
+        let mut cfg = small_cfg(policy);
+        cfg.overprovision = 0.25;
+        // Checkpoint areas are not remapped: keep periodic checkpoints out of the fault storm.
+        cfg.checkpoint_interval_bytes = 0;
+        let ftl = create(&path, &small_nand(8192, 64), cfg.clone());
+        ftl.nand().faults().set_random(
+            FaultRates {
+                program: 0.0005,
+                erase: 0.002,
+                read: 0.02,
+            },
+            42 + i as u64,
+        );
+        let pages = ftl.capacity() / 4096;
+        let used = pages * 8 / 10;
+        let mut tags = vec![0u64; used as usize];
+        let mut rng = SmallRng::seed_from_u64(i as u64);
+        block_on(async {
+            let mut buf = vec![0u8; 4096];
+            for n in 1..=pages * 10 {
+                let l = rng.gen_range(0..used);
+                ftl.write((n % 3) as usize, l * 4096, &stamped(l, n), false)
+                    .await
+                    .unwrap();
+                tags[l as usize] = n;
+                if n % 7 == 0 {
+                    let r = rng.gen_range(0..used);
+                    ftl.read(r * 4096, &mut buf).await.unwrap();
+                    assert_eq!(
+                        check_stamp(r, &buf).unwrap_or(0),
+                        tags[r as usize],
+                        "page {r}"
+                    );
+                }
+            }
+            ftl.flush().await.unwrap();
+        });
+        let s = ftl.stats();
+        let injected = ftl.nand().faults().injected();
+        println!(
+            "{}: injected {injected:?}; program failures {}, erase failures {}, read retries {}, bad blocks {}",
+            policy.name(),
+            s.program_failures,
+            s.erase_failures,
+            s.read_retries,
+            s.bad_blocks
+        );
+        assert!(s.program_failures > 0 && s.erase_failures > 0 && s.read_retries > 0);
+        assert_eq!(s.nand_violations, 0);
+        assert!(s.read_only.is_none(), "{:?}", s.read_only);
+        ftl.check_invariants().unwrap();
+        ftl.nand().faults().clear();
+        ftl.close().unwrap();
+        drop(ftl);
+        let ftl = open(&path, cfg);
+        block_on(async {
+            let mut buf = vec![0u8; 4096];
+            for l in 0..used {
+                ftl.read(l * 4096, &mut buf).await.unwrap();
+                assert_eq!(
+                    check_stamp(l, &buf).unwrap_or(0),
+                    tags[l as usize],
+                    "page {l}"
+                );
+            }
+        });
+        ftl.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn wear_out_ends_read_only_without_losing_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.img");
+    let mut nand = small_nand(4096, 48);
+    nand.endurance = 25;
+    let mut cfg = small_cfg(GcPolicy::Adaptive);
+    cfg.checkpoint_interval_bytes = 0;
+    cfg.overprovision = 0.2;
+    let ftl = create(&path, &nand, cfg.clone());
+    let pages = ftl.capacity() / 4096;
+    let used = pages / 2;
+    let mut durable = vec![0u64; used as usize];
+    let mut acked = vec![0u64; used as usize];
+    let mut rng = SmallRng::seed_from_u64(5);
+    let mut n = 0u64;
+    let err = block_on(async {
+        loop {
+            for _ in 0..64 {
+                n += 1;
+                let l = rng.gen_range(0..used);
+                if let Err(e) = ftl.write(0, l * 4096, &stamped(l, n), false).await {
+                    return e;
+                }
+                acked[l as usize] = n;
+            }
+            if let Err(e) = ftl.flush().await {
+                return e;
+            }
+            durable.copy_from_slice(&acked);
+            assert!(n < 10_000_000, "never wore out");
+        }
+    });
+    assert!(matches!(err, FtlError::ReadOnly(_)), "{err}");
+    let s = ftl.stats();
+    println!(
+        "worn out after {n} writes: {err}; bad blocks {}, wear max {}",
+        s.bad_blocks, s.wear.max
+    );
+    assert!(s.read_only.is_some());
+    assert_eq!(s.nand_violations, 0);
+    // Every page still reads as its last flushed value or a later acknowledged one.
+    block_on(async {
+        let mut buf = vec![0u8; 4096];
+        for l in 0..used as usize {
+            ftl.read(l as u64 * 4096, &mut buf).await.unwrap();
+            let t = check_stamp(l as u64, &buf).unwrap_or(0);
+            assert!(
+                t >= durable[l] && t <= acked[l],
+                "page {l}: tag {t}, durable {}, acked {}",
+                durable[l],
+                acked[l]
+            );
+        }
+        assert!(matches!(
+            ftl.write(0, 0, &[0u8; 4096], false).await,
+            Err(FtlError::ReadOnly(_))
+        ));
+    });
+}
