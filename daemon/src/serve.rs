@@ -213,7 +213,9 @@ async fn serve_all(ftl: Arc<Ftl>, s: &ServeSettings, mut signals: Signals) -> an
         warn!("second {name}: exiting at once; writes not yet flushed are lost");
         std::process::exit(1);
     });
-    print_connect_help(s, ftl.capacity());
+    // The address actually bound (port 0 picks a free port).
+    let tcp_addr = tcp.as_ref().and_then(|l| l.local_addr().ok());
+    print_connect_help(s, tcp_addr, ftl.capacity());
     info!(read_only = s.read_only, "ready");
 
     let unix_loop = async {
@@ -243,7 +245,7 @@ async fn serve_all(ftl: Arc<Ftl>, s: &ServeSettings, mut signals: Signals) -> an
 }
 
 /// Tells the user how to reach the export (stdout; the logs go to stderr).
-fn print_connect_help(s: &ServeSettings, capacity: u64) {
+fn print_connect_help(s: &ServeSettings, tcp: Option<std::net::SocketAddr>, capacity: u64) {
     let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let image = abs(&s.image.path);
     let mut out = String::new();
@@ -257,7 +259,7 @@ fn print_connect_help(s: &ServeSettings, capacity: u64) {
     if let Some(p) = &s.nbd_socket {
         uris.push(format!("nbd+unix:///?socket={}", abs(p).display()));
     }
-    if let Some(a) = s.nbd_listen {
+    if let Some(a) = tcp {
         uris.push(format!("nbd://{a}"));
     }
     let Some(uri) = uris.first() else { return };

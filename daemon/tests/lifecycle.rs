@@ -69,6 +69,33 @@ fn sigterm_flushes_checkpoints_and_exits_0() {
 }
 
 #[test]
+fn sigint_is_a_clean_shutdown_too() {
+    let mut d = Daemon::start(FTLD);
+    let status = d.stop_with(libc::SIGINT);
+    assert!(status.success(), "exit {status}:\n{}", d.log());
+    assert_eq!(info_json(&d.image())["clean_shutdown"], true);
+}
+
+#[test]
+fn a_file_that_is_not_an_image_is_refused_by_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("junk.img");
+    std::fs::write(&img, vec![0x42u8; 1 << 20]).expect("write");
+    let (code, err) = run_to_exit(
+        Command::new(FTLD)
+            .args(["serve", "--timing", "off", "--image"])
+            .arg(&img),
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(&img.display().to_string()), "{err}");
+    assert_eq!(
+        std::fs::read(&img).expect("read").len(),
+        1 << 20,
+        "left untouched"
+    );
+}
+
+#[test]
 fn a_second_daemon_on_the_same_image_is_refused_naming_the_pid() {
     let d = Daemon::start(FTLD);
     let (code, err) = run_to_exit(&mut d.serve_command());

@@ -177,3 +177,70 @@ fn stats_report_host_writes_and_every_layer() {
     assert_eq!(s["pid"], d.pid());
     assert!(s.get("ok").is_none(), "ftld stats strips the envelope");
 }
+
+#[test]
+fn tcp_listener_serves_the_same_export() {
+    if !require_tool("nbdinfo", "libnbd-bin") || !require_tool("qemu-io", "qemu-utils") {
+        return;
+    }
+    let d = Daemon::start_with(
+        FTLD,
+        DaemonOpts {
+            extra: vec!["--nbd-listen".into(), "127.0.0.1:0".into()],
+            ..Default::default()
+        },
+    );
+    // The daemon prints the bound address (port 0 picks a free one).
+    let log = d.log();
+    let uri = log
+        .split_whitespace()
+        .map(|w| w.trim_matches('\''))
+        .find(|w| w.starts_with("nbd://127.0.0.1:"))
+        .unwrap_or_else(|| panic!("no TCP URI printed:\n{log}"))
+        .to_string();
+    assert_eq!(nbdinfo_json(&uri)["exports"][0]["export-size"], 64u64 << 20);
+    // Both listeners serve one device: what TCP writes, the unix socket reads.
+    qemu_io(&uri, &["write -P 0x5a 8M 1M", "flush"]);
+    qemu_io(&d.uri(), &["read -P 0x5a 8M 1M"]);
+}
+
+#[test]
+fn timing_real_serves_correct_data() {
+    if !require_tool("qemu-io", "qemu-utils") {
+        return;
+    }
+    let mut d = Daemon::start_with(
+        FTLD,
+        DaemonOpts {
+            preset: "k9-003".into(),
+            capacity: "16M".into(),
+            timing: "real".into(),
+            ..Default::default()
+        },
+    );
+    qemu_io(
+        &d.uri(),
+        &["write -P 0x77 0 2M", "write -f -P 0x78 4M 64k", "flush"],
+    );
+    qemu_io(
+        &d.uri(),
+        &[
+            "read -P 0x77 0 2M",
+            "read -P 0x78 4M 64k",
+            "read -P 0 5M 1M",
+        ],
+    );
+    let s = d.stats();
+    let busy: u64 = s["nand"]["banks"]
+        .as_array()
+        .expect("banks")
+        .iter()
+        .map(|b| b["busy_ns"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(
+        busy > 0,
+        "timing real must model bank time: {:#}",
+        s["nand"]
+    );
+    assert!(d.stop().success(), "{}", d.log());
+}

@@ -165,8 +165,13 @@ impl Daemon {
 
     /// Sends SIGTERM and waits (60 s at most, then SIGKILL and panic) for the exit status.
     pub fn stop(&mut self) -> ExitStatus {
+        self.stop_with(libc::SIGTERM)
+    }
+
+    /// Sends `sig` (SIGTERM, SIGINT) and waits as [`Daemon::stop`] does.
+    pub fn stop_with(&mut self, sig: libc::c_int) -> ExitStatus {
         let pid = self.pid();
-        signal(pid, libc::SIGTERM);
+        signal(pid, sig);
         let status = wait_timeout(self.child_mut(), Duration::from_secs(60));
         match status {
             Some(s) => {
@@ -178,7 +183,7 @@ impl Daemon {
                 let _ = self.child_mut().wait();
                 self.child = None;
                 panic!(
-                    "ftld did not exit within 60 s of SIGTERM\n--- log\n{}",
+                    "ftld did not exit within 60 s of signal {sig}\n--- log\n{}",
                     self.log()
                 );
             }
