@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! → {"cmd":"stats"}
-//! ← {"ok":true,"pid":…,"image":…,"uptime_secs":…,"ftl":{FtlStats},"nand":{NandStats},"nbd":{ServerStats},"recovery":{…}}
+//! ← {"ok":true,"pid":…,"image":…,"uptime_secs":…,"bank_utilisation":[…],
+//!    "ftl":{ftl::FtlStats},"nand":{nand_model::NandStats},"nbd":{ftl_nbd::ServerStats}}
 //! → {"cmd":"ping"}
 //! ← {"ok":true,"pid":…}
 //! → anything else
@@ -53,16 +54,26 @@ impl ControlContext {
     fn answer(&self, line: &str) -> Value {
         match serde_json::from_str::<Request>(line) {
             Ok(Request::Ping) => json!({"ok": true, "pid": std::process::id()}),
-            Ok(Request::Stats) => json!({
-                "ok": true,
-                "pid": std::process::id(),
-                "image": self.image,
-                "uptime_secs": self.started.elapsed().as_secs_f64(),
-                "ftl": self.ftl.stats(),
-                "nand": self.ftl.nand().stats(),
-                "nbd": self.nbd.stats(),
-                "recovery": self.ftl.recovery(),
-            }),
+            Ok(Request::Stats) => {
+                let uptime = self.started.elapsed();
+                let nand = self.ftl.nand().stats();
+                // Modelled busy time per bank over the time served (0 with timing off).
+                let utilisation: Vec<f64> = nand
+                    .banks
+                    .iter()
+                    .map(|b| b.busy_ns as f64 / (uptime.as_nanos().max(1) as f64))
+                    .collect();
+                json!({
+                    "ok": true,
+                    "pid": std::process::id(),
+                    "image": self.image,
+                    "uptime_secs": uptime.as_secs_f64(),
+                    "bank_utilisation": utilisation,
+                    "ftl": self.ftl.stats(),
+                    "nand": nand,
+                    "nbd": self.nbd.stats(),
+                })
+            }
             Err(e) => json!({
                 "ok": false,
                 "error": format!("bad request: {e} (expected {{\"cmd\":\"stats\"}} or {{\"cmd\":\"ping\"}})"),
