@@ -57,7 +57,7 @@ impl ControlContext {
             Ok(Request::Stats) => {
                 let uptime = self.started.elapsed();
                 let nand = self.ftl.nand().stats();
-                // Modelled busy time per bank over the time served (0 with timing off).
+                // Modelled busy time per bank (kept with timing off too) over the time served.
                 let utilisation: Vec<f64> = nand
                     .banks
                     .iter()
