@@ -368,37 +368,9 @@ impl Core {
                 .and_then(|blk| pick(blk, Purpose::WearLevel));
         }
         if chosen.is_none() {
-            let now = self.current_seq();
-            let mut best: Option<(f64, u32)> = None;
-            for (i, s) in a.state.iter().enumerate() {
-                if *s != BlockState::Full {
-                    continue;
-                }
-                let blk = BlockAddr {
-                    bank: BankId(b),
-                    block: i as u32,
-                };
-                let valid = self.blocks.valid_count(self.layout.block_idx(blk));
-                if valid >= spb || valid > room {
-                    continue;
-                }
-                let score = match self.cfg.victim_policy {
-                    VictimPolicy::Greedy => -(valid as f64),
-                    VictimPolicy::CostBenefit => {
-                        let u = valid as f64 / spb as f64;
-                        let age = (now.saturating_sub(a.filled_seq[i]) + 1) as f64;
-                        if u == 0.0 {
-                            f64::INFINITY
-                        } else {
-                            age * (1.0 - u) / (2.0 * u)
-                        }
-                    }
-                };
-                if best.is_none_or(|(s, _)| score > s) {
-                    best = Some((score, i as u32));
-                }
-            }
-            chosen = best.and_then(|(_, blk)| pick(blk, Purpose::Reclaim));
+            chosen = self
+                .best_reclaim_victim(b, &a, room)
+                .and_then(|blk| pick(blk, Purpose::Reclaim));
         }
         let (block, purpose) = chosen?;
         a.state[block as usize] = BlockState::Victim;
@@ -407,6 +379,49 @@ impl Core {
             next_page: 0,
             purpose,
         })
+    }
+
+    /// The best block to reclaim on bank `b` (greedy or cost-benefit) whose valid slots fit in
+    /// `room`.
+    fn best_reclaim_victim(&self, b: u32, a: &crate::blocks::BankAlloc, room: u32) -> Option<u32> {
+        let spb = self.layout.slots_per_block();
+        let now = self.current_seq();
+        let mut best: Option<(f64, u32)> = None;
+        for (i, s) in a.state.iter().enumerate() {
+            if *s != BlockState::Full {
+                continue;
+            }
+            let blk = BlockAddr {
+                bank: BankId(b),
+                block: i as u32,
+            };
+            let valid = self.blocks.valid_count(self.layout.block_idx(blk));
+            if valid >= spb || valid > room {
+                continue;
+            }
+            let score = match self.cfg.victim_policy {
+                VictimPolicy::Greedy => -(valid as f64),
+                VictimPolicy::CostBenefit => {
+                    let u = valid as f64 / spb as f64;
+                    let age = (now.saturating_sub(a.filled_seq[i]) + 1) as f64;
+                    if u == 0.0 {
+                        f64::INFINITY
+                    } else {
+                        age * (1.0 - u) / (2.0 * u)
+                    }
+                }
+            };
+            if best.is_none_or(|(s, _)| score > s) {
+                best = Some((score, i as u32));
+            }
+        }
+        best.map(|(_, blk)| blk)
+    }
+
+    /// The greedy/cost-benefit choice on bank `b`, without marking it (benchmarks).
+    pub(crate) fn victim_scan(&self, b: u32) -> Option<u32> {
+        let a = self.bank(b).alloc.lock();
+        self.best_reclaim_victim(b, &a, u32::MAX)
     }
 
     /// The least-worn full block of bank `b` if its erase-count spread is too wide.

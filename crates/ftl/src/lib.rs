@@ -45,7 +45,7 @@ mod error;
 mod gc;
 mod io;
 mod layout;
-mod map;
+pub mod map;
 mod oob;
 mod recovery;
 mod stats;
@@ -63,7 +63,7 @@ use parking_lot::Mutex;
 pub use crate::checkpoint::{inspect, ImageInfo};
 pub use crate::config::{FtlConfig, GcPolicy, VictimPolicy};
 pub use crate::error::{FtlError, Result};
-pub use crate::layout::{LOGICAL_PAGE, SECTOR};
+pub use crate::layout::{Lpn, Psa, LOGICAL_PAGE, SECTOR};
 pub use crate::recovery::{RecoveryMode, RecoveryReport};
 pub use crate::stats::{BankStats, FtlStats, LatencySummary, WearStats};
 pub use nand_model;
@@ -72,7 +72,7 @@ use crate::blocks::{Bank, BankAlloc, BlockState};
 use crate::buffer::{QueueState, WriterMsg};
 use crate::checkpoint::{CkptState, SuperBlock};
 use crate::core::{Core, GC_RESERVE};
-use crate::layout::{Layout, Lpn, Psa};
+use crate::layout::Layout;
 use crate::stats::OpKind;
 
 /// A running FTL over one image file.
@@ -461,6 +461,12 @@ impl Ftl {
             let _ = h.join();
         }
         self.core.mark_writers_gone();
+    }
+
+    /// Runs GC victim selection on `bank` without claiming the victim (for benchmarks).
+    #[doc(hidden)]
+    pub fn bench_victim_scan(&self, bank: u32) -> Option<u32> {
+        self.core.victim_scan(bank)
     }
 
     /// Where the newest checkpoint lives (for corruption tests).

@@ -138,9 +138,14 @@ impl MappingTable {
         self.stripes.iter().map(|s| s.0.lock().overlay.len()).sum()
     }
 
-    /// Bytes of RAM the table and stripes use.
+    /// Bytes of RAM the table uses (grows with the exported size).
     pub fn memory_bytes(&self) -> usize {
-        self.l2p.len() * 4 + self.stripes.len() * std::mem::size_of::<Padded>()
+        self.l2p.len() * 4
+    }
+
+    /// Bytes of RAM the stripes use (fixed, whatever the size).
+    pub fn fixed_bytes(&self) -> usize {
+        self.stripes.len() * std::mem::size_of::<Padded>()
     }
 }
 

@@ -160,8 +160,10 @@ pub struct FtlStats {
     pub buffered_pages: usize,
     pub wear: WearStats,
     pub banks: Vec<BankStats>,
-    /// RAM used by the map, bitmaps and block table, per exported 4 KiB page.
+    /// RAM used by the map, valid bitmaps and per-block tables, per exported 4 KiB page.
     pub map_bytes_per_page: f64,
+    /// RAM of fixed size (lock stripes), whatever the device size.
+    pub map_fixed_bytes: usize,
     pub latency_read: LatencySummary,
     pub latency_write: LatencySummary,
     pub latency_flush: LatencySummary,
@@ -206,7 +208,9 @@ impl Core {
         let host_bytes = ld(&c.host_write_bytes);
         let nand_bytes =
             (ld(&c.page_programs) + ld(&c.gc_page_programs)) * self.layout.page_size as u64;
-        let mem = self.map.memory_bytes() + self.blocks.memory_bytes();
+        // Per block in the bank allocators: state (1), erase count (4), fill sequence (8).
+        let alloc_bytes = self.layout.total_blocks() as usize * 13;
+        let mem = self.map.memory_bytes() + self.blocks.memory_bytes() + alloc_bytes;
         FtlStats {
             capacity_bytes: self.capacity(),
             logical_pages: self.lpns,
@@ -252,6 +256,7 @@ impl Core {
             },
             banks,
             map_bytes_per_page: mem as f64 / self.lpns.max(1) as f64,
+            map_fixed_bytes: self.map.fixed_bytes(),
             latency_read: latencies.summary(OpKind::Read),
             latency_write: latencies.summary(OpKind::Write),
             latency_flush: latencies.summary(OpKind::Flush),
