@@ -12,6 +12,7 @@
 //! | [`require_tool`], [`require_root`] | missing tool: panic naming the Debian package under `CI=true`, else a loud SKIP |
 //! | [`mounts`] | [`mounts::Nbdfuse`], [`mounts::LoopDev`], [`mounts::Mount`] guards and the cross-process [`mounts::serial`] lock |
 //! | [`files`] | a deterministic tree of files and its `sha256sum` manifest |
+//! | [`nbd::Client`] | a blocking raw NBD client written from the spec (bad input, pipelined crash writers) |
 //! | [`run`], [`run_ok`] | run a command, capture its output, fail with the whole output |
 //!
 //! # Cleanup contract
@@ -22,6 +23,7 @@
 pub mod daemon;
 pub mod files;
 pub mod mounts;
+pub mod nbd;
 
 pub use daemon::{Daemon, DaemonOpts};
 

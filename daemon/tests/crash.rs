@@ -1,0 +1,469 @@
+//! Power cuts: `kill -9` of the real daemon while NBD clients write, then a restart and a check
+//! of every block against what the clients know.
+//!
+//! Every 4 KiB block the clients write is *stamped*: it carries a magic, its own block number
+//! and a generation, and the rest of it derives from (block, generation). So a block read back
+//! is either a whole, known version of itself or evidence of a bug (torn, foreign, or zero).
+//! The clients track, per block, the newest generation sent and the generation that is durable
+//! (acknowledged before a completed FLUSH, or acknowledged with FUA). After the restart each
+//! block must hold a generation between the two: flushed data survives, unflushed data is old
+//! or new, never anything else. Two writes to one block are never in flight together, so the
+//! newest acknowledged write is well defined.
+//!
+//! The kill points are random (seeded; the seed is printed, `FTLD_CRASH_SEED` repeats a run),
+//! and one test kills the daemon while garbage collection is busy on a small device that has
+//! been overwritten several times.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use e2e::nbd::{Client, NBD_CMD_FLAG_FUA, NBD_CMD_FLUSH, NBD_CMD_WRITE};
+use e2e::{run_ok, Daemon, DaemonOpts};
+use serde_json::Value;
+
+const FTLD: &str = env!("CARGO_BIN_EXE_ftld");
+const BLOCK: usize = 4096;
+const MAGIC: u64 = 0x4654_4c44_4352_5348; // "FTLDCRSH"
+
+// ------------------------------------------------------------------------------------------
+// Stamped blocks and a small PRNG
+// ------------------------------------------------------------------------------------------
+
+/// xorshift64*: deterministic from a seed, good enough for offsets and delays.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn seed() -> u64 {
+    let seed = std::env::var("FTLD_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_nanos() as u64
+        });
+    eprintln!("crash test seed {seed} (FTLD_CRASH_SEED={seed} repeats it)");
+    seed
+}
+
+/// Block `block` at generation `gen`.
+fn stamped(block: u64, gen: u64) -> Vec<u8> {
+    let mut b = Vec::with_capacity(BLOCK);
+    b.extend_from_slice(&MAGIC.to_le_bytes());
+    b.extend_from_slice(&block.to_le_bytes());
+    b.extend_from_slice(&gen.to_le_bytes());
+    let mut r = Rng::new(block << 24 ^ gen);
+    while b.len() < BLOCK {
+        b.extend_from_slice(&r.next().to_le_bytes());
+    }
+    b.truncate(BLOCK);
+    b
+}
+
+/// The generation of a block read back, or a description of what is wrong with it.
+fn parse_stamp(block: u64, data: &[u8]) -> Result<u64, String> {
+    if data.iter().all(|&b| b == 0) {
+        return Err("all zeroes".into());
+    }
+    let word = |i: usize| u64::from_le_bytes(data[i..i + 8].try_into().expect("8 bytes"));
+    if word(0) != MAGIC {
+        return Err(format!("no stamp (first bytes {:02x?})", &data[..16]));
+    }
+    if word(8) != block {
+        return Err(format!("stamp of block {} (foreign data)", word(8)));
+    }
+    let gen = word(16);
+    if data != stamped(block, gen) {
+        return Err(format!("generation {gen} stamp over other content (torn)"));
+    }
+    Ok(gen)
+}
+
+// ------------------------------------------------------------------------------------------
+// What the clients know
+// ------------------------------------------------------------------------------------------
+
+/// Per block: the newest generation sent and the durable one.
+struct Ledger {
+    sent: Vec<u64>,
+    durable: Vec<u64>,
+}
+
+/// Shared between the writer threads and the test.
+struct Shared {
+    ledger: Mutex<Ledger>,
+    acked_bytes: AtomicU64,
+    flushes: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn new(blocks: u64) -> Arc<Shared> {
+        Arc::new(Shared {
+            ledger: Mutex::new(Ledger {
+                sent: vec![0; blocks as usize],
+                durable: vec![0; blocks as usize],
+            }),
+            acked_bytes: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+        })
+    }
+}
+
+/// How a writer picks blocks and flushes.
+#[derive(Clone, Copy)]
+struct WriterPlan {
+    /// Writers in all; writer `id` owns the blocks `b` with `b % writers == id`.
+    writers: u64,
+    /// Requests in flight per connection.
+    depth: usize,
+    /// A FLUSH after this many writes (drained first, so the durable set is exact).
+    flush_every: u64,
+    /// One write in this many carries FUA.
+    fua_every: u64,
+}
+
+/// Writes stamped blocks of its share at random until the connection breaks (the daemon was
+/// killed) or `stop` is set. Returns an error only for failures other than a broken
+/// connection: an error reply, or a reply to a request never sent.
+fn writer(
+    socket: std::path::PathBuf,
+    shared: Arc<Shared>,
+    id: u64,
+    plan: WriterPlan,
+    seed: u64,
+) -> Result<(), String> {
+    let Ok(mut c) = Client::connect(&socket) else {
+        return Ok(());
+    };
+    let blocks = c.size / BLOCK as u64;
+    let mut rng = Rng::new(seed ^ (id + 1) * 0x1234_5678);
+    let mut in_flight: HashMap<u64, (u64, u64, bool)> = HashMap::new(); // cookie -> (block, gen, fua)
+    let mut busy: HashSet<u64> = HashSet::new();
+    let mut acked: Vec<(u64, u64)> = Vec::new(); // (block, gen) acked since the last flush
+    let mut writes = 0u64;
+    let mine = blocks.div_ceil(plan.writers);
+    // Completes one reply; Err(None) means the connection broke.
+    let complete = |c: &mut Client,
+                    in_flight: &mut HashMap<u64, (u64, u64, bool)>,
+                    busy: &mut HashSet<u64>,
+                    acked: &mut Vec<(u64, u64)>|
+     -> Result<(), Option<String>> {
+        let r = c.reply().map_err(|_| None)?;
+        let (block, gen, fua) = in_flight
+            .remove(&r.cookie)
+            .ok_or_else(|| Some(format!("reply for unknown cookie {}", r.cookie)))?;
+        if r.error != 0 {
+            return Err(Some(format!(
+                "write of block {block} gen {gen} failed with errno {}",
+                r.error
+            )));
+        }
+        busy.remove(&block);
+        acked.push((block, gen));
+        shared
+            .acked_bytes
+            .fetch_add(BLOCK as u64, Ordering::Relaxed);
+        if fua {
+            let mut l = shared.ledger.lock().expect("ledger");
+            let d = &mut l.durable[block as usize];
+            *d = (*d).max(gen);
+        }
+        Ok(())
+    };
+    let result = (|| -> Result<(), Option<String>> {
+        while !shared.stop.load(Ordering::Relaxed) {
+            // Pick a block of ours that has no write in flight.
+            let block = loop {
+                let b = rng.below(mine) * plan.writers + id;
+                if b < blocks && !busy.contains(&b) {
+                    break b;
+                }
+            };
+            let gen = {
+                let mut l = shared.ledger.lock().expect("ledger");
+                l.sent[block as usize] += 1;
+                l.sent[block as usize]
+            };
+            writes += 1;
+            let fua = writes % plan.fua_every == 0;
+            let flags = if fua { NBD_CMD_FLAG_FUA } else { 0 };
+            let cookie = c
+                .request(
+                    NBD_CMD_WRITE,
+                    flags,
+                    block * BLOCK as u64,
+                    BLOCK as u32,
+                    &stamped(block, gen),
+                )
+                .map_err(|_| None)?;
+            in_flight.insert(cookie, (block, gen, fua));
+            busy.insert(block);
+            if in_flight.len() >= plan.depth {
+                complete(&mut c, &mut in_flight, &mut busy, &mut acked)?;
+            }
+            if writes % plan.flush_every == 0 {
+                while !in_flight.is_empty() {
+                    complete(&mut c, &mut in_flight, &mut busy, &mut acked)?;
+                }
+                let r = c.call(NBD_CMD_FLUSH, 0, 0, 0, &[]).map_err(|_| None)?;
+                if r.error != 0 {
+                    return Err(Some(format!("FLUSH failed with errno {}", r.error)));
+                }
+                let mut l = shared.ledger.lock().expect("ledger");
+                for (block, gen) in acked.drain(..) {
+                    let d = &mut l.durable[block as usize];
+                    *d = (*d).max(gen);
+                }
+                shared.flushes.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) | Err(None) => Ok(()),
+        Err(Some(e)) => Err(e),
+    }
+}
+
+/// Writes generation 1 of every block and flushes: the starting point of every test.
+fn fill(d: &Daemon, shared: &Shared) -> u64 {
+    let mut c = Client::connect(&d.socket()).expect("connect");
+    let blocks = c.size / BLOCK as u64;
+    let mut pending = VecDeque::new();
+    for b in 0..blocks {
+        let cookie = c
+            .request(
+                NBD_CMD_WRITE,
+                0,
+                b * BLOCK as u64,
+                BLOCK as u32,
+                &stamped(b, 1),
+            )
+            .expect("send");
+        pending.push_back(cookie);
+        if pending.len() >= 32 {
+            pending.pop_front();
+            assert_eq!(c.reply().expect("reply").error, 0);
+        }
+    }
+    while pending.pop_front().is_some() {
+        assert_eq!(c.reply().expect("reply").error, 0);
+    }
+    c.flush().expect("flush");
+    c.disconnect();
+    let mut l = shared.ledger.lock().expect("ledger");
+    l.sent.iter_mut().for_each(|g| *g = 1);
+    l.durable.iter_mut().for_each(|g| *g = 1);
+    blocks
+}
+
+/// Reads every block and checks it against the ledger; then flushes and records what was read
+/// as durable (the device returned it after a restart and a flush: it must not change without
+/// a write). Returns how many blocks held a generation newer than the durable one.
+fn verify(d: &Daemon, shared: &Shared, blocks: u64) -> u64 {
+    let mut c = Client::connect(&d.socket()).expect("connect after restart");
+    let chunk = 256u64; // blocks per read: 1 MiB
+    let mut l = shared.ledger.lock().expect("ledger");
+    let mut bad = Vec::new();
+    let mut newer = 0;
+    let mut seen = vec![0u64; blocks as usize];
+    let mut b0 = 0;
+    while b0 < blocks {
+        let n = chunk.min(blocks - b0);
+        let data = c
+            .read(b0 * BLOCK as u64, (n as usize * BLOCK) as u32)
+            .expect("read");
+        for (i, page) in data.chunks(BLOCK).enumerate() {
+            let b = b0 + i as u64;
+            let (lo, hi) = (l.durable[b as usize], l.sent[b as usize]);
+            match parse_stamp(b, page) {
+                Ok(g) if (lo..=hi).contains(&g) => {
+                    newer += u64::from(g > lo);
+                    seen[b as usize] = g;
+                }
+                Ok(g) => bad.push(format!("block {b}: generation {g}, expected {lo}..={hi}")),
+                Err(e) => bad.push(format!("block {b}: {e}, expected {lo}..={hi}")),
+            }
+        }
+        b0 += n;
+    }
+    assert!(
+        bad.is_empty(),
+        "{} of {blocks} blocks are wrong after kill -9 and restart:\n{}\n--- log\n{}",
+        bad.len(),
+        bad.iter().take(30).cloned().collect::<Vec<_>>().join("\n"),
+        d.log()
+    );
+    c.flush().expect("flush");
+    c.disconnect();
+    l.durable = seen;
+    newer
+}
+
+fn info_json(d: &Daemon) -> Value {
+    let out = run_ok(Command::new(FTLD).arg("info").arg("--json").arg(d.image()));
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("ftld info printed bad JSON: {e}\n{out}"))
+}
+
+/// After a kill -9: `ftld info` sees a dirty shutdown; restart; the daemon rolled forward
+/// from its last checkpoint.
+fn restart_after_power_cut(d: &mut Daemon) {
+    let info = info_json(d);
+    assert_eq!(info["clean_shutdown"], false, "after kill -9: {info:#}");
+    let text = run_ok(Command::new(FTLD).arg("info").arg(d.image()));
+    assert!(text.contains("dirty"), "{text}");
+    d.restart();
+    let rec = &d.stats()["ftl"]["recovery"];
+    assert_eq!(
+        rec["mode"], "roll-forward",
+        "recovery after kill -9: {rec:#}"
+    );
+    assert!(rec["pages_scanned"].as_u64().unwrap_or(0) > 0, "{rec:#}");
+}
+
+/// Runs `writers` writer threads until `kill_when` says so, then kills the daemon.
+fn run_and_kill(
+    d: &mut Daemon,
+    shared: &Arc<Shared>,
+    plan: WriterPlan,
+    seed: u64,
+    mut kill_when: impl FnMut(&Daemon, &Shared) -> bool,
+) {
+    shared.stop.store(false, Ordering::Relaxed);
+    let threads: Vec<_> = (0..plan.writers)
+        .map(|id| {
+            let (socket, shared) = (d.socket(), Arc::clone(shared));
+            std::thread::spawn(move || writer(socket, shared, id, plan, seed))
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !kill_when(d, shared) {
+        if threads.iter().all(|t| t.is_finished()) || Instant::now() > deadline {
+            shared.stop.store(true, Ordering::Relaxed);
+            let errs: Vec<_> = threads
+                .into_iter()
+                .filter_map(|t| t.join().expect("writer panicked").err())
+                .collect();
+            panic!(
+                "the writers stopped (or never reached the kill point) before the kill: {errs:?}\n--- log\n{}",
+                d.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    d.kill9();
+    shared.stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        if let Err(e) = t.join().expect("writer panicked") {
+            panic!("writer failed before the kill: {e}\n--- log\n{}", d.log());
+        }
+    }
+}
+
+const PLAN: WriterPlan = WriterPlan {
+    writers: 3,
+    depth: 16,
+    flush_every: 200,
+    fua_every: 37,
+};
+
+#[test]
+fn flushed_data_survives_kill9_at_random_points() {
+    let seed = seed();
+    let mut rng = Rng::new(seed);
+    let mut d = Daemon::start_with(
+        FTLD,
+        DaemonOpts {
+            capacity: "32M".into(),
+            ..Default::default()
+        },
+    );
+    let blocks = 32 << 20 >> 12;
+    let shared = Shared::new(blocks);
+    assert_eq!(fill(&d, &shared), blocks);
+    for round in 0..5u64 {
+        let delay = Duration::from_millis(50 + rng.below(700));
+        let start = Instant::now();
+        let flushes_before = shared.flushes.load(Ordering::Relaxed);
+        run_and_kill(&mut d, &shared, PLAN, seed ^ round, |_, s| {
+            // At least one flush per round, so every round has newly durable data.
+            start.elapsed() >= delay && s.flushes.load(Ordering::Relaxed) > flushes_before
+        });
+        restart_after_power_cut(&mut d);
+        let rec = d.stats()["ftl"]["recovery"].clone();
+        let newer = verify(&d, &shared, blocks);
+        eprintln!(
+            "round {round}: killed after {delay:?}, {} flushes so far, {newer} blocks kept unflushed data, recovery {rec}",
+            shared.flushes.load(Ordering::Relaxed)
+        );
+    }
+    // The last state also survives a clean restart.
+    assert!(d.stop().success(), "{}", d.log());
+    d.restart();
+    verify(&d, &shared, blocks);
+}
+
+#[test]
+fn kill9_during_heavy_gc_loses_nothing_flushed() {
+    let seed = seed() ^ 0x6763;
+    let mut rng = Rng::new(seed);
+    let mut d = Daemon::start_with(
+        FTLD,
+        DaemonOpts {
+            capacity: "16M".into(),
+            ..Default::default()
+        },
+    );
+    let capacity = 16u64 << 20;
+    let blocks = capacity >> 12;
+    let shared = Shared::new(blocks);
+    fill(&d, &shared);
+    for round in 0..3u64 {
+        // Overwrite 2-4 times the capacity with GC running, then kill at a random moment.
+        let target = capacity * (2 + rng.below(3)) + rng.below(capacity);
+        let base = shared.acked_bytes.load(Ordering::Relaxed);
+        let gc_before = d.stats()["ftl"]["gc_erases"].as_u64().unwrap_or(0);
+        let mut gc_seen = gc_before;
+        let plan = WriterPlan {
+            flush_every: 500,
+            ..PLAN
+        };
+        let mut last_poll = Instant::now();
+        run_and_kill(&mut d, &shared, plan, seed ^ round, |d, s| {
+            if last_poll.elapsed() >= Duration::from_millis(20) {
+                last_poll = Instant::now();
+                gc_seen = d.stats()["ftl"]["gc_erases"].as_u64().unwrap_or(0);
+            }
+            gc_seen > gc_before && s.acked_bytes.load(Ordering::Relaxed) - base >= target
+        });
+        restart_after_power_cut(&mut d);
+        let newer = verify(&d, &shared, blocks);
+        eprintln!(
+            "GC round {round}: killed after {} MiB written, {} GC erases before the kill, {newer} blocks kept unflushed data",
+            (shared.acked_bytes.load(Ordering::Relaxed) - base) >> 20,
+            gc_seen - gc_before
+        );
+    }
+    let s = d.stats();
+    assert_eq!(s["ftl"]["nand_violations"], 0, "{:#}", s["ftl"]);
+}
