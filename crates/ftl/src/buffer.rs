@@ -87,16 +87,19 @@ pub struct QueueState {
     pub committed: AtomicU64,
     /// Notified on every commit.
     pub progress: Event,
+    /// With timing `off`, the queue's writer runs inline on the sealing thread.
+    pub inline: Option<Mutex<crate::writer::Writer>>,
 }
 
 impl QueueState {
-    pub fn new(tx: Sender<WriterMsg>) -> QueueState {
+    pub fn new(tx: Sender<WriterMsg>, inline: Option<crate::writer::Writer>) -> QueueState {
         QueueState {
             open: Mutex::new(OpenPage::default()),
             tx,
             sealed: AtomicU64::new(0),
             committed: AtomicU64::new(0),
             progress: Event::new(),
+            inline: inline.map(Mutex::new),
         }
     }
 
@@ -176,6 +179,11 @@ impl Core {
         let mut slots = std::mem::take(&mut open.slots);
         slots.resize(self.layout.slots_per_page as usize, (SlotMeta::PAD, None));
         queue.sealed.fetch_add(1, Ordering::AcqRel);
+        if let Some(w) = &queue.inline {
+            // Lock order: open page, then the inline writer (only ever taken here).
+            w.lock().place(self, SealedPage { slots });
+            return;
+        }
         if queue
             .tx
             .send(WriterMsg::Page(SealedPage { slots }))
@@ -239,7 +247,7 @@ mod tests {
             .collect();
         assert_eq!(decode_trims(&encode_trims(&recs)), Some(recs));
         let mut bad = encode_trims(&[]);
-        bad[0] = 0xff;
+        bad[0..4].fill(0xff);
         assert_eq!(decode_trims(&bad), None);
     }
 }

@@ -26,7 +26,7 @@ use nand_model::{BankId, BlockAddr, NandError, PageAddr};
 
 use crate::blocks::BlockState;
 use crate::config::VictimPolicy;
-use crate::core::Core;
+use crate::core::{Core, GC_RESERVE};
 use crate::layout::{Psa, LOGICAL_PAGE};
 use crate::oob::{self, PageOob, SlotKind, SlotMeta};
 use crate::writer::Frontier;
@@ -55,7 +55,10 @@ struct Staged {
 #[derive(Default)]
 pub struct BankGc {
     victim: Option<Cursor>,
-    frontier: Option<Frontier>,
+    /// The GC frontier: `(bank, block)`. Normally on the bank being cleaned; on another bank
+    /// only when this one has no free block left (then its data is rescued elsewhere rather than
+    /// leaving the bank stuck with reclaimable space it cannot reach).
+    frontier: Option<(u32, Frontier)>,
     staged: Vec<Staged>,
 }
 
@@ -80,16 +83,26 @@ pub struct LoadGauge {
 
 impl Core {
     /// Runs one bounded GC step on bank `b`; the caller holds `g`, the bank's GC mutex.
-    pub(crate) fn gc_step(&self, b: u32, g: &mut BankGc) -> Step {
+    ///
+    /// `urgent` is set by a writer that found no bank with room: then any victim that frees
+    /// at least one slot will do. Otherwise (background and in-path GC) only victims that free
+    /// a quarter of a block are worth their copies — cleaning nearly-full blocks of a bank that
+    /// lost many blocks would wear it out for almost nothing.
+    pub(crate) fn gc_step(&self, b: u32, g: &mut BankGc, urgent: bool) -> Step {
         let _gate = self.gc_gate.read();
         if g.victim.is_none() {
             // Never start a victim whose valid data could not all be written back: the GC
             // frontier's room plus the bank's free blocks bound what may be chosen.
             let ppb = self.layout.pages_per_block;
             let spp = self.layout.slots_per_page;
-            let frontier_room = g.frontier.map_or(0, |f| (ppb - f.next) * spp);
-            let room = frontier_room.saturating_sub(g.staged.len() as u32);
-            match self.select_victim(b, room) {
+            let frontier_room = g.frontier.map_or(0, |(_, f)| (ppb - f.next) * spp);
+            let rescue = if self.rescue_bank(b).is_some() {
+                self.layout.slots_per_block()
+            } else {
+                0
+            };
+            let room = (frontier_room + rescue).saturating_sub(g.staged.len() as u32);
+            match self.select_victim(b, room, urgent) {
                 Some(c) => g.victim = Some(c),
                 None if g.staged.is_empty() => return Step::Idle,
                 None => {}
@@ -195,13 +208,16 @@ impl Core {
         let mut oob_buf = vec![0u8; self.layout.oob_size as usize];
         oob::encode_data(&mut oob_buf, &metas);
         loop {
-            let fr = match g.frontier {
+            let (fb, fr) = match g.frontier {
                 Some(f) => f,
-                None => match self.alloc_block(b, true) {
-                    Some(block) => Frontier { block, next: 0 },
+                None => match self.alloc_block(b, true).map(|blk| (b, blk)).or_else(|| {
+                    let c = self.rescue_bank(b)?;
+                    self.alloc_block(c, false).map(|blk| (c, blk))
+                }) {
+                    Some((fb, block)) => (fb, Frontier { block, next: 0 }),
                     None => {
-                        // Cannot happen while GC_RESERVE holds; keep the data staged.
-                        tracing::error!("bank {b}: no free block for the GC frontier");
+                        // Victims are chosen to fit: only repeated failures get here.
+                        tracing::warn!("bank {b}: no free block for the GC frontier");
                         let mut rest = batch;
                         rest.append(&mut g.staged);
                         g.staged = rest;
@@ -211,17 +227,20 @@ impl Core {
             };
             let addr = PageAddr {
                 block: BlockAddr {
-                    bank: BankId(b),
+                    bank: BankId(fb),
                     block: fr.block,
                 },
                 page: fr.next,
             };
             let result = self.nand.program(addr, &data, &oob_buf);
             let next = fr.next + 1;
-            g.frontier = (next < self.layout.pages_per_block).then_some(Frontier {
-                block: fr.block,
-                next,
-            });
+            g.frontier = (next < self.layout.pages_per_block).then_some((
+                fb,
+                Frontier {
+                    block: fr.block,
+                    next,
+                },
+            ));
             match result {
                 Ok(c) => {
                     c.wait();
@@ -232,7 +251,7 @@ impl Core {
                         self.relocate(s, self.layout.psa(addr, i as u32));
                     }
                     if next == self.layout.pages_per_block {
-                        self.mark_full(b, fr.block);
+                        self.mark_full(fb, fr.block);
                     }
                     return true;
                 }
@@ -241,7 +260,7 @@ impl Core {
                         .program_failures
                         .fetch_add(1, Ordering::Relaxed);
                     g.frontier = None;
-                    self.retire_block(b, fr.block);
+                    self.retire_block(fb, fr.block);
                 }
                 Err(e) => {
                     self.set_read_only(format!("GC program at {addr:?} failed: {e}"));
@@ -340,9 +359,20 @@ impl Core {
         Step::Freed
     }
 
+    /// Another bank that can spare a block for `b`'s GC when `b` itself has none free.
+    fn rescue_bank(&self, b: u32) -> Option<u32> {
+        if self.bank(b).free.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        (0..self.layout.banks)
+            .filter(|&c| c != b)
+            .max_by_key(|&c| self.bank(c).free.load(Ordering::Acquire))
+            .filter(|&c| self.bank(c).free.load(Ordering::Acquire) > GC_RESERVE)
+    }
+
     /// Chooses the bank's next victim and marks it. `room` is the number of slots the GC
     /// frontier can still take without a new block.
-    fn select_victim(&self, b: u32, room: u32) -> Option<Cursor> {
+    fn select_victim(&self, b: u32, room: u32, urgent: bool) -> Option<Cursor> {
         let spb = self.layout.slots_per_block();
         let mut a = self.bank(b).alloc.lock();
         let room = room + a.free_len() * spb;
@@ -368,8 +398,11 @@ impl Core {
                 .and_then(|blk| pick(blk, Purpose::WearLevel));
         }
         if chosen.is_none() {
+            // Cleaning a block that is nearly all valid frees almost nothing and wears the bank
+            // out: do it only when the bank is down to its GC reserve.
+            let worth = if urgent { spb - 1 } else { spb - spb.div_ceil(4) };
             chosen = self
-                .best_reclaim_victim(b, &a, room)
+                .best_reclaim_victim(b, &a, room.min(worth))
                 .and_then(|blk| pick(blk, Purpose::Reclaim));
         }
         let (block, purpose) = chosen?;
@@ -465,7 +498,7 @@ impl Core {
         }
         let mut g = self.gc[b as usize].lock();
         while self.needs_gc(b) && !self.stopping.load(Ordering::Acquire) {
-            if self.gc_step(b, &mut g) == Step::Idle {
+            if self.gc_step(b, &mut g, false) == Step::Idle {
                 break;
             }
         }
@@ -475,12 +508,26 @@ impl Core {
     /// nothing anywhere can be reclaimed.
     pub(crate) fn foreground_gc(&self, _prefer: Option<u32>) -> bool {
         self.counters.foreground_gc.fetch_add(1, Ordering::Relaxed);
-        let mut order: Vec<u32> = (0..self.layout.banks).collect();
-        order.sort_by_key(|&b| self.bank(b).free.load(Ordering::Acquire));
-        for b in order {
+        // Clean where it is cheapest: the bank whose best victim has the fewest valid slots.
+        let mut order: Vec<(u32, u32)> = (0..self.layout.banks)
+            .map(|b| {
+                let a = self.bank(b).alloc.lock();
+                let best = self
+                    .best_reclaim_victim(b, &a, u32::MAX)
+                    .map_or(u32::MAX, |blk| {
+                        self.blocks.valid_count(self.layout.block_idx(BlockAddr {
+                            bank: BankId(b),
+                            block: blk,
+                        }))
+                    });
+                (best, b)
+            })
+            .collect();
+        order.sort_unstable();
+        for (_, b) in order {
             let mut g = self.gc[b as usize].lock();
             loop {
-                match self.gc_step(b, &mut g) {
+                match self.gc_step(b, &mut g, true) {
                     Step::Freed => return true,
                     Step::Idle => break,
                     Step::Progress => {}
@@ -544,7 +591,7 @@ pub fn worker(core: Arc<Core>, idx: usize, adaptive: bool) {
             if core.stopping.load(Ordering::Acquire) {
                 break;
             }
-            let step = core.gc_step(b, &mut g);
+            let step = core.gc_step(b, &mut g, false);
             if step == Step::Idle {
                 drop(g);
                 idle_wait(&core, Duration::from_millis(5));

@@ -225,11 +225,14 @@ impl Ftl {
             );
             cfg.queues = sb.max_queues as usize;
         }
+        // With timing off a program completes at once: a queue's writer then runs on the
+        // thread that seals a page instead of costing a thread hand-off per page.
+        let inline = nand.timing_mode() == TimingMode::Off;
         let mut txs = Vec::new();
         let mut rxs = Vec::new();
-        for _ in 0..cfg.queues {
+        for q in 0..cfg.queues {
             let (tx, rx) = crossbeam_channel::unbounded();
-            txs.push(QueueState::new(tx));
+            txs.push(QueueState::new(tx, inline.then(|| writer::Writer::new(&layout, q))));
             rxs.push(rx);
         }
         let banks = (0..layout.banks)
@@ -296,7 +299,7 @@ impl Ftl {
         };
         *core.recovery.lock() = report;
         let mut writers = Vec::new();
-        for (q, rx) in rxs.into_iter().enumerate() {
+        for (q, rx) in rxs.into_iter().enumerate().filter(|_| !inline) {
             let c = core.clone();
             writers.push(spawn(format!("ftl-writer-{q}"), move || {
                 writer::run(c, q, rx)

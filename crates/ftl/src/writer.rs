@@ -33,7 +33,10 @@ struct InFlight {
     done: Completion,
 }
 
-struct Writer {
+/// A queue's writer: its frontiers and its in-flight programs. Owned by the queue's writer
+/// thread (timing `real`) or, with timing `off` where programs complete at once, kept in the
+/// queue and run by whichever thread seals a page (under the queue's open-page lock).
+pub struct Writer {
     q: usize,
     frontiers: Vec<Option<Frontier>>,
     inflight: VecDeque<InFlight>,
@@ -51,18 +54,24 @@ pub fn precise_timers() {
     }
 }
 
+impl Writer {
+    pub fn new(layout: &crate::layout::Layout, q: usize) -> Writer {
+        Writer {
+            q,
+            frontiers: vec![None; layout.banks as usize],
+            inflight: VecDeque::new(),
+            rr: q as u32,
+            data: vec![0; layout.page_size as usize],
+            oob: vec![0; layout.oob_size as usize],
+        }
+    }
+}
+
 /// The writer thread's body.
 pub fn run(core: Arc<Core>, q: usize, rx: Receiver<WriterMsg>) {
     precise_timers();
     let layout = core.layout;
-    let mut w = Writer {
-        q,
-        frontiers: vec![None; layout.banks as usize],
-        inflight: VecDeque::new(),
-        rr: q as u32,
-        data: vec![0; layout.page_size as usize],
-        oob: vec![0; layout.oob_size as usize],
-    };
+    let mut w = Writer::new(&layout, q);
     let max_inflight = layout.banks as usize * 2;
     loop {
         w.commit_done(&core, false);
@@ -154,7 +163,7 @@ impl Writer {
         Some(b)
     }
 
-    fn place(&mut self, core: &Core, page: SealedPage) {
+    pub fn place(&mut self, core: &Core, page: SealedPage) {
         self.fill(core, &page);
         // Consecutive rounds in which no bank could take the page and GC reclaimed nothing.
         let mut stuck = 0u32;
