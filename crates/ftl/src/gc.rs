@@ -400,7 +400,11 @@ impl Core {
         if chosen.is_none() {
             // Cleaning a block that is nearly all valid frees almost nothing and wears the bank
             // out: do it only when the bank is down to its GC reserve.
-            let worth = if urgent { spb - 1 } else { spb - spb.div_ceil(4) };
+            let worth = if urgent {
+                spb - 1
+            } else {
+                spb - spb.div_ceil(4)
+            };
             chosen = self
                 .best_reclaim_victim(b, &a, room.min(worth))
                 .and_then(|blk| pick(blk, Purpose::Reclaim));

@@ -232,7 +232,10 @@ impl Ftl {
         let mut rxs = Vec::new();
         for q in 0..cfg.queues {
             let (tx, rx) = crossbeam_channel::unbounded();
-            txs.push(QueueState::new(tx, inline.then(|| writer::Writer::new(&layout, q))));
+            txs.push(QueueState::new(
+                tx,
+                inline.then(|| writer::Writer::new(&layout, q)),
+            ));
             rxs.push(rx);
         }
         let banks = (0..layout.banks)

@@ -69,7 +69,9 @@ fn timing_real_uses_writer_threads() {
     block_on(async {
         for round in 1..=3u64 {
             for l in 0..pages * 3 / 4 {
-                ftl.write((l % 2) as usize, l * 4096, &stamped(l, round), l % 97 == 0).await.unwrap();
+                ftl.write((l % 2) as usize, l * 4096, &stamped(l, round), l % 97 == 0)
+                    .await
+                    .unwrap();
             }
         }
         ftl.flush().await.unwrap();

@@ -29,10 +29,12 @@ fn random_program_erase_read_faults() {
         );
         // Some erase failures at known blocks too, so every run sees them.
         for block in [10, 20, 30, 40] {
-            ftl.nand().faults().fail_erase_at(ftl::nand_model::BlockAddr {
-                bank: ftl::nand_model::BankId(2),
-                block,
-            });
+            ftl.nand()
+                .faults()
+                .fail_erase_at(ftl::nand_model::BlockAddr {
+                    bank: ftl::nand_model::BankId(2),
+                    block,
+                });
         }
         let pages = ftl.capacity() / 4096;
         let used = pages * 8 / 10;
@@ -42,7 +44,10 @@ fn random_program_erase_read_faults() {
             let mut buf = vec![0u8; 4096];
             for n in 1..=pages * 10 {
                 let l = rng.gen_range(0..used);
-                if let Err(e) = ftl.write((n % 3) as usize, l * 4096, &stamped(l, n), false).await {
+                if let Err(e) = ftl
+                    .write((n % 3) as usize, l * 4096, &stamped(l, n), false)
+                    .await
+                {
                     let s = ftl.stats();
                     panic!("{}: write {n}: {e}; banks {:?}; bad {}; erases {} copies {} wl {} fg {} retired {}", policy.name(), s.banks, s.bad_blocks, s.gc_erases, s.gc_copies, s.wear_level_moves, s.foreground_gc, s.retired_blocks);
                 }
@@ -69,7 +74,10 @@ fn random_program_erase_read_faults() {
             s.read_retries,
             s.bad_blocks
         );
-        assert!(injected.program > 0 && injected.erase > 0 && injected.read > 0, "{injected:?}");
+        assert!(
+            injected.program > 0 && injected.erase > 0 && injected.read > 0,
+            "{injected:?}"
+        );
         assert_eq!(s.program_failures, injected.program);
         assert_eq!(s.erase_failures + s.checkpoint_failures, injected.erase);
         assert_eq!(s.nand_violations, 0);
