@@ -31,7 +31,8 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Serve an image as a block device over NBD until SIGINT/SIGTERM (creates it if missing).
+    /// Serve an image as a block device (ublk or NBD) until SIGINT/SIGTERM (creates it if
+    /// missing).
     Serve(ServeArgs),
     /// Create (or with --force recreate) an image.
     Format(FormatArgs),
@@ -47,10 +48,10 @@ pub enum Command {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Frontend {
-    /// ublk when the kernel offers it (/dev/ublk-control), else NBD.
+    /// ublk when the kernel offers it (/dev/ublk-control answers), else NBD.
     #[default]
     Auto,
-    /// The kernel's ublk driver (not built yet).
+    /// The kernel's ublk driver: /dev/ublkbN.
     Ublk,
     /// NBD on a unix socket and/or TCP.
     Nbd,
@@ -70,6 +71,7 @@ pub struct ImageArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub capacity: Option<u64>,
     /// Write queues (one writer thread each); a new image is formatted for at most this many.
+    /// Also the number of ublk hardware queues (default: the CPU count).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub queues: Option<u16>,
     /// TOML configuration file; command-line flags override its values.
@@ -104,6 +106,16 @@ pub struct ServeArgs {
     /// Control socket for `ftld stats` [default: the image path with extension .ctl].
     #[arg(long, value_name = "PATH")]
     pub control_socket: Option<PathBuf>,
+    /// ublk: serve /dev/ublkb<N>; if a daemon that died left that device in recovery state,
+    /// re-attach to it [default: the next free id].
+    #[arg(long, value_name = "N")]
+    pub ublk_id: Option<u32>,
+    /// ublk: re-attach /dev/ublkb<N>, left in recovery state by a daemon that died (kill -9).
+    #[arg(long, value_name = "N", conflicts_with = "ublk_id")]
+    pub recover: Option<u32>,
+    /// ublk: tags (requests in flight) per hardware queue [default: 128].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub queue_depth: Option<u16>,
 }
 
 /// `ftld format`.
@@ -179,6 +191,27 @@ mod tests {
         assert_eq!(a.gc_policy, Some(GcPolicy::InPath));
         assert_eq!(a.nbd_listen, Some("127.0.0.1:10809".parse().expect("addr")));
         assert!(Cli::try_parse_from(["ftld", "serve", "--capacity", "12X"]).is_err());
+        let Command::Serve(u) = Cli::try_parse_from([
+            "ftld",
+            "serve",
+            "--frontend",
+            "ublk",
+            "--recover",
+            "3",
+            "--queue-depth",
+            "64",
+        ])
+        .expect("parses")
+        .command
+        else {
+            panic!("not serve")
+        };
+        assert_eq!(u.frontend, Some(Frontend::Ublk));
+        assert_eq!((u.recover, u.queue_depth), (Some(3), Some(64)));
+        assert!(
+            Cli::try_parse_from(["ftld", "serve", "--recover", "1", "--ublk-id", "1"]).is_err()
+        );
+        assert!(Cli::try_parse_from(["ftld", "serve", "--queue-depth", "0"]).is_err());
         assert!(Cli::try_parse_from(["ftld", "serve", "--gc-policy", "eager"]).is_err());
     }
 }

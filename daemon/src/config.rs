@@ -24,6 +24,11 @@
 //! [nbd]
 //! export_name = "ftld"
 //! max_connections = 64
+//!
+//! [ublk]
+//! id = 0                     # /dev/ublkb0; re-attached if left in recovery state
+//! queues = 2                 # hardware queues [default: the CPU count]
+//! queue_depth = 128
 //! ```
 
 use std::fs;
@@ -55,6 +60,16 @@ pub struct FileConfig {
     pub control_socket: Option<PathBuf>,
     pub ftl: Option<FtlConfig>,
     pub nbd: Option<NbdFileConfig>,
+    pub ublk: Option<UblkFileConfig>,
+}
+
+/// The `[ublk]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UblkFileConfig {
+    pub id: Option<u32>,
+    pub queues: Option<u16>,
+    pub queue_depth: Option<u16>,
 }
 
 /// The `[nbd]` table.
@@ -122,7 +137,24 @@ pub struct ServeSettings {
     pub read_only: bool,
     pub control_socket: PathBuf,
     pub nbd: ServerConfig,
+    pub ublk: UblkSettings,
 }
+
+/// The ublk frontend's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UblkSettings {
+    /// `/dev/ublkb<id>`; `None`: the next free id.
+    pub id: Option<u32>,
+    /// Re-attach this device (explicit `--recover`).
+    pub recover: Option<u32>,
+    /// Hardware queues.
+    pub queues: u16,
+    /// Tags per queue.
+    pub depth: u16,
+}
+
+/// Tags per ublk queue unless told otherwise.
+pub const DEFAULT_QUEUE_DEPTH: u16 = 128;
 
 /// Merges image options: flags over file over defaults.
 pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<ImageSettings> {
@@ -197,6 +229,28 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
     }
     nbd.validate()
         .map_err(|e| UsageError(format!("[nbd] settings: {e}")))?;
+    let uf = file.ublk.as_ref();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let ublk = UblkSettings {
+        id: args.ublk_id.or(uf.and_then(|u| u.id)),
+        recover: args.recover,
+        queues: args
+            .image
+            .queues
+            .or(uf.and_then(|u| u.queues))
+            .unwrap_or(u16::try_from(cpus.min(64)).unwrap_or(1)),
+        depth: args
+            .queue_depth
+            .or(uf.and_then(|u| u.queue_depth))
+            .unwrap_or(DEFAULT_QUEUE_DEPTH),
+    };
+    if !(1..=64).contains(&ublk.queues) || !(1..=4096).contains(&ublk.depth) {
+        return Err(UsageError(format!(
+            "[ublk] queues must be 1..=64 and queue_depth 1..=4096, not {} and {}",
+            ublk.queues, ublk.depth
+        ))
+        .into());
+    }
     Ok(ServeSettings {
         image,
         timing: args.timing.or(file.timing).unwrap_or(TimingMode::Real),
@@ -206,6 +260,7 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
         read_only: args.read_only || file.read_only.unwrap_or(false),
         control_socket,
         nbd,
+        ublk,
     })
 }
 
@@ -245,6 +300,15 @@ mod tests {
         assert!(parse("imagee = \"a\"").is_err());
         assert!(parse("[ftl]\nqueuez = 1").is_err());
         assert!(parse("[nbd]\nport = 1").is_err());
+        assert!(parse("[ublk]\nqueue = 1").is_err());
+        let u = parse("[ublk]\nid = 2\nqueues = 3\nqueue_depth = 64\n")
+            .expect("parses")
+            .ublk
+            .expect("ublk table");
+        assert_eq!(
+            (u.id, u.queues, u.queue_depth),
+            (Some(2), Some(3), Some(64))
+        );
         assert!(matches!(
             parse("capacity = 4096").expect("parses").capacity,
             Some(SizeValue::Bytes(4096))
@@ -286,6 +350,9 @@ mod tests {
         assert_eq!(s.control_socket, PathBuf::from("ftld-data/ftld.ctl"));
         assert_eq!(s.timing, TimingMode::Real);
         assert_eq!(s.frontend, Frontend::Auto);
+        assert_eq!(s.ublk.depth, DEFAULT_QUEUE_DEPTH);
+        assert_eq!((s.ublk.id, s.ublk.recover), (None, None));
+        assert!(s.ublk.queues >= 1);
         let tcp = resolve_serve(&ServeArgs {
             nbd_listen: Some("127.0.0.1:1".parse().expect("addr")),
             ..Default::default()

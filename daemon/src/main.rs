@@ -4,7 +4,9 @@
 //! |---|---|
 //! | `cli` | clap definitions of the subcommands |
 //! | `config` | the TOML file and merging it with flags |
-//! | `serve` | `ftld serve`: open the image, NBD + control sockets, signals, clean shutdown |
+//! | `serve` | `ftld serve`: frontend choice, open the image, NBD + control sockets, signals, clean shutdown |
+//! | `ublk` | serving through the ublk frontend (`ftl-ublk`) |
+//! | `notify` | systemd readiness (`READY=1`, `STATUS=`, `WATCHDOG=1`, `STOPPING=1`) |
 //! | `backend` | the FTL as an NBD backend; FTL error → NBD error mapping |
 //! | `control` | the control socket (JSON lines) and its client for `ftld stats` |
 //! | `image` | creating/opening images, checking flags against an existing image |
@@ -21,8 +23,10 @@ mod control;
 mod format;
 mod image;
 mod info;
+mod notify;
 mod presets;
 mod serve;
+mod ublk;
 mod units;
 
 use std::io::IsTerminal;

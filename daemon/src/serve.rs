@@ -1,5 +1,5 @@
-//! `ftld serve`: open (or create) the image, export it over NBD, answer the control socket, and
-//! shut down cleanly on SIGINT/SIGTERM.
+//! `ftld serve`: open (or create) the image, export it over NBD or ublk (`crate::ublk`), answer
+//! the control socket, and shut down cleanly on SIGINT/SIGTERM.
 //!
 //! ```text
 //! main thread:  resolve settings ─► install signal handlers ─► open/create image (FTL threads)
@@ -33,16 +33,17 @@ use crate::cli::{Frontend, ServeArgs};
 use crate::config::{self, ServeSettings};
 use crate::control::{self, ControlContext};
 use crate::image;
+use crate::notify;
 use crate::units::format_size;
 use crate::UsageError;
 
 /// Where the kernel's ublk driver would be.
-const UBLK_CONTROL: &str = "/dev/ublk-control";
+const UBLK_CONTROL: &str = ftl_ublk::CONTROL;
 
 /// Runs `ftld serve` to completion.
 pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let s = config::resolve_serve(args)?;
-    choose_frontend(s.frontend)?;
+    let chosen = choose_frontend(&s)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("ftld-rt")
@@ -51,9 +52,14 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
     // Installed before the (possibly long) image open, so a signal during recovery is held
     // and handled as soon as serving starts instead of killing the process.
     let signals = rt.block_on(async { Signals::install() })?;
+    notify::status(&format!("opening {}", s.image.path.display()));
     let ftl = Arc::new(image::open_or_create(&s.image, s.timing)?);
     log_opened(&ftl, &s);
-    let served = rt.block_on(serve_all(Arc::clone(&ftl), &s, signals));
+    let served = match chosen {
+        Chosen::Nbd => rt.block_on(serve_all(Arc::clone(&ftl), &s, signals)),
+        Chosen::Ublk(start) => crate::ublk::serve(&rt, Arc::clone(&ftl), &s, start, signals),
+    };
+    notify::status("closing the FTL: programming buffered writes, writing a checkpoint");
     info!("closing the FTL: programming buffered writes and writing a checkpoint");
     let t = Instant::now();
     let closed = ftl.close();
@@ -67,27 +73,68 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Checks that the asked-for frontend exists here and says which one serves.
-fn choose_frontend(f: Frontend) -> anyhow::Result<()> {
-    match f {
-        Frontend::Ublk => Err(UsageError(
-            "ublk frontend not built yet (it comes with a later release); use --frontend nbd \
-             (or auto)"
-                .into(),
-        )
-        .into()),
+/// The frontend that will serve, decided before the image is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Chosen {
+    Nbd,
+    Ublk(ftl_ublk::Start),
+}
+
+/// Picks the frontend (`auto`: ublk when the driver answers, else NBD) and says why; for
+/// ublk also whether to add a device or re-attach one left in recovery state.
+fn choose_frontend(s: &ServeSettings) -> anyhow::Result<Chosen> {
+    let wants_ublk = s.ublk.recover.is_some() || s.ublk.id.is_some();
+    match s.frontend {
         Frontend::Nbd => {
-            info!("frontend: NBD (asked for)");
-            Ok(())
-        }
-        Frontend::Auto => {
-            if Path::new(UBLK_CONTROL).exists() {
-                info!("{UBLK_CONTROL} exists but the ublk frontend is not built yet; using NBD");
-            } else {
-                info!("{UBLK_CONTROL} not found; using NBD");
+            if wants_ublk {
+                return Err(UsageError(
+                    "--recover/--ublk-id need the ublk frontend, not --frontend nbd".into(),
+                )
+                .into());
             }
-            Ok(())
+            info!("frontend: NBD (asked for)");
+            Ok(Chosen::Nbd)
         }
+        Frontend::Ublk => match ftl_ublk::available() {
+            Ok(_) => {
+                info!("frontend: ublk (asked for)");
+                Ok(Chosen::Ublk(ublk_start(s)))
+            }
+            Err(why) => bail!("--frontend ublk: {why}"),
+        },
+        Frontend::Auto => match ftl_ublk::available() {
+            Ok(_) => {
+                info!("frontend: ublk ({UBLK_CONTROL} answers; --frontend nbd to use NBD)");
+                Ok(Chosen::Ublk(ublk_start(s)))
+            }
+            Err(why) if wants_ublk => bail!("--recover/--ublk-id need ublk, but {why}"),
+            Err(why) => {
+                info!("frontend: NBD ({why})");
+                Ok(Chosen::Nbd)
+            }
+        },
+    }
+}
+
+/// Add or recover: `--recover N`, or `--ublk-id N` naming a device in recovery state.
+fn ublk_start(s: &ServeSettings) -> ftl_ublk::Start {
+    use ftl_ublk::Start;
+    if let Some(id) = s.ublk.recover {
+        return Start::Recover(id);
+    }
+    match s.ublk.id {
+        Some(id) => match ftl_ublk::device_state(id) {
+            Some(state) if state.recoverable() => {
+                info!(
+                    id,
+                    ?state,
+                    "/dev/ublkb{id} waits for recovery: re-attaching to it"
+                );
+                Start::Recover(id)
+            }
+            _ => Start::Add(Some(id)),
+        },
+        None => Start::Add(None),
     }
 }
 
@@ -106,7 +153,7 @@ fn log_opened(ftl: &Ftl, s: &ServeSettings) {
 }
 
 /// SIGINT and SIGTERM.
-struct Signals {
+pub(crate) struct Signals {
     int: Signal,
     term: Signal,
 }
@@ -120,7 +167,7 @@ impl Signals {
     }
 
     /// The name of the next signal received.
-    async fn next(&mut self) -> &'static str {
+    pub(crate) async fn next(&mut self) -> &'static str {
         tokio::select! {
             _ = self.int.recv() => "SIGINT",
             _ = self.term.recv() => "SIGTERM",
@@ -130,7 +177,7 @@ impl Signals {
 
 /// Socket files this process created, removed when dropped.
 #[derive(Default)]
-struct SocketFiles(Vec<PathBuf>);
+pub(crate) struct SocketFiles(Vec<PathBuf>);
 
 impl Drop for SocketFiles {
     fn drop(&mut self) {
@@ -144,7 +191,11 @@ impl Drop for SocketFiles {
 
 /// Binds a unix socket at `path`, replacing a stale socket file (one nobody listens on) but
 /// never a live socket or a file of another kind.
-fn bind_unix(path: &Path, what: &str, files: &mut SocketFiles) -> anyhow::Result<UnixListener> {
+pub(crate) fn bind_unix(
+    path: &Path,
+    what: &str,
+    files: &mut SocketFiles,
+) -> anyhow::Result<UnixListener> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating the directory of {what} {}", path.display()))?;
@@ -208,6 +259,7 @@ async fn serve_all(ftl: Arc<Ftl>, s: &ServeSettings, mut signals: Signals) -> an
     let signal_task = tokio::spawn(async move {
         let name = signals.next().await;
         info!("{name}: stopping (in-flight requests finish, then flush and checkpoint)");
+        notify::stopping(&format!("{name}: stopping, then flush and checkpoint"));
         stop.send_replace(true);
         let name = signals.next().await;
         warn!("second {name}: exiting at once; writes not yet flushed are lost");
@@ -217,6 +269,21 @@ async fn serve_all(ftl: Arc<Ftl>, s: &ServeSettings, mut signals: Signals) -> an
     let tcp_addr = tcp.as_ref().and_then(|l| l.local_addr().ok());
     print_connect_help(s, tcp_addr, ftl.capacity());
     info!(read_only = s.read_only, "ready");
+    // The listeners are bound: a client connecting now is accepted by the loops below.
+    let mut served = Vec::new();
+    if let Some(p) = &s.nbd_socket {
+        served.push(format!("unix:{}", p.display()));
+    }
+    if let Some(a) = tcp_addr {
+        served.push(format!("tcp:{a}"));
+    }
+    notify::ready(&format!(
+        "serving {} ({}) over NBD on {}",
+        s.image.path.display(),
+        format_size(ftl.capacity()),
+        served.join(", ")
+    ));
+    let _watchdog = notify::Watchdog::start();
 
     let unix_loop = async {
         let Some(l) = unix else { return Ok(()) };
