@@ -31,13 +31,43 @@ const CKPT_MAGIC: &[u8; 8] = b"FTLDCKPT";
 const SUPER_MAGIC: &[u8; 8] = b"FTLDSUPR";
 const VERSION: u32 = 1;
 const HEADER: usize = 64;
+/// Map entries per delta chunk (one 4 KiB piece of the map).
+pub const CHUNK: u32 = 1024;
+/// Deltas after which the next checkpoint is a full one again.
+const MAX_CHAIN: u32 = 32;
 
 /// Which checkpoint is newest (the next one goes to the other area).
 #[derive(Clone, Debug, Default)]
 pub struct CkptState {
     pub last_id: u64,
+    /// Area of the current chain.
     pub last_area: Option<u32>,
     pub last_sc: u64,
+    /// First free page of the current chain's area.
+    pub next_offset: u64,
+    /// Checkpoints in the current chain.
+    pub chain_len: u32,
+    /// The next checkpoint must be a full one (the map's change tracking is not trustworthy
+    /// after a recovery or a failed checkpoint).
+    pub force_full: bool,
+}
+
+/// The map part of a checkpoint.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MapImage {
+    /// Every entry.
+    Full(Vec<u32>),
+    /// Only the chunks (of `CHUNK` entries) changed since the previous checkpoint.
+    Delta(Vec<(u32, Vec<u32>)>),
+}
+
+impl MapImage {
+    fn entries(&self) -> usize {
+        match self {
+            MapImage::Full(v) => v.len(),
+            MapImage::Delta(c) => c.iter().map(|(_, e)| e.len() + 1).sum(),
+        }
+    }
 }
 
 /// A decoded checkpoint.
@@ -46,10 +76,41 @@ pub struct Snapshot {
     pub id: u64,
     pub sc: u64,
     pub prev_sc: u64,
-    pub l2p: Vec<u32>,
+    pub lpns: u32,
+    pub map: MapImage,
     /// Per global block: (erase count, programmed pages) at the snapshot.
     pub blocks: Vec<(u32, u32)>,
     pub trims: Vec<(Psa, u64)>,
+}
+
+impl Snapshot {
+    /// The full map (empty for a delta).
+    pub fn l2p(&self) -> &[u32] {
+        match &self.map {
+            MapImage::Full(v) => v,
+            MapImage::Delta(_) => &[],
+        }
+    }
+
+    /// Applies a delta on top of this (full) snapshot; false if it does not fit.
+    fn apply(&mut self, delta: Snapshot) -> bool {
+        let (MapImage::Full(l2p), MapImage::Delta(chunks)) = (&mut self.map, delta.map) else {
+            return false;
+        };
+        for (c, entries) in chunks {
+            let start = (c * CHUNK) as usize;
+            match l2p.get_mut(start..start + entries.len()) {
+                Some(dst) => dst.copy_from_slice(&entries),
+                None => return false,
+            }
+        }
+        self.id = delta.id;
+        self.sc = delta.sc;
+        self.prev_sc = delta.prev_sc;
+        self.blocks = delta.blocks;
+        self.trims = delta.trims;
+        true
+    }
 }
 
 /// The FTL's format parameters, from the superblock.
@@ -62,8 +123,9 @@ pub struct SuperBlock {
 }
 
 /// Checkpoint bytes for a device of `lpns` pages over `layout` (with room for trim-log slots).
+/// Each area holds a full checkpoint and the deltas after it: room for twice a full one.
 pub fn checkpoint_bytes(lpns: u64, total_blocks: u64) -> u64 {
-    HEADER as u64 + lpns * 4 + total_blocks * 8 + 64 * 1024
+    2 * (HEADER as u64 + lpns * 4 + total_blocks * 8 + 64 * 1024)
 }
 
 fn put32(v: &mut Vec<u8>, x: u32) {
@@ -137,9 +199,20 @@ pub fn read_superblock(nand: &NandDevice) -> Result<SuperBlock> {
 }
 
 fn encode(s: &Snapshot) -> Vec<u8> {
-    let mut body = Vec::with_capacity(s.l2p.len() * 4 + s.blocks.len() * 8 + s.trims.len() * 12);
-    for v in &s.l2p {
-        put32(&mut body, *v);
+    let (kind, chunks) = match &s.map {
+        MapImage::Full(_) => (0u32, 0u32),
+        MapImage::Delta(c) => (1, c.len() as u32),
+    };
+    let mut body =
+        Vec::with_capacity(s.map.entries() * 4 + s.blocks.len() * 8 + s.trims.len() * 12);
+    match &s.map {
+        MapImage::Full(l2p) => l2p.iter().for_each(|v| put32(&mut body, *v)),
+        MapImage::Delta(chunks) => {
+            for (c, entries) in chunks {
+                put32(&mut body, *c);
+                entries.iter().for_each(|v| put32(&mut body, *v));
+            }
+        }
     }
     for (e, p) in &s.blocks {
         put32(&mut body, *e);
@@ -152,16 +225,16 @@ fn encode(s: &Snapshot) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER + body.len());
     out.extend_from_slice(CKPT_MAGIC);
     put32(&mut out, VERSION);
-    put32(&mut out, 0);
+    put32(&mut out, kind);
     put64(&mut out, s.id);
     put64(&mut out, s.sc);
     put64(&mut out, s.prev_sc);
-    put32(&mut out, s.l2p.len() as u32);
+    put32(&mut out, s.lpns);
     put32(&mut out, s.blocks.len() as u32);
     put32(&mut out, s.trims.len() as u32);
-    put32(&mut out, 0);
+    put32(&mut out, chunks);
     put32(&mut out, crc32fast::hash(&body));
-    put32(&mut out, 0);
+    put32(&mut out, body.len() as u32);
     out.resize(HEADER, 0);
     out.extend_from_slice(&body);
     out
@@ -175,53 +248,91 @@ fn decode(b: &[u8]) -> std::result::Result<Snapshot, String> {
     if h(8)? != VERSION {
         return Err("unsupported checkpoint version".into());
     }
+    let kind = h(12)?;
     let id = get64(b, 16).ok_or("short header")?;
     let sc = get64(b, 24).ok_or("short header")?;
     let prev_sc = get64(b, 32).ok_or("short header")?;
-    let (lpns, blocks, trims, crc) = (h(40)? as usize, h(44)? as usize, h(48)? as usize, h(56)?);
-    let len = lpns * 4 + blocks * 8 + trims * 12;
+    let (lpns, blocks, trims, chunks, crc, len) = (
+        h(40)? as usize,
+        h(44)? as usize,
+        h(48)? as usize,
+        h(52)? as usize,
+        h(56)?,
+        h(60)? as usize,
+    );
     let body = b
         .get(HEADER..HEADER + len)
         .ok_or("checkpoint shorter than its header says")?;
     if crc32fast::hash(body) != crc {
         return Err("checkpoint payload checksum mismatch".into());
     }
-    let l2p = (0..lpns)
-        .map(|i| get32(body, i * 4).unwrap_or(u32::MAX))
-        .collect();
-    let o = lpns * 4;
+    let word = |o: usize| get32(body, o).ok_or("checkpoint body too short");
+    let mut o = 0;
+    let map = match kind {
+        0 => {
+            let l2p = (0..lpns)
+                .map(|i| word(i * 4))
+                .collect::<std::result::Result<_, _>>()?;
+            o = lpns * 4;
+            MapImage::Full(l2p)
+        }
+        1 => {
+            let mut v = Vec::with_capacity(chunks);
+            for _ in 0..chunks {
+                let c = word(o)?;
+                let n = chunk_len(c, lpns as u32).ok_or("delta chunk out of range")?;
+                let entries = (0..n as usize)
+                    .map(|i| word(o + 4 + i * 4))
+                    .collect::<std::result::Result<_, _>>()?;
+                o += 4 + n as usize * 4;
+                v.push((c, entries));
+            }
+            MapImage::Delta(v)
+        }
+        k => return Err(format!("unknown checkpoint kind {k}")),
+    };
     let blocks = (0..blocks)
-        .map(|i| {
-            (
-                get32(body, o + i * 8).unwrap_or(0),
-                get32(body, o + i * 8 + 4).unwrap_or(0),
-            )
-        })
-        .collect::<Vec<_>>();
+        .map(|i| Ok((word(o + i * 8)?, word(o + i * 8 + 4)?)))
+        .collect::<std::result::Result<Vec<_>, &str>>()?;
     let o = o + blocks.len() * 8;
     let trims = (0..trims)
         .map(|i| {
-            (
-                Psa(get32(body, o + i * 12).unwrap_or(u32::MAX)),
-                get64(body, o + i * 12 + 4).unwrap_or(0),
-            )
+            Ok((
+                Psa(word(o + i * 12)?),
+                get64(body, o + i * 12 + 4).ok_or("checkpoint body too short")?,
+            ))
         })
-        .collect();
+        .collect::<std::result::Result<Vec<_>, &str>>()?;
     Ok(Snapshot {
         id,
         sc,
         prev_sc,
-        l2p,
+        lpns: lpns as u32,
+        map,
         blocks,
         trims,
     })
 }
 
-/// Reads the id of the checkpoint in `area`, from its first page's OOB.
-fn area_id(nand: &NandDevice, layout: &Layout, area: u32) -> Option<(u64, u32)> {
+/// Entries in map chunk `c` of a `lpns`-entry map (the last chunk may be short).
+fn chunk_len(c: u32, lpns: u32) -> Option<u32> {
+    let start = c.checked_mul(CHUNK)?;
+    (start < lpns).then(|| (lpns - start).min(CHUNK))
+}
+
+/// Reads the header OOB of the checkpoint starting at page `offset` of `area`.
+fn header_at(nand: &NandDevice, layout: &Layout, area: u32, offset: u64) -> Option<(u64, u32)> {
+    if offset >= layout.ckpt_area_pages() {
+        return None;
+    }
     let mut oob_buf = vec![0u8; layout.oob_size as usize];
     let c = nand
-        .read(layout.ckpt_page(area, 0), 0, &mut [], Some(&mut oob_buf))
+        .read(
+            layout.ckpt_page(area, offset),
+            0,
+            &mut [],
+            Some(&mut oob_buf),
+        )
         .ok()?;
     c.wait();
     match oob::decode(&oob_buf)? {
@@ -235,25 +346,28 @@ fn area_id(nand: &NandDevice, layout: &Layout, area: u32) -> Option<(u64, u32)> 
     }
 }
 
-/// Loads the checkpoint in `area`, reading its pages bank-parallel and checking every CRC.
-fn load_area(
+/// Loads the checkpoint starting at page `offset` of `area`, reading its pages bank-parallel
+/// (page `i` of an area lives on bank `i % banks`) and checking every CRC. Returns it with its
+/// page count.
+fn load_at(
     nand: &NandDevice,
     layout: &Layout,
     area: u32,
-) -> std::result::Result<Snapshot, String> {
-    let (id, count) = area_id(nand, layout, area).ok_or("no checkpoint header")?;
-    if count as u64 > layout.ckpt_area_pages() || count == 0 {
+    offset: u64,
+) -> std::result::Result<(Snapshot, u64), String> {
+    let (id, count) = header_at(nand, layout, area, offset).ok_or("no checkpoint header")?;
+    if count == 0 || offset + count as u64 > layout.ckpt_area_pages() {
         return Err(format!("checkpoint claims {count} pages"));
     }
     let ps = layout.page_size as usize;
     let mut bytes = vec![0u8; count as usize * ps];
-    let banks = layout.banks as usize;
+    let banks = layout.banks as u64;
     let mut errors = Vec::new();
     std::thread::scope(|s| {
-        // Page i lives on bank i % banks: each bank's thread reads its own pages.
-        let mut per_bank: Vec<Vec<(usize, &mut [u8])>> = (0..banks).map(|_| Vec::new()).collect();
+        let mut per_bank: Vec<Vec<(u64, &mut [u8])>> = (0..banks).map(|_| Vec::new()).collect();
         for (i, chunk) in bytes.chunks_mut(ps).enumerate() {
-            per_bank[i % banks].push((i, chunk));
+            let page = offset + i as u64;
+            per_bank[(page % banks) as usize].push((i as u64, chunk));
         }
         let handles: Vec<_> = per_bank
             .into_iter()
@@ -261,7 +375,7 @@ fn load_area(
                 s.spawn(move || -> std::result::Result<(), String> {
                     let mut oob_buf = vec![0u8; layout.oob_size as usize];
                     for (i, chunk) in pages {
-                        let addr = layout.ckpt_page(area, i as u64);
+                        let addr = layout.ckpt_page(area, offset + i);
                         nand.read(addr, 0, chunk, Some(&mut oob_buf))
                             .map_err(|e| e.to_string())?
                             .wait();
@@ -272,10 +386,14 @@ fn load_area(
                                 count: c,
                                 crc,
                             }) if pid == id
-                                && index == i as u32
+                                && index as u64 == i
                                 && c == count
                                 && crc == crc32fast::hash(chunk) => {}
-                            _ => return Err(format!("checkpoint page {i} is missing or corrupt")),
+                            _ => {
+                                return Err(format!(
+                                    "checkpoint {id} page {i} is missing or corrupt"
+                                ))
+                            }
                         }
                     }
                     Ok(())
@@ -297,20 +415,78 @@ fn load_area(
     if snap.id != id {
         return Err("checkpoint id mismatch".into());
     }
-    Ok(snap)
+    Ok((snap, count as u64))
 }
 
-/// Finds the checkpoints (newest first) and loads the newest valid one. Returns it with its area
-/// and whether a newer one had to be skipped as corrupt.
-pub fn load_newest(nand: &NandDevice, layout: &Layout) -> Option<(Snapshot, u32, bool)> {
+/// A checkpoint chain loaded from one area: its full checkpoint with every valid delta applied.
+pub struct Loaded {
+    /// The state as of the chain's last valid element (`map` is `Full`).
+    pub snap: Snapshot,
+    pub area: u32,
+    /// First free page of the area after the chain.
+    pub next_offset: u64,
+    /// Checkpoints in the chain (1 = just the full one).
+    pub chain_len: u32,
+    /// A newer checkpoint (another area's full one, or a delta of this chain) was corrupt.
+    pub fallback: bool,
+}
+
+/// Loads the chain of `area`: its full checkpoint, then the deltas appended after it.
+fn load_chain(
+    nand: &NandDevice,
+    layout: &Layout,
+    area: u32,
+) -> std::result::Result<Loaded, String> {
+    let (mut snap, count) = load_at(nand, layout, area, 0)?;
+    if !matches!(snap.map, MapImage::Full(_)) {
+        return Err("chain does not start with a full checkpoint".into());
+    }
+    let mut next = count;
+    let mut chain_len = 1;
+    let mut fallback = false;
+    while let Some((id, _)) = header_at(nand, layout, area, next) {
+        if id <= snap.id {
+            break;
+        }
+        match load_at(nand, layout, area, next) {
+            Ok((delta, count)) => {
+                if delta.lpns != snap.lpns || !snap.apply(delta) {
+                    fallback = true;
+                    break;
+                }
+                next += count;
+                chain_len += 1;
+            }
+            Err(e) => {
+                tracing::warn!("checkpoint area {area}: delta {id} unusable: {e}");
+                fallback = true;
+                break;
+            }
+        }
+    }
+    Ok(Loaded {
+        snap,
+        area,
+        next_offset: next,
+        chain_len,
+        fallback,
+    })
+}
+
+/// Finds the newest usable checkpoint: the chain of the area whose full checkpoint is newest,
+/// else the other area's chain (a fallback).
+pub fn load_newest(nand: &NandDevice, layout: &Layout) -> Option<Loaded> {
     let mut areas: Vec<(u64, u32)> = (0..2)
-        .filter_map(|a| area_id(nand, layout, a).map(|(id, _)| (id, a)))
+        .filter_map(|a| header_at(nand, layout, a, 0).map(|(id, _)| (id, a)))
         .collect();
     areas.sort_by(|a, b| b.cmp(a));
     let mut skipped = false;
     for (_, area) in areas {
-        match load_area(nand, layout, area) {
-            Ok(s) => return Some((s, area, skipped)),
+        match load_chain(nand, layout, area) {
+            Ok(mut l) => {
+                l.fallback |= skipped;
+                return Some(l);
+            }
             Err(e) => {
                 tracing::warn!("checkpoint area {area} unusable: {e}");
                 skipped = true;
@@ -327,20 +503,34 @@ impl Core {
         let _one = self.ckpt_lock.lock();
         self.gate.freeze();
         self.flush_all_blocking();
+        let st = self.ckpt.lock().clone();
+        // A delta (only the map chunks changed since the last checkpoint) when the current
+        // chain is trustworthy and short and the delta is small; else a full checkpoint.
+        let dirty = self.map.dirty_chunks();
+        let full = st.force_full
+            || st.last_area.is_none()
+            || st.chain_len >= MAX_CHAIN
+            || dirty * 2 > self.map.chunks();
         let snap = {
             let _gc = self.gc_gate.write();
-            let st = self.ckpt.lock().clone();
             let mut blocks = Vec::with_capacity(self.layout.total_blocks() as usize);
             for b in 0..self.layout.total_blocks() {
                 let addr = self.layout.block_addr(crate::layout::BlockIdx(b));
                 let s = self.nand.block_state(addr)?;
                 blocks.push((s.erase_count, s.programmed_pages));
             }
+            let map = if full {
+                self.map.clear_dirty();
+                MapImage::Full(self.map.snapshot())
+            } else {
+                MapImage::Delta(self.map.take_dirty())
+            };
             Snapshot {
                 id: st.last_id + 1,
                 sc: self.current_seq(),
                 prev_sc: st.last_sc,
-                l2p: self.map.snapshot(),
+                lpns: self.lpns,
+                map,
                 blocks,
                 trims: self.trim_log.lock().clone(),
             }
@@ -349,23 +539,43 @@ impl Core {
         self.counters
             .bytes_since_checkpoint
             .store(0, Ordering::Relaxed);
-        let area = match self.ckpt.lock().last_area {
+        let bytes = encode(&snap);
+        let pages = bytes.len().div_ceil(self.layout.page_size as usize) as u64;
+        let (area, offset) = match st.last_area {
+            Some(a) if !full && st.next_offset + pages <= self.layout.ckpt_area_pages() => {
+                (a, st.next_offset)
+            }
             // A checkpoint area with a bad block is not remapped: write over the other one then
             // (a crash during that write leaves no checkpoint, and recovery does a full scan).
-            Some(a) if self.area_has_bad_block(1 - a) => a,
-            Some(a) => 1 - a,
-            None => 0,
+            Some(a) if self.area_has_bad_block(1 - a) => (a, 0),
+            Some(a) => (1 - a, 0),
+            None => (0, 0),
         };
-        if let Err(e) = self.write_area(area, &snap) {
+        let written = if offset == 0 && !full {
+            // The chain's area is full: this delta cannot start a chain. Take a full one.
+            Err(FtlError::Internal("checkpoint area full".into()))
+        } else {
+            self.write_area(area, offset, snap.id, &bytes)
+        };
+        if let Err(e) = written {
             self.counters
                 .checkpoint_failures
                 .fetch_add(1, Ordering::Relaxed);
+            // The dirty chunks taken for this checkpoint are lost: the next one must be full.
+            self.ckpt.lock().force_full = true;
+            if !full && offset == 0 {
+                drop(_one);
+                return self.checkpoint();
+            }
             return Err(e);
         }
         *self.ckpt.lock() = CkptState {
             last_id: snap.id,
             last_area: Some(area),
             last_sc: snap.sc,
+            next_offset: offset + pages,
+            chain_len: if full { 1 } else { st.chain_len + 1 },
+            force_full: false,
         };
         // Trim records older than both checkpoints are no longer needed by any recovery path.
         let mut tl = self.trim_log.lock();
@@ -378,7 +588,16 @@ impl Core {
         });
         drop(tl);
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!("checkpoint {} written to area {area}", snap.id);
+        if !full {
+            self.counters
+                .checkpoint_deltas
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        tracing::debug!(
+            "checkpoint {} ({}) written to area {area} at page {offset}",
+            snap.id,
+            if full { "full" } else { "delta" }
+        );
         Ok(())
     }
 
@@ -395,37 +614,40 @@ impl Core {
         })
     }
 
-    fn write_area(&self, area: u32, snap: &Snapshot) -> Result<()> {
+    /// Programs an encoded checkpoint at page `offset` of `area`; a full checkpoint (offset 0)
+    /// erases the area first, a delta goes on the still-erased pages after the chain.
+    fn write_area(&self, area: u32, offset: u64, id: u64, bytes: &[u8]) -> Result<()> {
         let layout = &self.layout;
-        let bytes = encode(snap);
         let ps = layout.page_size as usize;
         let count = bytes.len().div_ceil(ps) as u64;
-        if count > layout.ckpt_area_pages() {
+        if offset + count > layout.ckpt_area_pages() {
             return Err(FtlError::Internal(format!(
-                "checkpoint needs {count} pages, the area has {}",
+                "checkpoint needs {count} pages at page {offset}, the area has {}",
                 layout.ckpt_area_pages()
             )));
         }
-        // Erase the area's blocks on all banks (in parallel: the model overlaps them).
         let mut pending: Vec<Completion> = Vec::new();
-        for bank in 0..layout.banks {
-            for block in layout.ckpt_area_blocks(area) {
-                let addr = BlockAddr {
-                    bank: BankId(bank),
-                    block,
-                };
-                let state = self.nand.block_state(addr)?;
-                if state.bad {
-                    return Err(FtlError::Internal(format!(
-                        "checkpoint area {area} has a bad block ({addr:?}); using the other area only"
-                    )));
-                }
-                if state.programmed_pages > 0 {
-                    pending.push(self.nand.erase(addr)?);
+        if offset == 0 {
+            // Erase the area's blocks on all banks (in parallel: the model overlaps them).
+            for bank in 0..layout.banks {
+                for block in layout.ckpt_area_blocks(area) {
+                    let addr = BlockAddr {
+                        bank: BankId(bank),
+                        block,
+                    };
+                    let state = self.nand.block_state(addr)?;
+                    if state.bad {
+                        return Err(FtlError::Internal(format!(
+                            "checkpoint area {area} has a bad block ({addr:?})"
+                        )));
+                    }
+                    if state.programmed_pages > 0 {
+                        pending.push(self.nand.erase(addr)?);
+                    }
                 }
             }
+            pending.drain(..).for_each(Completion::wait);
         }
-        pending.drain(..).for_each(Completion::wait);
         let mut page = vec![0u8; ps];
         let mut oob_buf = vec![0u8; layout.oob_size as usize];
         for i in 0..count {
@@ -434,14 +656,14 @@ impl Core {
             page[chunk.len()..].fill(0);
             oob::encode_checkpoint(
                 &mut oob_buf,
-                snap.id,
+                id,
                 i as u32,
                 count as u32,
                 crc32fast::hash(&page),
             );
             pending.push(
                 self.nand
-                    .program(layout.ckpt_page(area, i), &page, &oob_buf)?,
+                    .program(layout.ckpt_page(area, offset + i), &page, &oob_buf)?,
             );
             // Keep the number of outstanding completions bounded.
             if pending.len() >= 4 * layout.banks as usize {
@@ -493,19 +715,60 @@ mod tests {
             id: 4,
             sc: 99,
             prev_sc: 50,
-            l2p: vec![1, u32::MAX, 7],
+            lpns: 3,
+            map: MapImage::Full(vec![1, u32::MAX, 7]),
             blocks: vec![(1, 2), (3, 4)],
             trims: vec![(Psa(9), 77)],
         };
         let b = encode(&s);
         let d = decode(&b).expect("decodes");
         assert_eq!((d.id, d.sc, d.prev_sc), (4, 99, 50));
-        assert_eq!(d.l2p, s.l2p);
+        assert_eq!(d.map, s.map);
         assert_eq!(d.blocks, s.blocks);
         assert_eq!(d.trims, s.trims);
         let mut bad = b.clone();
         bad[HEADER + 1] ^= 1;
         assert!(decode(&bad).is_err());
+    }
+
+    #[test]
+    fn delta_applies_on_full() {
+        let lpns = CHUNK * 2 + 10;
+        let mut full = Snapshot {
+            id: 1,
+            sc: 10,
+            prev_sc: 0,
+            lpns,
+            map: MapImage::Full(vec![0; lpns as usize]),
+            blocks: vec![(0, 0)],
+            trims: vec![],
+        };
+        let delta = Snapshot {
+            id: 2,
+            sc: 20,
+            prev_sc: 10,
+            lpns,
+            map: MapImage::Delta(vec![(2, vec![5; 10])]),
+            blocks: vec![(1, 3)],
+            trims: vec![(Psa(1), 15)],
+        };
+        let delta = decode(&encode(&delta)).expect("delta decodes");
+        assert!(full.apply(delta));
+        assert_eq!((full.id, full.sc, full.prev_sc), (2, 20, 10));
+        assert_eq!(&full.l2p()[2 * CHUNK as usize..], &[5; 10]);
+        assert_eq!(full.l2p()[0], 0);
+        assert_eq!(full.blocks, vec![(1, 3)]);
+        // A chunk past the end is refused.
+        let bad = Snapshot {
+            id: 3,
+            sc: 30,
+            prev_sc: 20,
+            lpns,
+            map: MapImage::Delta(vec![(3, vec![1; 4])]),
+            blocks: vec![],
+            trims: vec![],
+        };
+        assert!(decode(&encode(&bad)).is_err());
     }
 }
 
@@ -539,10 +802,6 @@ pub fn inspect(path: &std::path::Path) -> Result<ImageInfo> {
     let nand = NandDevice::open(path, None, nand_model::TimingMode::Off)?;
     let sb = read_superblock(&nand)?;
     let layout = Layout::new(nand.geometry(), sb.ckpt_blocks);
-    let newest_id = (0..2)
-        .filter_map(|a| area_id(&nand, &layout, a))
-        .map(|(id, _)| id)
-        .max();
     let loaded = load_newest(&nand, &layout);
     let (mut emin, mut emax, mut esum, mut bad, mut after) = (u32::MAX, 0u32, 0u64, 0u32, 0u64);
     let total = layout.total_blocks();
@@ -558,16 +817,13 @@ pub fn inspect(path: &std::path::Path) -> Result<ImageInfo> {
         if layout.is_reserved(addr) {
             continue;
         }
-        let from = match loaded
-            .as_ref()
-            .and_then(|(s, _, _)| s.blocks.get(b as usize))
-        {
+        let from = match loaded.as_ref().and_then(|l| l.snap.blocks.get(b as usize)) {
             Some(&(e, p)) if e == st.erase_count => p,
             _ => 0,
         };
         after += st.programmed_pages.saturating_sub(from) as u64;
     }
-    let checkpoint_id = loaded.as_ref().map(|(s, _, _)| s.id);
+    let checkpoint_id = loaded.as_ref().map(|l| l.snap.id);
     Ok(ImageInfo {
         path: path.to_path_buf(),
         nand: *nand.config(),
@@ -576,7 +832,7 @@ pub fn inspect(path: &std::path::Path) -> Result<ImageInfo> {
         overprovision: sb.overprovision,
         max_queues: sb.max_queues,
         checkpoint_id,
-        checkpoint_corrupt: newest_id.is_some() && newest_id != checkpoint_id,
+        checkpoint_corrupt: loaded.as_ref().is_some_and(|l| l.fallback),
         clean_shutdown: checkpoint_id.is_some() && after == 0,
         pages_after_checkpoint: after,
         erase_min: if emin == u32::MAX { 0 } else { emin },

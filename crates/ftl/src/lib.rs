@@ -204,7 +204,7 @@ impl Ftl {
         nand: NandDevice,
         sb: SuperBlock,
         mut cfg: FtlConfig,
-        loaded: Option<Option<(checkpoint::Snapshot, u32, bool)>>,
+        loaded: Option<Option<checkpoint::Loaded>>,
     ) -> Result<Ftl> {
         let path = nand.path().to_path_buf();
         let layout = Layout::new(nand.geometry(), sb.ckpt_blocks);
@@ -278,16 +278,19 @@ impl Ftl {
                 RecoveryReport::default()
             }
             Some(found) => {
-                let (snap, area, fallback) = match found {
-                    Some((s, a, f)) => (Some(s), Some(*a), *f),
-                    None => (None, None, true),
-                };
+                let snap = found.as_ref().map(|l| &l.snap);
+                let fallback = found.as_ref().is_none_or(|l| l.fallback);
                 let report = core.recover(snap, fallback)?;
-                if let (Some(s), Some(a)) = (snap, area) {
+                if let Some(l) = found {
                     *core.ckpt.lock() = CkptState {
-                        last_id: s.id,
-                        last_area: Some(a),
-                        last_sc: s.sc,
+                        last_id: l.snap.id,
+                        last_area: Some(l.area),
+                        last_sc: l.snap.sc,
+                        next_offset: l.next_offset,
+                        chain_len: l.chain_len,
+                        // After a roll-forward the map differs from the chain in unknown
+                        // chunks; after a fallback pages past the chain may be programmed.
+                        force_full: report.mode != RecoveryMode::Clean,
                     };
                 }
                 tracing::info!(
@@ -491,6 +494,13 @@ impl Ftl {
                     .is_ok_and(|s| p.page < s.programmed_pages)
             })
             .collect()
+    }
+
+    /// The first page of each checkpoint area (for corruption tests).
+    #[doc(hidden)]
+    pub fn checkpoint_area_heads(&self) -> [nand_model::PageAddr; 2] {
+        let l = self.core.layout;
+        [l.ckpt_page(0, 0), l.ckpt_page(1, 0)]
     }
 
     /// Checks the FTL's structural invariants (for tests; call when no operation is running).

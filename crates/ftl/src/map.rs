@@ -25,12 +25,13 @@
 //! and a bank's allocator may be taken while a stripe is held; never the reverse).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Waker;
 
 use parking_lot::{Mutex, MutexGuard};
 
+use crate::checkpoint::CHUNK;
 use crate::layout::{Lpn, Psa};
 
 /// Number of lock stripes (see the module doc for the choice).
@@ -61,6 +62,9 @@ struct Padded(Mutex<Stripe>);
 pub struct MappingTable {
     l2p: Box<[AtomicU32]>,
     stripes: Box<[Padded]>,
+    /// One bit per chunk of `checkpoint::CHUNK` entries changed since the last checkpoint
+    /// (what an incremental checkpoint writes).
+    dirty: Box<[AtomicU64]>,
 }
 
 impl MappingTable {
@@ -70,6 +74,9 @@ impl MappingTable {
             l2p: (0..lpns).map(|_| AtomicU32::new(Psa::UNMAPPED)).collect(),
             stripes: (0..STRIPES)
                 .map(|_| Padded(Mutex::new(Stripe::default())))
+                .collect(),
+            dirty: (0..(lpns as usize).div_ceil(CHUNK as usize).div_ceil(64))
+                .map(|_| AtomicU64::new(0))
                 .collect(),
         }
     }
@@ -114,6 +121,12 @@ impl MappingTable {
 
     /// Sets an entry; the caller holds the stripe lock (or owns the table exclusively).
     pub fn set(&self, lpn: Lpn, psa: Option<Psa>) -> Option<Psa> {
+        let c = (lpn.0 / CHUNK) as usize;
+        let (w, bit) = (&self.dirty[c / 64], 1u64 << (c % 64));
+        // Read first: after the first change of a chunk its word is only read, not bounced.
+        if w.load(Ordering::Relaxed) & bit == 0 {
+            w.fetch_or(bit, Ordering::AcqRel);
+        }
         let v = psa.map_or(Psa::UNMAPPED, |p| p.0);
         match self.l2p[lpn.0 as usize].swap(v, Ordering::AcqRel) {
             Psa::UNMAPPED => None,
@@ -124,6 +137,47 @@ impl MappingTable {
     /// A copy of the raw table (for checkpoints; the caller has quiesced all writers).
     pub fn snapshot(&self) -> Vec<u32> {
         self.l2p.iter().map(|e| e.load(Ordering::Acquire)).collect()
+    }
+
+    /// Number of map chunks.
+    pub fn chunks(&self) -> usize {
+        self.l2p.len().div_ceil(CHUNK as usize)
+    }
+
+    /// Number of chunks changed since the last checkpoint.
+    pub fn dirty_chunks(&self) -> usize {
+        self.dirty
+            .iter()
+            .map(|w| w.load(Ordering::Acquire).count_ones() as usize)
+            .sum()
+    }
+
+    /// Forgets the change tracking (a full checkpoint covers everything).
+    pub fn clear_dirty(&self) {
+        self.dirty
+            .iter()
+            .for_each(|w| w.store(0, Ordering::Release));
+    }
+
+    /// Takes the changed chunks and their entries, clearing their change bits (the caller has
+    /// quiesced all writers).
+    pub fn take_dirty(&self) -> Vec<(u32, Vec<u32>)> {
+        let mut out = Vec::new();
+        for (wi, w) in self.dirty.iter().enumerate() {
+            let mut bits = w.swap(0, Ordering::AcqRel);
+            while bits != 0 {
+                let c = wi * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let start = c * CHUNK as usize;
+                let end = (start + CHUNK as usize).min(self.l2p.len());
+                let entries = self.l2p[start..end]
+                    .iter()
+                    .map(|e| e.load(Ordering::Acquire))
+                    .collect();
+                out.push((c as u32, entries));
+            }
+        }
+        out
     }
 
     /// Replaces the whole table (recovery, before the FTL is shared).

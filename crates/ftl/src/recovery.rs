@@ -124,7 +124,7 @@ impl Core {
         // Resolve.
         let lpns = self.lpns as usize;
         let mut l2p: Vec<u32> = match ckpt {
-            Some(c) if c.l2p.len() == lpns => c.l2p.clone(),
+            Some(c) if c.l2p().len() == lpns => c.l2p().to_vec(),
             _ => vec![Psa::UNMAPPED; lpns],
         };
         let mut lost = vec![false; lpns];

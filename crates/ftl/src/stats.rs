@@ -37,6 +37,7 @@ pub struct Counters {
     pub bad_blocks: AtomicU64,
     pub checkpoints: AtomicU64,
     pub checkpoint_failures: AtomicU64,
+    pub checkpoint_deltas: AtomicU64,
     pub checkpoint_pages: AtomicU64,
     pub bytes_since_checkpoint: AtomicU64,
 }
@@ -157,6 +158,9 @@ pub struct FtlStats {
     pub bad_blocks: u64,
     pub checkpoints: u64,
     pub checkpoint_failures: u64,
+    /// Checkpoints that were incremental (changed map chunks only).
+    pub checkpoint_deltas: u64,
+    pub checkpoint_pages: u64,
     pub buffered_pages: usize,
     pub wear: WearStats,
     pub banks: Vec<BankStats>,
@@ -244,6 +248,8 @@ impl Core {
             bad_blocks: ld(&c.bad_blocks),
             checkpoints: ld(&c.checkpoints),
             checkpoint_failures: ld(&c.checkpoint_failures),
+            checkpoint_deltas: ld(&c.checkpoint_deltas),
+            checkpoint_pages: ld(&c.checkpoint_pages),
             buffered_pages: self.map.overlay_len(),
             wear: WearStats {
                 min: if wmin == u32::MAX { 0 } else { wmin },

@@ -111,14 +111,13 @@ fn corrupt_checkpoint_falls_back() {
     verify_pages(&ftl, 0..100, 1);
     verify_pages(&ftl, 100..300, 2);
     ftl.check_invariants().unwrap();
-    let both = ftl.newest_checkpoint_pages();
+    let heads = ftl.checkpoint_area_heads();
     ftl.close().unwrap();
-    let last = ftl.newest_checkpoint_pages();
     drop(ftl);
 
-    // Corrupt both checkpoints: a full OOB scan rebuilds the map.
-    corrupt(&path, &nand.geometry, both[0]);
-    corrupt(&path, &nand.geometry, last[0]);
+    // Corrupt both checkpoint areas: a full OOB scan rebuilds the map.
+    corrupt(&path, &nand.geometry, heads[0]);
+    corrupt(&path, &nand.geometry, heads[1]);
     let ftl = open(&path, cfg);
     let r = ftl.recovery();
     assert_eq!(r.mode, RecoveryMode::FullScan, "{r:?}");
@@ -149,6 +148,13 @@ fn periodic_checkpoints_bound_the_crash_scan() {
         checkpoints >= 5,
         "only {checkpoints} checkpoints in {round} rounds"
     );
+    assert!(
+        ftl.stats().checkpoint_deltas > 0,
+        "no incremental checkpoint"
+    );
+    // A few pages after the last checkpoint (fewer than the interval, so none follows).
+    ftl.checkpoint().unwrap();
+    write_pages(&ftl, 0..16, round + 1);
     block_on(ftl.flush()).unwrap();
     let total_programmed = ftl.stats().nand_page_programs;
     ftl.simulate_power_loss();
@@ -156,12 +162,49 @@ fn periodic_checkpoints_bound_the_crash_scan() {
     let r = ftl.recovery();
     assert_eq!(r.mode, RecoveryMode::RollForward);
     assert!(
-        r.pages_scanned < total_programmed / 2,
+        r.pages_scanned < total_programmed / 10,
         "scan of {} pages is not bounded by the checkpoints ({} programmed)",
         r.pages_scanned,
         total_programmed
     );
-    verify_pages(&ftl, 0..pages * 9 / 10, round);
+    verify_pages(&ftl, 0..16, round + 1);
+    verify_pages(&ftl, 16..pages * 9 / 10, round);
+    ftl.check_invariants().unwrap();
+}
+
+#[test]
+fn corrupt_delta_falls_back_to_the_chain_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.img");
+    let nand = small_nand(4096, 48);
+    let mut cfg = small_cfg(GcPolicy::InPath);
+    cfg.checkpoint_interval_bytes = 0;
+    let ftl = create(&path, &nand, cfg.clone());
+    write_pages(&ftl, 0..40, 1);
+    ftl.checkpoint().unwrap();
+    let before = ftl.newest_checkpoint_pages();
+    write_pages(&ftl, 0..8, 2);
+    ftl.checkpoint().unwrap();
+    let after = ftl.newest_checkpoint_pages();
+    assert!(ftl.stats().checkpoint_deltas >= 1);
+    // The last checkpoint was a delta appended to the chain: corrupt it.
+    let delta: Vec<_> = after
+        .iter()
+        .filter(|p| !before.contains(p))
+        .copied()
+        .collect();
+    assert!(!delta.is_empty());
+    write_pages(&ftl, 8..12, 3);
+    block_on(ftl.flush()).unwrap();
+    ftl.simulate_power_loss();
+    corrupt(&path, &nand.geometry, delta[0]);
+    let ftl = open(&path, cfg);
+    let r = ftl.recovery();
+    assert!(r.checkpoint_fallback, "{r:?}");
+    assert_eq!(r.mode, RecoveryMode::RollForward);
+    verify_pages(&ftl, 0..8, 2);
+    verify_pages(&ftl, 8..12, 3);
+    verify_pages(&ftl, 12..40, 1);
     ftl.check_invariants().unwrap();
 }
 
