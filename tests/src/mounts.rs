@@ -131,7 +131,12 @@ pub struct LoopDev {
 impl LoopDev {
     /// Attaches `file` to a free loop device.
     pub fn attach(file: &Path) -> LoopDev {
-        let out = run_ok(tool("losetup").args(["-f", "--show"]).arg(file));
+        Self::attach_with(file, &[])
+    }
+
+    /// Attaches `file` with more `losetup` options (e.g. `--direct-io=on`).
+    pub fn attach_with(file: &Path, opts: &[&str]) -> LoopDev {
+        let out = run_ok(tool("losetup").args(["-f", "--show"]).args(opts).arg(file));
         LoopDev {
             dev: PathBuf::from(out.trim()),
         }
