@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# End-to-end benchmark: the same fio jobs (ioengine=nbd, one NBD connection per fio job) against
+#   ftld     `ftld serve --timing off` (release build) on an image in /dev/shm
+#   nbdkit   `nbdkit memory SIZE`
+#   qemu-nbd `qemu-nbd -f raw` on a raw file in /dev/shm (writeback cache, thread pool AIO)
+# all on unix sockets, alternating the servers job by job (and rotating their order every
+# repetition) so they share the machine's noise. Prints IOPS, mean and p99 completion latency
+# and the ratio ftld / peer for every job.
+#
+# Jobs: 4 KiB random read and random write at QD1 (1 connection) and at QD32 on each of 4
+# connections (numjobs=4), and 128 KiB sequential write (QD8, 1 connection). Every server is
+# filled once with sequential writes before the first job, so reads hit written data (and
+# ftld's map is full).
+#
+# Usage: benches/fio/run.sh [--smoke] [--size SIZE] [--runtime SECONDS] [--reps N]
+#                           [--ftld PATH] [--servers "ftld nbdkit qemu-nbd"]
+#   --smoke    64 MiB export, 1 s per job, 1 repetition: checks the script works (a test runs it)
+# Needs fio, nbdkit, qemu-utils (qemu-nbd, qemu-img), jq; builds ftld (cargo build --release)
+# unless --ftld is given.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+
+SIZE=1G
+RUNTIME=15
+RAMP=2
+REPS=2
+FTLD=""
+SERVERS="ftld nbdkit qemu-nbd"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --smoke) SIZE=64M RUNTIME=1 RAMP=0 REPS=1 ;;
+        --size) SIZE="$2"; shift ;;
+        --runtime) RUNTIME="$2"; shift ;;
+        --reps) REPS="$2"; shift ;;
+        --ftld) FTLD="$2"; shift ;;
+        --servers) SERVERS="$2"; shift ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+for t in fio nbdkit qemu-nbd qemu-img jq; do
+    if ! command -v "$t" >/dev/null 2>&1; then
+        echo "missing $t (Debian packages: fio nbdkit qemu-utils jq)" >&2
+        exit 1
+    fi
+done
+if [ -z "$FTLD" ]; then
+    (cd "$ROOT" && cargo build --release -q -p ftld)
+    FTLD="${CARGO_TARGET_DIR:-$ROOT/target}/release/ftld"
+fi
+
+SHM=/dev/shm
+[ -d "$SHM" ] && [ -w "$SHM" ] || SHM=/tmp
+W="$(mktemp -d "$SHM/ftld-bench.XXXXXX")"
+PIDS=()
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do
+        kill "$p" 2>/dev/null || true
+    done
+    for p in "${PIDS[@]}"; do
+        wait "$p" 2>/dev/null || true
+    done
+    rm -rf "$W"
+}
+trap cleanup EXIT
+
+wait_socket() { # SOCKET PID NAME
+    local i
+    for i in $(seq 1 600); do
+        [ -S "$1" ] && return 0
+        if ! kill -0 "$2" 2>/dev/null; then
+            echo "$3 exited before listening; its log:" >&2
+            cat "$W/$3.log" >&2
+            exit 1
+        fi
+        sleep 0.1
+    done
+    echo "$3 did not create $1 in 60 s" >&2
+    exit 1
+}
+
+start_server() { # NAME
+    case "$1" in
+        ftld)
+            "$FTLD" serve --timing off --capacity "$SIZE" --image "$W/ftld.img" \
+                --nbd-socket "$W/ftld.sock" --control-socket "$W/ftld.ctl" >"$W/ftld.log" 2>&1 &
+            ;;
+        nbdkit)
+            nbdkit --foreground --unix "$W/nbdkit.sock" memory "$SIZE" >"$W/nbdkit.log" 2>&1 &
+            ;;
+        qemu-nbd)
+            qemu-img create -q -f raw "$W/qemu.raw" "$SIZE"
+            qemu-nbd -f raw --persistent --shared=8 --cache=writeback --aio=threads \
+                --socket "$W/qemu-nbd.sock" "$W/qemu.raw" >"$W/qemu-nbd.log" 2>&1 &
+            ;;
+        *) echo "unknown server $1" >&2; exit 2 ;;
+    esac
+    PIDS+=($!)
+    wait_socket "$W/$1.sock" "$!" "$1"
+}
+
+uri() { echo "nbd+unix:///?socket=$W/$1.sock"; }
+
+# name | fio arguments
+JOBS=(
+    "randread-4k-qd1|--rw=randread --bs=4k --iodepth=1 --numjobs=1"
+    "randwrite-4k-qd1|--rw=randwrite --bs=4k --iodepth=1 --numjobs=1"
+    "randread-4k-qd32x4|--rw=randread --bs=4k --iodepth=32 --numjobs=4"
+    "randwrite-4k-qd32x4|--rw=randwrite --bs=4k --iodepth=32 --numjobs=4"
+    "seqwrite-128k-qd8|--rw=write --bs=128k --iodepth=8 --numjobs=1"
+)
+
+read -r -a SERVER_LIST <<<"$SERVERS"
+for s in "${SERVER_LIST[@]}"; do
+    start_server "$s"
+    # Fill the whole export once (not measured).
+    fio --name=fill --ioengine=nbd --uri="$(uri "$s")" --rw=write --bs=1m --iodepth=8 \
+        --size="$SIZE" --output-format=json >"$W/fill-$s.out" 2>&1 ||
+        { echo "filling $s failed:" >&2; cat "$W/fill-$s.out" >&2; exit 1; }
+done
+
+RESULTS="$W/results.tsv" # job server rep iops mean_us p99_us
+: >"$RESULTS"
+run_job() { # JOB_NAME ARGS SERVER REP
+    local out="$W/$1-$3-$4.json" dir
+    # shellcheck disable=SC2086 # $2 is a list of fio options
+    if ! fio --name="$1" --ioengine=nbd --uri="$(uri "$3")" $2 --size="$SIZE" \
+        --time_based --runtime="$RUNTIME" --ramp_time="$RAMP" --group_reporting \
+        --randrepeat=0 --output-format=json >"$out.raw" 2>"$W/$1-$3-$4.err"; then
+        echo "fio $1 against $3 failed:" >&2
+        cat "$out.raw" "$W/$1-$3-$4.err" >&2
+        exit 1
+    fi
+    sed -n '/^{/,$p' "$out.raw" >"$out"
+    case "$1" in *read*) dir=read ;; *) dir=write ;; esac
+    jq -r --arg j "$1" --arg s "$3" --arg r "$4" --arg d "$dir" '
+        .jobs[0] as $x | $x[$d] as $io |
+        if $x.error != 0 then error("job error \($x.error)") else . end |
+        [$j, $s, $r, $io.iops, ($io.clat_ns.mean / 1000),
+         (($io.clat_ns.percentile["99.000000"] // 0) / 1000)] | @tsv' "$out" >>"$RESULTS"
+}
+
+for ((rep = 0; rep < REPS; rep++)); do
+    for job in "${JOBS[@]}"; do
+        name="${job%%|*}"
+        args="${job#*|}"
+        # Rotate the server order each repetition and job.
+        n=${#SERVER_LIST[@]}
+        for ((k = 0; k < n; k++)); do
+            s="${SERVER_LIST[$(((k + rep) % n))]}"
+            run_job "$name" "$args" "$s" "$rep"
+            printf '.' >&2
+        done
+    done
+done
+echo >&2
+
+# The table: means over the repetitions.
+echo "fio over NBD (unix sockets), export $SIZE, ${RUNTIME}s per run after ${RAMP}s ramp, $REPS repetition(s), $(nproc) CPUs"
+echo "ftld: $("$FTLD" --version 2>/dev/null || echo ftld) --timing off; $(fio --version); $(nbdkit --version | head -1); $(qemu-nbd --version | head -1)"
+echo
+awk -F'\t' -v servers="$SERVERS" '
+    { k = $1 SUBSEP $2; iops[k] += $4; mean[k] += $5; p99[k] += $6; n[k]++;
+      if (!($1 in seen)) { seen[$1] = 1; order[++jobs] = $1 } }
+    END {
+        ns = split(servers, sv, " ");
+        printf "%-20s %-9s %11s %11s %11s %12s\n", "job", "server", "IOPS", "mean us", "p99 us", "ftld/server";
+        for (j = 1; j <= jobs; j++) {
+            f = order[j] SUBSEP "ftld";
+            for (i = 1; i <= ns; i++) {
+                k = order[j] SUBSEP sv[i];
+                if (!(k in n)) continue;
+                ratio = "";
+                if (sv[i] != "ftld" && (f in n) && iops[k] > 0)
+                    ratio = sprintf("%.2fx", (iops[f] / n[f]) / (iops[k] / n[k]));
+                printf "%-20s %-9s %11.0f %11.1f %11.1f %12s\n", order[j], sv[i],
+                    iops[k] / n[k], mean[k] / n[k], p99[k] / n[k], ratio;
+            }
+        }
+    }' "$RESULTS"
