@@ -1,0 +1,56 @@
+//! `benches/fio/run.sh --smoke`: the end-to-end benchmark script runs every job against every
+//! server for a second each and prints a complete table, so the script cannot rot unnoticed.
+//! (The real benchmark is run by hand; see benches/README.md. No timing is judged here.)
+
+use std::path::Path;
+
+use e2e::{require_tool, run};
+
+const FTLD: &str = env!("CARGO_BIN_EXE_ftld");
+
+const JOBS: [&str; 5] = [
+    "randread-4k-qd1",
+    "randwrite-4k-qd1",
+    "randread-4k-qd32x4",
+    "randwrite-4k-qd32x4",
+    "seqwrite-128k-qd8",
+];
+
+#[test]
+fn fio_benchmark_script_smoke() {
+    if !(require_tool("fio", "fio")
+        && require_tool("nbdkit", "nbdkit")
+        && require_tool("qemu-nbd", "qemu-utils")
+        && require_tool("qemu-img", "qemu-utils")
+        && require_tool("jq", "jq"))
+    {
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/fio/run.sh");
+    let out = run(std::process::Command::new("bash")
+        .arg(&script)
+        .args(["--smoke", "--ftld", FTLD]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let text = format!("{stdout}\n--- stderr\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "run.sh --smoke failed:\n{text}");
+    for job in JOBS {
+        for server in ["ftld", "nbdkit", "qemu-nbd"] {
+            let row = stdout
+                .lines()
+                .find(|l| {
+                    let mut w = l.split_whitespace();
+                    w.next() == Some(job) && w.next() == Some(server)
+                })
+                .unwrap_or_else(|| panic!("no row for {job} on {server}:\n{text}"));
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            let iops: f64 = cols[2].parse().unwrap_or(0.0);
+            assert!(iops > 0.0, "no IOPS in {row:?}:\n{text}");
+            if server != "ftld" {
+                assert!(
+                    cols.get(5).is_some_and(|r| r.ends_with('x')),
+                    "no ratio in {row:?}"
+                );
+            }
+        }
+    }
+}
