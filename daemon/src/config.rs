@@ -316,6 +316,14 @@ mod tests {
     }
 
     #[test]
+    fn systemd_example_config_parses() {
+        let c = parse(include_str!("../../systemd/example.toml")).expect("example.toml parses");
+        assert_eq!(c.frontend, Some(Frontend::Auto));
+        assert_eq!(c.ublk.expect("[ublk]").id, Some(0));
+        assert!(c.image.expect("image").starts_with("/var/lib/ftld"));
+    }
+
+    #[test]
     fn flags_override_file() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("c.toml");
