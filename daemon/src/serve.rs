@@ -100,14 +100,20 @@ fn choose_frontend(s: &ServeSettings) -> anyhow::Result<Chosen> {
                 info!("frontend: ublk (asked for)");
                 Ok(Chosen::Ublk(ublk_start(s)))
             }
-            Err(why) => bail!("--frontend ublk: {why}"),
+            // Asked for something this machine cannot do: a usage error, like a bad flag.
+            Err(why) => Err(UsageError(format!(
+                "--frontend ublk: {why}; use --frontend nbd (or auto)"
+            ))
+            .into()),
         },
         Frontend::Auto => match ftl_ublk::available() {
             Ok(_) => {
                 info!("frontend: ublk ({UBLK_CONTROL} answers; --frontend nbd to use NBD)");
                 Ok(Chosen::Ublk(ublk_start(s)))
             }
-            Err(why) if wants_ublk => bail!("--recover/--ublk-id need ublk, but {why}"),
+            Err(why) if wants_ublk => {
+                Err(UsageError(format!("--recover/--ublk-id need ublk, but {why}")).into())
+            }
             Err(why) => {
                 info!("frontend: NBD ({why})");
                 Ok(Chosen::Nbd)
