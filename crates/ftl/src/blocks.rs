@@ -138,6 +138,15 @@ impl BlockTable {
         self.bitmap[w].load(Ordering::Acquire) & m != 0
     }
 
+    /// Valid bits actually set in a block's bitmap (the count's ground truth).
+    pub fn valid_bits(&self, b: BlockIdx) -> u32 {
+        let w = b.0 as usize * self.words_per_block;
+        self.bitmap[w..w + self.words_per_block]
+            .iter()
+            .map(|x| x.load(Ordering::Acquire).count_ones())
+            .sum()
+    }
+
     pub fn valid_count(&self, b: BlockIdx) -> u32 {
         self.valid[b.0 as usize].load(Ordering::Acquire)
     }

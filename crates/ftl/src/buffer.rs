@@ -14,7 +14,7 @@ use event_listener::Event;
 use parking_lot::Mutex;
 
 use crate::core::Core;
-use crate::layout::{Lpn, LOGICAL_PAGE};
+use crate::layout::{Lpn, Psa, LOGICAL_PAGE};
 use crate::map::{Buffered, PageData};
 use crate::oob::{SlotKind, SlotMeta};
 
@@ -63,6 +63,10 @@ pub fn decode_trims(b: &[u8]) -> Option<Vec<TrimRecord>> {
 /// A NAND page's worth of slots on its way to the writer.
 pub struct SealedPage {
     pub slots: Vec<(SlotMeta, Option<PageData>)>,
+    /// Slots unmapped by the trim records in this page. They stay marked valid — so GC keeps
+    /// their blocks — until the records are on flash: erasing them earlier could let an older
+    /// copy of the page win the recovery scan after a crash that lost the trim.
+    pub zombies: Vec<Psa>,
 }
 
 pub enum WriterMsg {
@@ -75,6 +79,10 @@ pub enum WriterMsg {
 pub struct OpenPage {
     slots: Vec<(SlotMeta, Option<PageData>)>,
     trims: Vec<TrimRecord>,
+    /// Slots unmapped by `trims` (see [`SealedPage::zombies`]).
+    zombies: Vec<Psa>,
+    /// Slots unmapped by the trim-log slots already in `slots`.
+    page_zombies: Vec<Psa>,
 }
 
 /// A write queue: its open page, its writer's inbox and its progress counters.
@@ -141,10 +149,11 @@ impl Core {
     }
 
     /// Adds a trim record to queue `q`'s buffer.
-    pub(crate) fn buffer_trim(&self, q: usize, rec: TrimRecord) {
+    pub(crate) fn buffer_trim(&self, q: usize, rec: TrimRecord, zombies: Vec<Psa>) {
         let queue = &self.queues[q];
         let mut open = queue.open.lock();
         open.trims.push(rec);
+        open.zombies.extend(zombies);
         if open.trims.len() == TRIMS_PER_SLOT {
             self.materialize_trims(queue, &mut open);
         }
@@ -165,6 +174,8 @@ impl Core {
             crc: crc32fast::hash(&bytes),
         };
         open.trims.clear();
+        let zombies = std::mem::take(&mut open.zombies);
+        open.page_zombies.extend(zombies);
         open.slots.push((meta, Some(Arc::from(bytes))));
         if open.slots.len() == self.layout.slots_per_page as usize {
             self.seal_locked(queue, open);
@@ -178,17 +189,17 @@ impl Core {
         }
         let mut slots = std::mem::take(&mut open.slots);
         slots.resize(self.layout.slots_per_page as usize, (SlotMeta::PAD, None));
+        let page = SealedPage {
+            slots,
+            zombies: std::mem::take(&mut open.page_zombies),
+        };
         queue.sealed.fetch_add(1, Ordering::AcqRel);
         if let Some(w) = &queue.inline {
             // Lock order: open page, then the inline writer (only ever taken here).
-            w.lock().place(self, SealedPage { slots });
+            w.lock().place(self, page);
             return;
         }
-        if queue
-            .tx
-            .send(WriterMsg::Page(SealedPage { slots }))
-            .is_err()
-        {
+        if queue.tx.send(WriterMsg::Page(page)).is_err() {
             // The writer is gone (shutdown): nothing will commit; waiters see `closed`.
             queue.sealed.fetch_sub(1, Ordering::AcqRel);
         }

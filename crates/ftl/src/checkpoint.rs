@@ -693,6 +693,9 @@ pub fn maintenance(core: std::sync::Arc<Core>) {
             break;
         }
         core.update_gc_allowance(workers);
+        if core.flush_requested.swap(false, Ordering::AcqRel) {
+            core.flush_all_blocking();
+        }
         let interval = core.cfg.checkpoint_interval_bytes;
         if interval > 0
             && core.counters.bytes_since_checkpoint.load(Ordering::Relaxed) >= interval

@@ -101,6 +101,8 @@ pub struct Core {
     pub blocks: BlockTable,
     pub banks: Vec<Bank>,
     pub gc: Vec<Mutex<BankGc>>,
+    /// The host write queues, then one more queue that only carries trim records (so a trim's
+    /// record never waits behind a data queue whose writer is stuck cleaning).
     pub queues: Vec<QueueState>,
     seq: AtomicU64,
     /// Trim-log slots that must survive GC: those newer than the older of the two checkpoints.
@@ -112,6 +114,8 @@ pub struct Core {
     /// Set when the writer threads are stopping: nothing more will commit.
     writers_stopping: AtomicBool,
     pub stopping: AtomicBool,
+    /// GC found blocks held by unwritten trim records: the maintenance thread should flush.
+    pub flush_requested: AtomicBool,
     /// Wakes background threads (GC, maintenance).
     pub wake: Event,
     pub counters: Counters,
@@ -154,6 +158,7 @@ impl Core {
             read_only_flag: AtomicBool::new(false),
             writers_stopping: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
+            flush_requested: AtomicBool::new(false),
             wake: Event::new(),
             counters: Counters::default(),
             ckpt: Mutex::new(ckpt),
@@ -214,6 +219,16 @@ impl Core {
 
     pub fn bank(&self, b: u32) -> &Bank {
         &self.banks[b as usize]
+    }
+
+    /// Number of host write queues (the trim queue not counted).
+    pub fn data_queues(&self) -> usize {
+        self.queues.len() - 1
+    }
+
+    /// The queue that carries trim records.
+    pub fn trim_queue(&self) -> usize {
+        self.queues.len() - 1
     }
 
     /// Free blocks a bank should keep before background GC starts cleaning it.

@@ -128,7 +128,7 @@ impl Core {
         fua: bool,
     ) -> Result<()> {
         self.check_writable()?;
-        let q = q % self.queues.len();
+        let q = q % self.data_queues();
         let mut pos = 0usize;
         while pos < data.len() {
             let abs = offset + pos as u64;
@@ -181,7 +181,8 @@ impl Core {
     /// Trim / write-zeroes: afterwards the range reads as zeroes; durable once flushed.
     pub(crate) async fn unmap(&self, q: usize, offset: u64, len: u64, fua: bool) -> Result<()> {
         self.check_writable()?;
-        let q = q % self.queues.len();
+        let q = q % self.data_queues();
+        let tq = self.trim_queue();
         let end = offset + len;
         let first_full = offset.div_ceil(LP);
         let last_full = end / LP;
@@ -202,12 +203,18 @@ impl Core {
             }
             let mut start = first_full as u32;
             let stop = last_full as u32;
+            let mut unmapped_live = false;
             while start < stop {
                 let count = (stop - start).min(TRIM_CHUNK);
                 let _g = self.gate.enter().await;
                 self.check_writable()?;
-                self.unmap_chunk(q, start, count);
+                unmapped_live |= self.unmap_chunk(tq, start, count);
                 start += count;
+            }
+            // The slots this trim unmapped stay allocated until its record is on flash: write
+            // the record now so a trim frees space promptly, not at the next flush.
+            if unmapped_live || fua {
+                self.flush_queue(tq).await?;
             }
             self.counters
                 .trimmed_pages
@@ -219,7 +226,9 @@ impl Core {
         Ok(())
     }
 
-    fn unmap_chunk(&self, q: usize, start: u32, count: u32) {
+    /// Unmaps a range under one trim record; returns whether any page was mapped.
+    fn unmap_chunk(&self, q: usize, start: u32, count: u32) -> bool {
+        let mut zombies = Vec::new();
         let seq = {
             let mut g = self.map.lock_range(start, count);
             // Every stripe of the range is held: the record's sequence number is above every
@@ -228,13 +237,17 @@ impl Core {
             for l in start..start + count {
                 let lpn = Lpn(l);
                 g.stripe(lpn).overlay.remove(&l);
+                // The old slot stays valid until the trim record is durable (see
+                // `SealedPage::zombies`).
                 if let Some(old) = self.map.set(lpn, None) {
-                    self.blocks.clear_valid(old);
+                    zombies.push(old);
                 }
             }
             seq
         };
-        self.buffer_trim(q, TrimRecord { start, count, seq });
+        let any = !zombies.is_empty();
+        self.buffer_trim(q, TrimRecord { start, count, seq }, zombies);
+        any
     }
 
     /// Makes everything buffered in queue `q` durable.
@@ -302,6 +315,10 @@ impl Core {
                 }
                 SlotKind::Pad => {}
             }
+        }
+        // The trim records are on flash now: what they unmapped may be reclaimed.
+        for z in &page.zombies {
+            self.blocks.clear_valid(*z);
         }
     }
 }

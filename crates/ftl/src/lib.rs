@@ -230,7 +230,7 @@ impl Ftl {
         let inline = nand.timing_mode() == TimingMode::Off;
         let mut txs = Vec::new();
         let mut rxs = Vec::new();
-        for q in 0..cfg.queues {
+        for q in 0..cfg.queues + 1 {
             let (tx, rx) = crossbeam_channel::unbounded();
             txs.push(QueueState::new(
                 tx,
@@ -339,7 +339,7 @@ impl Ftl {
 
     /// Number of write queues (frontends spread their writers over them).
     pub fn queues(&self) -> usize {
-        self.core.queues.len()
+        self.core.data_queues()
     }
 
     /// The NAND device underneath (statistics, fault injection in tests).
@@ -496,6 +496,33 @@ impl Ftl {
             .collect()
     }
 
+    /// Debug view of one logical page: its mapping and, if mapped, the slot's OOB entry and
+    /// block state (for tests chasing a lost write).
+    #[doc(hidden)]
+    pub fn debug_lpn(&self, lpn: u32) -> String {
+        let core = &self.core;
+        let st = core.map.lock(layout::Lpn(lpn));
+        let buffered = st.overlay.get(&lpn).map(|b| b.seq);
+        drop(st);
+        let Some(psa) = core.map.get(layout::Lpn(lpn)) else {
+            return format!("lpn {lpn}: unmapped, buffered {buffered:?}");
+        };
+        let (page, slot) = core.layout.split(psa);
+        let mut oob_buf = vec![0u8; core.layout.oob_size as usize];
+        let meta = core
+            .nand
+            .read(page, 0, &mut [], Some(&mut oob_buf))
+            .map(|c| c.wait())
+            .ok()
+            .and_then(|_| oob::decode(&oob_buf));
+        let state = core.nand.block_state(page.block);
+        format!(
+            "lpn {lpn}: psa {} = {page:?} slot {slot}, valid {}, buffered {buffered:?}, block {state:?}, oob {meta:?}",
+            psa.0,
+            core.blocks.is_valid(psa)
+        )
+    }
+
     /// The first page of each checkpoint area (for corruption tests).
     #[doc(hidden)]
     pub fn checkpoint_area_heads(&self) -> [nand_model::PageAddr; 2] {
@@ -506,7 +533,11 @@ impl Ftl {
     /// Checks the FTL's structural invariants (for tests; call when no operation is running).
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         let core = &self.core;
-        // GC workers pause between steps while this is held.
+        // Buffered trim records hold their unmapped slots valid: write them out first.
+        core.flush_all_blocking();
+        // No checkpoint (which prunes the trim log) may run meanwhile, and GC workers pause
+        // between steps while the gate is held (lock order: checkpoint, then GC gate).
+        let _ckpt = core.ckpt_lock.lock();
         let _gc = core.gc_gate.write();
         let layout = core.layout;
         let mut expect = vec![0u32; layout.total_blocks() as usize];
@@ -530,6 +561,12 @@ impl Ftl {
         }
         for (b, e) in expect.iter().enumerate() {
             let got = core.blocks.valid_count(layout::BlockIdx(b as u32));
+            let bits = core.blocks.valid_bits(layout::BlockIdx(b as u32));
+            if bits != got {
+                return Err(format!(
+                    "block {b}: valid count {got} but {bits} valid bits"
+                ));
+            }
             if got != *e {
                 return Err(format!("block {b}: valid count {got}, expected {e}"));
             }

@@ -218,7 +218,7 @@ impl Core {
         FtlStats {
             capacity_bytes: self.capacity(),
             logical_pages: self.lpns,
-            queues: self.queues.len(),
+            queues: self.data_queues(),
             gc_policy: self.cfg.gc_policy.name(),
             read_only: self.read_only_reason(),
             host_reads: ld(&c.host_reads),

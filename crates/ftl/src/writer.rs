@@ -133,13 +133,14 @@ impl Writer {
 
     /// Picks a bank for the next page: idle first, then the one that frees up soonest; banks
     /// under exclusive GC only if nothing else can take the page.
-    fn choose_bank(&mut self, core: &Core) -> Option<u32> {
+    fn choose_bank(&mut self, core: &Core, may_use_reserve: bool) -> Option<u32> {
         let n = core.layout.banks;
         let mut best: Option<(bool, Option<Instant>, u32)> = None;
         for i in 0..n {
             let b = (self.rr + i) % n;
+            let floor = if may_use_reserve { 0 } else { GC_RESERVE };
             let has_room = self.frontiers[b as usize].is_some()
-                || core.bank(b).free.load(Ordering::Acquire) > GC_RESERVE;
+                || core.bank(b).free.load(Ordering::Acquire) > floor;
             if !has_room {
                 continue;
             }
@@ -165,6 +166,7 @@ impl Writer {
 
     pub fn place(&mut self, core: &Core, page: SealedPage) {
         self.fill(core, &page);
+        let has_trims = !page.zombies.is_empty();
         // Consecutive rounds in which no bank could take the page and GC reclaimed nothing.
         let mut stuck = 0u32;
         loop {
@@ -175,7 +177,7 @@ impl Writer {
                 queue.progress.notify(usize::MAX);
                 return;
             }
-            let Some(b) = self.choose_bank(core) else {
+            let Some(b) = self.choose_bank(core, has_trims) else {
                 // Every bank is at its GC reserve: clean in the foreground (bounded steps).
                 if core.foreground_gc(None) {
                     stuck = 0;
@@ -194,7 +196,12 @@ impl Writer {
             }
             let fr = match self.frontiers[b as usize] {
                 Some(f) => f,
-                None => match core.alloc_block(b, false) {
+                // A page carrying trim records may use GC's reserve: the records free the
+                // space they unmap only once they are on flash.
+                None => match core.alloc_block(
+                    b,
+                    has_trims && core.bank(b).free.load(Ordering::Acquire) > 0,
+                ) {
                     Some(block) => Frontier { block, next: 0 },
                     None => continue,
                 },

@@ -66,7 +66,13 @@ fn acceptable(log: &Log, lpn: u64, tag: u64, durable_before: Option<u64>) -> Res
 fn run(policy: GcPolicy, seed: u64) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mt.img");
-    let cfg = small_cfg(policy);
+    let mut cfg = small_cfg(policy);
+    if let Some(i) = std::env::var("FTL_TEST_CKPT_INTERVAL")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        cfg.checkpoint_interval_bytes = i;
+    }
     let ftl = Arc::new(create(&path, &small_nand(8192, 32), cfg.clone()));
     let pages = ftl.capacity() / 4096;
     let clock = Arc::new(AtomicU64::new(1));
@@ -105,23 +111,33 @@ fn run(policy: GcPolicy, seed: u64) {
                             // Torn or foreign data panics inside check_stamp.
                             let tag = check_stamp(lpn, &buf).unwrap_or(0);
                             let l = log.lock().unwrap();
-                            if tag != 0 {
-                                let known = l
-                                    .ops
-                                    .get(&lpn)
-                                    .is_some_and(|v| v.iter().any(|o| o.tag == tag))
-                                    || tags.load(Ordering::SeqCst) > tag;
-                                assert!(known, "page {lpn}: read unknown tag {tag}");
+                            // Ops that completed before this read began bound what it may see.
+                            let done_before = |o: &Op| o.end < start;
+                            let ops = l.ops.get(&lpn).map(|v| v.as_slice()).unwrap_or(&[]);
+                            let seen_end = if tag == 0 {
+                                ops.iter().filter(|o| o.tag == 0).map(|o| o.end).max().unwrap_or(0)
+                            } else {
+                                ops.iter().find(|o| o.tag == tag).map_or(u64::MAX, |o| o.end)
+                            };
+                            for o in ops.iter().filter(|o| done_before(o)) {
+                                assert!(
+                                    o.start <= seen_end,
+                                    "page {lpn}: read (started {start}) saw tag {tag} (ended {seen_end}) but {o:?} completed before the read"
+                                );
                             }
                         }
                         90..=96 => {
+                            // Logged before it runs (end unknown yet): a concurrent read may
+                            // already see its zeroes.
+                            let idx = {
+                                let mut l = log.lock().unwrap();
+                                let v = l.ops.entry(lpn).or_default();
+                                v.push(Op { tag: 0, start, end: u64::MAX });
+                                v.len() - 1
+                            };
                             block_on(ftl.trim(t as usize, lpn * 4096, 4096, false)).unwrap();
                             let end = clock.fetch_add(1, Ordering::SeqCst);
-                            log.lock().unwrap().ops.entry(lpn).or_default().push(Op {
-                                tag: 0,
-                                start,
-                                end,
-                            });
+                            log.lock().unwrap().ops.get_mut(&lpn).unwrap()[idx].end = end;
                         }
                         _ => {
                             block_on(ftl.flush()).unwrap();
@@ -139,6 +155,8 @@ fn run(policy: GcPolicy, seed: u64) {
     let log = Arc::try_unwrap(log).ok().unwrap().into_inner().unwrap();
     let ftl = Arc::try_unwrap(ftl).ok().expect("sole owner");
     ftl.check_invariants().unwrap();
+    let before: Vec<String> = (0..pages as u32).map(|l| ftl.debug_lpn(l)).collect();
+    let stats_before = format!("{:?}", ftl.recovery());
     ftl.simulate_power_loss();
 
     let ftl: Ftl = open(&path, cfg.clone());
@@ -147,7 +165,14 @@ fn run(policy: GcPolicy, seed: u64) {
         block_on(ftl.read(lpn * 4096, &mut buf)).unwrap();
         let tag = check_stamp(lpn, &buf).unwrap_or(0);
         acceptable(&log, lpn, tag, Some(0))
-            .unwrap_or_else(|e| panic!("seed {seed} after crash: {e}"));
+            .unwrap_or_else(|e| {
+                panic!(
+                    "seed {seed} after crash: {e}\nbefore: {}\nafter: {}\nrecovery {:?} (before {stats_before})",
+                    before[lpn as usize],
+                    ftl.debug_lpn(lpn as u32),
+                    ftl.recovery()
+                )
+            });
     }
     ftl.check_invariants().unwrap();
     // After a clean close everything acknowledged is durable: the final value must be one not
