@@ -88,7 +88,9 @@ impl Daemon {
     /// The `ftld serve ...` command this guard runs (for starting a second daemon by hand).
     pub fn serve_command(&self) -> Command {
         let mut c = Command::new(&self.bin);
+        // These tests drive NBD clients: never let `auto` pick ublk on a host that has it.
         c.arg("serve")
+            .args(["--frontend", "nbd"])
             .arg("--image")
             .arg(self.image())
             .arg("--nbd-socket")
