@@ -33,6 +33,17 @@
 //! flash is the one with the highest number. **Media assumptions.** a programmed page survives
 //! process death; a page program is atomic or detectably torn (OOB checksum).
 //!
+//! **Crash consistency of trims.** A trim unmaps at once, but the slots it unmapped stay
+//! counted as valid (GC keeps their blocks) until the trim's record is on flash; the record is
+//! written through a dedicated trim queue before the trim returns. Erasing them earlier could let
+//! an *older* copy of a page outlive the newest one, and a crash that lost the unflushed trim
+//! would then bring that older copy back.
+//!
+//! **Checkpoints** are chains: a full snapshot of the map, then incremental ones holding only the
+//! map chunks (1024 entries) changed since, appended in the same area until it is full or the
+//! chain is 32 long; then a full one goes to the other area. Recovery loads the newest readable
+//! chain and scans only pages programmed after its last element.
+//!
 //! Memory: 4 bytes of L2P per exported page plus one valid bit per physical slot and ~12 bytes
 //! per block (`FtlStats::map_bytes_per_page` reports it: about 4.2 bytes on the presets).
 
