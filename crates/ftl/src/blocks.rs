@@ -1,6 +1,9 @@
 //! Per-block bookkeeping: valid-slot bitmaps and counts, read pins, block states and the per-bank
 //! free lists (least-worn first).
 //!
+//! There is no P2L table in RAM: GC learns which logical page a valid slot holds from the slot's
+//! OOB, which it reads anyway with the data — that keeps RAM at one bit per physical slot.
+//!
 //! Valid bitmaps, valid counts and read pins are atomics (no lock): they change on every commit
 //! and every read. Block states, erase counts and free lists change only when a block is opened,
 //! filled, erased or retired, under the bank's `BankAlloc` mutex. Lock order: a stripe lock may be
