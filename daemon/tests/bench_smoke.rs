@@ -31,7 +31,10 @@ fn fio_benchmark_script_smoke() {
         .arg(&script)
         .args(["--smoke", "--ftld", FTLD]));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let text = format!("{stdout}\n--- stderr\n{}", String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{stdout}\n--- stderr\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(out.status.success(), "run.sh --smoke failed:\n{text}");
     for job in JOBS {
         for server in ["ftld", "nbdkit", "qemu-nbd"] {
