@@ -452,7 +452,9 @@ impl Ftl {
             Ok(())
         };
         self.stop_writers(false);
-        flushed
+        // The image survives the process without this; a clean close also survives the host.
+        let synced = self.core.nand.sync().map_err(FtlError::from);
+        flushed.and(synced)
     }
 
     /// Simulates a power cut: buffered data and every RAM structure are dropped without a flush
