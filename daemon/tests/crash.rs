@@ -70,7 +70,7 @@ fn stamped(block: u64, gen: u64) -> Vec<u8> {
     b.extend_from_slice(&MAGIC.to_le_bytes());
     b.extend_from_slice(&block.to_le_bytes());
     b.extend_from_slice(&gen.to_le_bytes());
-    let mut r = Rng::new(block << 24 ^ gen);
+    let mut r = Rng::new((block << 24) ^ gen);
     while b.len() < BLOCK {
         b.extend_from_slice(&r.next().to_le_bytes());
     }
@@ -156,7 +156,7 @@ fn writer(
         return Ok(());
     };
     let blocks = c.size / BLOCK as u64;
-    let mut rng = Rng::new(seed ^ (id + 1) * 0x1234_5678);
+    let mut rng = Rng::new(seed ^ ((id + 1) * 0x1234_5678));
     let mut in_flight: HashMap<u64, (u64, u64, bool)> = HashMap::new(); // cookie -> (block, gen, fua)
     let mut busy: HashSet<u64> = HashSet::new();
     let mut acked: Vec<(u64, u64)> = Vec::new(); // (block, gen) acked since the last flush
