@@ -688,13 +688,16 @@ pub fn maintenance(core: std::sync::Arc<Core>) {
         if core.stopping.load(Ordering::Acquire) {
             break;
         }
-        l.wait_timeout(std::time::Duration::from_millis(100));
+        l.wait_timeout(std::time::Duration::from_millis(50));
         if core.stopping.load(Ordering::Acquire) {
             break;
         }
         core.update_gc_allowance(workers);
-        if core.flush_requested.swap(false, Ordering::AcqRel) {
-            core.flush_all_blocking();
+        // Write out batched trim records: the slots they unmapped are held until then. Only the
+        // trim queue, whose writer never waits for a data queue.
+        let gc_waiting = core.flush_requested.swap(false, Ordering::AcqRel);
+        if gc_waiting || core.trims_pending.swap(false, Ordering::AcqRel) {
+            core.force_seal(core.trim_queue());
         }
         let interval = core.cfg.checkpoint_interval_bytes;
         if interval > 0

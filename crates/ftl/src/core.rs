@@ -116,6 +116,8 @@ pub struct Core {
     pub stopping: AtomicBool,
     /// GC found blocks held by unwritten trim records: the maintenance thread should flush.
     pub flush_requested: AtomicBool,
+    /// The trim queue holds records whose unmapped slots are still held (see `SealedPage`).
+    pub trims_pending: AtomicBool,
     /// Wakes background threads (GC, maintenance).
     pub wake: Event,
     pub counters: Counters,
@@ -159,6 +161,7 @@ impl Core {
             writers_stopping: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             flush_requested: AtomicBool::new(false),
+            trims_pending: AtomicBool::new(false),
             wake: Event::new(),
             counters: Counters::default(),
             ckpt: Mutex::new(ckpt),

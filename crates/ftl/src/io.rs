@@ -211,9 +211,13 @@ impl Core {
                 unmapped_live |= self.unmap_chunk(tq, start, count);
                 start += count;
             }
-            // The slots this trim unmapped stay allocated until its record is on flash: write
-            // the record now so a trim frees space promptly, not at the next flush.
-            if unmapped_live || fua {
+            // The slots this trim unmapped stay allocated until its record is on flash. Records
+            // are batched in the trim queue, which the maintenance thread seals within a tick
+            // (and at once when GC is waiting for them); FUA writes them now.
+            if unmapped_live {
+                self.trims_pending.store(true, Ordering::Release);
+            }
+            if fua {
                 self.flush_queue(tq).await?;
             }
             self.counters

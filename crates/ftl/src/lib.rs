@@ -34,8 +34,10 @@
 //! process death; a page program is atomic or detectably torn (OOB checksum).
 //!
 //! **Crash consistency of trims.** A trim unmaps at once, but the slots it unmapped stay
-//! counted as valid (GC keeps their blocks) until the trim's record is on flash; the record is
-//! written through a dedicated trim queue before the trim returns. Erasing them earlier could let
+//! counted as valid (GC keeps their blocks) until the trim's record is on flash. Records are
+//! batched in a dedicated trim queue (its writer never waits behind a data queue), sealed by a
+//! flush, a FUA trim, the maintenance thread's 50 ms tick, or GC finding a block it may not yet
+//! erase. Erasing them earlier could let
 //! an *older* copy of a page outlive the newest one, and a crash that lost the unflushed trim
 //! would then bring that older copy back.
 //!
