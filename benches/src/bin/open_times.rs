@@ -388,13 +388,13 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let tmp;
-    let dir = match &args.dir {
-        Some(d) => d.clone(),
-        None => {
-            tmp = tempfile::tempdir().expect("tempdir");
-            tmp.path().to_path_buf()
-        }
+    let tmp = match args.dir {
+        Some(_) => None,
+        None => Some(tempfile::tempdir().expect("tempdir")),
+    };
+    let dir = match (&args.dir, &tmp) {
+        (Some(d), _) => d.clone(),
+        (None, t) => t.as_ref().expect("tempdir").path().to_path_buf(),
     };
     if args.child {
         for &raw in &args.sizes {
@@ -432,6 +432,9 @@ fn main() {
             .expect("run child");
         if !out.status.success() {
             eprintln!("open_times: size {} failed", human(raw));
+            // A failed child leaves its image behind: delete it (exit skips destructors).
+            let _ = std::fs::remove_file(dir.join(format!("open-times-{}.img", raw / MIB)));
+            drop(tmp);
             std::process::exit(1);
         }
         let text = String::from_utf8_lossy(&out.stdout);
