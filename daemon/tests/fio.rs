@@ -63,7 +63,12 @@ impl FioRun {
 /// Runs fio with the NBD engine on `uri` and `args`, JSON output.
 fn fio(uri: &str, args: &[&str]) -> FioRun {
     let out = run(tool("fio")
-        .args(["--ioengine=nbd", "--output-format=json"])
+        // No verify state files in the working directory.
+        .args([
+            "--ioengine=nbd",
+            "--output-format=json",
+            "--verify_state_save=0",
+        ])
         .arg(format!("--uri={uri}"))
         .args(args));
     let stdout = String::from_utf8_lossy(&out.stdout);
