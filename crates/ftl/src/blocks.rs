@@ -93,6 +93,8 @@ pub struct BlockTable {
     bitmap: Box<[AtomicU64]>,
     valid: Box<[AtomicU32]>,
     readers: Box<[AtomicU32]>,
+    /// Valid slots on the whole device (the GC's yardstick for a worthwhile victim).
+    valid_total: AtomicU64,
 }
 
 impl BlockTable {
@@ -107,6 +109,7 @@ impl BlockTable {
                 .collect(),
             valid: (0..blocks).map(|_| AtomicU32::new(0)).collect(),
             readers: (0..blocks).map(|_| AtomicU32::new(0)).collect(),
+            valid_total: AtomicU64::new(0),
         }
     }
 
@@ -122,6 +125,7 @@ impl BlockTable {
         let was = self.bitmap[w].fetch_or(m, Ordering::AcqRel) & m != 0;
         if !was {
             self.valid[blk].fetch_add(1, Ordering::AcqRel);
+            self.valid_total.fetch_add(1, Ordering::Relaxed);
         }
         !was
     }
@@ -132,6 +136,7 @@ impl BlockTable {
         let was = self.bitmap[w].fetch_and(!m, Ordering::AcqRel) & m != 0;
         if was {
             self.valid[blk].fetch_sub(1, Ordering::AcqRel);
+            self.valid_total.fetch_sub(1, Ordering::Relaxed);
         }
         was
     }
@@ -150,6 +155,11 @@ impl BlockTable {
             .sum()
     }
 
+    /// Valid slots on the whole device.
+    pub fn valid_total(&self) -> u64 {
+        self.valid_total.load(Ordering::Relaxed)
+    }
+
     pub fn valid_count(&self, b: BlockIdx) -> u32 {
         self.valid[b.0 as usize].load(Ordering::Acquire)
     }
@@ -162,6 +172,7 @@ impl BlockTable {
         for v in self.valid.iter() {
             v.store(0, Ordering::Release);
         }
+        self.valid_total.store(0, Ordering::Release);
     }
 
     /// Pins a block against erasure while a NAND read of it is being issued. Taken under the

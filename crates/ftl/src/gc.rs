@@ -370,6 +370,23 @@ impl Core {
         Step::Freed
     }
 
+    /// Most valid slots a background victim may hold: the device's average fill of its used
+    /// blocks, at least 3/4 of a block, at most one slot short of full.
+    fn worth_limit(&self) -> u32 {
+        let spb = self.layout.slots_per_block();
+        let free: u64 = self
+            .banks
+            .iter()
+            .map(|b| b.free.load(Ordering::Relaxed) as u64)
+            .sum();
+        let reserved = 1 + self.layout.banks as u64 * 2 * self.layout.ckpt_blocks as u64;
+        let used = (self.layout.total_blocks() as u64)
+            .saturating_sub(reserved + free)
+            .max(1);
+        let avg = self.blocks.valid_total().div_ceil(used);
+        (avg.min(u32::MAX as u64) as u32).clamp(spb - spb.div_ceil(4), spb - 1)
+    }
+
     /// Another bank that can spare a block for `b`'s GC when `b` itself has none free.
     fn rescue_bank(&self, b: u32) -> Option<u32> {
         if self.bank(b).free.load(Ordering::Acquire) > 0 {
@@ -409,13 +426,11 @@ impl Core {
                 .and_then(|blk| pick(blk, Purpose::WearLevel));
         }
         if chosen.is_none() {
-            // Cleaning a block that is nearly all valid frees almost nothing and wears the bank
-            // out: do it only when the bank is down to its GC reserve.
-            let worth = if urgent {
-                spb - 1
-            } else {
-                spb - spb.div_ceil(4)
-            };
+            // Background cleaning takes a victim only if it is no fuller than the device's
+            // average used block (`worth_limit`): cleaning fuller blocks frees almost nothing,
+            // and on a bank that lost many blocks it wears the bank out. A writer with nowhere
+            // to write (`urgent`) takes any gain.
+            let worth = if urgent { spb - 1 } else { self.worth_limit() };
             chosen = self
                 .best_reclaim_victim(b, &a, room.min(worth))
                 .and_then(|blk| pick(blk, Purpose::Reclaim));
