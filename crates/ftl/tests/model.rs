@@ -248,7 +248,7 @@ fn randomized_sequences_match_reference() {
     let seqs: u64 = std::env::var("FTL_MODEL_SEQS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(1000);
+        .unwrap_or(2000);
     // Two runners share the seeds: each sequence waits on file creation and thread start-up.
     let dir = dir.path().to_path_buf();
     let runners: Vec<_> = (0..2u64)
