@@ -540,7 +540,7 @@ impl Core {
 
     /// Foreground GC when no bank can take a page: frees one block somewhere. Returns false when
     /// nothing anywhere can be reclaimed.
-    pub(crate) fn foreground_gc(&self, _prefer: Option<u32>) -> bool {
+    pub(crate) fn foreground_gc(&self) -> bool {
         self.counters.foreground_gc.fetch_add(1, Ordering::Relaxed);
         // Clean where it is cheapest: the bank whose best victim has the fewest valid slots.
         let mut order: Vec<(u32, u32)> = (0..self.layout.banks)

@@ -179,7 +179,7 @@ impl Writer {
             }
             let Some(b) = self.choose_bank(core, has_trims) else {
                 // Every bank is at its GC reserve: clean in the foreground (bounded steps).
-                if core.foreground_gc(None) {
+                if core.foreground_gc() {
                     stuck = 0;
                 } else {
                     // Reclaimable space may sit in other writers' open blocks: give them time.
