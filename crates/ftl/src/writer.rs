@@ -178,7 +178,7 @@ impl Writer {
                 return;
             }
             let Some(b) = self.choose_bank(core, has_trims) else {
-                // Every bank is at its GC reserve: clean in the foreground (bounded steps).
+                // Every bank is at its GC reserve: clean in the foreground until a block frees.
                 if core.foreground_gc() {
                     stuck = 0;
                 } else {
