@@ -64,6 +64,9 @@ pub struct BankGc {
     /// leaving the bank stuck with reclaimable space it cannot reach).
     frontier: Option<(u32, Frontier)>,
     staged: Vec<Staged>,
+    /// Victim page and OOB read buffers, reused across steps.
+    page: Vec<u8>,
+    oob: Vec<u8>,
 }
 
 /// What a step achieved.
@@ -138,7 +141,7 @@ impl Core {
                 if valid.is_empty() {
                     continue;
                 }
-                self.stage_page(addr, &valid, &mut g.staged);
+                self.stage_page(addr, &valid, &mut g.staged, &mut g.page, &mut g.oob);
                 break;
             }
             cur.next_page >= self.layout.pages_per_block
@@ -155,12 +158,20 @@ impl Core {
         self.finish_victim(b, cur)
     }
 
-    fn stage_page(&self, addr: PageAddr, valid: &[u32], staged: &mut Vec<Staged>) {
-        let mut data = vec![0u8; self.layout.page_size as usize];
-        let mut oob_buf = vec![0u8; self.layout.oob_size as usize];
+    fn stage_page(
+        &self,
+        addr: PageAddr,
+        valid: &[u32],
+        staged: &mut Vec<Staged>,
+        data: &mut Vec<u8>,
+        oob_buf: &mut Vec<u8>,
+    ) {
+        // Every byte is overwritten by the read: sizing is all the buffers need.
+        data.resize(self.layout.page_size as usize, 0);
+        oob_buf.resize(self.layout.oob_size as usize, 0);
         let mut ok = false;
         for _ in 0..=self.cfg.read_retries {
-            match self.nand.read(addr, 0, &mut data, Some(&mut oob_buf)) {
+            match self.nand.read(addr, 0, data, Some(oob_buf)) {
                 Ok(c) => {
                     c.wait();
                     ok = true;
@@ -175,7 +186,7 @@ impl Core {
                 }
             }
         }
-        let metas = match (ok, oob::decode(&oob_buf)) {
+        let metas = match (ok, oob::decode(oob_buf)) {
             (true, Some(PageOob::Data(m))) => m,
             _ => {
                 self.counters.uncorrectable.fetch_add(1, Ordering::Relaxed);
