@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use crate::clock::{now_ns, sleep_until, to_instant};
+use crate::clock::{now_ns, sleep_until, to_instant, ALREADY_DONE};
 use crate::stats::BankCounters;
 use crate::timer::{register, WakerSlot};
 
@@ -43,20 +43,22 @@ impl Completion {
         }
     }
 
-    /// When the operation completes on the modelled device (submission time with timing off).
+    /// When the operation completes on the modelled device (with timing off, a time already past).
     pub fn deadline(&self) -> Instant {
         to_instant(self.deadline_ns)
     }
 
     /// True once the deadline has passed.
     pub fn is_complete(&self) -> bool {
-        now_ns() >= self.deadline_ns
+        self.deadline_ns == ALREADY_DONE || now_ns() >= self.deadline_ns
     }
 
     /// Blocks the calling thread until the deadline (absolute `clock_nanosleep` with 1 ns timer
     /// slack for this thread). Returns at once with timing off or when the deadline has passed.
     pub fn wait(self) {
-        sleep_until(self.deadline_ns);
+        if self.deadline_ns != ALREADY_DONE {
+            sleep_until(self.deadline_ns);
+        }
     }
 
     /// A runtime-agnostic future that is ready at the deadline (woken by the crate's timer
@@ -100,7 +102,7 @@ impl Future for CompletionFuture {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         let deadline = this.completion.deadline_ns;
-        if now_ns() >= deadline {
+        if this.completion.is_complete() {
             return Poll::Ready(());
         }
         match &this.slot {

@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 
 use parking_lot::Mutex;
 
-use crate::clock::now_ns;
+use crate::clock::{now_ns, ALREADY_DONE};
 use crate::stats::{BankCounters, ChannelCounters};
 use crate::timing::{dur_ns, Timing, TimingMode};
 
@@ -79,15 +79,15 @@ impl Timeline {
 
     /// Completion time of a read moving `bytes` over channel `ch`.
     pub(crate) fn read(&self, free_at: &mut u64, bank: &BankCounters, ch: u32, bytes: u64) -> u64 {
-        let now = now_ns();
         let xfer = self.timing.xfer_ns(bytes);
         let channel = self.channel(ch);
         Self::account_xfer(channel, bytes, xfer);
         if self.mode == TimingMode::Off {
             bank.busy_ns
                 .fetch_add(self.t_read + xfer, Ordering::Relaxed);
-            return now;
+            return ALREADY_DONE;
         }
+        let now = now_ns();
         let start = now.max(*free_at);
         let sensed = start.saturating_add(self.t_read);
         let end = {
@@ -108,15 +108,15 @@ impl Timeline {
         ch: u32,
         bytes: u64,
     ) -> u64 {
-        let now = now_ns();
         let xfer = self.timing.xfer_ns(bytes);
         let channel = self.channel(ch);
         Self::account_xfer(channel, bytes, xfer);
         if self.mode == TimingMode::Off {
             bank.busy_ns
                 .fetch_add(xfer + self.t_prog, Ordering::Relaxed);
-            return now;
+            return ALREADY_DONE;
         }
+        let now = now_ns();
         let (start, xfer_end) = {
             let mut chan = channel.free_at.lock();
             let start = now.max(*free_at).max(*chan);
@@ -131,11 +131,11 @@ impl Timeline {
 
     /// Completion time of an erase.
     pub(crate) fn erase(&self, free_at: &mut u64, bank: &BankCounters) -> u64 {
-        let now = now_ns();
         if self.mode == TimingMode::Off {
             bank.busy_ns.fetch_add(self.t_erase, Ordering::Relaxed);
-            return now;
+            return ALREADY_DONE;
         }
+        let now = now_ns();
         let start = now.max(*free_at);
         let end = start.saturating_add(self.t_erase);
         Self::finish(bank, free_at, start, end);

@@ -682,17 +682,24 @@ impl Core {
 
 /// Background maintenance: periodic checkpoints and the adaptive GC gauge.
 pub fn maintenance(core: std::sync::Arc<Core>) {
+    const TICK: std::time::Duration = std::time::Duration::from_millis(50);
     let workers = core.cfg.gc_threads.max(1);
+    let mut next_gauge = std::time::Instant::now() + TICK;
     while !core.stopping.load(Ordering::Acquire) {
-        let l = core.wake.listen();
+        let l = core.maint_wake.listen();
         if core.stopping.load(Ordering::Acquire) {
             break;
         }
-        l.wait_timeout(std::time::Duration::from_millis(50));
+        l.wait_deadline(next_gauge);
         if core.stopping.load(Ordering::Acquire) {
             break;
         }
-        core.update_gc_allowance(workers);
+        // The gauge measures host operations per tick: only on the tick, not on early wakes.
+        let now = std::time::Instant::now();
+        if now >= next_gauge {
+            core.update_gc_allowance(workers);
+            next_gauge = now + TICK;
+        }
         // Write out batched trim records: the slots they unmapped are held until then. Only the
         // trim queue, whose writer never waits for a data queue.
         let gc_waiting = core.flush_requested.swap(false, Ordering::AcqRel);

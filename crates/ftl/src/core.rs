@@ -118,8 +118,10 @@ pub struct Core {
     pub flush_requested: AtomicBool,
     /// The trim queue holds records whose unmapped slots are still held (see `SealedPage`).
     pub trims_pending: AtomicBool,
-    /// Wakes background threads (GC, maintenance).
-    pub wake: Event,
+    /// Wakes the background GC workers (a bank ran short of free blocks, a block was retired).
+    pub gc_wake: Event,
+    /// Wakes the maintenance thread (GC waits for trim records, a checkpoint is due).
+    pub maint_wake: Event,
     pub counters: Counters,
     pub ckpt: Mutex<crate::checkpoint::CkptState>,
     /// Serialises checkpoints.
@@ -162,7 +164,8 @@ impl Core {
             stopping: AtomicBool::new(false),
             flush_requested: AtomicBool::new(false),
             trims_pending: AtomicBool::new(false),
-            wake: Event::new(),
+            gc_wake: Event::new(),
+            maint_wake: Event::new(),
             counters: Counters::default(),
             ckpt: Mutex::new(ckpt),
             ckpt_lock: Mutex::new(()),
@@ -248,10 +251,10 @@ impl Core {
         bank.free.store(free, Ordering::Release);
         let exclusive = free <= GC_RESERVE + 1;
         if bank.exclusive_gc.swap(exclusive, Ordering::AcqRel) != exclusive && exclusive {
-            self.wake.notify(usize::MAX);
+            self.gc_wake.notify(usize::MAX);
         }
         if free < self.gc_soft_free() {
-            self.wake.notify(usize::MAX);
+            self.gc_wake.notify(usize::MAX);
         }
     }
 
@@ -284,7 +287,7 @@ impl Core {
         a.state[block as usize] = BlockState::Retiring;
         drop(a);
         self.counters.retired_blocks.fetch_add(1, Ordering::Relaxed);
-        self.wake.notify(usize::MAX);
+        self.gc_wake.notify(usize::MAX);
     }
 
     /// Usable blocks (not bad, not reserved) across the device.

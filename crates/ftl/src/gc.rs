@@ -49,10 +49,25 @@ struct Cursor {
     purpose: Purpose,
 }
 
-struct Staged {
-    meta: SlotMeta,
+/// Valid slots read from victims, laid out as they will be on the next GC page: slot `i` of
+/// the page is `data[i * LOGICAL_PAGE..]`. Staging happens only while fewer than a page of slots
+/// wait, so at most two pages' worth are ever held.
+#[derive(Default)]
+struct Staging {
     data: Vec<u8>,
-    src: Psa,
+    metas: Vec<SlotMeta>,
+    /// Where each staged slot lives on flash now.
+    srcs: Vec<Psa>,
+}
+
+impl Staging {
+    fn len(&self) -> usize {
+        self.metas.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.metas.is_empty()
+    }
 }
 
 /// A bank's cleaner state (under the bank's GC mutex).
@@ -63,10 +78,11 @@ pub struct BankGc {
     /// only when this one has no free block left (then its data is rescued elsewhere rather than
     /// leaving the bank stuck with reclaimable space it cannot reach).
     frontier: Option<(u32, Frontier)>,
-    staged: Vec<Staged>,
-    /// Victim page and OOB read buffers, reused across steps.
+    staged: Staging,
+    /// Victim page and OOB read buffers, and the GC page's OOB, reused across steps.
     page: Vec<u8>,
     oob: Vec<u8>,
+    out_oob: Vec<u8>,
 }
 
 /// What a step achieved.
@@ -158,20 +174,33 @@ impl Core {
         self.finish_victim(b, cur)
     }
 
+    /// Reads victim page `addr` and stages its `valid` slots. A fully valid page read while
+    /// nothing is staged goes straight into the staging area (one copy fewer: with one slot per
+    /// page, the common case, GC then costs one read and one program per slot).
     fn stage_page(
         &self,
         addr: PageAddr,
         valid: &[u32],
-        staged: &mut Vec<Staged>,
-        data: &mut Vec<u8>,
-        oob_buf: &mut Vec<u8>,
+        staged: &mut Staging,
+        page: &mut Vec<u8>,
+        oob: &mut Vec<u8>,
     ) {
-        // Every byte is overwritten by the read: sizing is all the buffers need.
-        data.resize(self.layout.page_size as usize, 0);
-        oob_buf.resize(self.layout.oob_size as usize, 0);
+        let page_size = self.layout.page_size as usize;
+        let spp = self.layout.slots_per_page as usize;
+        debug_assert!(staged.len() < spp, "staging only below a page of slots");
+        // Every byte is overwritten by the read or the copies: sizing is all the buffers need.
+        staged.data.resize(2 * page_size, 0);
+        oob.resize(self.layout.oob_size as usize, 0);
+        let direct = staged.is_empty() && valid.len() == spp;
+        let buf: &mut [u8] = if direct {
+            &mut staged.data[..page_size]
+        } else {
+            page.resize(page_size, 0);
+            page
+        };
         let mut ok = false;
         for _ in 0..=self.cfg.read_retries {
-            match self.nand.read(addr, 0, data, Some(oob_buf)) {
+            match self.nand.read(addr, 0, buf, Some(oob)) {
                 Ok(c) => {
                     c.wait();
                     ok = true;
@@ -186,7 +215,7 @@ impl Core {
                 }
             }
         }
-        let metas = match (ok, oob::decode(oob_buf)) {
+        let metas = match (ok, oob::decode(oob)) {
             (true, Some(PageOob::Data(m))) => m,
             _ => {
                 self.counters.uncorrectable.fetch_add(1, Ordering::Relaxed);
@@ -198,12 +227,18 @@ impl Core {
             let Some(meta) = metas.get(s as usize) else {
                 continue;
             };
-            let o = s as usize * LOGICAL_PAGE;
-            staged.push(Staged {
-                meta: *meta,
-                data: data[o..o + LOGICAL_PAGE].to_vec(),
-                src: self.layout.psa(addr, s),
-            });
+            let (from, to) = (s as usize * LOGICAL_PAGE, staged.len() * LOGICAL_PAGE);
+            if direct {
+                // Read in place; slots only move down if the OOB lacked an earlier one.
+                if from != to {
+                    staged.data.copy_within(from..from + LOGICAL_PAGE, to);
+                }
+            } else {
+                staged.data[to..to + LOGICAL_PAGE]
+                    .copy_from_slice(&page[from..from + LOGICAL_PAGE]);
+            }
+            staged.metas.push(*meta);
+            staged.srcs.push(self.layout.psa(addr, s));
         }
     }
 
@@ -211,17 +246,14 @@ impl Core {
     /// Returns false if nothing could be programmed (no block for the frontier).
     fn gc_program(&self, b: u32, g: &mut BankGc) -> bool {
         let spp = self.layout.slots_per_page as usize;
+        let page_size = self.layout.page_size as usize;
         let take = g.staged.len().min(spp);
-        let batch: Vec<Staged> = g.staged.drain(..take).collect();
-        let mut data = vec![0u8; self.layout.page_size as usize];
-        let mut metas = Vec::with_capacity(spp);
-        for (i, s) in batch.iter().enumerate() {
-            data[i * LOGICAL_PAGE..(i + 1) * LOGICAL_PAGE].copy_from_slice(&s.data);
-            metas.push(s.meta);
-        }
+        // Pad slots read as zeroes, like the host writer's.
+        g.staged.data[take * LOGICAL_PAGE..page_size].fill(0);
+        let mut metas = g.staged.metas[..take].to_vec();
         metas.resize(spp, SlotMeta::PAD);
-        let mut oob_buf = vec![0u8; self.layout.oob_size as usize];
-        oob::encode_data(&mut oob_buf, &metas);
+        g.out_oob.resize(self.layout.oob_size as usize, 0);
+        oob::encode_data(&mut g.out_oob, &metas);
         loop {
             let (fb, fr) = match g.frontier {
                 Some(f) => f,
@@ -233,9 +265,6 @@ impl Core {
                     None => {
                         // Victims are chosen to fit: only repeated failures get here.
                         tracing::warn!("bank {b}: no free block for the GC frontier");
-                        let mut rest = batch;
-                        rest.append(&mut g.staged);
-                        g.staged = rest;
                         return false;
                     }
                 },
@@ -247,7 +276,9 @@ impl Core {
                 },
                 page: fr.next,
             };
-            let result = self.nand.program(addr, &data, &oob_buf);
+            let result = self
+                .nand
+                .program(addr, &g.staged.data[..page_size], &g.out_oob);
             let next = fr.next + 1;
             g.frontier = (next < self.layout.pages_per_block).then_some((
                 fb,
@@ -262,9 +293,16 @@ impl Core {
                     self.counters
                         .gc_page_programs
                         .fetch_add(1, Ordering::Relaxed);
-                    for (i, s) in batch.iter().enumerate() {
-                        self.relocate(s, self.layout.psa(addr, i as u32));
+                    for i in 0..take {
+                        let (meta, src) = (g.staged.metas[i], g.staged.srcs[i]);
+                        self.relocate(meta, src, self.layout.psa(addr, i as u32));
                     }
+                    let st = &mut g.staged;
+                    st.metas.drain(..take);
+                    st.srcs.drain(..take);
+                    let rest = st.len() * LOGICAL_PAGE;
+                    st.data
+                        .copy_within(take * LOGICAL_PAGE..take * LOGICAL_PAGE + rest, 0);
                     if next == self.layout.pages_per_block {
                         self.mark_full(fb, fr.block);
                     }
@@ -286,23 +324,23 @@ impl Core {
     }
 
     /// Switches one relocated slot in the map if nothing newer replaced it meanwhile.
-    fn relocate(&self, s: &Staged, dst: Psa) {
-        match s.meta.kind {
+    fn relocate(&self, meta: SlotMeta, src: Psa, dst: Psa) {
+        match meta.kind {
             SlotKind::Data => {
-                let _st = self.map.lock(s.meta.lpn);
-                if self.map.get(s.meta.lpn) == Some(s.src) {
-                    self.map.set(s.meta.lpn, Some(dst));
+                let _st = self.map.lock(meta.lpn);
+                if self.map.get(meta.lpn) == Some(src) {
+                    self.map.set(meta.lpn, Some(dst));
                     self.blocks.set_valid(dst);
-                    self.blocks.clear_valid(s.src);
+                    self.blocks.clear_valid(src);
                     self.counters.gc_copies.fetch_add(1, Ordering::Relaxed);
                 }
             }
             SlotKind::TrimLog => {
                 let mut tl = self.trim_log.lock();
-                if let Some(e) = tl.iter_mut().find(|e| e.0 == s.src) {
+                if let Some(e) = tl.iter_mut().find(|e| e.0 == src) {
                     e.0 = dst;
                     self.blocks.set_valid(dst);
-                    self.blocks.clear_valid(s.src);
+                    self.blocks.clear_valid(src);
                 }
             }
             SlotKind::Pad => {}
@@ -329,7 +367,7 @@ impl Core {
             );
             self.bank(b).alloc.lock().state[cur.block as usize] = BlockState::Full;
             self.flush_requested.store(true, Ordering::Release);
-            self.wake.notify(usize::MAX);
+            self.maint_wake.notify(usize::MAX);
             return Step::Idle;
         }
 
@@ -602,14 +640,15 @@ pub fn worker(core: Arc<Core>, idx: usize, adaptive: bool) {
     crate::writer::precise_timers();
     let nb = core.layout.banks;
     let mut rr = idx as u32;
+    let mut candidates: Vec<(bool, bool, u32, u32)> = Vec::with_capacity(nb as usize);
     while !core.stopping.load(Ordering::Acquire) {
         let urgent = (0..nb).any(|b| core.bank(b).exclusive_gc.load(Ordering::Acquire));
         if adaptive && !urgent && idx >= core.gc_load.allowed.load(Ordering::Acquire) {
             idle_wait(&core, Duration::from_millis(5));
             continue;
         }
-        // The bank most in need; idle banks before busy ones (PLLGC cleans idle banks).
-        let mut pick: Option<(bool, bool, u32, u32)> = None;
+        // Banks most in need first; idle banks before busy ones (PLLGC cleans idle banks).
+        candidates.clear();
         for i in 0..nb {
             let b = (rr + i) % nb;
             let needs = core.needs_gc(b);
@@ -617,20 +656,23 @@ pub fn worker(core: Arc<Core>, idx: usize, adaptive: bool) {
                 continue;
             }
             let busy = core.nand.bank_load(BankId(b)).inflight > 0;
-            let key = (!needs, busy, core.bank(b).free.load(Ordering::Acquire), b);
-            if pick.is_none_or(|p| key < p) {
-                pick = Some(key);
-            }
+            candidates.push((!needs, busy, core.bank(b).free.load(Ordering::Acquire), b));
         }
-        let Some((_, _, _, b)) = pick else {
+        if candidates.is_empty() {
             idle_wait(&core, Duration::from_millis(20));
+            continue;
+        }
+        candidates.sort_unstable();
+        // A bank whose cleaner is busy (another worker, or a writer cleaning in the
+        // foreground) is skipped rather than spun on.
+        let Some((b, mut g)) = candidates
+            .iter()
+            .find_map(|c| core.gc[c.3 as usize].try_lock().map(|g| (c.3, g)))
+        else {
+            idle_wait(&core, Duration::from_millis(1));
             continue;
         };
         rr = (b + 1) % nb;
-        let Some(mut g) = core.gc[b as usize].try_lock() else {
-            std::thread::yield_now();
-            continue;
-        };
         let start = Instant::now();
         loop {
             if core.stopping.load(Ordering::Acquire) {
@@ -654,7 +696,7 @@ pub fn worker(core: Arc<Core>, idx: usize, adaptive: bool) {
 }
 
 fn idle_wait(core: &Core, d: Duration) {
-    let l = core.wake.listen();
+    let l = core.gc_wake.listen();
     if !core.stopping.load(Ordering::Acquire) {
         l.wait_timeout(d);
     }

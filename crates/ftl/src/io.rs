@@ -174,7 +174,7 @@ impl Core {
             + bytes;
         let interval = self.cfg.checkpoint_interval_bytes;
         if interval > 0 && since >= interval && since - bytes < interval {
-            self.wake.notify(usize::MAX);
+            self.maint_wake.notify(usize::MAX);
         }
     }
 

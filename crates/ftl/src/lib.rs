@@ -468,7 +468,8 @@ impl Ftl {
     }
 
     fn stop_helpers(&self) {
-        self.core.wake.notify(usize::MAX);
+        self.core.gc_wake.notify(usize::MAX);
+        self.core.maint_wake.notify(usize::MAX);
         for h in self.helpers.lock().drain(..) {
             let _ = h.join();
         }

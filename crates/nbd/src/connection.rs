@@ -41,7 +41,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::io::{BufReader, BufWriter};
@@ -295,18 +295,18 @@ where
         };
         let mut payload = Vec::new();
         if let Command::Write { len, .. } = cmd {
-            payload = vec![0u8; len as usize];
-            match until_grace(&shutdown, grace, r.read_exact(&mut payload)).await {
+            payload = Vec::with_capacity(len as usize);
+            match until_grace(&shutdown, grace, read_payload(&mut r, &mut payload, len)).await {
                 None => break Ok(End::Shutdown),
                 Some(Err(e)) => break Err(e.into()),
-                Some(Ok(_)) => {}
+                Some(Ok(())) => {}
             }
         }
         let backend = Arc::clone(&ctx.backend);
         let stats = Arc::clone(&ctx.stats);
         let tx = tx.clone();
         let (conn, cookie) = (ctx.id, h.cookie);
-        tasks.spawn(async move {
+        let mut request = Box::pin(async move {
             let run = execute(&*backend, queue, cookie, cmd, payload, &params, &stats);
             let reply = CatchUnwind(Box::pin(run)).await.unwrap_or_else(|()| {
                 error!(conn, cookie, ?cmd, "backend panicked");
@@ -321,6 +321,14 @@ where
                 _bytes: bytes,
             });
         });
+        // Most requests complete without waiting (buffered writes, reads of buffered or
+        // timing-off flash): run them here and spare a task spawn and a cross-thread wake-up.
+        // A request that has to wait becomes its own task; it registers the task's waker when
+        // polled there (a future wakes the waker of its latest poll).
+        let mut noop = Context::from_waker(Waker::noop());
+        if request.as_mut().poll(&mut noop).is_pending() {
+            tasks.spawn(request);
+        }
     };
 
     // Let every backend call finish, then let the writer drain.
@@ -342,6 +350,22 @@ where
         }
     }
     result
+}
+
+/// Reads a `len`-byte WRITE payload into `buf`'s spare capacity (no zero-filling first).
+async fn read_payload<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    len: u32,
+) -> std::io::Result<()> {
+    let len = len as usize;
+    while buf.len() < len {
+        let want = (len - buf.len()) as u64;
+        if r.take(want).read_buf(buf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(())
 }
 
 /// Writes replies in arrival order until every sender is gone, flushing whenever the queue runs
