@@ -205,7 +205,7 @@ fn writer(
                 l.sent[block as usize]
             };
             writes += 1;
-            let fua = writes % plan.fua_every == 0;
+            let fua = writes.is_multiple_of(plan.fua_every);
             let flags = if fua { NBD_CMD_FLAG_FUA } else { 0 };
             let cookie = c
                 .request(
@@ -221,7 +221,7 @@ fn writer(
             if in_flight.len() >= plan.depth {
                 complete(&mut c, &mut in_flight, &mut busy, &mut acked)?;
             }
-            if writes % plan.flush_every == 0 {
+            if writes.is_multiple_of(plan.flush_every) {
                 while !in_flight.is_empty() {
                     complete(&mut c, &mut in_flight, &mut busy, &mut acked)?;
                 }
