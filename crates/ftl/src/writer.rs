@@ -213,7 +213,9 @@ impl Writer {
                 },
                 page: fr.next,
             };
-            let result = core.nand.program(addr, &self.data, &self.oob);
+            let result = core
+                .nand
+                .program(addr, page_bytes(&page, &self.data), &self.oob);
             let next = Frontier {
                 block: fr.block,
                 next: fr.next + 1,
@@ -250,11 +252,14 @@ impl Writer {
     /// Assembles the page's bytes and OOB into the writer's scratch buffers.
     fn fill(&mut self, core: &Core, page: &SealedPage) {
         let mut metas: Vec<SlotMeta> = Vec::with_capacity(page.slots.len());
+        let single = single_slot(page).is_some();
         for (i, (meta, data)) in page.slots.iter().enumerate() {
-            let dst = &mut self.data[i * LOGICAL_PAGE..(i + 1) * LOGICAL_PAGE];
-            match data {
-                Some(d) => dst.copy_from_slice(d),
-                None => dst.fill(0),
+            if !single {
+                let dst = &mut self.data[i * LOGICAL_PAGE..(i + 1) * LOGICAL_PAGE];
+                match data {
+                    Some(d) => dst.copy_from_slice(d),
+                    None => dst.fill(0),
+                }
             }
             metas.push(*meta);
             if meta.kind == SlotKind::Data {
@@ -265,4 +270,18 @@ impl Writer {
         }
         oob::encode_data(&mut self.oob, &metas);
     }
+}
+
+/// The slot's own buffer when the page is exactly one full slot (4 KiB pages): programmed as
+/// it is, without assembling a copy.
+fn single_slot(page: &SealedPage) -> Option<&[u8]> {
+    match page.slots.as_slice() {
+        [(_, Some(d))] if d.len() == LOGICAL_PAGE => Some(d),
+        _ => None,
+    }
+}
+
+/// What to program for `page`: its single slot, or the page assembled in `assembled`.
+fn page_bytes<'a>(page: &'a SealedPage, assembled: &'a [u8]) -> &'a [u8] {
+    single_slot(page).unwrap_or(assembled)
 }
