@@ -5,7 +5,9 @@
 #   qemu-nbd `qemu-nbd -f raw` on a raw file in /dev/shm (writeback cache, thread pool AIO)
 # all on unix sockets, alternating the servers job by job (and rotating their order every
 # repetition) so they share the machine's noise. Prints IOPS, mean and p99 completion latency
-# and the ratio ftld / peer for every job.
+# and the ratio ftld / peer for every job, with each server's CPU time per request (the fio
+# client shares the machine's CPUs, so on a small machine this is the fairer efficiency figure)
+# and, for ftld, the write amplification during the job.
 #
 # Jobs: 4 KiB random read and random write at QD1 (1 connection) and at QD32 on each of 4
 # connections (numjobs=4), and 128 KiB sequential write (QD8, 1 connection). Every server is
@@ -14,6 +16,8 @@
 #
 # Usage: benches/fio/run.sh [--smoke] [--size SIZE] [--runtime SECONDS] [--reps N]
 #                           [--ftld PATH] [--servers "ftld nbdkit qemu-nbd"]
+#                           [--overprovision FRACTION]
+#   --overprovision  format ftld's image with this over-provisioning (default: ftld's, 0.07)
 #   --smoke    64 MiB export, 1 s per job, 1 repetition: checks the script works (a test runs it)
 # Needs fio, nbdkit, qemu-utils (qemu-nbd, qemu-img), jq; builds ftld (cargo build --release)
 # unless --ftld is given.
@@ -25,6 +29,7 @@ RUNTIME=15
 RAMP=2
 REPS=2
 FTLD=""
+OP=""
 SERVERS="ftld nbdkit qemu-nbd"
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -33,8 +38,9 @@ while [ $# -gt 0 ]; do
         --runtime) RUNTIME="$2"; shift ;;
         --reps) REPS="$2"; shift ;;
         --ftld) FTLD="$2"; shift ;;
+        --overprovision) OP="$2"; shift ;;
         --servers) SERVERS="$2"; shift ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -51,6 +57,9 @@ if [ -z "$FTLD" ]; then
     FTLD="${CARGO_TARGET_DIR:-$ROOT/target}/release/ftld"
 fi
 
+declare -A SPID # server name -> pid
+TICK=$(getconf CLK_TCK)
+PAGE_SIZE=4096 # the default preset's NAND page (for the write amplification)
 SHM=/dev/shm
 [ -d "$SHM" ] && [ -w "$SHM" ] || SHM=/tmp
 W="$(mktemp -d "$SHM/ftld-bench.XXXXXX")"
@@ -85,7 +94,12 @@ wait_socket() { # SOCKET PID NAME
 start_server() { # NAME
     case "$1" in
         ftld)
-            "$FTLD" serve --timing off --capacity "$SIZE" --image "$W/ftld.img" \
+            local cfg=()
+            if [ -n "$OP" ]; then
+                printf '[ftl]\noverprovision = %s\n' "$OP" >"$W/ftld.toml"
+                cfg=(--config "$W/ftld.toml")
+            fi
+            "$FTLD" serve "${cfg[@]}" --timing off --capacity "$SIZE" --image "$W/ftld.img" \
                 --nbd-socket "$W/ftld.sock" --control-socket "$W/ftld.ctl" >"$W/ftld.log" 2>&1 &
             ;;
         nbdkit)
@@ -99,7 +113,17 @@ start_server() { # NAME
         *) echo "unknown server $1" >&2; exit 2 ;;
     esac
     PIDS+=($!)
+    SPID[$1]=$!
     wait_socket "$W/$1.sock" "$!" "$1"
+}
+
+# CPU time (user + system, clock ticks) a server process has used so far.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+# ftld's NAND page programs (host + GC) and host bytes written, from its control socket.
+ftld_writes() {
+    "$FTLD" stats --control-socket "$W/ftld.ctl" |
+        jq -r '.ftl | "\(.nand_page_programs + .gc_page_programs) \(.host_write_bytes)"'
 }
 
 uri() { echo "nbd+unix:///?socket=$W/$1.sock"; }
@@ -122,10 +146,12 @@ for s in "${SERVER_LIST[@]}"; do
         { echo "filling $s failed:" >&2; cat "$W/fill-$s.out" >&2; exit 1; }
 done
 
-RESULTS="$W/results.tsv" # job server rep iops mean_us p99_us
+RESULTS="$W/results.tsv" # job server rep iops mean_us p99_us cpu_us_per_op waf
 : >"$RESULTS"
 run_job() { # JOB_NAME ARGS SERVER REP
-    local out="$W/$1-$3-$4.json" dir
+    local out="$W/$1-$3-$4.json" dir cpu0 cpu1 w0=(0 0) w1=(0 0) waf=-
+    [ "$3" = ftld ] && read -r -a w0 < <(ftld_writes)
+    cpu0=$(cpu_ticks "${SPID[$3]}")
     # shellcheck disable=SC2086 # $2 is a list of fio options
     if ! fio --name="$1" --ioengine=nbd --uri="$(uri "$3")" $2 --size="$SIZE" \
         --time_based --runtime="$RUNTIME" --ramp_time="$RAMP" --group_reporting \
@@ -134,13 +160,28 @@ run_job() { # JOB_NAME ARGS SERVER REP
         cat "$out.raw" "$W/$1-$3-$4.err" >&2
         exit 1
     fi
+    cpu1=$(cpu_ticks "${SPID[$3]}")
+    if [ "$3" = ftld ]; then
+        read -r -a w1 < <(ftld_writes)
+        # NAND bytes programmed per host byte written during the job (ramp included).
+        if [ "${w1[1]}" -gt "${w0[1]}" ]; then
+            waf=$(echo "${w1[0]} ${w0[0]} ${w1[1]} ${w0[1]}" |
+                awk -v p="$PAGE_SIZE" '{ printf "%.2f", ($1 - $2) * p / ($3 - $4) }')
+        fi
+    fi
     sed -n '/^{/,$p' "$out.raw" >"$out"
     case "$1" in *read*) dir=read ;; *) dir=write ;; esac
-    jq -r --arg j "$1" --arg s "$3" --arg r "$4" --arg d "$dir" '
+    # Server CPU per request: the server's CPU time over the whole run (ramp included) divided
+    # by the requests fio counted in the measured part, scaled by (ramp + runtime) / runtime.
+    jq -r --arg j "$1" --arg s "$3" --arg r "$4" --arg d "$dir" \
+        --argjson ticks "$((cpu1 - cpu0))" --argjson hz "$TICK" --arg waf "$waf" \
+        --argjson span "$(echo "$RAMP $RUNTIME" | awk '{ print ($1 + $2) / $2 }')" '
         .jobs[0] as $x | $x[$d] as $io |
         if $x.error != 0 then error("job error \($x.error)") else . end |
         [$j, $s, $r, $io.iops, ($io.clat_ns.mean / 1000),
-         (($io.clat_ns.percentile["99.000000"] // 0) / 1000)] | @tsv' "$out" >>"$RESULTS"
+         (($io.clat_ns.percentile["99.000000"] // 0) / 1000),
+         (if $io.total_ios > 0 then $ticks / $hz * 1e6 / ($io.total_ios * $span) else 0 end),
+         $waf] | @tsv' "$out" >>"$RESULTS"
 }
 
 for ((rep = 0; rep < REPS; rep++)); do
@@ -160,14 +201,15 @@ echo >&2
 
 # The table: means over the repetitions.
 echo "fio over NBD (unix sockets), export $SIZE, ${RUNTIME}s per run after ${RAMP}s ramp, $REPS repetition(s), $(nproc) CPUs"
-echo "ftld: $("$FTLD" --version 2>/dev/null || echo ftld) --timing off; $(fio --version); $(nbdkit --version | head -1); $(qemu-nbd --version | head -1)"
+echo "ftld: $("$FTLD" --version 2>/dev/null || echo ftld) --timing off, over-provisioning ${OP:-default}; $(fio --version); $(nbdkit --version | head -1); $(qemu-nbd --version | head -1)"
 echo
 awk -F'\t' -v servers="$SERVERS" '
-    { k = $1 SUBSEP $2; iops[k] += $4; mean[k] += $5; p99[k] += $6; n[k]++;
+    { k = $1 SUBSEP $2; iops[k] += $4; mean[k] += $5; p99[k] += $6; cpu[k] += $7; n[k]++;
+      if ($8 != "-") { waf[k] += $8; nw[k]++ }
       if (!($1 in seen)) { seen[$1] = 1; order[++jobs] = $1 } }
     END {
         ns = split(servers, sv, " ");
-        printf "%-20s %-9s %11s %11s %11s %12s\n", "job", "server", "IOPS", "mean us", "p99 us", "ftld/server";
+        printf "%-20s %-9s %11s %11s %11s %12s %10s %6s\n", "job", "server", "IOPS", "mean us", "p99 us", "ftld/server", "cpu us/op", "WAF";
         for (j = 1; j <= jobs; j++) {
             f = order[j] SUBSEP "ftld";
             for (i = 1; i <= ns; i++) {
@@ -176,8 +218,9 @@ awk -F'\t' -v servers="$SERVERS" '
                 ratio = "";
                 if (sv[i] != "ftld" && (f in n) && iops[k] > 0)
                     ratio = sprintf("%.2fx", (iops[f] / n[f]) / (iops[k] / n[k]));
-                printf "%-20s %-9s %11.0f %11.1f %11.1f %12s\n", order[j], sv[i],
-                    iops[k] / n[k], mean[k] / n[k], p99[k] / n[k], ratio;
+                w = (k in nw) ? sprintf("%.2f", waf[k] / nw[k]) : "";
+                printf "%-20s %-9s %11.0f %11.1f %11.1f %12s %10.1f %6s\n", order[j], sv[i],
+                    iops[k] / n[k], mean[k] / n[k], p99[k] / n[k], ratio, cpu[k] / n[k], w;
             }
         }
     }' "$RESULTS"

@@ -248,6 +248,7 @@ impl Core {
         let spp = self.layout.slots_per_page as usize;
         let page_size = self.layout.page_size as usize;
         let take = g.staged.len().min(spp);
+        g.staged.data.resize(2 * page_size, 0);
         // Pad slots read as zeroes, like the host writer's.
         g.staged.data[take * LOGICAL_PAGE..page_size].fill(0);
         let mut metas = g.staged.metas[..take].to_vec();
