@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use ftl::{Ftl, FtlError};
 use ftl_nbd::{BackendError, BlockBackend};
 
@@ -75,11 +76,11 @@ impl BlockBackend for FtlBackend {
         &self,
         queue: usize,
         offset: u64,
-        data: &[u8],
+        data: Vec<u8>,
         fua: bool,
     ) -> Result<(), BackendError> {
         self.ftl
-            .write(queue, offset, data, fua)
+            .write_bytes(queue, offset, Bytes::from(data), fua)
             .await
             .map_err(|e| backend_error(Op::Write, e))
     }

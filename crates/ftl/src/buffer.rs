@@ -7,7 +7,6 @@
 //! and FUA wait on.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use crossbeam_channel::Sender;
 use event_listener::Event;
@@ -176,7 +175,7 @@ impl Core {
         open.trims.clear();
         let zombies = std::mem::take(&mut open.zombies);
         open.page_zombies.extend(zombies);
-        open.slots.push((meta, Some(Arc::from(bytes))));
+        open.slots.push((meta, Some(PageData::from(bytes))));
         if open.slots.len() == self.layout.slots_per_page as usize {
             self.seal_locked(queue, open);
         }

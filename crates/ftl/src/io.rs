@@ -10,7 +10,6 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 
 use event_listener::Listener;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use nand_model::{Completion, NandError, PageAddr};
@@ -19,6 +18,7 @@ use crate::buffer::{SealedPage, TrimRecord};
 use crate::core::Core;
 use crate::error::{FtlError, Result};
 use crate::layout::{Lpn, LOGICAL_PAGE, SECTOR};
+use crate::map::PageData;
 use crate::oob::SlotKind;
 
 const LP: u64 = LOGICAL_PAGE as u64;
@@ -120,11 +120,12 @@ impl Core {
     }
 
     /// Writes `data` at `offset` (already range-checked) through queue `q`.
+    /// Full pages are buffered as slices of `data`, without copying.
     pub(crate) async fn write_at(
         &self,
         q: usize,
         offset: u64,
-        data: &[u8],
+        data: PageData,
         fua: bool,
     ) -> Result<()> {
         self.check_writable()?;
@@ -139,7 +140,7 @@ impl Core {
                 self.wait_room(q).await;
                 let _g = self.gate.enter().await;
                 self.check_writable()?;
-                self.buffer_page(q, lpn, Arc::from(&data[pos..pos + n]));
+                self.buffer_page(q, lpn, data.slice(pos..pos + n));
             } else {
                 self.write_partial(q, lpn, in_page, &data[pos..pos + n])
                     .await?;
@@ -162,7 +163,7 @@ impl Core {
         self.wait_room(q).await;
         let _g = self.gate.enter().await;
         self.check_writable()?;
-        self.buffer_page(q, lpn, Arc::from(page));
+        self.buffer_page(q, lpn, PageData::from(page));
         Ok(())
     }
 
@@ -189,17 +190,17 @@ impl Core {
         if first_full >= last_full {
             // No whole page inside: zero the sectors.
             if len > 0 {
-                let zeros = vec![0u8; len as usize];
-                self.write_at(q, offset, &zeros, false).await?;
+                let zeros = PageData::from(vec![0u8; len as usize]);
+                self.write_at(q, offset, zeros, false).await?;
             }
         } else {
             if offset < first_full * LP {
-                let zeros = vec![0u8; (first_full * LP - offset) as usize];
-                self.write_at(q, offset, &zeros, false).await?;
+                let zeros = PageData::from(vec![0u8; (first_full * LP - offset) as usize]);
+                self.write_at(q, offset, zeros, false).await?;
             }
             if end > last_full * LP {
-                let zeros = vec![0u8; (end - last_full * LP) as usize];
-                self.write_at(q, last_full * LP, &zeros, false).await?;
+                let zeros = PageData::from(vec![0u8; (end - last_full * LP) as usize]);
+                self.write_at(q, last_full * LP, zeros, false).await?;
             }
             let mut start = first_full as u32;
             let stop = last_full as u32;

@@ -70,6 +70,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+pub use bytes::Bytes;
 use nand_model::{NandConfig, NandDevice, TimingMode};
 use parking_lot::Mutex;
 
@@ -381,13 +382,26 @@ impl Ftl {
     /// Writes `data` at `offset` through write queue `queue` (taken modulo [`Ftl::queues`]).
     /// Returns once buffered, or once durable when `fua` is set.
     pub async fn write(&self, queue: usize, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+        self.write_bytes(queue, offset, Bytes::copy_from_slice(data), fua)
+            .await
+    }
+
+    /// [`Ftl::write`] of a buffer the caller hands over: its full 4 KiB pages are buffered as
+    /// slices of it, without a copy (a frontend that owns its request buffers uses this).
+    pub async fn write_bytes(
+        &self,
+        queue: usize,
+        offset: u64,
+        data: Bytes,
+        fua: bool,
+    ) -> Result<()> {
         let t = Instant::now();
         self.core.check_range(offset, data.len() as u64)?;
+        let len = data.len() as u64;
         self.core.write_at(queue, offset, data, fua).await?;
         let c = &self.core.counters;
         c.host_writes.fetch_add(1, Ordering::Relaxed);
-        c.host_write_bytes
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        c.host_write_bytes.fetch_add(len, Ordering::Relaxed);
         self.core.latencies.record(OpKind::Write, t.elapsed());
         Ok(())
     }

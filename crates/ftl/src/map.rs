@@ -26,7 +26,6 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::task::Waker;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -38,7 +37,7 @@ use crate::layout::{Lpn, Psa};
 pub const STRIPES: usize = 1024;
 
 /// A 4 KiB logical page's bytes, shared between the overlay and the write buffer.
-pub type PageData = Arc<[u8]>;
+pub type PageData = bytes::Bytes;
 
 /// The newest version of a page that is still buffered in RAM.
 #[derive(Clone)]

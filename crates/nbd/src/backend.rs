@@ -40,11 +40,12 @@ pub trait BlockBackend: Send + Sync + 'static {
         buf: &mut [u8],
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Writes `data` at `offset` through write queue `queue`; durable before resolving if `fua`.
+    /// The buffer is handed over, so a backend may keep it instead of copying it.
     fn write(
         &self,
         queue: usize,
         offset: u64,
-        data: &[u8],
+        data: Vec<u8>,
         fua: bool,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Makes every completed write durable.

@@ -116,13 +116,13 @@ impl BlockBackend for MemBackend {
         &self,
         _queue: usize,
         offset: u64,
-        src: &[u8],
+        src: Vec<u8>,
         _fua: bool,
     ) -> Result<(), BackendError> {
         self.check_writable()?;
         let mut data = self.data.lock();
         let r = Self::range(offset, src.len() as u64, data.len())?;
-        data[r].copy_from_slice(src);
+        data[r].copy_from_slice(&src);
         Ok(())
     }
 
@@ -167,7 +167,7 @@ mod tests {
     fn write_read_trim() {
         let m = MemBackend::new(4096);
         block_on(async {
-            m.write(0, 512, &[7u8; 512], false).await.expect("write");
+            m.write(0, 512, vec![7u8; 512], false).await.expect("write");
             let mut buf = [0u8; 1024];
             m.read(0, &mut buf).await.expect("read");
             assert!(buf[..512].iter().all(|&b| b == 0));
@@ -184,7 +184,7 @@ mod tests {
         let m = MemBackend::new(1024).with_read_only(true);
         block_on(async {
             assert!(matches!(
-                m.write(0, 0, &[1; 512], false).await,
+                m.write(0, 0, vec![1; 512], false).await,
                 Err(BackendError::ReadOnly(_))
             ));
             assert!(m.write_zeroes(0, 0, 512, false).await.is_err());

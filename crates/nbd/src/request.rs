@@ -190,7 +190,7 @@ pub(crate) async fn execute<B: BlockBackend>(
             }
         }
         Command::Write { offset, len, fua } => {
-            let r = backend.write(queue, offset, &payload, fua).await;
+            let r = backend.write(queue, offset, payload, fua).await;
             if r.is_ok() {
                 stats.bytes_written.fetch_add(len.into(), Relaxed);
             }

@@ -495,7 +495,7 @@ impl BlockBackend for TestBackend {
         &self,
         queue: usize,
         offset: u64,
-        data: &[u8],
+        data: Vec<u8>,
         fua: bool,
     ) -> Result<(), BackendError> {
         self.around(offset, self.mem.write(queue, offset, data, fua))
