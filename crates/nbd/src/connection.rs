@@ -2,14 +2,18 @@
 //!
 //! # Concurrency model
 //! ```text
-//!   socket read half ──► reader (this task): header ─► validate ─► payload ─► spawn ──┐
-//!                          ▲ waits for a slot and a byte budget before reading more   │
-//!                          │                                                          ▼
-//!                          │                     request task (one per request): backend call
+//!   socket read half ──► reader (this task): header ─► validate ─► payload ─► poll once ──┐
+//!                          ▲ waits for a slot and a byte budget before reading more       │
+//!                          │                        done at once: reply from the reader ◄──┤
+//!                          │                 must wait: request task (spawned) finishes it ◄┘
 //!                          │                                                          │
 //!   socket write half ◄── writer task ◄── unbounded channel of encoded replies ◄──────┘
 //!                         (writes in completion order, flushes when the channel is empty)
 //! ```
+//! - A request is polled once in the reader: most finish there (buffered writes, reads served
+//!   from memory), which spares a task spawn and a cross-thread wake-up per request; one that
+//!   has to wait (a flush, a full write buffer, a NAND read with timing on) becomes a task and
+//!   the reader goes on reading, so requests still run concurrently and complete out of order.
 //! - At most `max_inflight_per_connection` requests are between "header read" and "reply
 //!   written", and at most `max_inflight_bytes_per_connection` bytes of read/write buffers.
 //!   The permits travel with the reply and are released once it is written (or dropped because

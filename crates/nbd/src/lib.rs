@@ -7,7 +7,7 @@
 //! ```text
 //!  NbdServer::serve_unix / serve_tcp      accept loop, connection limit, shutdown   (server)
 //!        └─ one task per connection       fixed newstyle handshake                  (handshake)
-//!              └─ transmission            reader → request tasks → reply writer     (connection)
+//!              └─ transmission            reader → requests (inline or tasks) → reply writer (connection)
 //!                    └─ validate/execute  spec error codes, reply encoding          (request)
 //!                          └─ BlockBackend::read / write / flush / trim / write_zeroes
 //! ```
