@@ -7,8 +7,7 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use ftl::{Ftl, FtlError};
+use ftl::{Bytes, Ftl, FtlError};
 use ftl_nbd::{BackendError, BlockBackend};
 
 /// An [`Ftl`] exported over NBD.

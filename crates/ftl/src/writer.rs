@@ -213,9 +213,8 @@ impl Writer {
                 },
                 page: fr.next,
             };
-            let result = core
-                .nand
-                .program(addr, page_bytes(&page, &self.data), &self.oob);
+            let bytes = single_slot(&page).unwrap_or(&self.data);
+            let result = core.nand.program(addr, bytes, &self.oob);
             let next = Frontier {
                 block: fr.block,
                 next: fr.next + 1,
@@ -279,9 +278,4 @@ fn single_slot(page: &SealedPage) -> Option<&[u8]> {
         [(_, Some(d))] if d.len() == LOGICAL_PAGE => Some(d),
         _ => None,
     }
-}
-
-/// What to program for `page`: its single slot, or the page assembled in `assembled`.
-fn page_bytes<'a>(page: &'a SealedPage, assembled: &'a [u8]) -> &'a [u8] {
-    single_slot(page).unwrap_or(assembled)
 }

@@ -104,7 +104,7 @@ pub(crate) fn validate(h: &RequestHeader, ex: &ExportParams) -> Result<Command, 
         ));
     }
     let align = u64::from(MIN_BLOCK_SIZE);
-    if !h.offset.is_multiple_of(align) || u64::from(h.length) % align != 0 {
+    if !h.offset.is_multiple_of(align) || !u64::from(h.length).is_multiple_of(align) {
         return Err(RequestError::new(
             Errno::Inval,
             format!(
