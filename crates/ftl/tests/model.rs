@@ -107,6 +107,9 @@ fn run_seed(seed: u64, ops: usize, dir: &Path) {
     let blocks = rng.gen_range(20..32);
     let nand = small_nand(page_size, blocks);
     let cfg = cfg_for(&mut rng);
+    if std::env::var_os("FTL_MODEL_VERBOSE").is_some() {
+        eprintln!("seed {seed}: page {page_size}, {blocks} blocks/bank, {cfg:?}");
+    }
     let path = dir.join(format!("m{seed}.img"));
     let mut ftl = Some(
         Ftl::create(
