@@ -103,7 +103,10 @@ scenario_ublk_fs() {
 # kill_and_recover HOW: kill -9 during writes, restart with HOW, check the synced files.
 kill_and_recover() {
     step "$1: writes in flight"
-    (i=0; while :; do dd if=/dev/urandom of=/mnt/fs/b$i bs=64k count=8 2>/dev/null; i=$((i + 1)); done) &
+    # The writer stops at a flag, not by signal: killing the loop's shell would leave its
+    # current dd running with a file open, and the remount below would find /mnt/fs busy.
+    rm -f /tmp/stop-writer
+    (i=0; while ! test -e /tmp/stop-writer; do dd if=/dev/urandom of=/mnt/fs/b$i bs=64k count=8 2>/dev/null; i=$((i + 1)); done) &
     W=$!
     sleep 2
     step "$1: kill -9 the daemon"; kill -9 "$PID"; wait "$PID" 2>/dev/null; PID=""
@@ -112,7 +115,7 @@ kill_and_recover() {
     wait_log "ready" || return 1
     grep -q "recovered=true" "$LOG" || return 1
     sleep 1
-    step "$1: writes resume"; kill "$W"; wait "$W" 2>/dev/null
+    step "$1: writes resume"; touch /tmp/stop-writer; wait "$W" 2>/dev/null
     sync || return 1
     step "$1: remount, verify files synced before the kill"; remount /dev/ublkb0 && verify /mnt/fs /tmp/rsums || return 1
 }
