@@ -4,7 +4,9 @@
 //! Every read must match the reference exactly. After a simulated power cut every 4 KiB page must
 //! read as its last durable value (flushed, FUA'd or closed) or as a value written after it —
 //! never torn, never another page's data. Seeds print on failure; rerun one with
-//! `FTL_MODEL_SEED=<seed> cargo test -p ftl --test model -- --nocapture`.
+//! `FTL_MODEL_SEED=<seed> cargo test -p ftl --test model -- --nocapture`; `FTL_MODEL_TRACE=1`
+//! prints every step's operation, `FTL_MODEL_VERBOSE=1` each seed's geometry and configuration.
+//! A crash-check failure names the value found and the page's history of values.
 
 mod common;
 
@@ -38,6 +40,9 @@ struct Model {
     /// Pages written since the last point where everything became durable.
     dirty: Vec<usize>,
     is_dirty: Vec<bool>,
+    /// Per page: every value it held, `(hash, step, durable)`, for failure reports.
+    history: Vec<Vec<(u64, usize, bool)>>,
+    step: usize,
 }
 
 impl Model {
@@ -49,6 +54,8 @@ impl Model {
             acceptable: (0..pages).map(|_| HashSet::from([zero])).collect(),
             dirty: Vec::new(),
             is_dirty: vec![false; pages],
+            history: (0..pages).map(|_| vec![(zero, 0, true)]).collect(),
+            step: 0,
         }
     }
     fn page_hash(&self, p: usize) -> u64 {
@@ -62,6 +69,7 @@ impl Model {
                 self.acceptable[p].clear();
             }
             self.acceptable[p].insert(h);
+            self.history[p].push((h, self.step, durable));
             if !self.is_dirty[p] {
                 self.is_dirty[p] = true;
                 self.dirty.push(p);
@@ -73,7 +81,32 @@ impl Model {
             self.is_dirty[p] = false;
             let h = self.page_hash(p);
             self.acceptable[p] = HashSet::from([h]);
+            self.history[p].push((h, self.step, true));
         }
+    }
+    /// Which of page `p`'s past values `h` is, for a failure message.
+    fn explain(&self, p: usize, h: u64) -> String {
+        let zero = hash(&[0u8; PAGE]);
+        let past: Vec<String> = self.history[p]
+            .iter()
+            .map(|(v, step, durable)| {
+                let name = if *v == zero {
+                    "zeroes".to_string()
+                } else {
+                    format!("{v:016x}")
+                };
+                format!(
+                    "step {step}: {name}{}",
+                    if *durable { " (durable)" } else { "" }
+                )
+            })
+            .collect();
+        let found = match self.history[p].iter().rev().find(|e| e.0 == h) {
+            Some((_, step, _)) => format!("the value written at step {step}"),
+            None if h == zero => "zeroes".to_string(),
+            None => format!("{h:016x}, never written to this page"),
+        };
+        format!("holds {found}; its history: {}", past.join(", "))
     }
     /// After a crash the device holds `data`: every page is durable as it is now.
     fn reset(&mut self, data: Vec<u8>) {
@@ -82,6 +115,9 @@ impl Model {
             let h = self.page_hash(p);
             self.acceptable[p] = HashSet::from([h]);
             self.is_dirty[p] = false;
+            if self.history[p].last() != Some(&(h, self.step, true)) {
+                self.history[p].push((h, self.step, true));
+            }
         }
         self.dirty.clear();
     }
@@ -126,7 +162,9 @@ fn run_seed(seed: u64, ops: usize, dir: &Path) {
     // Most traffic goes to a hot region so pages are overwritten and GC has work.
     let hot = (cap / 3).max(64 * 1024);
     let mut tag = 0u64;
+    let trace = std::env::var_os("FTL_MODEL_TRACE").is_some();
     for step in 0..ops {
+        model.step = step;
         let f = ftl.as_ref().unwrap();
         let sectors = cap / 512;
         let region = if rng.gen_bool(0.8) {
@@ -138,7 +176,15 @@ fn run_seed(seed: u64, ops: usize, dir: &Path) {
         let len = rng.gen_range(1..=(64usize).min(sectors - start));
         let (off, len_b) = (start * 512, len * 512);
         let q = rng.gen_range(0..4);
-        match rng.gen_range(0..100) {
+        let op = rng.gen_range(0..100);
+        if trace {
+            eprintln!(
+                "step {step}: op {op} queue {q} pages {}..{} (bytes {off}+{len_b})",
+                off / PAGE,
+                (off + len_b).div_ceil(PAGE)
+            );
+        }
+        match op {
             0..=44 => {
                 tag += 1;
                 let mut bytes = vec![0u8; len_b];
@@ -205,7 +251,9 @@ fn run_seed(seed: u64, ops: usize, dir: &Path) {
                     let h = hash(&buf[p * PAGE..(p + 1) * PAGE]);
                     assert!(
                         model.acceptable[p].contains(&h),
-                        "seed {seed} step {step}: page {p} after crash holds a value that was never durable or later written"
+                        "seed {seed} step {step}: page {p} after crash holds a value that was never durable or later written: {}; recovery: {:?}",
+                        model.explain(p, h),
+                        f.recovery()
                     );
                 }
                 model.reset(buf);
