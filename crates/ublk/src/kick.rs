@@ -97,7 +97,11 @@ impl Kick {
                 8,
             )
         };
-        self.pending.store(false, Ordering::Release);
+        // A swap, not a store: a notify that found `pending` still set (and so wrote nothing)
+        // is then ordered before this swap, which reads its value and so makes the task that
+        // notify queued visible to the tick that follows. A plain store reads nothing, and the
+        // memory model would let that tick miss the task (a store-then-load Dekker race).
+        self.pending.swap(false, Ordering::AcqRel);
     }
 
     /// eventfd writes done so far.
