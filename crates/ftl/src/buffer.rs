@@ -234,7 +234,7 @@ impl Core {
         let max = self.cfg.max_pending_pages as u64;
         while queue.pending() >= max && !self.writers_gone() {
             let l = queue.progress.listen();
-            if queue.pending() < max {
+            if queue.pending() < max || self.writers_gone() {
                 return;
             }
             l.await;

@@ -690,7 +690,11 @@ pub fn maintenance(core: std::sync::Arc<Core>) {
         if core.stopping.load(Ordering::Acquire) {
             break;
         }
-        l.wait_deadline(next_gauge);
+        // GC waiting for trim records may have asked while the previous round ran (a
+        // checkpoint, say), when nobody listened: then go on at once.
+        if !core.flush_requested.load(Ordering::Acquire) {
+            l.wait_deadline(next_gauge);
+        }
         if core.stopping.load(Ordering::Acquire) {
             break;
         }

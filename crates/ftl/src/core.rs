@@ -251,7 +251,10 @@ impl Core {
         (GC_RESERVE + 3).max(self.layout.blocks_per_bank / 32)
     }
 
-    /// Re-derives a bank's free count and exclusive-GC flag after its free list changed.
+    /// Re-derives a bank's free count and exclusive-GC flag after its free list changed. The
+    /// caller still holds the bank's `BankAlloc` lock: two threads that each changed the free
+    /// list and stored their count after unlocking could store them in the wrong order, and a
+    /// count left too high makes writers retry a bank that has no block for them.
     pub fn update_free(&self, b: u32, free: u32) {
         let bank = self.bank(b);
         bank.free.store(free, Ordering::Release);
@@ -281,9 +284,7 @@ impl Core {
             return None;
         }
         let blk = a.pop_free()?;
-        let free = a.free_len();
-        drop(a);
-        self.update_free(b, free);
+        self.update_free(b, a.free_len());
         Some(blk)
     }
 

@@ -410,9 +410,8 @@ impl Core {
             a.erase_count[cur.block as usize] += 1;
             a.push_free(cur.block);
         }
-        let free = a.free_len();
+        self.update_free(b, a.free_len());
         drop(a);
-        self.update_free(b, free);
         if went_bad {
             self.counters.bad_blocks.fetch_add(1, Ordering::Relaxed);
             self.check_spares();

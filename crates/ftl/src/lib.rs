@@ -285,9 +285,7 @@ impl Ftl {
                             a.push_free(block);
                         }
                     }
-                    let free = a.free_len();
-                    drop(a);
-                    core.update_free(b, free);
+                    core.update_free(b, a.free_len());
                 }
                 RecoveryReport::default()
             }

@@ -226,9 +226,7 @@ impl Core {
                     a.state[block as usize] = BlockState::Full;
                 }
             }
-            let free = a.free_len();
-            drop(a);
-            self.update_free(bank, free);
+            self.update_free(bank, a.free_len());
         }
         self.set_seq(max_seq);
         let mode = match ckpt {
