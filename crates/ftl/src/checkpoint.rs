@@ -85,10 +85,20 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// The full map (empty for a delta).
+    #[cfg(test)]
     pub fn l2p(&self) -> &[u32] {
         match &self.map {
             MapImage::Full(v) => v,
             MapImage::Delta(_) => &[],
+        }
+    }
+
+    /// Moves the full map out (recovery builds the live map from it without a copy); the
+    /// snapshot keeps an empty one.
+    pub fn take_l2p(&mut self) -> Vec<u32> {
+        match &mut self.map {
+            MapImage::Full(v) => std::mem::take(v),
+            MapImage::Delta(_) => Vec::new(),
         }
     }
 

@@ -218,7 +218,7 @@ impl Ftl {
         nand: NandDevice,
         sb: SuperBlock,
         mut cfg: FtlConfig,
-        loaded: Option<Option<checkpoint::Loaded>>,
+        mut loaded: Option<Option<checkpoint::Loaded>>,
     ) -> Result<Ftl> {
         let path = nand.path().to_path_buf();
         let layout = Layout::new(nand.geometry(), sb.ckpt_blocks);
@@ -269,7 +269,7 @@ impl Ftl {
             1,
             CkptState::default(),
         ));
-        let report = match &loaded {
+        let report = match &mut loaded {
             None => {
                 // A fresh image: every non-reserved block is free.
                 for b in 0..layout.banks {
@@ -290,8 +290,8 @@ impl Ftl {
                 RecoveryReport::default()
             }
             Some(found) => {
-                let snap = found.as_ref().map(|l| &l.snap);
                 let fallback = found.as_ref().is_none_or(|l| l.fallback);
+                let snap = found.as_mut().map(|l| &mut l.snap);
                 let report = core.recover(snap, fallback)?;
                 if let Some(l) = found {
                     *core.ckpt.lock() = CkptState {

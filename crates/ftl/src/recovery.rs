@@ -71,12 +71,21 @@ struct Scan {
 
 impl Core {
     /// Rebuilds map, bitmaps and block states from flash. Runs before any thread starts.
+    /// Takes the checkpoint's map out of `ckpt` (it becomes the starting point of the live map).
     pub(crate) fn recover(
         &self,
-        ckpt: Option<&Snapshot>,
+        mut ckpt: Option<&mut Snapshot>,
         fallback: bool,
     ) -> Result<RecoveryReport> {
         let t0 = Instant::now();
+        let lpns = self.lpns as usize;
+        // Recovery's per-page working state is what an open costs beyond the live map: the
+        // map is moved (not copied) out of the checkpoint, lost flags are one bit per page.
+        let mut l2p: Vec<u32> = match ckpt.as_deref_mut().map(Snapshot::take_l2p) {
+            Some(v) if v.len() == lpns => v,
+            _ => vec![Psa::UNMAPPED; lpns],
+        };
+        let ckpt = ckpt.as_deref();
         let layout = self.layout;
         let total = layout.total_blocks();
         // Current per-block state from the NAND.
@@ -122,12 +131,8 @@ impl Core {
         })?;
 
         // Resolve.
-        let lpns = self.lpns as usize;
-        let mut l2p: Vec<u32> = match ckpt {
-            Some(c) if c.l2p().len() == lpns => c.l2p().to_vec(),
-            _ => vec![Psa::UNMAPPED; lpns],
-        };
-        let mut lost = vec![false; lpns];
+        let mut lost = vec![0u64; lpns.div_ceil(64)];
+        let is_lost = |lost: &[u64], i: usize| lost[i / 64] & (1 << (i % 64)) != 0;
         for (lpn, e) in l2p.iter_mut().enumerate() {
             if *e != Psa::UNMAPPED {
                 let blk = layout.block_of(Psa(*e)).0 as usize;
@@ -135,7 +140,7 @@ impl Core {
                     || blk >= erased_since.len()
                     || erased_since[blk]
                 {
-                    lost[lpn] = true;
+                    lost[lpn / 64] |= 1 << (lpn % 64);
                     *e = Psa::UNMAPPED;
                 }
             }
@@ -151,7 +156,7 @@ impl Core {
             blocks += s.blocks;
             for &(lpn, seq, psa) in &s.data {
                 let i = lpn as usize;
-                if i < lpns && (seq >= sc || lost[i]) && seq + 1 > best[i] {
+                if i < lpns && (seq >= sc || is_lost(&lost, i)) && seq + 1 > best[i] {
                     best[i] = seq + 1;
                     l2p[i] = psa.0;
                 }
@@ -171,10 +176,10 @@ impl Core {
             let keep_from = ckpt.map_or(0, |c| c.prev_sc);
             trim_slots.extend(s.trim_slots.iter().filter(|(_, seq)| *seq >= keep_from));
         }
-        let lost_pages = lost
+        let lost_pages = best
             .iter()
-            .zip(&best)
-            .filter(|(l, b)| **l && **b == 0)
+            .enumerate()
+            .filter(|(i, b)| **b == 0 && is_lost(&lost, *i))
             .count() as u64;
 
         // Install the map and rebuild the bitmaps.
