@@ -115,7 +115,8 @@ impl Model {
             let h = self.page_hash(p);
             self.acceptable[p] = HashSet::from([h]);
             self.is_dirty[p] = false;
-            if self.history[p].last() != Some(&(h, self.step, true)) {
+            // Only a change is history: a page a crash left as it was durably adds nothing.
+            if self.history[p].last().map(|e| (e.0, e.2)) != Some((h, true)) {
                 self.history[p].push((h, self.step, true));
             }
         }
