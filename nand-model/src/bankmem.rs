@@ -187,6 +187,40 @@ impl BankMem {
         }
     }
 
+    /// Copies page `src` (data and OOB) over page `dst` of the same bank (NAND copyback).
+    /// The two must differ; the caller checked that `dst` may be programmed.
+    pub(crate) fn copy_page(&mut self, src: (u32, u32), dst: (u32, u32)) {
+        let (s, d) = (self.page_index(src.0, src.1), self.page_index(dst.0, dst.1));
+        assert!(s != d, "copyback onto its own source page");
+        // SAFETY: both indices were bounds-checked by `page_index`, so each page's data and OOB
+        // lie inside this bank's regions; s != d, so the ranges are disjoint pages of the same
+        // region and cannot overlap; `&mut self` means the bank lock is held, so nothing else
+        // touches them.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                self.data.add(s * self.page_size),
+                self.data.add(d * self.page_size),
+                self.page_size,
+            );
+            ptr::copy_nonoverlapping(
+                self.oob.add(s * self.oob_size),
+                self.oob.add(d * self.oob_size),
+                self.oob_size,
+            );
+        }
+    }
+
+    /// Sets a whole page and its OOB to the erased pattern (0xFF).
+    pub(crate) fn fill_erased(&mut self, block: u32, page: u32) {
+        let i = self.page_index(block, page);
+        // SAFETY: page `i` was bounds-checked; its data and OOB lie inside this bank's regions,
+        // and `&mut self` means the bank lock is held.
+        unsafe {
+            ptr::write_bytes(self.data.add(i * self.page_size), 0xFF, self.page_size);
+            ptr::write_bytes(self.oob.add(i * self.oob_size), 0xFF, self.oob_size);
+        }
+    }
+
     /// Fills a page and its OOB with noise (what a failed program leaves behind), seeded by the
     /// page's position so it is reproducible.
     pub(crate) fn write_garbage(&mut self, block: u32, page: u32) {

@@ -358,6 +358,108 @@ impl NandDevice {
         Ok(Completion::new(deadline, Arc::clone(c)))
     }
 
+    /// Copyback: moves page `src` to page `dst` of the same bank through the die's page
+    /// register, without the data crossing the channel (the "copyback read, copyback program"
+    /// pair of ONFI). `dst` must be the next free page of its block, as for [`Self::program`];
+    /// the source's data and OOB are copied as they are (an erased source copies 0xFF). With
+    /// `oob`, the first `oob.len()` OOB bytes are also read out of the register (over the
+    /// channel), so the caller learns what it moved without a separate read.
+    ///
+    /// Timing: the bank is busy `t_read`, the OOB read-out (if any) crosses the channel, then the
+    /// bank is busy `t_prog`. A read fault on `src` returns [`NandError::Uncorrectable`] with
+    /// `dst` untouched (real controllers check ECC before the copyback program, since the page
+    /// register's errors would otherwise be copied); a program fault consumes `dst` as
+    /// [`Self::program`] does.
+    pub fn copyback(
+        &self,
+        src: PageAddr,
+        dst: PageAddr,
+        oob: Option<&mut [u8]>,
+    ) -> Result<Completion, NandError> {
+        let bank = self.bank_of_page(src)?;
+        self.bank_of_page(dst)?;
+        if src.block.bank != dst.block.bank {
+            return Err(self.violation(NandError::CopybackAcrossBanks { src, dst }));
+        }
+        let g = self.geometry();
+        let oob_len = oob.as_ref().map_or(0, |o| o.len());
+        if oob_len > g.oob_size as usize {
+            return Err(self.violation(NandError::BufferSize {
+                page: src,
+                buffer: BufferKind::Oob,
+                offset: 0,
+                len: oob_len,
+                rule: "length must be at most oob_size",
+            }));
+        }
+        let mut st = bank.state.lock();
+        let from = st.mem.block(src.block.block);
+        if from.bad {
+            return Err(self.violation(NandError::BadBlock { block: src.block }));
+        }
+        let mut to = st.mem.block(dst.block.block);
+        if to.bad {
+            return Err(self.violation(NandError::BadBlock { block: dst.block }));
+        }
+        if dst.page < to.programmed_pages {
+            return Err(self.violation(NandError::AlreadyProgrammed { page: dst }));
+        }
+        if dst.page > to.programmed_pages {
+            return Err(self.violation(NandError::NotNextPage {
+                block: dst.block,
+                expected: to.programmed_pages,
+                got: dst.page,
+            }));
+        }
+        let c = &bank.counters;
+        let ch = self.channel(src.block.bank);
+        if self.faults.read_fails(src) {
+            // The bank stays busy for the failed sensing (as a failed read keeps it).
+            self.timeline.read(&mut st.free_at, c, ch, 0);
+            drop(st);
+            c.reads.fetch_add(1, Ordering::Relaxed);
+            c.copybacks.fetch_add(1, Ordering::Relaxed);
+            c.faults.fetch_add(1, Ordering::Relaxed);
+            return Err(NandError::Uncorrectable { page: src });
+        }
+        let programmed = src.page < from.programmed_pages;
+        if let Some(o) = oob {
+            if programmed {
+                st.mem
+                    .read_page(src.block.block, src.page, 0, &mut [], Some(o));
+            } else {
+                o.fill(0xFF);
+            }
+        }
+        let fault = self.faults.program_fails(dst);
+        // Data and OOB first, the counter last (see BankMem::set_block).
+        if fault {
+            st.mem.write_garbage(dst.block.block, dst.page);
+        } else if programmed {
+            st.mem
+                .copy_page((src.block.block, src.page), (dst.block.block, dst.page));
+        } else {
+            st.mem.fill_erased(dst.block.block, dst.page);
+        }
+        to.programmed_pages += 1;
+        st.mem.set_block(dst.block.block, to);
+        let deadline = self
+            .timeline
+            .copyback(&mut st.free_at, c, ch, oob_len as u64);
+        drop(st);
+        c.reads.fetch_add(1, Ordering::Relaxed);
+        c.programs.fetch_add(1, Ordering::Relaxed);
+        c.copybacks.fetch_add(1, Ordering::Relaxed);
+        c.bytes_read.fetch_add(oob_len as u64, Ordering::Relaxed);
+        if fault {
+            c.faults.fetch_add(1, Ordering::Relaxed);
+            return Err(NandError::ProgramFailed { page: dst });
+        }
+        c.bytes_programmed
+            .fetch_add(u64::from(g.page_size + g.oob_size), Ordering::Relaxed);
+        Ok(Completion::new(deadline, Arc::clone(c)))
+    }
+
     /// Erases a block: its pages read as 0xFF afterwards, `programmed_pages` becomes 0 and
     /// `erase_count` grows by one. An erase of a block whose erase count has reached the
     /// endurance fails with [`NandError::WornOut`] and the block turns bad.

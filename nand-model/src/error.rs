@@ -121,6 +121,14 @@ pub enum NandError {
         /// What would have been accepted.
         rule: &'static str,
     },
+    /// Violation: a copyback must stay inside one bank (the page register is the die's).
+    #[error("copyback from {src} to {dst}: source and destination are on different banks")]
+    CopybackAcrossBanks {
+        /// The source page.
+        src: PageAddr,
+        /// The destination page.
+        dst: PageAddr,
+    },
     /// Fault: the program failed. The page is consumed (the write pointer moved past it) and
     /// reads back as garbage; the FTL should rewrite the data elsewhere and retire the block.
     #[error("{page}: program failed")]

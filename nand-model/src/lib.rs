@@ -53,6 +53,9 @@
 //! - program: page + OOB cross the channel (when both bank and channel are free), then the bank
 //!   is busy `t_prog`.
 //! - erase: the bank is busy `t_erase`.
+//! - copyback (a page moved to another page of the same bank through the page register): the
+//!   bank is busy `t_read`, the OOB bytes asked for cross the channel, then the bank is busy
+//!   `t_prog`; the page data never crosses the channel.
 //!
 //! Banks run in parallel; a channel carries one transfer at a time. Transfer time is
 //! `bytes / channel_bytes_per_sec`, rounded up to the nanosecond. The data effect happens at

@@ -14,6 +14,7 @@ pub(crate) struct BankCounters {
     pub(crate) reads: AtomicU64,
     pub(crate) programs: AtomicU64,
     pub(crate) erases: AtomicU64,
+    pub(crate) copybacks: AtomicU64,
     pub(crate) bytes_read: AtomicU64,
     pub(crate) bytes_programmed: AtomicU64,
     /// Modelled busy time (sum of each op's bank occupancy), also counted with timing off.
@@ -53,15 +54,18 @@ pub struct BankStats {
     pub bank: u32,
     /// Channel the bank sits on.
     pub channel: u32,
-    /// Successful reads (including faults, which occupy the bank too).
+    /// Reads (including faults, which occupy the bank too), copybacks included.
     pub reads: u64,
-    /// Programs (including failed ones).
+    /// Page programs (including failed ones), copybacks included.
     pub programs: u64,
     /// Erases (including failed and worn-out ones).
     pub erases: u64,
-    /// Data + OOB bytes returned by reads.
+    /// Copybacks: pages moved inside the bank without crossing the channel (each is also one
+    /// of `reads` and, unless its read failed, one of `programs`).
+    pub copybacks: u64,
+    /// Data + OOB bytes returned by reads (a copyback's OOB read-out included).
     pub bytes_read: u64,
-    /// Data + OOB bytes programmed.
+    /// Data + OOB bytes programmed (a copyback's whole page included).
     pub bytes_programmed: u64,
     /// Modelled time the bank was busy, in nanoseconds.
     pub busy_ns: u64,
@@ -95,6 +99,8 @@ pub struct TotalStats {
     pub programs: u64,
     /// Erases.
     pub erases: u64,
+    /// Copybacks.
+    pub copybacks: u64,
     /// Bytes read.
     pub bytes_read: u64,
     /// Bytes programmed.
@@ -128,6 +134,7 @@ impl BankCounters {
             reads: self.reads.load(Ordering::Relaxed),
             programs: self.programs.load(Ordering::Relaxed),
             erases: self.erases.load(Ordering::Relaxed),
+            copybacks: self.copybacks.load(Ordering::Relaxed),
             bytes_read: self.bytes_read.load(Ordering::Relaxed),
             bytes_programmed: self.bytes_programmed.load(Ordering::Relaxed),
             busy_ns: self.busy_ns.load(Ordering::Relaxed),
@@ -156,6 +163,7 @@ impl TotalStats {
             t.reads += b.reads;
             t.programs += b.programs;
             t.erases += b.erases;
+            t.copybacks += b.copybacks;
             t.bytes_read += b.bytes_read;
             t.bytes_programmed += b.bytes_programmed;
             t.faults += b.faults;

@@ -9,6 +9,9 @@
 //! program: xfer_start = max(now, bank.free_at, chan.free_at); chan.free_at = xfer_start + xfer
 //!          end = chan.free_at + t_prog; bank.free_at = end
 //! erase:   start = max(now, bank.free_at); end = start + t_erase; bank.free_at = end
+//! copyback: start = max(now, bank.free_at); sensed = start + t_read
+//!          (OOB read-out, if asked: xfer_start = max(sensed, chan.free_at); sensed = xfer_start
+//!          + xfer(oob); chan.free_at = sensed)   end = sensed + t_prog; bank.free_at = end
 //! ```
 //!
 //! With timing off no timeline is kept: the deadline is "now", but busy time is still accounted
@@ -125,6 +128,40 @@ impl Timeline {
             (start, xfer_end)
         };
         let end = xfer_end.saturating_add(self.t_prog);
+        Self::finish(bank, free_at, start, end);
+        end
+    }
+
+    /// Completion time of a copyback that reads `oob_bytes` of the page register out over
+    /// channel `ch` between its internal read and its program (0: nothing crosses the channel).
+    pub(crate) fn copyback(
+        &self,
+        free_at: &mut u64,
+        bank: &BankCounters,
+        ch: u32,
+        oob_bytes: u64,
+    ) -> u64 {
+        let xfer = if oob_bytes == 0 {
+            0
+        } else {
+            let xfer = self.timing.xfer_ns(oob_bytes);
+            Self::account_xfer(self.channel(ch), oob_bytes, xfer);
+            xfer
+        };
+        if self.mode == TimingMode::Off {
+            bank.busy_ns
+                .fetch_add(self.t_read + xfer + self.t_prog, Ordering::Relaxed);
+            return ALREADY_DONE;
+        }
+        let now = now_ns();
+        let start = now.max(*free_at);
+        let mut sensed = start.saturating_add(self.t_read);
+        if oob_bytes > 0 {
+            let mut chan = self.channel(ch).free_at.lock();
+            sensed = sensed.max(*chan).saturating_add(xfer);
+            *chan = sensed;
+        }
+        let end = sensed.saturating_add(self.t_prog);
         Self::finish(bank, free_at, start, end);
         end
     }

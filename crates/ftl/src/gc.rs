@@ -70,6 +70,16 @@ impl Staging {
     }
 }
 
+/// What [`Core::copyback_page`] did with a victim page.
+enum Moved {
+    /// Copied and switched in the map.
+    Done,
+    /// Not moved: stage it through the buffer instead.
+    Staging,
+    /// Not moved, and nothing can be for now (no free block, or the device turned read-only).
+    Failed,
+}
+
 /// A bank's cleaner state (under the bank's GC mutex).
 #[derive(Default)]
 pub struct BankGc {
@@ -156,6 +166,13 @@ impl Core {
                     .collect();
                 if valid.is_empty() {
                     continue;
+                }
+                if valid.len() == spp && g.staged.is_empty() {
+                    match self.copyback_page(b, addr, &mut g.frontier, &mut g.oob) {
+                        Moved::Done => break,
+                        Moved::Failed => return Step::Idle,
+                        Moved::Staging => {}
+                    }
                 }
                 self.stage_page(addr, &valid, &mut g.staged, &mut g.page, &mut g.oob);
                 break;
@@ -256,38 +273,13 @@ impl Core {
         g.out_oob.resize(self.layout.oob_size as usize, 0);
         oob::encode_data(&mut g.out_oob, &metas);
         loop {
-            let (fb, fr) = match g.frontier {
-                Some(f) => f,
-                None => match self.alloc_block(b, true).map(|blk| (b, blk)).or_else(|| {
-                    let c = self.rescue_bank(b)?;
-                    self.alloc_block(c, false).map(|blk| (c, blk))
-                }) {
-                    Some((fb, block)) => (fb, Frontier { block, next: 0 }),
-                    None => {
-                        // Victims are chosen to fit: only repeated failures get here.
-                        tracing::warn!("bank {b}: no free block for the GC frontier");
-                        return false;
-                    }
-                },
-            };
-            let addr = PageAddr {
-                block: BlockAddr {
-                    bank: BankId(fb),
-                    block: fr.block,
-                },
-                page: fr.next,
+            let Some(addr) = self.gc_frontier(b, &g.frontier) else {
+                return false;
             };
             let result = self
                 .nand
                 .program(addr, &g.staged.data[..page_size], &g.out_oob);
-            let next = fr.next + 1;
-            g.frontier = (next < self.layout.pages_per_block).then_some((
-                fb,
-                Frontier {
-                    block: fr.block,
-                    next,
-                },
-            ));
+            self.advance_gc_frontier(&mut g.frontier, addr);
             match result {
                 Ok(c) => {
                     c.wait();
@@ -304,8 +296,8 @@ impl Core {
                     let rest = st.len() * LOGICAL_PAGE;
                     st.data
                         .copy_within(take * LOGICAL_PAGE..take * LOGICAL_PAGE + rest, 0);
-                    if next == self.layout.pages_per_block {
-                        self.mark_full(fb, fr.block);
+                    if addr.page + 1 == self.layout.pages_per_block {
+                        self.mark_full(addr.block.bank.0, addr.block.block);
                     }
                     return true;
                 }
@@ -314,11 +306,131 @@ impl Core {
                         .program_failures
                         .fetch_add(1, Ordering::Relaxed);
                     g.frontier = None;
-                    self.retire_block(fb, fr.block);
+                    self.retire_block(addr.block.bank.0, addr.block.block);
                 }
                 Err(e) => {
                     self.set_read_only(format!("GC program at {addr:?} failed: {e}"));
                     return false;
+                }
+            }
+        }
+    }
+
+    /// The GC frontier's next page, opening a block for it if it has none: on bank `b`, or on
+    /// the bank `rescue_bank` names when `b` has no free block. `None` if no block is free.
+    fn gc_frontier(&self, b: u32, frontier: &Option<(u32, Frontier)>) -> Option<PageAddr> {
+        let (fb, fr) = match *frontier {
+            Some(f) => f,
+            None => match self.alloc_block(b, true).map(|blk| (b, blk)).or_else(|| {
+                let c = self.rescue_bank(b)?;
+                self.alloc_block(c, false).map(|blk| (c, blk))
+            }) {
+                Some((fb, block)) => (fb, Frontier { block, next: 0 }),
+                None => {
+                    // Victims are chosen to fit: only repeated failures get here.
+                    tracing::warn!("bank {b}: no free block for the GC frontier");
+                    return None;
+                }
+            },
+        };
+        Some(PageAddr {
+            block: BlockAddr {
+                bank: BankId(fb),
+                block: fr.block,
+            },
+            page: fr.next,
+        })
+    }
+
+    /// Moves the GC frontier past `addr`, which was just programmed (or consumed by a failed
+    /// program); after a block's last page the frontier is closed. The caller marks the block
+    /// full once the page's slots are switched in the map, so GC cannot pick it before.
+    fn advance_gc_frontier(&self, frontier: &mut Option<(u32, Frontier)>, addr: PageAddr) {
+        let next = addr.page + 1;
+        let (fb, block) = (addr.block.bank.0, addr.block.block);
+        if next < self.layout.pages_per_block {
+            *frontier = Some((fb, Frontier { block, next }));
+        } else {
+            *frontier = None;
+        }
+    }
+
+    /// Moves a fully valid victim page to the GC frontier with one NAND copyback: no copy
+    /// through a buffer, and with timing `real` no data transfer over the channel. The OOB read
+    /// out of the page register names the slots to switch in the map. Only for a frontier on
+    /// the victim's own bank (copyback cannot leave the die); otherwise, or if the copyback read
+    /// failed (staging retries the read), the page is staged instead.
+    fn copyback_page(
+        &self,
+        b: u32,
+        src: PageAddr,
+        frontier: &mut Option<(u32, Frontier)>,
+        oob: &mut Vec<u8>,
+    ) -> Moved {
+        oob.resize(self.layout.oob_size as usize, 0);
+        loop {
+            let Some(dst) = self.gc_frontier(b, frontier) else {
+                return Moved::Failed;
+            };
+            if dst.block.bank.0 != b {
+                // Keep the block just opened on the rescuing bank for the staged program.
+                *frontier = Some((
+                    dst.block.bank.0,
+                    Frontier {
+                        block: dst.block.block,
+                        next: dst.page,
+                    },
+                ));
+                return Moved::Staging;
+            }
+            let result = self.nand.copyback(src, dst, Some(oob));
+            match result {
+                Ok(c) => {
+                    self.advance_gc_frontier(frontier, dst);
+                    c.wait();
+                    self.counters
+                        .gc_page_programs
+                        .fetch_add(1, Ordering::Relaxed);
+                    match oob::decode(oob) {
+                        Some(PageOob::Data(metas)) => {
+                            for (i, meta) in metas.into_iter().enumerate() {
+                                let i = i as u32;
+                                let (from, to) = (self.layout.psa(src, i), self.layout.psa(dst, i));
+                                self.relocate(meta, from, to);
+                            }
+                        }
+                        _ => {
+                            // Staging would have found the same OOB and lost the page too.
+                            self.counters.uncorrectable.fetch_add(1, Ordering::Relaxed);
+                            tracing::error!("GC cannot read {src:?}: its valid data is lost");
+                        }
+                    }
+                    if dst.page + 1 == self.layout.pages_per_block {
+                        self.mark_full(b, dst.block.block);
+                    }
+                    return Moved::Done;
+                }
+                Err(NandError::Uncorrectable { .. }) => {
+                    self.counters.read_retries.fetch_add(1, Ordering::Relaxed);
+                    *frontier = Some((
+                        b,
+                        Frontier {
+                            block: dst.block.block,
+                            next: dst.page,
+                        },
+                    ));
+                    return Moved::Staging;
+                }
+                Err(e) if e.is_fault() => {
+                    self.counters
+                        .program_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    *frontier = None;
+                    self.retire_block(b, dst.block.block);
+                }
+                Err(e) => {
+                    self.set_read_only(format!("GC copyback {src:?} -> {dst:?} failed: {e}"));
+                    return Moved::Failed;
                 }
             }
         }
