@@ -286,6 +286,9 @@ impl Core {
                     self.counters
                         .gc_page_programs
                         .fetch_add(1, Ordering::Relaxed);
+                    for meta in &g.staged.metas[..take] {
+                        self.map.prefetch(meta.lpn);
+                    }
                     for i in 0..take {
                         let (meta, src) = (g.staged.metas[i], g.staged.srcs[i]);
                         self.relocate(meta, src, self.layout.psa(addr, i as u32));
@@ -393,6 +396,9 @@ impl Core {
                         .fetch_add(1, Ordering::Relaxed);
                     match oob::decode(oob) {
                         Some(PageOob::Data(metas)) => {
+                            for meta in &metas {
+                                self.map.prefetch(meta.lpn);
+                            }
                             for (i, meta) in metas.into_iter().enumerate() {
                                 let i = i as u32;
                                 let (from, to) = (self.layout.psa(src, i), self.layout.psa(dst, i));

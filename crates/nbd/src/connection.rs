@@ -405,6 +405,17 @@ async fn until_grace<F: Future>(
     grace: Duration,
     fut: F,
 ) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    // Under load nearly every call completes on its first poll (the bytes are already in the
+    // read buffer, a permit is free): those skip cloning and polling the shutdown watch, which
+    // cost several atomic operations per request.
+    let first = std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+        Poll::Ready(out) => Poll::Ready(Some(out)),
+        Poll::Pending => Poll::Ready(None),
+    });
+    if let Some(out) = first.await {
+        return Some(out);
+    }
     let mut s = shutdown.clone();
     tokio::select! {
         out = fut => Some(out),
