@@ -1,5 +1,16 @@
 //! Raw access to one bank's part of the memory-mapped image.
 //!
+//! **Page frames.** A page's data lives in one of the bank's *frames* (as many as it has pages),
+//! named by the page's entry in the frame table; a zero entry means the page's own frame (same
+//! index), so a fresh sparse image needs no initialisation. A copyback points the destination
+//! page at the source's frame instead of copying 4-16 KiB: both pages then share it (a frame is
+//! never written while shared, so the source still reads its data until its block is erased and
+//! reprogrammed). Programming a page whose frame is shared first gives the page a frame from the
+//! bank's free pool. Reference counts and the pool live in memory and are rebuilt from the table
+//! at open: the table is the only persistent state, so nothing else has to be crash-consistent.
+//! Counting: frames = pages and every page references exactly one frame, so whenever some frame
+//! is shared at least one frame is unreferenced, and the pool is never empty when needed.
+//!
 //! The image is mapped once, shared (`MAP_SHARED`), so a store into the mapping is in the page
 //! cache the moment it executes and survives the death of the process. The mapping is split into
 //! one [`BankMem`] per bank. A bank's block-table entries, page data and OOB are each contiguous
@@ -19,7 +30,7 @@ use std::sync::Arc;
 use memmap2::MmapRaw;
 
 use crate::geometry::Geometry;
-use crate::header::{Layout, BLOCK_ENTRY_SIZE};
+use crate::header::{Layout, BLOCK_ENTRY_SIZE, FRAME_ENTRY_SIZE};
 
 /// Persistent state of one erase block (one block-table entry).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -40,12 +51,27 @@ pub(crate) struct BankMem {
     /// Keeps the mapping alive as long as any pointer below is in use.
     _map: Arc<MmapRaw>,
     table: *mut u8,
+    /// Frame table: one little-endian u32 per page, 0 for the page's own frame, else frame + 1.
+    frames: *mut u8,
     data: *mut u8,
     oob: *mut u8,
     blocks: u32,
     pages_per_block: u32,
     page_size: usize,
     oob_size: usize,
+    /// Pages referencing each frame (programmed or not). A frame at `u8::MAX` is not shared
+    /// further: a copyback from it copies the bytes instead.
+    refs: Vec<u8>,
+    /// Frames no page references.
+    pool: Vec<u32>,
+}
+
+/// Why a bank's frame table was refused at open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FrameTableError {
+    pub(crate) bank: u32,
+    pub(crate) page: u64,
+    pub(crate) reason: &'static str,
 }
 
 // SAFETY: BankMem only holds pointers into a shared file mapping that `_map` keeps alive; the
@@ -53,14 +79,22 @@ pub(crate) struct BankMem {
 unsafe impl Send for BankMem {}
 
 impl BankMem {
-    /// Splits `map` (laid out per `layout` for geometry `g`) into one `BankMem` per bank.
+    /// Splits `map` (laid out per `layout` for geometry `g`) into one `BankMem` per bank and
+    /// rebuilds each bank's frame reference counts from its frame table.
     ///
-    /// Returns `None` if the mapping is shorter than the layout (the caller checked the file
-    /// length, so that would mean the file shrank between the check and the map).
-    pub(crate) fn split(map: &Arc<MmapRaw>, g: &Geometry, layout: &Layout) -> Option<Vec<BankMem>> {
-        let len = u64::try_from(map.len()).ok()?;
+    /// Returns `Ok(None)` if the mapping is shorter than the layout (the caller checked the file
+    /// length, so that would mean the file shrank between the check and the map), and an error
+    /// if a frame table entry is out of range or too many pages share one frame.
+    pub(crate) fn split(
+        map: &Arc<MmapRaw>,
+        g: &Geometry,
+        layout: &Layout,
+    ) -> Result<Option<Vec<BankMem>>, FrameTableError> {
+        let Ok(len) = u64::try_from(map.len()) else {
+            return Ok(None);
+        };
         if len < layout.len {
-            return None;
+            return Ok(None);
         }
         let base = map.as_mut_ptr();
         let blocks = u64::from(g.blocks_per_bank);
@@ -68,29 +102,118 @@ impl BankMem {
         let mut out = Vec::with_capacity(g.banks() as usize);
         for bank in 0..u64::from(g.banks()) {
             let table = layout.block_table + bank * blocks * BLOCK_ENTRY_SIZE;
+            let frames = layout.frames + bank * pages * FRAME_ENTRY_SIZE;
             let data = layout.data + bank * pages * u64::from(g.page_size);
             let oob = layout.oob + bank * pages * u64::from(g.oob_size);
-            // SAFETY: all three offsets (plus the bank's region length) are within `layout.len`,
+            // SAFETY: all four offsets (plus the bank's region length) are within `layout.len`,
             // which is <= the mapping length checked above, so the pointers stay inside the map.
-            let (table, data, oob) = unsafe {
+            let (table, frames, data, oob) = unsafe {
                 (
                     base.add(table as usize),
+                    base.add(frames as usize),
                     base.add(data as usize),
                     base.add(oob as usize),
                 )
             };
-            out.push(BankMem {
+            let mut mem = BankMem {
                 _map: Arc::clone(map),
                 table,
+                frames,
                 data,
                 oob,
                 blocks: g.blocks_per_bank,
                 pages_per_block: g.pages_per_block,
                 page_size: g.page_size as usize,
                 oob_size: g.oob_size as usize,
-            });
+                refs: vec![0; pages as usize],
+                pool: Vec::new(),
+            };
+            for i in 0..pages as usize {
+                let err = |reason| FrameTableError {
+                    bank: bank as u32,
+                    page: i as u64,
+                    reason,
+                };
+                let f = mem
+                    .frame_of(i)
+                    .ok_or_else(|| err("frame index out of range"))?;
+                let r = &mut mem.refs[f];
+                if *r == u8::MAX {
+                    return Err(err("more than 255 pages share its frame"));
+                }
+                *r += 1;
+            }
+            mem.pool = (0..pages as u32)
+                .rev()
+                .filter(|&f| mem.refs[f as usize] == 0)
+                .collect();
+            out.push(mem);
         }
-        Some(out)
+        Ok(Some(out))
+    }
+
+    /// The frame holding page `i`'s data (`i` is the page's index in the bank), or `None` if
+    /// the table entry points outside the bank (only a corrupt file can hold such an entry:
+    /// `split` refuses it, so afterwards every entry is in range).
+    fn frame_of(&self, i: usize) -> Option<usize> {
+        let mut raw = [0u8; 4];
+        // SAFETY: callers pass i < pages of the bank (`page_index` checks it, `split` iterates
+        // below it), so the 4-byte entry lies inside the bank's frame table; the bank lock
+        // (or, in `split`, sole ownership before the device exists) excludes concurrent writes.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                self.frames.add(i * FRAME_ENTRY_SIZE as usize),
+                raw.as_mut_ptr(),
+                4,
+            )
+        };
+        match u32::from_le_bytes(raw) {
+            0 => Some(i),
+            v => Some(v as usize - 1).filter(|&f| f < self.refs.len()),
+        }
+    }
+
+    fn frame(&self, i: usize) -> usize {
+        self.frame_of(i)
+            .expect("frame table entries are validated at open and written in range")
+    }
+
+    fn set_frame(&mut self, i: usize, f: usize) {
+        let v: u32 = if f == i { 0 } else { f as u32 + 1 };
+        // SAFETY: i < pages of the bank (callers got it from `page_index`), so the entry lies in
+        // the bank's frame table; `&mut self` means the bank lock is held.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                v.to_le_bytes().as_ptr(),
+                self.frames.add(i * FRAME_ENTRY_SIZE as usize),
+                4,
+            )
+        };
+    }
+
+    /// Gives page `i` a frame of its own (taking one from the pool if its frame is shared) and
+    /// returns it. The table entry is written before any data, so a process killed in between
+    /// leaves an unprogrammed page pointing at a frame nobody else uses.
+    fn own_frame(&mut self, i: usize) -> usize {
+        let f = self.frame(i);
+        if self.refs[f] == 1 {
+            return f;
+        }
+        let nf = self
+            .pool
+            .pop()
+            .expect("a shared frame implies an unreferenced one (frames = pages)")
+            as usize;
+        self.refs[f] -= 1;
+        self.refs[nf] = 1;
+        self.set_frame(i, nf);
+        nf
+    }
+
+    fn frame_ptr(&self, f: usize) -> *mut u8 {
+        debug_assert!(f < self.refs.len());
+        // SAFETY: f < frames of the bank, so the frame lies inside the bank's data region.
+        unsafe { self.data.add(f * self.page_size) }
     }
 
     fn entry(&self, block: u32) -> *mut u8 {
@@ -152,12 +275,12 @@ impl BankMem {
     ) {
         let i = self.page_index(block, page);
         assert!(offset + data.len() <= self.page_size, "read past page end");
-        // SAFETY: page `i` of this bank spans page_size bytes at data + i*page_size, inside the
-        // bank's data region; offset + len <= page_size was just checked. `data` is a distinct
+        // SAFETY: page `i`'s frame spans page_size bytes inside the bank's data region (see
+        // `frame_ptr`); offset + len <= page_size was just checked. `data` is a distinct
         // caller buffer (it cannot alias the mapping: no safe reference to the mapping exists).
         // `&self` means the bank lock is held, so no write to the page races with this read.
         unsafe {
-            let src = self.data.add(i * self.page_size + offset);
+            let src = self.frame_ptr(self.frame(i)).add(offset);
             ptr::copy_nonoverlapping(src, data.as_mut_ptr(), data.len());
         }
         if let Some(oob) = oob {
@@ -175,12 +298,13 @@ impl BankMem {
     pub(crate) fn write_page(&mut self, block: u32, page: u32, data: &[u8], oob: &[u8]) {
         let i = self.page_index(block, page);
         assert!(data.len() == self.page_size && oob.len() <= self.oob_size);
-        // SAFETY: the destination ranges are page `i`'s data and OOB inside this bank's regions
-        // (index checked above, lengths checked just now); `&mut self` means the bank lock is
-        // held, so no other access to them is possible; the source buffers are caller memory
+        let f = self.own_frame(i);
+        // SAFETY: the destination ranges are page `i`'s own (unshared) frame and its OOB inside
+        // this bank's regions (index checked above, lengths checked just now); `&mut self` means
+        // the bank lock is held, so no other access to them is possible; the source buffers are caller memory
         // that cannot alias the mapping.
         unsafe {
-            ptr::copy_nonoverlapping(data.as_ptr(), self.data.add(i * self.page_size), data.len());
+            ptr::copy_nonoverlapping(data.as_ptr(), self.frame_ptr(f), data.len());
             let o = self.oob.add(i * self.oob_size);
             ptr::copy_nonoverlapping(oob.as_ptr(), o, oob.len());
             ptr::write_bytes(o.add(oob.len()), 0xFF, self.oob_size - oob.len());
@@ -189,19 +313,35 @@ impl BankMem {
 
     /// Copies page `src` (data and OOB) over page `dst` of the same bank (NAND copyback).
     /// The two must differ; the caller checked that `dst` may be programmed.
+    ///
+    /// The data is not copied: `dst` shares `src`'s frame (see the module docs), unless that
+    /// frame's reference count is saturated, when the bytes are copied into a frame of `dst`'s own.
     pub(crate) fn copy_page(&mut self, src: (u32, u32), dst: (u32, u32)) {
         let (s, d) = (self.page_index(src.0, src.1), self.page_index(dst.0, dst.1));
         assert!(s != d, "copyback onto its own source page");
-        // SAFETY: both indices were bounds-checked by `page_index`, so each page's data and OOB
-        // lie inside this bank's regions; s != d, so the ranges are disjoint pages of the same
-        // region and cannot overlap; `&mut self` means the bank lock is held, so nothing else
-        // touches them.
+        let fs = self.frame(s);
+        if self.refs[fs] == u8::MAX {
+            let fd = self.own_frame(d);
+            debug_assert!(fd != fs);
+            // SAFETY: both frames lie inside the bank's data region (`frame_ptr`); fd is d's own
+            // frame (refcount 1) while fs has 255 references, so they differ and the ranges
+            // cannot overlap; `&mut self` means the bank lock is held.
+            unsafe {
+                ptr::copy_nonoverlapping(self.frame_ptr(fs), self.frame_ptr(fd), self.page_size)
+            };
+        } else {
+            let old = self.frame(d);
+            self.refs[old] -= 1;
+            if self.refs[old] == 0 {
+                self.pool.push(old as u32);
+            }
+            self.refs[fs] += 1;
+            self.set_frame(d, fs);
+        }
+        // SAFETY: both indices were bounds-checked by `page_index`, so each page's OOB lies
+        // inside this bank's OOB region; s != d, so the ranges are disjoint and cannot overlap;
+        // `&mut self` means the bank lock is held, so nothing else touches them.
         unsafe {
-            ptr::copy_nonoverlapping(
-                self.data.add(s * self.page_size),
-                self.data.add(d * self.page_size),
-                self.page_size,
-            );
             ptr::copy_nonoverlapping(
                 self.oob.add(s * self.oob_size),
                 self.oob.add(d * self.oob_size),
@@ -213,10 +353,11 @@ impl BankMem {
     /// Sets a whole page and its OOB to the erased pattern (0xFF).
     pub(crate) fn fill_erased(&mut self, block: u32, page: u32) {
         let i = self.page_index(block, page);
-        // SAFETY: page `i` was bounds-checked; its data and OOB lie inside this bank's regions,
-        // and `&mut self` means the bank lock is held.
+        let f = self.own_frame(i);
+        // SAFETY: page `i` was bounds-checked; its own frame and its OOB lie inside this bank's
+        // regions, and `&mut self` means the bank lock is held.
         unsafe {
-            ptr::write_bytes(self.data.add(i * self.page_size), 0xFF, self.page_size);
+            ptr::write_bytes(self.frame_ptr(f), 0xFF, self.page_size);
             ptr::write_bytes(self.oob.add(i * self.oob_size), 0xFF, self.oob_size);
         }
     }

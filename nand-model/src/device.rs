@@ -94,8 +94,14 @@ impl NandDevice {
     fn from_image(image: Image, mode: TimingMode) -> Result<NandDevice, ImageError> {
         let config = image.header.config;
         let g = config.geometry;
-        let mems =
-            BankMem::split(&image.map, &g, &image.layout).ok_or_else(|| ImageError::Truncated {
+        let mems = BankMem::split(&image.map, &g, &image.layout)
+            .map_err(|e| ImageError::CorruptFrameTable {
+                path: image.path.clone(),
+                bank: e.bank,
+                page: e.page,
+                reason: e.reason,
+            })?
+            .ok_or_else(|| ImageError::Truncated {
                 path: image.path.clone(),
                 expected: image.layout.len,
                 actual: image.map.len() as u64,

@@ -233,6 +233,18 @@ pub enum ImageError {
         /// Value requested.
         requested: u64,
     },
+    /// A frame-table entry is impossible (the file was damaged or written by something else).
+    #[error("image {}: frame table entry of bank {bank}, page {page} is corrupt: {reason}", path.display())]
+    CorruptFrameTable {
+        /// The image path.
+        path: PathBuf,
+        /// The bank.
+        bank: u32,
+        /// The page's index within the bank.
+        page: u64,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// The file is shorter than its header says it must be.
     #[error("image {}: truncated: expected {expected} bytes, found {actual}", path.display())]
     Truncated {
@@ -280,6 +292,7 @@ impl ImageError {
             | ImageError::UnsupportedVersion { path, .. }
             | ImageError::GeometryMismatch { path, .. }
             | ImageError::Truncated { path, .. }
+            | ImageError::CorruptFrameTable { path, .. }
             | ImageError::Locked { path, .. }
             | ImageError::InvalidGeometry { path, .. }
             | ImageError::Io { path, .. } => path,

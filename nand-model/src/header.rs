@@ -6,7 +6,7 @@
 //! | offset | size | field |
 //! |---:|---:|---|
 //! | 0 | 8 | magic `FTLDNAND` |
-//! | 8 | 4 | format version (1) |
+//! | 8 | 4 | format version (2; 1 had no frame table) |
 //! | 12 | 4 | header size (4096) |
 //! | 16 | 4 x 6 | channels, banks_per_channel, blocks_per_bank, pages_per_block, page_size, oob_size |
 //! | 40 | 4 | endurance (P/E cycles) |
@@ -32,9 +32,11 @@ pub(crate) const HEADER_SIZE: usize = 4096;
 /// `b"FTLDNAND"`.
 pub(crate) const MAGIC: [u8; 8] = *b"FTLDNAND";
 /// The only format version this build reads and writes.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 2;
 /// Bytes of one block-table entry: erase_count, flags, programmed_pages, reserved (u32 each).
 pub(crate) const BLOCK_ENTRY_SIZE: u64 = 16;
+/// Bytes of one frame-table entry (see `bankmem.rs`).
+pub(crate) const FRAME_ENTRY_SIZE: u64 = 4;
 /// Alignment of every region in the file.
 const REGION_ALIGN: u64 = 4096;
 const CRC_OFFSET: usize = HEADER_SIZE - 4;
@@ -63,7 +65,10 @@ pub(crate) enum HeaderError {
 pub(crate) struct Layout {
     /// Block table: `total_blocks` entries of [`BLOCK_ENTRY_SIZE`] bytes.
     pub(crate) block_table: u64,
-    /// Page data: `total_pages * page_size` bytes, page-index order.
+    /// Frame table: `total_pages` entries of [`FRAME_ENTRY_SIZE`] bytes, page-index order.
+    pub(crate) frames: u64,
+    /// Page data: `total_pages` frames of `page_size` bytes, bank-major (a bank's pages use
+    /// only that bank's frames).
     pub(crate) data: u64,
     /// OOB: `total_pages * oob_size` bytes, page-index order.
     pub(crate) oob: u64,
@@ -80,11 +85,13 @@ impl Layout {
     /// 2^32 pages of 32 KiB).
     pub(crate) fn of(g: &Geometry) -> Layout {
         let block_table = HEADER_SIZE as u64;
-        let data = block_table + align_up(g.total_blocks() * BLOCK_ENTRY_SIZE);
+        let frames = block_table + align_up(g.total_blocks() * BLOCK_ENTRY_SIZE);
+        let data = frames + align_up(g.total_pages() * FRAME_ENTRY_SIZE);
         let oob = data + align_up(g.total_pages() * u64::from(g.page_size));
         let len = oob + align_up(g.total_pages() * u64::from(g.oob_size));
         Layout {
             block_table,
+            frames,
             data,
             oob,
             len,

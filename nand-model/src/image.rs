@@ -33,8 +33,10 @@ use rand::RngCore;
 
 use crate::config::NandConfig;
 use crate::error::ImageError;
-use crate::geometry::Geometry;
-use crate::header::{self, Header, HeaderError, Layout, FORMAT_VERSION, HEADER_SIZE};
+use crate::geometry::{Geometry, PageAddr};
+use crate::header::{
+    self, Header, HeaderError, Layout, FORMAT_VERSION, FRAME_ENTRY_SIZE, HEADER_SIZE,
+};
 
 /// Images open in this process, by (st_dev, st_ino).
 fn registry() -> &'static Mutex<BTreeSet<(u64, u64)>> {
@@ -253,6 +255,36 @@ impl Image {
         self.map.flush().map_err(io_err(&self.path))?;
         self.file.sync_all().map_err(io_err(&self.path))
     }
+}
+
+/// Byte offset in the image file at `path` where page `addr`'s data lives now (the start of
+/// its frame), for tools that damage or inspect an image offline. Reads the header and the
+/// page's frame-table entry; it does not lock the file, so call it on a closed image.
+pub fn page_data_offset(path: &Path, addr: PageAddr) -> Result<u64, ImageError> {
+    let p = || path.to_path_buf();
+    let file = File::open(path).map_err(io_err(path))?;
+    let mut buf = vec![0u8; HEADER_SIZE];
+    let got = read_prefix(&file, &mut buf).map_err(io_err(path))?;
+    let header = header::decode(&buf[..got]).map_err(|_| ImageError::NotAnImage { path: p() })?;
+    let g = header.config.geometry;
+    if !g.contains_page(addr) {
+        return Err(ImageError::Io {
+            path: p(),
+            source: io::Error::new(ErrorKind::InvalidInput, format!("{addr}: out of range")),
+        });
+    }
+    let index = g.page_index(addr);
+    let layout = Layout::of(&g);
+    let mut raw = [0u8; 4];
+    file.read_exact_at(&mut raw, layout.frames + index * FRAME_ENTRY_SIZE)
+        .map_err(io_err(path))?;
+    let pages = u64::from(g.blocks_per_bank) * u64::from(g.pages_per_block);
+    let bank_first = u64::from(addr.block.bank.0) * pages;
+    let frame = match u32::from_le_bytes(raw) {
+        0 => index,
+        v => bank_first + u64::from(v - 1),
+    };
+    Ok(layout.data + frame * u64::from(g.page_size))
 }
 
 /// Reads up to `buf.len()` bytes from the start of `file`; returns how many were read.

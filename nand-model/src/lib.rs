@@ -21,10 +21,15 @@
 //!
 //! | region | size | contents |
 //! |---|---|---|
-//! | header | 4 KiB | magic `FTLDNAND`, format version 1, geometry, timing, endurance, uuid, creation time, CRC32 (all little-endian; table in `header.rs`) |
+//! | header | 4 KiB | magic `FTLDNAND`, format version 2, geometry, timing, endurance, uuid, creation time, CRC32 (all little-endian; table in `header.rs`) |
 //! | block table | 16 B per block | `erase_count` u32, `flags` u32 (bit 0: bad), `programmed_pages` u32, reserved u32 |
-//! | page data | `total_pages * page_size` | page index = `(bank * blocks_per_bank + block) * pages_per_block + page` |
-//! | OOB | `total_pages * oob_size` | same order |
+//! | frame table | 4 B per page | which of its bank's frames holds the page's data: 0 = its own (same index), else frame + 1; page index = `(bank * blocks_per_bank + block) * pages_per_block + page` |
+//! | page data | `total_pages * page_size` | the frames, bank-major (a bank's pages only use its own frames) |
+//! | OOB | `total_pages * oob_size` | page-index order |
+//!
+//! Frames exist so a copyback costs no data copy: the destination page takes the source's
+//! frame, and a shared frame is never written (see `bankmem.rs`). A fresh image has every entry
+//! 0, so a page's data sits at its own index until the first copyback.
 //!
 //! A bank's table entries, data and OOB are each contiguous, so banks own disjoint byte ranges.
 //! Writes go through a shared mapping (`MAP_SHARED`): a store is in the page cache when it
@@ -170,6 +175,7 @@ pub use faults::{FaultCounts, FaultInjector, FaultRates};
 pub use geometry::{
     BankId, BlockAddr, Geometry, PageAddr, MAX_PAGE_SIZE, MIN_OOB_SIZE, MIN_PAGE_SIZE,
 };
+pub use image::page_data_offset;
 pub use presets::{preset, presets, Preset};
 pub use stats::{BankStats, ChannelStats, NandStats, TotalStats};
 pub use timing::{Timing, TimingMode};

@@ -51,6 +51,11 @@ fn copies_data_and_oob_and_reads_the_oob_out() {
     // Only the OOB read-out crossed the channel, not the 3 pages.
     assert_eq!(s.totals.bytes_read, 3 * 40);
     assert_eq!(dev.block_state(dst_blk).unwrap().programmed_pages, 3);
+    // Offline, the copy's data is found where its source's is (they share a frame).
+    let offset = |a| nand_model::page_data_offset(&f.path, a).expect("offset");
+    assert_eq!(offset(dst_blk.page(0)), offset(src_blk.page(2)));
+    assert_ne!(offset(dst_blk.page(0)), offset(dst_blk.page(1)));
+    assert!(nand_model::page_data_offset(&f.path, PageAddr::new(9, 0, 0)).is_err());
     f.reopen(TimingMode::Off);
     let dev = f.dev();
     for (i, p) in [2u32, 0, 1].into_iter().enumerate() {
@@ -202,4 +207,202 @@ fn takes_read_plus_program_time_without_a_data_transfer() {
     c.wait();
     let ch = &dev.stats().channels[0];
     assert_eq!(ch.bytes, 4096 + 40 + 40);
+}
+
+/// A copy shares the source's frame: reprogramming the source (after its block's erase) and
+/// erasing the copy's neighbours must never change what the copy reads, before and after a
+/// reopen, including along a chain of copies of copies.
+#[test]
+fn copies_outlive_their_source_and_survive_reopen() {
+    let mut f = Fixture::small();
+    let dev = f.dev();
+    let (a, b, c) = (
+        BlockAddr::new(2, 0),
+        BlockAddr::new(2, 1),
+        BlockAddr::new(2, 2),
+    );
+    fill(dev, a, 4);
+    for p in 0..4 {
+        dev.copyback(a.page(p), b.page(p), None).unwrap().wait();
+    }
+    for p in 0..4 {
+        dev.copyback(b.page(p), c.page(p), None).unwrap().wait();
+    }
+    // Reprogram A with other data, then B, while C still shares the first frames.
+    dev.erase(a).unwrap().wait();
+    for p in 0..4 {
+        dev.program(a.page(p), &pattern(a.page(p), 77, 4096), &[])
+            .unwrap()
+            .wait();
+    }
+    f.reopen(TimingMode::Off);
+    let dev = f.dev();
+    dev.erase(b).unwrap().wait();
+    dev.program(b.page(0), &pattern(b.page(0), 88, 4096), &[])
+        .unwrap()
+        .wait();
+    f.reopen(TimingMode::Off);
+    let dev = f.dev();
+    for p in 0..4 {
+        assert_eq!(read(dev, a.page(p)).0, pattern(a.page(p), 77, 4096), "A{p}");
+        assert_eq!(read(dev, c.page(p)).0, pattern(a.page(p), 1, 4096), "C{p}");
+        assert_eq!(
+            &read(dev, c.page(p)).1[..40],
+            &oob_of(a.page(p))[..],
+            "C{p} OOB"
+        );
+    }
+    assert_eq!(read(dev, b.page(0)).0, pattern(b.page(0), 88, 4096));
+    assert!(read(dev, b.page(1)).0.iter().all(|&x| x == 0xFF));
+}
+
+/// Random programs, copybacks, erases and reopens on one bank, checked against a plain model of
+/// what every page must read. Exercises frame sharing, the free pool, the reference counts'
+/// rebuild at open, and the fallback to a real copy when one frame has 255 references.
+#[test]
+fn random_copybacks_match_a_model() {
+    let geometry = nand_model::Geometry {
+        channels: 1,
+        banks_per_channel: 1,
+        blocks_per_bank: 24,
+        pages_per_block: 16,
+        page_size: 4096,
+        oob_size: 128,
+    };
+    let config = nand_model::NandConfig {
+        geometry,
+        endurance: 1_000_000,
+        ..small_config()
+    };
+    let mut f = Fixture::new(&config, TimingMode::Off);
+    let mut rng: u64 = 0x5eed;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let blocks = geometry.blocks_per_bank;
+    let ppb = geometry.pages_per_block;
+    // What each page must read (None: erased) and the block's next free page.
+    let mut want: Vec<Vec<Option<u8>>> = vec![vec![None; ppb as usize]; blocks as usize];
+    let mut fill_at = vec![0u32; blocks as usize];
+    let mut stamp = 0u8;
+    let page_of = |tag: u8| vec![tag; 4096];
+    let mut copybacks = 0;
+    for step in 0..20_000 {
+        let dev = f.dev();
+        let blk = next(u64::from(blocks)) as u32;
+        let addr = BlockAddr::new(0, blk);
+        match next(100) {
+            // Copy a random programmed page into a block with room. Page 0 of block 0 is copied
+            // very often, so its frame reaches 255 references and the fallback runs.
+            0..=59 => {
+                let (sb, sp) = if next(4) == 0 {
+                    (0, 0)
+                } else {
+                    (blk, next(u64::from(ppb)) as u32)
+                };
+                let Some(tag) = want[sb as usize][sp as usize] else {
+                    continue;
+                };
+                let Some(db) = (0..blocks)
+                    .map(|i| (blk + 1 + i) % blocks)
+                    .find(|&b| fill_at[b as usize] < ppb)
+                else {
+                    continue;
+                };
+                let dp = fill_at[db as usize];
+                dev.copyback(
+                    BlockAddr::new(0, sb).page(sp),
+                    BlockAddr::new(0, db).page(dp),
+                    None,
+                )
+                .unwrap()
+                .wait();
+                want[db as usize][dp as usize] = Some(tag);
+                fill_at[db as usize] += 1;
+                copybacks += 1;
+            }
+            60..=84 if fill_at[blk as usize] < ppb => {
+                let p = fill_at[blk as usize];
+                stamp = stamp.wrapping_add(1);
+                dev.program(addr.page(p), &page_of(stamp), &[stamp; 8])
+                    .unwrap()
+                    .wait();
+                want[blk as usize][p as usize] = Some(stamp);
+                fill_at[blk as usize] += 1;
+            }
+            // Block 0 is erased rarely, so its page 0 keeps being copied.
+            85..=98 if blk != 0 || next(20) == 0 => {
+                dev.erase(addr).unwrap().wait();
+                want[blk as usize] = vec![None; ppb as usize];
+                fill_at[blk as usize] = 0;
+            }
+            99 => f.reopen(TimingMode::Off),
+            _ => continue,
+        }
+        if step % 997 == 0 || step == 19_999 {
+            let dev = f.dev();
+            for b in 0..blocks {
+                for p in 0..ppb {
+                    let (d, o) = read(dev, BlockAddr::new(0, b).page(p));
+                    match want[b as usize][p as usize] {
+                        Some(tag) => {
+                            assert!(
+                                d.iter().all(|&x| x == tag),
+                                "step {step}: block {b} page {p}"
+                            );
+                            assert_eq!(&o[..1], &[tag], "step {step}: OOB of block {b} page {p}");
+                        }
+                        None => assert!(d.iter().all(|&x| x == 0xFF), "step {step}: {b}/{p}"),
+                    }
+                }
+            }
+        }
+    }
+    assert!(copybacks > 5000, "{copybacks}");
+    assert_eq!(f.dev().violations(), 0);
+}
+
+/// One page copied 300 times: after 254 copies its frame has 255 references and further
+/// copies get bytes of their own. Every copy reads the original after the source is
+/// reprogrammed, before and after a reopen (which recounts the references).
+#[test]
+fn a_frame_shared_255_times_falls_back_to_copying() {
+    let geometry = nand_model::Geometry {
+        channels: 1,
+        banks_per_channel: 1,
+        blocks_per_bank: 24,
+        pages_per_block: 16,
+        page_size: 4096,
+        oob_size: 128,
+    };
+    let config = nand_model::NandConfig {
+        geometry,
+        ..small_config()
+    };
+    let mut f = Fixture::new(&config, TimingMode::Off);
+    let dev = f.dev();
+    let src = PageAddr::new(0, 0, 0);
+    dev.program(src, &[0xA5; 4096], &[1; 8]).unwrap().wait();
+    let dsts: Vec<PageAddr> = (1..20)
+        .flat_map(|b| (0..16).map(move |p| PageAddr::new(0, b, p)))
+        .take(300)
+        .collect();
+    for &d in &dsts {
+        dev.copyback(src, d, None).unwrap().wait();
+    }
+    dev.erase(src.block).unwrap().wait();
+    dev.program(src, &[0x5A; 4096], &[2; 8]).unwrap().wait();
+    for round in 0..2 {
+        let dev = f.dev();
+        assert!(read(dev, src).0.iter().all(|&x| x == 0x5A));
+        for &d in &dsts {
+            let (data, oob) = read(dev, d);
+            assert!(data.iter().all(|&x| x == 0xA5), "round {round}: {d}");
+            assert_eq!(&oob[..8], &[1; 8]);
+        }
+        f.reopen(TimingMode::Off);
+    }
 }

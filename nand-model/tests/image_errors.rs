@@ -70,20 +70,49 @@ fn flipped_byte_gives_bad_checksum() {
 
 #[test]
 fn other_version() {
+    // 1 is the format before frame tables: its data would be read from the wrong offsets.
+    for version in [1u32, 3] {
+        let f = closed_image();
+        patch(&f.path, 8, &version.to_le_bytes());
+        fix_crc(&f.path);
+        let e = open(&f.path).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ImageError::UnsupportedVersion {
+                    found,
+                    supported: 2,
+                    ..
+                } if found == version
+            ),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn corrupt_frame_table_entry() {
     let f = closed_image();
-    patch(&f.path, 8, &2u32.to_le_bytes());
-    fix_crc(&f.path);
+    // The frame table follows the header and the block table (4 banks x 8 blocks x 16 B,
+    // padded to 4 KiB); bank 1 starts 32 pages x 4 B later. Entry 5 of bank 1 names frame
+    // 0x1233, far outside the bank's 32 frames.
+    patch(&f.path, 8192 + 32 * 4 + 5 * 4, &0x1234u32.to_le_bytes());
     let e = open(&f.path).unwrap_err();
     assert!(
         matches!(
             e,
-            ImageError::UnsupportedVersion {
-                found: 2,
-                supported: 1,
+            ImageError::CorruptFrameTable {
+                bank: 1,
+                page: 5,
                 ..
             }
         ),
         "{e}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&f.path.display().to_string()) && msg.contains("out of range"),
+        "{msg}"
     );
 }
 

@@ -32,7 +32,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-use ftl::nand_model::{Geometry, NandConfig, PageAddr, TimingMode};
+use ftl::nand_model::{NandConfig, PageAddr, TimingMode};
 use ftl::{Ftl, FtlConfig, GcPolicy, RecoveryMode, RecoveryReport};
 use futures::executor::block_on;
 
@@ -155,24 +155,13 @@ fn evict(path: &Path, warm: bool) {
         .status();
 }
 
-/// Byte offset of a page's data in the image (nand-model's file layout: a 4 KiB header, a
-/// 4 KiB-aligned table of 16-byte block entries, then page data in bank/block/page order).
-fn page_offset(geo: &Geometry, p: PageAddr) -> u64 {
-    let blocks = geo.banks() as u64 * geo.blocks_per_bank as u64;
-    let table = (blocks * 16).div_ceil(4096) * 4096;
-    let index = (p.block.bank.0 as u64 * geo.blocks_per_bank as u64 + p.block.block as u64)
-        * geo.pages_per_block as u64
-        + p.page as u64;
-    4096 + table + index * geo.page_size as u64
-}
-
-fn corrupt(path: &Path, geo: &Geometry, p: PageAddr) {
+fn corrupt(path: &Path, p: PageAddr) {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .open(path)
         .expect("open image to corrupt it");
-    f.seek(SeekFrom::Start(page_offset(geo, p) + 100))
-        .expect("seek");
+    let at = nand_model::page_data_offset(path, p).expect("page offset in the image");
+    f.seek(SeekFrom::Start(at + 100)).expect("seek");
     f.write_all(&[0x5a; 16]).expect("corrupt");
 }
 
@@ -351,8 +340,8 @@ fn run_size(raw: u64, dir: &Path, warm: bool) {
     out.push(field("ckpts_to_switch", extra));
     ftl.close().expect("close");
     drop(ftl);
-    corrupt(&path, &geo, a);
-    corrupt(&path, &geo, b);
+    corrupt(&path, a);
+    corrupt(&path, b);
 
     let (ftl, o) = open(&path, &cfg, warm);
     if o.rep.mode != RecoveryMode::FullScan {

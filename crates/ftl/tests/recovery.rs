@@ -8,7 +8,6 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
 use common::*;
-use ftl::nand_model::Geometry;
 use ftl::{Ftl, GcPolicy, RecoveryMode};
 
 fn write_pages(ftl: &Ftl, lpns: std::ops::Range<u64>, tag: u64) {
@@ -31,19 +30,10 @@ fn verify_pages(ftl: &Ftl, lpns: std::ops::Range<u64>, tag: u64) {
     });
 }
 
-/// Byte offset of a page's data in the image (layout documented in nand-model's crate docs).
-fn page_offset(geo: &Geometry, p: ftl::nand_model::PageAddr) -> u64 {
-    let blocks = geo.banks() as u64 * geo.blocks_per_bank as u64;
-    let table = (blocks * 16).div_ceil(4096) * 4096;
-    let index = (p.block.bank.0 as u64 * geo.blocks_per_bank as u64 + p.block.block as u64)
-        * geo.pages_per_block as u64
-        + p.page as u64;
-    4096 + table + index * geo.page_size as u64
-}
-
-fn corrupt(path: &Path, geo: &Geometry, p: ftl::nand_model::PageAddr) {
+fn corrupt(path: &Path, p: ftl::nand_model::PageAddr) {
     let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.seek(SeekFrom::Start(page_offset(geo, p) + 100)).unwrap();
+    let at = ftl::nand_model::page_data_offset(path, p).unwrap();
+    f.seek(SeekFrom::Start(at + 100)).unwrap();
     f.write_all(&[0x5a; 16]).unwrap();
 }
 
@@ -102,7 +92,7 @@ fn corrupt_checkpoint_falls_back() {
 
     // Corrupt one page of the newest checkpoint: the older one plus a scan must still give
     // every page its last value.
-    corrupt(&path, &nand.geometry, newest[newest.len() / 2]);
+    corrupt(&path, newest[newest.len() / 2]);
     let ftl = open(&path, cfg.clone());
     let r = ftl.recovery();
     assert!(r.checkpoint_fallback, "{r:?}");
@@ -116,8 +106,8 @@ fn corrupt_checkpoint_falls_back() {
     drop(ftl);
 
     // Corrupt both checkpoint areas: a full OOB scan rebuilds the map.
-    corrupt(&path, &nand.geometry, heads[0]);
-    corrupt(&path, &nand.geometry, heads[1]);
+    corrupt(&path, heads[0]);
+    corrupt(&path, heads[1]);
     let ftl = open(&path, cfg);
     let r = ftl.recovery();
     assert_eq!(r.mode, RecoveryMode::FullScan, "{r:?}");
@@ -197,7 +187,7 @@ fn corrupt_delta_falls_back_to_the_chain_before_it() {
     write_pages(&ftl, 8..12, 3);
     block_on(ftl.flush()).unwrap();
     ftl.simulate_power_loss();
-    corrupt(&path, &nand.geometry, delta[0]);
+    corrupt(&path, delta[0]);
     let ftl = open(&path, cfg);
     let r = ftl.recovery();
     assert!(r.checkpoint_fallback, "{r:?}");
