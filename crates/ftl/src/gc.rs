@@ -822,7 +822,7 @@ pub fn worker(core: Arc<Core>, idx: usize, adaptive: bool) {
             }
             // The clock is read every 16 steps only: in a VM a read can cost as much as a step.
             steps += 1;
-            if steps % 16 == 0 && start.elapsed() > Duration::from_millis(50) {
+            if steps.is_multiple_of(16) && start.elapsed() > Duration::from_millis(50) {
                 break;
             }
         }
