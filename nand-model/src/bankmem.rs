@@ -80,7 +80,8 @@ unsafe impl Send for BankMem {}
 
 impl BankMem {
     /// Splits `map` (laid out per `layout` for geometry `g`) into one `BankMem` per bank and
-    /// rebuilds each bank's frame reference counts from its frame table.
+    /// rebuilds each bank's frame reference counts from its frame table, which it reads from
+    /// the file with `read_at(buf, offset)`.
     ///
     /// Returns `Ok(None)` if the mapping is shorter than the layout (the caller checked the file
     /// length, so that would mean the file shrank between the check and the map), and an error
@@ -89,6 +90,7 @@ impl BankMem {
         map: &Arc<MmapRaw>,
         g: &Geometry,
         layout: &Layout,
+        read_at: impl Fn(&mut [u8], u64) -> std::io::Result<()>,
     ) -> Result<Option<Vec<BankMem>>, FrameTableError> {
         let Ok(len) = u64::try_from(map.len()) else {
             return Ok(None);
@@ -128,20 +130,39 @@ impl BankMem {
                 refs: vec![0; pages as usize],
                 pool: Vec::new(),
             };
-            for i in 0..pages as usize {
-                let err = |reason| FrameTableError {
+            // The table is read with pread, not through the mapping: touching all of it through
+            // the mapping would keep 4 B per page of file pages in the process's RSS for good,
+            // although only copyback destinations have non-zero entries.
+            let mut chunk = vec![0u8; 1 << 20];
+            let table_len = pages as usize * FRAME_ENTRY_SIZE as usize;
+            let table_off = layout.frames + bank * pages * FRAME_ENTRY_SIZE;
+            let mut done = 0usize;
+            while done < table_len {
+                let n = chunk.len().min(table_len - done);
+                read_at(&mut chunk[..n], table_off + done as u64).map_err(|_| FrameTableError {
                     bank: bank as u32,
-                    page: i as u64,
-                    reason,
-                };
-                let f = mem
-                    .frame_of(i)
-                    .ok_or_else(|| err("frame index out of range"))?;
-                let r = &mut mem.refs[f];
-                if *r == u8::MAX {
-                    return Err(err("more than 255 pages share its frame"));
+                    page: (done / FRAME_ENTRY_SIZE as usize) as u64,
+                    reason: "the frame table could not be read",
+                })?;
+                for (k, raw) in chunk[..n].chunks_exact(4).enumerate() {
+                    let i = done / FRAME_ENTRY_SIZE as usize + k;
+                    let err = |reason| FrameTableError {
+                        bank: bank as u32,
+                        page: i as u64,
+                        reason,
+                    };
+                    let f = match u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]) {
+                        0 => i,
+                        v if (v as usize - 1) < pages as usize => v as usize - 1,
+                        _ => return Err(err("frame index out of range")),
+                    };
+                    let r = &mut mem.refs[f];
+                    if *r == u8::MAX {
+                        return Err(err("more than 255 pages share its frame"));
+                    }
+                    *r += 1;
                 }
-                *r += 1;
+                done += n;
             }
             mem.pool = (0..pages as u32)
                 .rev()

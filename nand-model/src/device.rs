@@ -94,18 +94,20 @@ impl NandDevice {
     fn from_image(image: Image, mode: TimingMode) -> Result<NandDevice, ImageError> {
         let config = image.header.config;
         let g = config.geometry;
-        let mems = BankMem::split(&image.map, &g, &image.layout)
-            .map_err(|e| ImageError::CorruptFrameTable {
-                path: image.path.clone(),
-                bank: e.bank,
-                page: e.page,
-                reason: e.reason,
-            })?
-            .ok_or_else(|| ImageError::Truncated {
-                path: image.path.clone(),
-                expected: image.layout.len,
-                actual: image.map.len() as u64,
-            })?;
+        let mems = BankMem::split(&image.map, &g, &image.layout, |buf, off| {
+            image.read_exact_at(buf, off)
+        })
+        .map_err(|e| ImageError::CorruptFrameTable {
+            path: image.path.clone(),
+            bank: e.bank,
+            page: e.page,
+            reason: e.reason,
+        })?
+        .ok_or_else(|| ImageError::Truncated {
+            path: image.path.clone(),
+            expected: image.layout.len,
+            actual: image.map.len() as u64,
+        })?;
         let banks = mems
             .into_iter()
             .map(|mem| Bank {

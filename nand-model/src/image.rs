@@ -250,6 +250,11 @@ impl Image {
         })
     }
 
+    /// Reads `buf.len()` bytes at `offset` of the file with `pread` (not through the mapping).
+    pub(crate) fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.file.read_exact_at(buf, offset)
+    }
+
     /// Writes the mapping back and flushes the file to stable storage.
     pub(crate) fn sync(&self) -> Result<(), ImageError> {
         self.map.flush().map_err(io_err(&self.path))?;

@@ -9,7 +9,9 @@ use crate::faults::FaultCounts;
 
 /// Live counters of one bank. Shared (through an `Arc`) with the bank's outstanding
 /// [`crate::Completion`]s so a completion dropped after its device still has somewhere to count.
+/// Aligned so two banks' counters (updated by different threads) never share a cache line.
 #[derive(Debug, Default)]
+#[repr(align(128))]
 pub(crate) struct BankCounters {
     pub(crate) reads: AtomicU64,
     pub(crate) programs: AtomicU64,

@@ -25,7 +25,10 @@ use crate::clock::{now_ns, ALREADY_DONE};
 use crate::stats::{BankCounters, ChannelCounters};
 use crate::timing::{dur_ns, Timing, TimingMode};
 
-/// One channel: its timeline and counters.
+/// One channel: its timeline and counters. Every bank's operations update their channel's
+/// counters, from whichever thread submits them: one cache line per channel, or neighbouring
+/// channels would bounce a shared line.
+#[repr(align(128))]
 pub(crate) struct Channel {
     /// End of the channel's timeline (internal clock ns). Taken after a bank lock, never before.
     free_at: Mutex<u64>,

@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -23,10 +24,12 @@ pub struct Counters {
     pub trimmed_pages: AtomicU64,
     pub host_slots_programmed: AtomicU64,
     pub page_programs: AtomicU64,
-    pub gc_page_programs: AtomicU64,
-    pub gc_copies: AtomicU64,
+    // GC workers bump these on every step while host threads bump the host counters: each
+    // gets a cache line of its own, so the two sides do not bounce one line between cores.
+    pub gc_page_programs: CachePadded<AtomicU64>,
+    pub gc_copies: CachePadded<AtomicU64>,
     pub gc_erases: AtomicU64,
-    pub gc_steps: AtomicU64,
+    pub gc_steps: CachePadded<AtomicU64>,
     pub foreground_gc: AtomicU64,
     pub wear_level_moves: AtomicU64,
     pub program_failures: AtomicU64,
