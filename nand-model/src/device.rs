@@ -9,7 +9,8 @@
 //! - **channel mutex** (`Channel::free_at`): the channel's timeline only, taken briefly inside a
 //!   bank lock. Lock order: bank, then channel; nothing takes two banks or two channels.
 //! - The fault injector has its own short lock, taken inside the bank lock only when faults are
-//!   armed. Counters, the in-flight count and `busy_until` are atomics, readable without locks.
+//!   armed. Operation counters live under the bank lock (every operation holds it anyway);
+//!   the in-flight count and `busy_until` are atomics, readable without locks.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +27,7 @@ use crate::error::{BufferKind, ImageError, NandError};
 use crate::faults::FaultInjector;
 use crate::geometry::{BankId, BlockAddr, Geometry, PageAddr};
 use crate::image::Image;
-use crate::stats::{BankCounters, NandStats, TotalStats};
+use crate::stats::{BankCounters, ChannelStats, NandStats, OpCounters, TotalStats};
 use crate::timeline::Timeline;
 use crate::timing::TimingMode;
 
@@ -44,6 +45,8 @@ struct BankState {
     mem: BankMem,
     /// End of the bank's timeline (internal clock ns).
     free_at: u64,
+    /// The bank's operation counters (the lock-free ones are in `Bank::counters`).
+    ops: OpCounters,
 }
 
 struct Bank {
@@ -111,7 +114,11 @@ impl NandDevice {
         let banks = mems
             .into_iter()
             .map(|mem| Bank {
-                state: Mutex::new(BankState { mem, free_at: 0 }),
+                state: Mutex::new(BankState {
+                    mem,
+                    free_at: 0,
+                    ops: OpCounters::default(),
+                }),
                 counters: Arc::new(BankCounters::default()),
             })
             .collect();
@@ -186,28 +193,34 @@ impl NandDevice {
         }
     }
 
-    /// Snapshot of all counters.
+    /// Snapshot of all counters (takes each bank's lock in turn).
     pub fn stats(&self) -> NandStats {
         let g = self.geometry();
+        let mut channels: Vec<ChannelStats> = (0..g.channels)
+            .map(|channel| ChannelStats {
+                channel,
+                ..ChannelStats::default()
+            })
+            .collect();
         let banks: Vec<_> = self
             .banks
             .iter()
             .enumerate()
             .map(|(i, b)| {
-                b.counters
-                    .snapshot(i as u32, g.channel_of(BankId(i as u32)))
+                let ops = b.state.lock().ops;
+                let ch = g.channel_of(BankId(i as u32));
+                if let Some(c) = channels.get_mut(ch as usize) {
+                    c.transfers += ops.xfers;
+                    c.bytes += ops.xfer_bytes;
+                    c.busy_ns += ops.xfer_busy_ns;
+                }
+                ops.snapshot(&b.counters, i as u32, ch)
             })
             .collect();
         NandStats {
             totals: TotalStats::sum(&banks),
             banks,
-            channels: self
-                .timeline
-                .channels
-                .iter()
-                .enumerate()
-                .map(|(i, c)| c.counters.snapshot(i as u32))
-                .collect(),
+            channels,
             violations: self.violations(),
             injected: self.faults.injected(),
         }
@@ -279,21 +292,21 @@ impl NandDevice {
             }
         }
         let bytes = (data.len() + oob_len) as u64;
+        let st = &mut *st;
         let deadline = self.timeline.read(
             &mut st.free_at,
+            &mut st.ops,
             &bank.counters,
             self.channel(addr.block.bank),
             bytes,
         );
-        drop(st);
-        let c = &bank.counters;
-        c.reads.fetch_add(1, Ordering::Relaxed);
+        st.ops.reads += 1;
         if fault {
-            c.faults.fetch_add(1, Ordering::Relaxed);
+            st.ops.faults += 1;
             return Err(NandError::Uncorrectable { page: addr });
         }
-        c.bytes_read.fetch_add(bytes, Ordering::Relaxed);
-        Ok(Completion::new(deadline, Arc::clone(c)))
+        st.ops.bytes_read += bytes;
+        Ok(Completion::new(deadline, Arc::clone(&bank.counters)))
     }
 
     /// Programs a whole page: `data.len()` must equal `page_size`, `oob.len()` at most `oob_size`
@@ -349,21 +362,21 @@ impl NandDevice {
         blk.programmed_pages += 1;
         st.mem.set_block(addr.block.block, blk);
         let bytes = (data.len() + oob.len()) as u64;
+        let st = &mut *st;
         let deadline = self.timeline.program(
             &mut st.free_at,
+            &mut st.ops,
             &bank.counters,
             self.channel(addr.block.bank),
             bytes,
         );
-        drop(st);
-        let c = &bank.counters;
-        c.programs.fetch_add(1, Ordering::Relaxed);
+        st.ops.programs += 1;
         if fault {
-            c.faults.fetch_add(1, Ordering::Relaxed);
+            st.ops.faults += 1;
             return Err(NandError::ProgramFailed { page: addr });
         }
-        c.bytes_programmed.fetch_add(bytes, Ordering::Relaxed);
-        Ok(Completion::new(deadline, Arc::clone(c)))
+        st.ops.bytes_programmed += bytes;
+        Ok(Completion::new(deadline, Arc::clone(&bank.counters)))
     }
 
     /// Copyback: moves page `src` to page `dst` of the same bank through the die's page
@@ -421,13 +434,13 @@ impl NandDevice {
         }
         let c = &bank.counters;
         let ch = self.channel(src.block.bank);
+        let st = &mut *st;
         if self.faults.read_fails(src) {
             // The bank stays busy for the failed sensing (as a failed read keeps it).
-            self.timeline.read(&mut st.free_at, c, ch, 0);
-            drop(st);
-            c.reads.fetch_add(1, Ordering::Relaxed);
-            c.copybacks.fetch_add(1, Ordering::Relaxed);
-            c.faults.fetch_add(1, Ordering::Relaxed);
+            self.timeline.read(&mut st.free_at, &mut st.ops, c, ch, 0);
+            st.ops.reads += 1;
+            st.ops.copybacks += 1;
+            st.ops.faults += 1;
             return Err(NandError::Uncorrectable { page: src });
         }
         let programmed = src.page < from.programmed_pages;
@@ -453,18 +466,17 @@ impl NandDevice {
         st.mem.set_block(dst.block.block, to);
         let deadline = self
             .timeline
-            .copyback(&mut st.free_at, c, ch, oob_len as u64);
-        drop(st);
-        c.reads.fetch_add(1, Ordering::Relaxed);
-        c.programs.fetch_add(1, Ordering::Relaxed);
-        c.copybacks.fetch_add(1, Ordering::Relaxed);
-        c.bytes_read.fetch_add(oob_len as u64, Ordering::Relaxed);
+            .copyback(&mut st.free_at, &mut st.ops, c, ch, oob_len as u64);
+        let ops = &mut st.ops;
+        ops.reads += 1;
+        ops.programs += 1;
+        ops.copybacks += 1;
+        ops.bytes_read += oob_len as u64;
         if fault {
-            c.faults.fetch_add(1, Ordering::Relaxed);
+            ops.faults += 1;
             return Err(NandError::ProgramFailed { page: dst });
         }
-        c.bytes_programmed
-            .fetch_add(u64::from(g.page_size + g.oob_size), Ordering::Relaxed);
+        ops.bytes_programmed += u64::from(g.page_size + g.oob_size);
         Ok(Completion::new(deadline, Arc::clone(c)))
     }
 
@@ -496,15 +508,16 @@ impl NandDevice {
             blk.programmed_pages = 0;
         }
         st.mem.set_block(block.block, blk);
-        let deadline = self.timeline.erase(&mut st.free_at, &bank.counters);
-        drop(st);
-        let c = &bank.counters;
-        c.erases.fetch_add(1, Ordering::Relaxed);
+        let st = &mut *st;
+        let deadline = self
+            .timeline
+            .erase(&mut st.free_at, &mut st.ops, &bank.counters);
+        st.ops.erases += 1;
         if let Some(e) = fault {
-            c.faults.fetch_add(1, Ordering::Relaxed);
+            st.ops.faults += 1;
             return Err(e);
         }
-        Ok(Completion::new(deadline, Arc::clone(c)))
+        Ok(Completion::new(deadline, Arc::clone(&bank.counters)))
     }
 
     fn channel(&self, bank: BankId) -> u32 {

@@ -1,5 +1,6 @@
-//! Operation counters: lock-free atomics updated on every operation, and the serializable
-//! snapshot [`NandStats`] built from them on demand.
+//! Operation counters (plain integers under each bank's lock, plus a few lock-free atomics for
+//! the in-flight count and the timeline's end), and the serializable snapshot [`NandStats`]
+//! built from them on demand.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -7,21 +8,13 @@ use serde::Serialize;
 
 use crate::faults::FaultCounts;
 
-/// Live counters of one bank. Shared (through an `Arc`) with the bank's outstanding
-/// [`crate::Completion`]s so a completion dropped after its device still has somewhere to count.
+/// Live counters of one bank that are read without its lock: the in-flight count (a
+/// [`crate::Completion`] drops its share without the lock, possibly after its device is gone,
+/// which is why this sits behind an `Arc`) and the end of the bank's timeline.
 /// Aligned so two banks' counters (updated by different threads) never share a cache line.
 #[derive(Debug, Default)]
 #[repr(align(128))]
 pub(crate) struct BankCounters {
-    pub(crate) reads: AtomicU64,
-    pub(crate) programs: AtomicU64,
-    pub(crate) erases: AtomicU64,
-    pub(crate) copybacks: AtomicU64,
-    pub(crate) bytes_read: AtomicU64,
-    pub(crate) bytes_programmed: AtomicU64,
-    /// Modelled busy time (sum of each op's bank occupancy), also counted with timing off.
-    pub(crate) busy_ns: AtomicU64,
-    pub(crate) faults: AtomicU64,
     /// Ops submitted whose `Completion` is not yet waited or dropped.
     pub(crate) inflight: AtomicU32,
     pub(crate) max_inflight: AtomicU32,
@@ -41,12 +34,24 @@ impl BankCounters {
     }
 }
 
-/// Live counters of one channel.
-#[derive(Debug, Default)]
-pub(crate) struct ChannelCounters {
-    pub(crate) transfers: AtomicU64,
-    pub(crate) bytes: AtomicU64,
-    pub(crate) busy_ns: AtomicU64,
+/// Operation counters of one bank, kept under the bank's lock as plain integers: every
+/// operation holds that lock anyway, and a dozen atomic additions per operation on lines that
+/// several threads write cost more than the rest of a timing-off operation.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct OpCounters {
+    pub(crate) reads: u64,
+    pub(crate) programs: u64,
+    pub(crate) erases: u64,
+    pub(crate) copybacks: u64,
+    pub(crate) bytes_read: u64,
+    pub(crate) bytes_programmed: u64,
+    /// Modelled busy time (sum of each op's bank occupancy), also counted with timing off.
+    pub(crate) busy_ns: u64,
+    pub(crate) faults: u64,
+    /// The bank's share of its channel's traffic: transfers, bytes and modelled busy time.
+    pub(crate) xfers: u64,
+    pub(crate) xfer_bytes: u64,
+    pub(crate) xfer_busy_ns: u64,
 }
 
 /// Snapshot of one bank's counters.
@@ -128,32 +133,21 @@ pub struct NandStats {
     pub injected: FaultCounts,
 }
 
-impl BankCounters {
-    pub(crate) fn snapshot(&self, bank: u32, channel: u32) -> BankStats {
+impl OpCounters {
+    pub(crate) fn snapshot(&self, live: &BankCounters, bank: u32, channel: u32) -> BankStats {
         BankStats {
             bank,
             channel,
-            reads: self.reads.load(Ordering::Relaxed),
-            programs: self.programs.load(Ordering::Relaxed),
-            erases: self.erases.load(Ordering::Relaxed),
-            copybacks: self.copybacks.load(Ordering::Relaxed),
-            bytes_read: self.bytes_read.load(Ordering::Relaxed),
-            bytes_programmed: self.bytes_programmed.load(Ordering::Relaxed),
-            busy_ns: self.busy_ns.load(Ordering::Relaxed),
-            inflight: self.inflight.load(Ordering::Relaxed),
-            max_inflight: self.max_inflight.load(Ordering::Relaxed),
-            faults: self.faults.load(Ordering::Relaxed),
-        }
-    }
-}
-
-impl ChannelCounters {
-    pub(crate) fn snapshot(&self, channel: u32) -> ChannelStats {
-        ChannelStats {
-            channel,
-            transfers: self.transfers.load(Ordering::Relaxed),
-            bytes: self.bytes.load(Ordering::Relaxed),
-            busy_ns: self.busy_ns.load(Ordering::Relaxed),
+            reads: self.reads,
+            programs: self.programs,
+            erases: self.erases,
+            copybacks: self.copybacks,
+            bytes_read: self.bytes_read,
+            bytes_programmed: self.bytes_programmed,
+            busy_ns: self.busy_ns,
+            inflight: live.inflight.load(Ordering::Relaxed),
+            max_inflight: live.max_inflight.load(Ordering::Relaxed),
+            faults: self.faults,
         }
     }
 }

@@ -22,17 +22,13 @@ use std::sync::atomic::Ordering;
 use parking_lot::Mutex;
 
 use crate::clock::{now_ns, ALREADY_DONE};
-use crate::stats::{BankCounters, ChannelCounters};
+use crate::stats::{BankCounters, OpCounters};
 use crate::timing::{dur_ns, Timing, TimingMode};
 
-/// One channel: its timeline and counters. Every bank's operations update their channel's
-/// counters, from whichever thread submits them: one cache line per channel, or neighbouring
-/// channels would bounce a shared line.
-#[repr(align(128))]
+/// One channel's timeline (its counters are the sums of its banks' `xfer*` counters).
 pub(crate) struct Channel {
     /// End of the channel's timeline (internal clock ns). Taken after a bank lock, never before.
     free_at: Mutex<u64>,
-    pub(crate) counters: ChannelCounters,
 }
 
 /// Timing parameters plus the channel timelines.
@@ -56,7 +52,6 @@ impl Timeline {
             channels: (0..channels)
                 .map(|_| Channel {
                     free_at: Mutex::new(0),
-                    counters: ChannelCounters::default(),
                 })
                 .collect(),
         }
@@ -71,26 +66,32 @@ impl Timeline {
         &self.channels[ch as usize]
     }
 
-    fn account_xfer(ch: &Channel, bytes: u64, ns: u64) {
-        ch.counters.transfers.fetch_add(1, Ordering::Relaxed);
-        ch.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
-        ch.counters.busy_ns.fetch_add(ns, Ordering::Relaxed);
+    fn account_xfer(ops: &mut OpCounters, bytes: u64, ns: u64) {
+        ops.xfers += 1;
+        ops.xfer_bytes += bytes;
+        ops.xfer_busy_ns += ns;
     }
 
-    fn finish(bank: &BankCounters, free_at: &mut u64, start: u64, end: u64) {
+    fn finish(ops: &mut OpCounters, live: &BankCounters, free_at: &mut u64, start: u64, end: u64) {
         *free_at = end;
-        bank.busy_until.store(end, Ordering::Relaxed);
-        bank.busy_ns.fetch_add(end - start, Ordering::Relaxed);
+        live.busy_until.store(end, Ordering::Relaxed);
+        ops.busy_ns += end - start;
     }
 
     /// Completion time of a read moving `bytes` over channel `ch`.
-    pub(crate) fn read(&self, free_at: &mut u64, bank: &BankCounters, ch: u32, bytes: u64) -> u64 {
+    pub(crate) fn read(
+        &self,
+        free_at: &mut u64,
+        ops: &mut OpCounters,
+        live: &BankCounters,
+        ch: u32,
+        bytes: u64,
+    ) -> u64 {
         let xfer = self.timing.xfer_ns(bytes);
         let channel = self.channel(ch);
-        Self::account_xfer(channel, bytes, xfer);
+        Self::account_xfer(ops, bytes, xfer);
         if self.mode == TimingMode::Off {
-            bank.busy_ns
-                .fetch_add(self.t_read + xfer, Ordering::Relaxed);
+            ops.busy_ns += self.t_read + xfer;
             return ALREADY_DONE;
         }
         let now = now_ns();
@@ -102,7 +103,7 @@ impl Timeline {
             *chan = end;
             end
         };
-        Self::finish(bank, free_at, start, end);
+        Self::finish(ops, live, free_at, start, end);
         end
     }
 
@@ -110,16 +111,16 @@ impl Timeline {
     pub(crate) fn program(
         &self,
         free_at: &mut u64,
-        bank: &BankCounters,
+        ops: &mut OpCounters,
+        live: &BankCounters,
         ch: u32,
         bytes: u64,
     ) -> u64 {
         let xfer = self.timing.xfer_ns(bytes);
         let channel = self.channel(ch);
-        Self::account_xfer(channel, bytes, xfer);
+        Self::account_xfer(ops, bytes, xfer);
         if self.mode == TimingMode::Off {
-            bank.busy_ns
-                .fetch_add(xfer + self.t_prog, Ordering::Relaxed);
+            ops.busy_ns += xfer + self.t_prog;
             return ALREADY_DONE;
         }
         let now = now_ns();
@@ -131,7 +132,7 @@ impl Timeline {
             (start, xfer_end)
         };
         let end = xfer_end.saturating_add(self.t_prog);
-        Self::finish(bank, free_at, start, end);
+        Self::finish(ops, live, free_at, start, end);
         end
     }
 
@@ -140,7 +141,8 @@ impl Timeline {
     pub(crate) fn copyback(
         &self,
         free_at: &mut u64,
-        bank: &BankCounters,
+        ops: &mut OpCounters,
+        live: &BankCounters,
         ch: u32,
         oob_bytes: u64,
     ) -> u64 {
@@ -148,12 +150,11 @@ impl Timeline {
             0
         } else {
             let xfer = self.timing.xfer_ns(oob_bytes);
-            Self::account_xfer(self.channel(ch), oob_bytes, xfer);
+            Self::account_xfer(ops, oob_bytes, xfer);
             xfer
         };
         if self.mode == TimingMode::Off {
-            bank.busy_ns
-                .fetch_add(self.t_read + xfer + self.t_prog, Ordering::Relaxed);
+            ops.busy_ns += self.t_read + xfer + self.t_prog;
             return ALREADY_DONE;
         }
         let now = now_ns();
@@ -165,20 +166,25 @@ impl Timeline {
             *chan = sensed;
         }
         let end = sensed.saturating_add(self.t_prog);
-        Self::finish(bank, free_at, start, end);
+        Self::finish(ops, live, free_at, start, end);
         end
     }
 
     /// Completion time of an erase.
-    pub(crate) fn erase(&self, free_at: &mut u64, bank: &BankCounters) -> u64 {
+    pub(crate) fn erase(
+        &self,
+        free_at: &mut u64,
+        ops: &mut OpCounters,
+        live: &BankCounters,
+    ) -> u64 {
         if self.mode == TimingMode::Off {
-            bank.busy_ns.fetch_add(self.t_erase, Ordering::Relaxed);
+            ops.busy_ns += self.t_erase;
             return ALREADY_DONE;
         }
         let now = now_ns();
         let start = now.max(*free_at);
         let end = start.saturating_add(self.t_erase);
-        Self::finish(bank, free_at, start, end);
+        Self::finish(ops, live, free_at, start, end);
         end
     }
 }
