@@ -68,6 +68,10 @@ pub struct FtlConfig {
     pub gc_soft_free: u32,
     /// Erase-count spread that triggers static wear levelling.
     pub wear_level_spread: u32,
+    /// GC moves a fully valid victim page with one NAND copyback (t_read + t_prog, no channel
+    /// transfer) instead of a read and a program through the controller. Off models an FTL
+    /// that avoids copyback (for example to check every page's ECC on the way).
+    pub gc_copyback: bool,
     /// Host bytes written between two periodic checkpoints (0 disables them).
     pub checkpoint_interval_bytes: u64,
     /// Sealed NAND pages a queue may have waiting for its writer before writes wait.
@@ -88,6 +92,7 @@ impl Default for FtlConfig {
             gc_threads: 2,
             gc_soft_free: 0,
             wear_level_spread: 256,
+            gc_copyback: true,
             checkpoint_interval_bytes: 1 << 30,
             max_pending_pages: 64,
             read_retries: 3,

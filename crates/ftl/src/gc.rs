@@ -180,7 +180,7 @@ impl Core {
                 if valid.is_empty() {
                     continue;
                 }
-                if valid.len() == spp && g.staged.is_empty() {
+                if self.cfg.gc_copyback && valid.len() == spp && g.staged.is_empty() {
                     match self.copyback_page(b, addr, &mut g.frontier, &mut g.oob) {
                         Moved::Done => break,
                         Moved::Failed => return Step::Idle,

@@ -19,11 +19,16 @@ fn verify_all(ftl: &Ftl, tags: &[u64]) {
 }
 
 fn sustained(policy: GcPolicy, victim: VictimPolicy, page_size: u32) {
+    sustained_with(policy, victim, page_size, true);
+}
+
+fn sustained_with(policy: GcPolicy, victim: VictimPolicy, page_size: u32, copyback: bool) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gc.img");
     let mut cfg = small_cfg(policy);
     cfg.victim_policy = victim;
     cfg.wear_level_spread = 16;
+    cfg.gc_copyback = copyback;
     let ftl = create(&path, &small_nand(page_size, 64), cfg);
     let pages = ftl.capacity() / 4096;
     let used = pages * 92 / 100;
@@ -81,7 +86,11 @@ fn sustained(policy: GcPolicy, victim: VictimPolicy, page_size: u32) {
         "  {copybacks} of {} GC pages by copyback",
         s.gc_page_programs
     );
-    assert!(copybacks > 0 && copybacks <= s.gc_page_programs);
+    if copyback {
+        assert!(copybacks > 0 && copybacks <= s.gc_page_programs);
+    } else {
+        assert_eq!(copybacks, 0);
+    }
     assert!(s.waf >= 1.0);
     ftl.close().unwrap();
     drop(ftl);
@@ -107,4 +116,9 @@ fn sustained_overwrite_adaptive() {
 #[test]
 fn sustained_overwrite_cost_benefit() {
     sustained(GcPolicy::Adaptive, VictimPolicy::CostBenefit, 4096);
+}
+
+#[test]
+fn sustained_overwrite_without_copyback() {
+    sustained_with(GcPolicy::Adaptive, VictimPolicy::Greedy, 4096, false);
 }

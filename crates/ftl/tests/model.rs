@@ -134,6 +134,7 @@ fn cfg_for(rng: &mut SmallRng) -> FtlConfig {
         },
         checkpoint_interval_bytes: rng.gen_range(64..1024) * 1024,
         wear_level_spread: rng.gen_range(4..64),
+        gc_copyback: rng.gen_bool(0.5),
         ..small_cfg(policy)
     }
 }
