@@ -49,31 +49,27 @@ fn bench(c: &mut Criterion) {
             dev.read(addr, 0, &mut buf, None).expect("read").wait();
         })
     });
-    // Copyback of a programmed page (block 0) into block 1 of the same bank, erasing block 1
-    // when it is full: what GC costs per fully valid page it moves.
+    // Copyback of the pages of block 0 into the other blocks of the same bank in turn, erasing
+    // each before its first page: what GC costs per fully valid page it moves.
     let mut out_oob = vec![0u8; 64];
     let mut k = 0u64;
-    for bank in 0..geo.banks() {
-        let blk = BlockAddr {
-            bank: BankId(bank),
-            block: 1,
-        };
-        if dev.block_state(blk).expect("state").programmed_pages > 0 {
-            dev.erase(blk).expect("erase").wait();
-        }
-    }
+    let (banks, ppb) = (geo.banks() as u64, geo.pages_per_block as u64);
     g.bench_function("copyback_4k", |b| {
         b.iter(|| {
-            let bank = BankId((k % geo.banks() as u64) as u32);
-            let page = ((k / geo.banks() as u64) % geo.pages_per_block as u64) as u32;
+            let bank = BankId((k % banks) as u32);
+            let page = ((k / banks) % ppb) as u32;
+            let cycle = k / (banks * ppb);
             k += 1;
-            let dst = BlockAddr { bank, block: 1 };
+            let dst = BlockAddr {
+                bank,
+                block: 1 + (cycle % (geo.blocks_per_bank as u64 - 1)) as u32,
+            };
             if page == 0 && dev.block_state(dst).expect("state").programmed_pages > 0 {
                 dev.erase(dst).expect("erase").wait();
             }
             let src = PageAddr {
                 block: BlockAddr { bank, block: 0 },
-                page: 0,
+                page,
             };
             dev.copyback(src, PageAddr { block: dst, page }, Some(&mut out_oob))
                 .expect("copyback")
