@@ -296,13 +296,16 @@ impl BankMem {
     ) {
         let i = self.page_index(block, page);
         assert!(offset + data.len() <= self.page_size, "read past page end");
-        // SAFETY: page `i`'s frame spans page_size bytes inside the bank's data region (see
-        // `frame_ptr`); offset + len <= page_size was just checked. `data` is a distinct
-        // caller buffer (it cannot alias the mapping: no safe reference to the mapping exists).
-        // `&self` means the bank lock is held, so no write to the page races with this read.
-        unsafe {
-            let src = self.frame_ptr(self.frame(i)).add(offset);
-            ptr::copy_nonoverlapping(src, data.as_mut_ptr(), data.len());
+        // An OOB-only read (recovery's scan, GC's look at a page) leaves the frame table alone.
+        if !data.is_empty() {
+            // SAFETY: page `i`'s frame spans page_size bytes inside the bank's data region (see
+            // `frame_ptr`); offset + len <= page_size was just checked. `data` is a distinct
+            // caller buffer (it cannot alias the mapping: no safe reference to the mapping
+            // exists). `&self` means the bank lock is held, so no write races with this read.
+            unsafe {
+                let src = self.frame_ptr(self.frame(i)).add(offset);
+                ptr::copy_nonoverlapping(src, data.as_mut_ptr(), data.len());
+            }
         }
         if let Some(oob) = oob {
             assert!(oob.len() <= self.oob_size, "oob buffer too large");
