@@ -183,7 +183,11 @@ impl Core {
                 if self.cfg.gc_copyback && valid.len() == spp && g.staged.is_empty() {
                     match self.copyback_page(b, addr, &mut g.frontier, &mut g.oob) {
                         Moved::Done => break,
-                        Moved::Failed => return Step::Idle,
+                        Moved::Failed => {
+                            // Nothing moved: the page is visited again by the next step.
+                            cur.next_page -= 1;
+                            return Step::Idle;
+                        }
                         Moved::Staging => {}
                     }
                 }
