@@ -66,6 +66,15 @@ pub(crate) struct BankMem {
     pool: Vec<u32>,
 }
 
+/// Decodes page `page`'s frame-table entry (0: its own frame, else frame + 1) for a bank of
+/// `frames` frames; `None` if the entry points outside the bank.
+pub(crate) fn frame_of_entry(entry: u32, page: usize, frames: usize) -> Option<usize> {
+    match entry {
+        0 => Some(page),
+        v => Some(v as usize - 1).filter(|&f| f < frames),
+    }
+}
+
 /// Why a bank's frame table was refused at open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FrameTableError {
@@ -151,11 +160,9 @@ impl BankMem {
                         page: i as u64,
                         reason,
                     };
-                    let f = match u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]) {
-                        0 => i,
-                        v if (v as usize - 1) < pages as usize => v as usize - 1,
-                        _ => return Err(err("frame index out of range")),
-                    };
+                    let entry = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
+                    let f = frame_of_entry(entry, i, pages as usize)
+                        .ok_or_else(|| err("frame index out of range"))?;
                     let r = &mut mem.refs[f];
                     if *r == u8::MAX {
                         return Err(err("more than 255 pages share its frame"));
@@ -173,14 +180,12 @@ impl BankMem {
         Ok(Some(out))
     }
 
-    /// The frame holding page `i`'s data (`i` is the page's index in the bank), or `None` if
-    /// the table entry points outside the bank (only a corrupt file can hold such an entry:
-    /// `split` refuses it, so afterwards every entry is in range).
-    fn frame_of(&self, i: usize) -> Option<usize> {
+    /// The frame holding page `i`'s data (`i` is the page's index in the bank).
+    fn frame(&self, i: usize) -> usize {
         let mut raw = [0u8; 4];
-        // SAFETY: callers pass i < pages of the bank (`page_index` checks it, `split` iterates
-        // below it), so the 4-byte entry lies inside the bank's frame table; the bank lock
-        // (or, in `split`, sole ownership before the device exists) excludes concurrent writes.
+        // SAFETY: callers pass i < pages of the bank (they got it from `page_index`, which
+        // checks it), so the 4-byte entry lies inside the bank's frame table; the bank lock
+        // excludes concurrent writes.
         unsafe {
             ptr::copy_nonoverlapping(
                 self.frames.add(i * FRAME_ENTRY_SIZE as usize),
@@ -188,14 +193,7 @@ impl BankMem {
                 4,
             )
         };
-        match u32::from_le_bytes(raw) {
-            0 => Some(i),
-            v => Some(v as usize - 1).filter(|&f| f < self.refs.len()),
-        }
-    }
-
-    fn frame(&self, i: usize) -> usize {
-        self.frame_of(i)
+        frame_of_entry(u32::from_le_bytes(raw), i, self.refs.len())
             .expect("frame table entries are validated at open and written in range")
     }
 

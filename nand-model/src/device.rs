@@ -338,20 +338,7 @@ impl NandDevice {
             }));
         }
         let mut st = bank.state.lock();
-        let mut blk = st.mem.block(addr.block.block);
-        if blk.bad {
-            return Err(self.violation(NandError::BadBlock { block: addr.block }));
-        }
-        if addr.page < blk.programmed_pages {
-            return Err(self.violation(NandError::AlreadyProgrammed { page: addr }));
-        }
-        if addr.page > blk.programmed_pages {
-            return Err(self.violation(NandError::NotNextPage {
-                block: addr.block,
-                expected: blk.programmed_pages,
-                got: addr.page,
-            }));
-        }
+        let mut blk = self.programmable(&st.mem, addr)?;
         let fault = self.faults.program_fails(addr);
         // Data and OOB first, the counter last (see BankMem::set_block).
         if fault {
@@ -418,20 +405,7 @@ impl NandDevice {
         if from.bad {
             return Err(self.violation(NandError::BadBlock { block: src.block }));
         }
-        let mut to = st.mem.block(dst.block.block);
-        if to.bad {
-            return Err(self.violation(NandError::BadBlock { block: dst.block }));
-        }
-        if dst.page < to.programmed_pages {
-            return Err(self.violation(NandError::AlreadyProgrammed { page: dst }));
-        }
-        if dst.page > to.programmed_pages {
-            return Err(self.violation(NandError::NotNextPage {
-                block: dst.block,
-                expected: to.programmed_pages,
-                got: dst.page,
-            }));
-        }
+        let mut to = self.programmable(&st.mem, dst)?;
         let c = &bank.counters;
         let ch = self.channel(src.block.bank);
         let st = &mut *st;
@@ -518,6 +492,26 @@ impl NandDevice {
             return Err(e);
         }
         Ok(Completion::new(deadline, Arc::clone(&bank.counters)))
+    }
+
+    /// The state of `addr`'s block if `addr` may be programmed now: the block is not bad and
+    /// `addr` is its next free page. The caller holds the bank's lock (`mem`).
+    fn programmable(&self, mem: &BankMem, addr: PageAddr) -> Result<BlockState, NandError> {
+        let blk = mem.block(addr.block.block);
+        if blk.bad {
+            return Err(self.violation(NandError::BadBlock { block: addr.block }));
+        }
+        if addr.page < blk.programmed_pages {
+            return Err(self.violation(NandError::AlreadyProgrammed { page: addr }));
+        }
+        if addr.page > blk.programmed_pages {
+            return Err(self.violation(NandError::NotNextPage {
+                block: addr.block,
+                expected: blk.programmed_pages,
+                got: addr.page,
+            }));
+        }
+        Ok(blk)
     }
 
     fn channel(&self, bank: BankId) -> u32 {

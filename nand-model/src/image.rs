@@ -31,6 +31,7 @@ use memmap2::MmapRaw;
 use parking_lot::Mutex;
 use rand::RngCore;
 
+use crate::bankmem::frame_of_entry;
 use crate::config::NandConfig;
 use crate::error::ImageError;
 use crate::geometry::{Geometry, PageAddr};
@@ -208,25 +209,7 @@ impl Image {
         let actual = file.metadata().map_err(io_err(path))?.len();
         let mut buf = vec![0u8; HEADER_SIZE];
         let got = read_prefix(&file, &mut buf).map_err(io_err(path))?;
-        let header = header::decode(&buf[..got]).map_err(|e| match e {
-            HeaderError::Short { .. } => ImageError::Truncated {
-                path: p(),
-                expected: HEADER_SIZE as u64,
-                actual,
-            },
-            HeaderError::BadMagic | HeaderError::HeaderSize => ImageError::NotAnImage { path: p() },
-            HeaderError::Version { found } => ImageError::UnsupportedVersion {
-                path: p(),
-                found,
-                supported: FORMAT_VERSION,
-            },
-            HeaderError::Checksum { stored, computed } => ImageError::BadChecksum {
-                path: p(),
-                stored,
-                computed,
-            },
-            HeaderError::Geometry(source) => ImageError::InvalidGeometry { path: p(), source },
-        })?;
+        let header = decode_header(path, &buf[..got], actual)?;
         let g = header.config.geometry;
         if let Some(want) = expected {
             check_geometry(path, &g, want)?;
@@ -268,10 +251,10 @@ impl Image {
 pub fn page_data_offset(path: &Path, addr: PageAddr) -> Result<u64, ImageError> {
     let p = || path.to_path_buf();
     let file = File::open(path).map_err(io_err(path))?;
+    let actual = file.metadata().map_err(io_err(path))?.len();
     let mut buf = vec![0u8; HEADER_SIZE];
     let got = read_prefix(&file, &mut buf).map_err(io_err(path))?;
-    let header = header::decode(&buf[..got]).map_err(|_| ImageError::NotAnImage { path: p() })?;
-    let g = header.config.geometry;
+    let g = decode_header(path, &buf[..got], actual)?.config.geometry;
     if !g.contains_page(addr) {
         return Err(ImageError::Io {
             path: p(),
@@ -285,11 +268,42 @@ pub fn page_data_offset(path: &Path, addr: PageAddr) -> Result<u64, ImageError> 
         .map_err(io_err(path))?;
     let pages = u64::from(g.blocks_per_bank) * u64::from(g.pages_per_block);
     let bank_first = u64::from(addr.block.bank.0) * pages;
-    let frame = match u32::from_le_bytes(raw) {
-        0 => index,
-        v => bank_first + u64::from(v - 1),
-    };
-    Ok(layout.data + frame * u64::from(g.page_size))
+    let in_bank = (index - bank_first) as usize;
+    let frame =
+        frame_of_entry(u32::from_le_bytes(raw), in_bank, pages as usize).ok_or_else(|| {
+            ImageError::CorruptFrameTable {
+                path: p(),
+                bank: addr.block.bank.0,
+                page: in_bank as u64,
+                reason: "frame index out of range",
+            }
+        })?;
+    Ok(layout.data + (bank_first + frame as u64) * u64::from(g.page_size))
+}
+
+/// Decodes the header bytes of the image at `path` (`actual` bytes long), with the error each
+/// refusal deserves.
+fn decode_header(path: &Path, bytes: &[u8], actual: u64) -> Result<Header, ImageError> {
+    let p = || path.to_path_buf();
+    header::decode(bytes).map_err(|e| match e {
+        HeaderError::Short { .. } => ImageError::Truncated {
+            path: p(),
+            expected: HEADER_SIZE as u64,
+            actual,
+        },
+        HeaderError::BadMagic | HeaderError::HeaderSize => ImageError::NotAnImage { path: p() },
+        HeaderError::Version { found } => ImageError::UnsupportedVersion {
+            path: p(),
+            found,
+            supported: FORMAT_VERSION,
+        },
+        HeaderError::Checksum { stored, computed } => ImageError::BadChecksum {
+            path: p(),
+            stored,
+            computed,
+        },
+        HeaderError::Geometry(source) => ImageError::InvalidGeometry { path: p(), source },
+    })
 }
 
 /// Reads up to `buf.len()` bytes from the start of `file`; returns how many were read.

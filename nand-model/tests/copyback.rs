@@ -256,11 +256,9 @@ fn copies_outlive_their_source_and_survive_reopen() {
     assert!(read(dev, b.page(1)).0.iter().all(|&x| x == 0xFF));
 }
 
-/// Random programs, copybacks, erases and reopens on one bank, checked against a plain model of
-/// what every page must read. Exercises frame sharing, the free pool, the reference counts'
-/// rebuild at open, and the fallback to a real copy when one frame has 255 references.
-#[test]
-fn random_copybacks_match_a_model() {
+/// One bank of 24 blocks x 16 pages (384 frames: room for a frame with 255 sharers), with an
+/// endurance no test here reaches.
+fn one_bank() -> Fixture {
     let geometry = nand_model::Geometry {
         channels: 1,
         banks_per_channel: 1,
@@ -274,7 +272,16 @@ fn random_copybacks_match_a_model() {
         endurance: 1_000_000,
         ..small_config()
     };
-    let mut f = Fixture::new(&config, TimingMode::Off);
+    Fixture::new(&config, TimingMode::Off)
+}
+
+/// Random programs, copybacks, erases and reopens on one bank, checked against a plain model of
+/// what every page must read. Exercises frame sharing, the free pool, the reference counts'
+/// rebuild at open, and the fallback to a real copy when one frame has 255 references.
+#[test]
+fn random_copybacks_match_a_model() {
+    let mut f = one_bank();
+    let geometry = *f.dev().geometry();
     let mut rng: u64 = 0x5eed;
     let mut next = move |n: u64| {
         rng ^= rng << 13;
@@ -370,19 +377,7 @@ fn random_copybacks_match_a_model() {
 /// reprogrammed, before and after a reopen (which recounts the references).
 #[test]
 fn a_frame_shared_255_times_falls_back_to_copying() {
-    let geometry = nand_model::Geometry {
-        channels: 1,
-        banks_per_channel: 1,
-        blocks_per_bank: 24,
-        pages_per_block: 16,
-        page_size: 4096,
-        oob_size: 128,
-    };
-    let config = nand_model::NandConfig {
-        geometry,
-        ..small_config()
-    };
-    let mut f = Fixture::new(&config, TimingMode::Off);
+    let mut f = one_bank();
     let dev = f.dev();
     let src = PageAddr::new(0, 0, 0);
     dev.program(src, &[0xA5; 4096], &[1; 8]).unwrap().wait();

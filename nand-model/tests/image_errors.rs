@@ -87,6 +87,9 @@ fn other_version() {
             ),
             "{e}"
         );
+        let e =
+            nand_model::page_data_offset(&f.path, nand_model::PageAddr::new(0, 0, 0)).unwrap_err();
+        assert!(matches!(e, ImageError::UnsupportedVersion { .. }), "{e}");
     }
 }
 
@@ -114,6 +117,20 @@ fn corrupt_frame_table_entry() {
         msg.contains(&f.path.display().to_string()) && msg.contains("out of range"),
         "{msg}"
     );
+    // The offline helper refuses the same entry (page 5 of bank 1 is block 1, page 1).
+    let e = nand_model::page_data_offset(&f.path, nand_model::PageAddr::new(1, 1, 1)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ImageError::CorruptFrameTable {
+                bank: 1,
+                page: 5,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(nand_model::page_data_offset(&f.path, nand_model::PageAddr::new(1, 1, 2)).is_ok());
 }
 
 #[test]

@@ -290,7 +290,7 @@ impl Core {
         g.out_oob.resize(self.layout.oob_size as usize, 0);
         oob::encode_data(&mut g.out_oob, &metas);
         loop {
-            let Some(addr) = self.gc_frontier(b, &g.frontier) else {
+            let Some(addr) = self.gc_frontier(b, &mut g.frontier) else {
                 return false;
             };
             let result = self
@@ -338,14 +338,15 @@ impl Core {
 
     /// The GC frontier's next page, opening a block for it if it has none: on bank `b`, or on
     /// the bank `rescue_bank` names when `b` has no free block. `None` if no block is free.
-    fn gc_frontier(&self, b: u32, frontier: &Option<(u32, Frontier)>) -> Option<PageAddr> {
+    /// A block opened here stays the frontier whether or not the page is then programmed.
+    fn gc_frontier(&self, b: u32, frontier: &mut Option<(u32, Frontier)>) -> Option<PageAddr> {
         let (fb, fr) = match *frontier {
             Some(f) => f,
             None => match self.alloc_block(b, true).map(|blk| (b, blk)).or_else(|| {
                 let c = self.rescue_bank(b)?;
                 self.alloc_block(c, false).map(|blk| (c, blk))
             }) {
-                Some((fb, block)) => (fb, Frontier { block, next: 0 }),
+                Some((fb, block)) => *frontier.insert((fb, Frontier { block, next: 0 })),
                 None => {
                     // Victims are chosen to fit: only repeated failures get here.
                     tracing::warn!("bank {b}: no free block for the GC frontier");
@@ -393,14 +394,6 @@ impl Core {
                 return Moved::Failed;
             };
             if dst.block.bank.0 != b {
-                // Keep the block just opened on the rescuing bank for the staged program.
-                *frontier = Some((
-                    dst.block.bank.0,
-                    Frontier {
-                        block: dst.block.block,
-                        next: dst.page,
-                    },
-                ));
                 return Moved::Staging;
             }
             let result = self.nand.copyback(src, dst, Some(oob));
@@ -434,14 +427,8 @@ impl Core {
                     return Moved::Done;
                 }
                 Err(NandError::Uncorrectable { .. }) => {
+                    // The destination was not consumed: the frontier still points at it.
                     self.counters.read_retries.fetch_add(1, Ordering::Relaxed);
-                    *frontier = Some((
-                        b,
-                        Frontier {
-                            block: dst.block.block,
-                            next: dst.page,
-                        },
-                    ));
                     return Moved::Staging;
                 }
                 Err(e) if e.is_fault() => {
