@@ -42,7 +42,7 @@ pub fn run(args: &FormatArgs) -> anyhow::Result<()> {
     let geo = ftl.nand().geometry().to_owned();
     ftl.close()
         .map_err(|e| image::describe(e, path).context("closing the new image"))?;
-    println!(
+    out!(
         "formatted {}: {} exported ({} bytes) on {} of raw flash ({} blocks/bank)",
         path.display(),
         format_size(capacity),

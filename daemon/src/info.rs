@@ -11,9 +11,9 @@ use crate::units::format_size;
 pub fn run(path: &Path, json: bool) -> anyhow::Result<()> {
     let info = image::inspect(path)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&info)?);
+        out!("{}", serde_json::to_string_pretty(&info)?);
     } else {
-        print!("{}", render(&info));
+        outp!("{}", render(&info));
     }
     Ok(())
 }

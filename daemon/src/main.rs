@@ -16,6 +16,23 @@
 //! Exit codes: 0 success, 1 runtime error, 2 usage error (bad flags, bad config file, options
 //! that contradict an existing image). Errors are printed once, with their causes, on stderr.
 
+/// `println!` that returns the write's error (`?`) instead of panicking: stdout may be a pipe
+/// whose reader has gone (`ftld presets --json | head -1`), and then `main` exits quietly.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($t)*)?
+    }};
+}
+
+/// `print!` as [`out!`] does `println!`.
+macro_rules! outp {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($t)*)?
+    }};
+}
+
 mod backend;
 mod cli;
 mod config;
@@ -71,6 +88,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of our stdout went away: nobody is left to tell, as for `cat | head`.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ftld: error: {e:#}");
             if e.downcast_ref::<UsageError>().is_some() {
@@ -80,6 +99,13 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// `ftld stats`: asks the running daemon and prints its JSON reply.
@@ -92,6 +118,6 @@ fn stats(a: &cli::StatsArgs) -> anyhow::Result<()> {
     if let Some(o) = v.as_object_mut() {
         o.remove("ok");
     }
-    println!("{}", serde_json::to_string_pretty(&v)?);
+    out!("{}", serde_json::to_string_pretty(&v)?);
     Ok(())
 }

@@ -64,10 +64,10 @@ pub fn scale_for_capacity(
 pub fn print(json: bool) -> anyhow::Result<()> {
     let all = nand_model::presets();
     if json {
-        println!("{}", serde_json::to_string_pretty(&all)?);
+        out!("{}", serde_json::to_string_pretty(&all)?);
         return Ok(());
     }
-    println!(
+    out!(
         "{:<14} {:>6} {:>6} {:>8} {:>5} {:>9} {:>9} {:>14} {:>9} {:>7}",
         "NAME",
         "PAGE",
@@ -87,7 +87,7 @@ pub fn print(json: bool) -> anyhow::Result<()> {
         let t = &c.timing;
         let export = ftl::plan_format(c, &ftl, None)
             .map_or_else(|_| "-".to_string(), |pl| format_size(pl.max_export_bytes));
-        println!(
+        out!(
             "{:<14} {:>6} {:>6} {:>8} {:>5} {:>9} {:>9} {:>14} {:>9} {:>7}",
             p.name,
             format_size(u64::from(g.page_size)),
@@ -106,12 +106,12 @@ pub fn print(json: bool) -> anyhow::Result<()> {
             c.endurance
         );
     }
-    println!();
-    println!("BANKS is channels x banks per channel; EXPORT is the default exported size.");
-    println!("--capacity SIZE scales a preset's blocks per bank to export SIZE.");
-    println!();
+    out!();
+    out!("BANKS is channels x banks per channel; EXPORT is the default exported size.");
+    out!("--capacity SIZE scales a preset's blocks per bank to export SIZE.");
+    out!();
     for p in &all {
-        println!("{}: {}", p.name, p.description);
+        out!("{}: {}", p.name, p.description);
     }
     Ok(())
 }

@@ -246,6 +246,35 @@ fn presets_lists_every_preset() {
     let json: Value = serde_json::from_str(&run_ok(Command::new(FTLD).args(["presets", "--json"])))
         .expect("json");
     assert_eq!(json.as_array().map(Vec::len), Some(6));
+    // Latencies are numbers of microseconds, as in the table (k9-003: 25/200/1500 us).
+    let k9 = json
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["name"] == "k9-003"))
+        .expect("k9-003");
+    let t = &k9["config"]["timing"];
+    assert_eq!(t["t_read_us"], 25, "{t}");
+    assert_eq!(t["t_prog_us"], 200, "{t}");
+    assert_eq!(t["t_erase_us"], 1500, "{t}");
+}
+
+/// A reader that stops early (`ftld presets --json | head -1`) ends ftld quietly: no panic
+/// message, exit 0, for every subcommand that prints a lot.
+#[test]
+fn closed_stdout_exits_quietly() {
+    for args in [&["presets", "--json"][..], &["presets"][..]] {
+        let mut child = Command::new(FTLD)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        // Close our end of the pipe before ftld writes: every write then fails with EPIPE.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(out.status.success(), "{args:?}: {:?} {err}", out.status);
+    }
 }
 
 #[test]

@@ -8,13 +8,19 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// Latencies of one bank and the speed of a channel.
+///
+/// Serialized (JSON of `ftld presets --json` and `ftld info --json`) with the latencies as
+/// numbers of microseconds, `t_read_us` and so on, as the text output shows them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Timing {
     /// Array read (page to the bank's register), before the channel transfer.
+    #[serde(rename = "t_read_us", with = "micros")]
     pub t_read: Duration,
     /// Array program, after the channel transfer.
+    #[serde(rename = "t_prog_us", with = "micros")]
     pub t_prog: Duration,
     /// Block erase.
+    #[serde(rename = "t_erase_us", with = "micros")]
     pub t_erase: Duration,
     /// Channel speed; a transfer of `n` bytes takes `n / channel_bytes_per_sec` seconds.
     /// 0 means transfers take no time.
@@ -49,6 +55,31 @@ pub enum TimingMode {
     Real,
 }
 
+/// Serde for a `Duration` as a number of microseconds (fractional where it has nanoseconds).
+pub mod micros {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        if d.subsec_nanos().is_multiple_of(1000) {
+            s.serialize_u64(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        } else {
+            s.serialize_f64(d.as_secs_f64() * 1e6)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let us = f64::deserialize(d)?;
+        if !(0.0..=1e15).contains(&us) {
+            return Err(serde::de::Error::custom(format!(
+                "{us} is not a duration in microseconds (0 to 1e15)"
+            )));
+        }
+        Ok(Duration::from_nanos((us * 1000.0).round() as u64))
+    }
+}
+
 /// Saturating conversion of a duration to nanoseconds (u64 covers 584 years).
 pub(crate) fn dur_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -57,6 +88,24 @@ pub(crate) fn dur_ns(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_latencies_are_microseconds() {
+        let t = Timing {
+            t_read: Duration::from_micros(25),
+            t_prog: Duration::from_nanos(200_500),
+            t_erase: Duration::from_millis(2),
+            channel_bytes_per_sec: 40_000_000,
+        };
+        let v = serde_json::to_value(t).unwrap();
+        assert_eq!(v["t_read_us"], 25);
+        assert_eq!(v["t_prog_us"], 200.5);
+        assert_eq!(v["t_erase_us"], 2000);
+        assert_eq!(serde_json::from_value::<Timing>(v).unwrap(), t);
+        let bad = serde_json::json!({"t_read_us": -1, "t_prog_us": 1, "t_erase_us": 1,
+            "channel_bytes_per_sec": 1});
+        assert!(serde_json::from_value::<Timing>(bad).is_err());
+    }
 
     #[test]
     fn transfer_time_rounds_up() {
