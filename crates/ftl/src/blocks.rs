@@ -1,22 +1,19 @@
-//! Per-block bookkeeping: valid-slot bitmaps and counts, read pins, block states and the per-bank
-//! free lists (least-worn first).
+//! Per-block bookkeeping every scheme shares: block states, erase counts and the per-bank free
+//! lists (least-worn first), and read pins.
 //!
-//! There is no P2L table in RAM: GC learns which logical page a valid slot holds from the slot's
-//! OOB, which it reads anyway with the data — that keeps RAM at one bit per physical slot.
-//!
-//! Valid bitmaps, valid counts and read pins are atomics (no lock): they change on every commit
-//! and every read. Block states, erase counts and free lists change only when a block is opened,
-//! filled, erased or retired, under the bank's `BankAlloc` mutex. Lock order: a stripe lock may be
-//! held while a `BankAlloc` is taken, never the reverse.
+//! Read pins are atomics (no lock): they change on every read. Block states, erase counts and
+//! free lists change only when a block is opened, filled, erased or retired, under the bank's
+//! `BankAlloc` mutex. Lock order: a stripe lock may be held while a `BankAlloc` is taken, never
+//! the reverse.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::layout::{BlockIdx, Layout, Psa};
+use crate::layout::{BlockIdx, Layout};
 
 /// Life cycle of a block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -86,93 +83,18 @@ pub struct Bank {
     pub exclusive_gc: AtomicBool,
 }
 
-/// Valid bitmaps, valid counts and read pins of every block.
-pub struct BlockTable {
-    layout: Layout,
-    words_per_block: usize,
-    bitmap: Box<[AtomicU64]>,
-    valid: Box<[AtomicU32]>,
+/// Read pins of every block: a block is erased only when no read of it is being issued.
+pub struct ReadPins {
     readers: Box<[AtomicU32]>,
-    /// Valid slots on the whole device (the GC's yardstick for a worthwhile victim).
-    valid_total: AtomicU64,
 }
 
-impl BlockTable {
-    pub fn new(layout: Layout) -> BlockTable {
-        let blocks = layout.total_blocks() as usize;
-        let words_per_block = (layout.slots_per_block() as usize).div_ceil(64);
-        BlockTable {
-            layout,
-            words_per_block,
-            bitmap: (0..blocks * words_per_block)
-                .map(|_| AtomicU64::new(0))
+impl ReadPins {
+    pub fn new(layout: Layout) -> ReadPins {
+        ReadPins {
+            readers: (0..layout.total_blocks())
+                .map(|_| AtomicU32::new(0))
                 .collect(),
-            valid: (0..blocks).map(|_| AtomicU32::new(0)).collect(),
-            readers: (0..blocks).map(|_| AtomicU32::new(0)).collect(),
-            valid_total: AtomicU64::new(0),
         }
-    }
-
-    fn bit(&self, psa: Psa) -> (usize, u64, usize) {
-        let blk = self.layout.block_of(psa).0 as usize;
-        let s = self.layout.slot_in_block(psa) as usize;
-        (blk * self.words_per_block + s / 64, 1u64 << (s % 64), blk)
-    }
-
-    /// Marks a slot valid; returns false if it already was (a bug the invariant checks catch).
-    pub fn set_valid(&self, psa: Psa) -> bool {
-        let (w, m, blk) = self.bit(psa);
-        let was = self.bitmap[w].fetch_or(m, Ordering::AcqRel) & m != 0;
-        if !was {
-            self.valid[blk].fetch_add(1, Ordering::AcqRel);
-            self.valid_total.fetch_add(1, Ordering::Relaxed);
-        }
-        !was
-    }
-
-    /// Marks a slot invalid; returns whether it was valid.
-    pub fn clear_valid(&self, psa: Psa) -> bool {
-        let (w, m, blk) = self.bit(psa);
-        let was = self.bitmap[w].fetch_and(!m, Ordering::AcqRel) & m != 0;
-        if was {
-            self.valid[blk].fetch_sub(1, Ordering::AcqRel);
-            self.valid_total.fetch_sub(1, Ordering::Relaxed);
-        }
-        was
-    }
-
-    pub fn is_valid(&self, psa: Psa) -> bool {
-        let (w, m, _) = self.bit(psa);
-        self.bitmap[w].load(Ordering::Acquire) & m != 0
-    }
-
-    /// Valid bits actually set in a block's bitmap (the count's ground truth).
-    pub fn valid_bits(&self, b: BlockIdx) -> u32 {
-        let w = b.0 as usize * self.words_per_block;
-        self.bitmap[w..w + self.words_per_block]
-            .iter()
-            .map(|x| x.load(Ordering::Acquire).count_ones())
-            .sum()
-    }
-
-    /// Valid slots on the whole device.
-    pub fn valid_total(&self) -> u64 {
-        self.valid_total.load(Ordering::Relaxed)
-    }
-
-    pub fn valid_count(&self, b: BlockIdx) -> u32 {
-        self.valid[b.0 as usize].load(Ordering::Acquire)
-    }
-
-    /// Clears every bit (recovery rebuilds them from the map).
-    pub fn clear_all(&self) {
-        for w in self.bitmap.iter() {
-            w.store(0, Ordering::Release);
-        }
-        for v in self.valid.iter() {
-            v.store(0, Ordering::Release);
-        }
-        self.valid_total.store(0, Ordering::Release);
     }
 
     /// Pins a block against erasure while a NAND read of it is being issued. Taken under the
@@ -191,6 +113,6 @@ impl BlockTable {
     }
 
     pub fn memory_bytes(&self) -> usize {
-        self.bitmap.len() * 8 + self.valid.len() * 4 + self.readers.len() * 4
+        self.readers.len() * 4
     }
 }

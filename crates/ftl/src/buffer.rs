@@ -12,9 +12,9 @@ use crossbeam_channel::Sender;
 use event_listener::Event;
 use parking_lot::Mutex;
 
+use crate::cache::{Buffered, PageData};
 use crate::core::Core;
 use crate::layout::{Lpn, Psa, LOGICAL_PAGE};
-use crate::map::{Buffered, PageData};
 use crate::oob::{SlotKind, SlotMeta};
 
 /// Trim records that fit in one 4 KiB trim-log slot: a u32 count, then 16-byte records.
@@ -121,7 +121,7 @@ impl Core {
     /// Buffers one full logical page for queue `q`: the write is acknowledged once this returns.
     pub(crate) fn buffer_page(&self, q: usize, lpn: Lpn, data: PageData) {
         let seq = {
-            let mut st = self.map.lock(lpn);
+            let mut st = self.cache.lock(lpn);
             // Taken under the stripe lock: per page, sequence order is overlay order.
             let seq = self.next_seq();
             st.overlay.insert(

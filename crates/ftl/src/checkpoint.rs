@@ -542,7 +542,7 @@ impl Core {
                 lpns: self.lpns,
                 map,
                 blocks,
-                trims: self.trim_log.lock().clone(),
+                trims: self.map.trim_slots(),
             }
         };
         self.gate.thaw();
@@ -588,15 +588,7 @@ impl Core {
             force_full: false,
         };
         // Trim records older than both checkpoints are no longer needed by any recovery path.
-        let mut tl = self.trim_log.lock();
-        tl.retain(|(psa, seq)| {
-            let keep = *seq >= snap.prev_sc;
-            if !keep {
-                self.blocks.clear_valid(*psa);
-            }
-            keep
-        });
-        drop(tl);
+        self.map.prune_trim_log(snap.prev_sc);
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         if !full {
             self.counters

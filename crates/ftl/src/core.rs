@@ -11,7 +11,7 @@
 //!    checkpoint snapshots the map.
 //! 2. `gc_gate` (RwLock): GC steps hold it shared; the checkpoint snapshot holds it exclusive.
 //! 3. a bank's GC state mutex (`gc::BankGc`) — one cleaner per bank at a time.
-//! 4. a map stripe (`map::Stripe`).
+//! 4. a map stripe (`cache::Stripe`).
 //! 5. a queue's open page (`buffer::QueueState::open`), the trim log, a bank's allocator.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -20,11 +20,11 @@ use event_listener::{Event, Listener};
 use nand_model::NandDevice;
 use parking_lot::{Mutex, RwLock};
 
-use crate::blocks::{Bank, BlockState, BlockTable};
+use crate::blocks::{Bank, BlockState, ReadPins};
 use crate::buffer::QueueState;
 use crate::config::FtlConfig;
 use crate::gc::BankGc;
-use crate::layout::{Layout, Psa};
+use crate::layout::Layout;
 use crate::stats::Counters;
 
 /// Free blocks per bank that only GC may take (its frontier must never starve).
@@ -103,16 +103,17 @@ pub struct Core {
     pub layout: Layout,
     pub cfg: FtlConfig,
     pub lpns: u32,
-    pub map: crate::map::MappingTable,
-    pub blocks: BlockTable,
+    /// The write cache's index: overlay of buffered pages, stripe locks.
+    pub cache: crate::cache::WriteCache,
+    /// The page scheme's map: L2P, valid slots and the live trim log, kept in step.
+    pub map: crate::map::PageMap,
+    pub pins: ReadPins,
     pub banks: Vec<Bank>,
     pub gc: Vec<Mutex<BankGc>>,
     /// The host write queues, then one more queue that only carries trim records (so a trim's
     /// record never waits behind a data queue whose writer is stuck cleaning).
     pub queues: Vec<QueueState>,
     seq: AtomicU64,
-    /// Trim-log slots that must survive GC: those newer than the older of the two checkpoints.
-    pub trim_log: Mutex<Vec<(Psa, u64)>>,
     pub gate: HostGate,
     pub gc_gate: RwLock<()>,
     read_only: Mutex<Option<String>>,
@@ -151,8 +152,9 @@ impl Core {
     ) -> Core {
         let nbanks = layout.banks as usize;
         Core {
-            map: crate::map::MappingTable::new(lpns),
-            blocks: BlockTable::new(layout),
+            cache: crate::cache::WriteCache::new(),
+            map: crate::map::PageMap::new(layout, lpns),
+            pins: ReadPins::new(layout),
             gc: (0..nbanks).map(|_| Mutex::new(BankGc::default())).collect(),
             nand,
             layout,
@@ -161,7 +163,6 @@ impl Core {
             banks,
             queues,
             seq: AtomicU64::new(seq),
-            trim_log: Mutex::new(Vec::new()),
             gate: HostGate::new(),
             gc_gate: RwLock::new(()),
             read_only: Mutex::new(None),

@@ -171,7 +171,7 @@ impl Core {
                 let mut slots = [0u32; nand_model::MAX_PAGE_SIZE as usize / LOGICAL_PAGE];
                 let mut n = 0;
                 for s in 0..spp as u32 {
-                    if self.blocks.is_valid(self.layout.psa(addr, s)) {
+                    if self.map.is_valid(self.layout.psa(addr, s)) {
                         slots[n] = s;
                         n += 1;
                     }
@@ -305,6 +305,7 @@ impl Core {
                         .fetch_add(1, Ordering::Relaxed);
                     for meta in &g.staged.metas[..take] {
                         self.map.prefetch(meta.lpn);
+                        self.cache.prefetch(meta.lpn);
                     }
                     for i in 0..take {
                         let (meta, src) = (g.staged.metas[i], g.staged.srcs[i]);
@@ -408,6 +409,7 @@ impl Core {
                         Some(PageOob::Data(metas)) => {
                             for meta in &metas {
                                 self.map.prefetch(meta.lpn);
+                                self.cache.prefetch(meta.lpn);
                             }
                             for (i, meta) in metas.into_iter().enumerate() {
                                 let i = i as u32;
@@ -450,21 +452,13 @@ impl Core {
     fn relocate(&self, meta: SlotMeta, src: Psa, dst: Psa) {
         match meta.kind {
             SlotKind::Data => {
-                let _st = self.map.lock(meta.lpn);
-                if self.map.get(meta.lpn) == Some(src) {
-                    self.map.set(meta.lpn, Some(dst));
-                    self.blocks.set_valid(dst);
-                    self.blocks.clear_valid(src);
+                let st = self.cache.lock(meta.lpn);
+                if self.map.relocate(&st, meta.lpn, src, dst) {
                     self.counters.gc_copies.fetch_add(1, Ordering::Relaxed);
                 }
             }
             SlotKind::TrimLog => {
-                let mut tl = self.trim_log.lock();
-                if let Some(e) = tl.iter_mut().find(|e| e.0 == src) {
-                    e.0 = dst;
-                    self.blocks.set_valid(dst);
-                    self.blocks.clear_valid(src);
-                }
+                self.map.relocate_trim_slot(src, dst);
             }
             SlotKind::Pad => {}
         }
@@ -477,10 +471,7 @@ impl Core {
             block: cur.block,
         };
         let idx = self.layout.block_idx(blk_addr);
-        let left = self
-            .blocks
-            .valid_count(idx)
-            .max(self.blocks.valid_bits(idx));
+        let left = self.map.valid_count(idx).max(self.map.valid_bits(idx));
         if left != 0 {
             // Slots unmapped by a trim whose record is not on flash yet stay valid: the block
             // must wait. Ask the maintenance thread to write the trim records out.
@@ -494,7 +485,7 @@ impl Core {
             return Step::Idle;
         }
 
-        while self.blocks.pinned(idx) {
+        while self.pins.pinned(idx) {
             std::thread::yield_now();
         }
         if cur.purpose == Purpose::WearLevel {
@@ -554,7 +545,7 @@ impl Core {
         let used = (self.layout.total_blocks() as u64)
             .saturating_sub(reserved + free)
             .max(1);
-        let avg = self.blocks.valid_total().div_ceil(used);
+        let avg = self.map.valid_total().div_ceil(used);
         (avg.min(u32::MAX as u64) as u32).clamp(spb - spb.div_ceil(4), spb - 1)
     }
 
@@ -580,7 +571,7 @@ impl Core {
                 bank: BankId(b),
                 block: block as u32,
             };
-            self.blocks.valid_count(self.layout.block_idx(addr)) <= room
+            self.map.valid_count(self.layout.block_idx(addr)) <= room
         };
         let pick = |block: u32, purpose| Some((block, purpose));
         let mut chosen = a
@@ -629,7 +620,7 @@ impl Core {
                 bank: BankId(b),
                 block: i as u32,
             };
-            let valid = self.blocks.valid_count(self.layout.block_idx(blk));
+            let valid = self.map.valid_count(self.layout.block_idx(blk));
             if valid >= spb || valid > room {
                 continue;
             }
@@ -720,7 +711,7 @@ impl Core {
                 let best = self
                     .best_reclaim_victim(b, &a, u32::MAX)
                     .map_or(u32::MAX, |blk| {
-                        self.blocks.valid_count(self.layout.block_idx(BlockAddr {
+                        self.map.valid_count(self.layout.block_idx(BlockAddr {
                             bank: BankId(b),
                             block: blk,
                         }))

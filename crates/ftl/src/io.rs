@@ -15,10 +15,10 @@ use std::task::{Context, Poll};
 use nand_model::{Completion, NandError, PageAddr};
 
 use crate::buffer::{SealedPage, TrimRecord};
+use crate::cache::PageData;
 use crate::core::Core;
 use crate::error::{FtlError, Result};
 use crate::layout::{Lpn, LOGICAL_PAGE, SECTOR};
-use crate::map::PageData;
 use crate::oob::SlotKind;
 
 const LP: u64 = LOGICAL_PAGE as u64;
@@ -85,7 +85,7 @@ impl Core {
     fn read_lpn(&self, lpn: Lpn, off: usize, dst: &mut [u8]) -> Result<Option<Completion>> {
         let retries = self.cfg.read_retries;
         for attempt in 0..=retries {
-            let st = self.map.lock(lpn);
+            let st = self.cache.lock(lpn);
             if let Some(b) = st.overlay.get(&lpn.0) {
                 dst.copy_from_slice(&b.data[off..off + dst.len()]);
                 return Ok(None);
@@ -95,13 +95,13 @@ impl Core {
                 return Ok(None);
             };
             let blk = self.layout.block_of(psa);
-            self.blocks.pin(blk);
+            self.pins.pin(blk);
             drop(st);
             let (page, slot) = self.layout.split(psa);
             let r = self
                 .nand
                 .read(page, slot * LOGICAL_PAGE as u32 + off as u32, dst, None);
-            self.blocks.unpin(blk);
+            self.pins.unpin(blk);
             match r {
                 Ok(c) => return Ok(Some(c)),
                 Err(NandError::Uncorrectable { .. }) => {
@@ -235,16 +235,17 @@ impl Core {
     fn unmap_chunk(&self, q: usize, start: u32, count: u32) -> bool {
         let mut zombies = Vec::new();
         let seq = {
-            let mut g = self.map.lock_range(start, count);
+            let mut g = self.cache.lock_range(start, count);
             // Every stripe of the range is held: the record's sequence number is above every
             // earlier write of these pages and below every later one.
             let seq = self.next_seq();
             for l in start..start + count {
                 let lpn = Lpn(l);
-                g.stripe(lpn).overlay.remove(&l);
+                let stripe = g.stripe(lpn);
+                stripe.overlay.remove(&l);
                 // The old slot stays valid until the trim record is durable (see
                 // `SealedPage::zombies`).
-                if let Some(old) = self.map.set(lpn, None) {
+                if let Some(old) = self.map.unmap(stripe, lpn) {
                     zombies.push(old);
                 }
             }
@@ -303,27 +304,19 @@ impl Core {
             let psa = self.layout.psa(addr, i as u32);
             match meta.kind {
                 SlotKind::Data => {
-                    let mut st = self.map.lock(meta.lpn);
+                    let mut st = self.cache.lock(meta.lpn);
                     if st.overlay.get(&meta.lpn.0).map(|b| b.seq) == Some(meta.seq) {
                         st.overlay.remove(&meta.lpn.0);
-                        let old = self.map.set(meta.lpn, Some(psa));
-                        self.blocks.set_valid(psa);
-                        if let Some(old) = old {
-                            self.blocks.clear_valid(old);
-                        }
+                        self.map.commit(&st, meta.lpn, psa);
                     }
                 }
-                SlotKind::TrimLog => {
-                    let mut tl = self.trim_log.lock();
-                    self.blocks.set_valid(psa);
-                    tl.push((psa, meta.seq));
-                }
+                SlotKind::TrimLog => self.map.log_trim_slot(psa, meta.seq),
                 SlotKind::Pad => {}
             }
         }
         // The trim records are on flash now: what they unmapped may be reclaimed.
         for z in &page.zombies {
-            self.blocks.clear_valid(*z);
+            self.map.release(*z);
         }
     }
 }
@@ -342,7 +335,7 @@ struct RmwGuard<'a> {
 impl<'a> Future for RmwLock<'a> {
     type Output = RmwGuard<'a>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<RmwGuard<'a>> {
-        let mut st = self.core.map.lock(self.lpn);
+        let mut st = self.core.cache.lock(self.lpn);
         match st.rmw.get_mut(&self.lpn.0) {
             Some(waiters) => {
                 waiters.push(cx.waker().clone());
@@ -361,7 +354,7 @@ impl<'a> Future for RmwLock<'a> {
 
 impl Drop for RmwGuard<'_> {
     fn drop(&mut self) {
-        let waiters = self.core.map.lock(self.lpn).rmw.remove(&self.lpn.0);
+        let waiters = self.core.cache.lock(self.lpn).rmw.remove(&self.lpn.0);
         for w in waiters.into_iter().flatten() {
             w.wake();
         }

@@ -51,13 +51,14 @@
 
 mod blocks;
 mod buffer;
+pub mod cache;
 mod checkpoint;
 mod config;
 mod core;
 mod error;
 mod gc;
 mod io;
-mod layout;
+pub mod layout;
 pub mod map;
 mod oob;
 mod recovery;
@@ -529,7 +530,7 @@ impl Ftl {
     #[doc(hidden)]
     pub fn debug_lpn(&self, lpn: u32) -> String {
         let core = &self.core;
-        let st = core.map.lock(layout::Lpn(lpn));
+        let st = core.cache.lock(layout::Lpn(lpn));
         let buffered = st.overlay.get(&lpn).map(|b| b.seq);
         drop(st);
         let Some(psa) = core.map.get(layout::Lpn(lpn)) else {
@@ -547,7 +548,7 @@ impl Ftl {
         format!(
             "lpn {lpn}: psa {} = {page:?} slot {slot}, valid {}, buffered {buffered:?}, block {state:?}, oob {meta:?}",
             psa.0,
-            core.blocks.is_valid(psa)
+            core.map.is_valid(psa)
         )
     }
 
@@ -568,36 +569,8 @@ impl Ftl {
         let _ckpt = core.ckpt_lock.lock();
         let _gc = core.gc_gate.write();
         let layout = core.layout;
-        let mut expect = vec![0u32; layout.total_blocks() as usize];
-        let mut seen = std::collections::HashSet::new();
-        for l in 0..core.lpns {
-            if let Some(psa) = core.map.get(Lpn(l)) {
-                if !seen.insert(psa) {
-                    return Err(format!("slot {psa:?} mapped twice (lpn {l})"));
-                }
-                if !core.blocks.is_valid(psa) {
-                    return Err(format!("lpn {l} maps to {psa:?} whose valid bit is clear"));
-                }
-                expect[layout.block_of(psa).0 as usize] += 1;
-            }
-        }
-        for (psa, _) in core.trim_log.lock().iter() {
-            if !seen.insert(*psa) {
-                return Err(format!("trim slot {psa:?} also mapped"));
-            }
-            expect[layout.block_of(*psa).0 as usize] += 1;
-        }
+        let expect = core.map.check()?;
         for (b, e) in expect.iter().enumerate() {
-            let got = core.blocks.valid_count(layout::BlockIdx(b as u32));
-            let bits = core.blocks.valid_bits(layout::BlockIdx(b as u32));
-            if bits != got {
-                return Err(format!(
-                    "block {b}: valid count {got} but {bits} valid bits"
-                ));
-            }
-            if got != *e {
-                return Err(format!("block {b}: valid count {got}, expected {e}"));
-            }
             let bank = b as u32 / layout.blocks_per_bank;
             let blk = b as u32 % layout.blocks_per_bank;
             let state = core.bank(bank).alloc.lock().state[blk as usize];
@@ -614,7 +587,6 @@ impl Ftl {
         if v != 0 {
             return Err(format!("{v} flash rule violations"));
         }
-        let _ = Psa::UNMAPPED;
         Ok(())
     }
 }

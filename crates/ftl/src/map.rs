@@ -1,140 +1,159 @@
-//! The logical-to-physical map: a lock-striped L2P table with an overlay of buffered writes.
+//! The page scheme's address map: the L2P table, the valid-slot bitmap and the live trim log,
+//! with one owner so that they change together.
 //!
 //! # Structure
 //! - `l2p`: one `AtomicU32` per exported logical page holding a [`Psa`] or `Psa::UNMAPPED`
-//!   (4 bytes per exported 4 KiB page — the whole table's cost).
-//! - `stripes`: [`STRIPES`] mutexes; logical page `lpn` belongs to stripe `lpn % STRIPES`. A
-//!   stripe's lock protects (a) the `l2p` entries of its pages against concurrent *updates*,
-//!   (b) its `overlay`: the newest version of each of its pages that is still in a write buffer,
-//!   and (c) its partial-write locks (`rmw`).
+//!   (4 bytes per exported 4 KiB page — the whole table's cost), plus one change bit per chunk
+//!   of [`CHUNK`] entries for incremental checkpoints.
+//! - `valid`: one bit per physical slot and a count per block (GC's victim choice), never
+//!   changed except by the methods here.
+//! - `trim_log`: trim-log slots that must survive GC (those newer than the older checkpoint).
 //!
-//! # Why 1024 stripes
-//! LFTL locks single mapping entries (bit locks); a lock per entry would cost more memory than the
-//! table itself. With `T` threads touching random pages, two of them meet on a stripe with
-//! probability about `T^2 / (2 * STRIPES)`: under 4 % for 8 threads at 1024 stripes, while the
-//! stripes cost 64 KiB (cache-line padded, so neighbours never false-share). Consecutive pages
-//! land on consecutive stripes, so a sequential stream spreads over all of them.
+//! # Invariant (2) of the design page, kept here
+//! A slot's valid bit is set iff `l2p` or the trim log points at it, or it is a *zombie*: a
+//! slot [`PageMap::unmap`] took out of `l2p` whose trim record is not on flash yet (it is
+//! released by [`PageMap::release`] once the record is). Every method that moves an entry moves
+//! its valid bit in the same call: [`PageMap::commit`] (a programmed slot becomes a page's
+//! newest version), [`PageMap::relocate`] (GC moved it), [`PageMap::unmap`] / `release` (trim),
+//! [`PageMap::log_trim_slot`] / `relocate_trim_slot` / `prune_trim_log`, and
+//! [`PageMap::install`] (recovery). [`PageMap::check`] verifies it.
 //!
-//! # Invariants (checked by `Core::check_invariants`)
-//! - A page's newest acknowledged version is in the overlay if it has one, else at `l2p`.
-//! - Sequence numbers of one page are taken under its stripe lock, so their order is the order
-//!   in which the overlay saw the writes; a buffered slot commits into `l2p` only if the overlay
-//!   still holds its sequence number (a newer write or a trim makes it garbage).
-//!
-//! Lock order: stripe, then anything else (block table atomics need no lock; the trim log's mutex
-//! and a bank's allocator may be taken while a stripe is held; never the reverse).
+//! # Locking
+//! An entry changes only under its page's stripe lock (`cache::WriteCache`), which the
+//! mutating methods take as a witness (`&Stripe`). Valid bits and counts are atomics; the trim
+//! log has its own mutex, taken after a stripe (never the reverse).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::task::Waker;
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 
+use crate::cache::Stripe;
 use crate::checkpoint::CHUNK;
-use crate::layout::{Lpn, Psa};
+use crate::layout::{BlockIdx, Layout, Lpn, Psa};
 
-/// Number of lock stripes (see the module doc for the choice).
-pub const STRIPES: usize = 1024;
-
-/// A 4 KiB logical page's bytes, shared between the overlay and the write buffer.
-pub type PageData = bytes::Bytes;
-
-/// The newest version of a page that is still buffered in RAM.
-#[derive(Clone)]
-pub struct Buffered {
-    pub seq: u64,
-    pub data: PageData,
+/// Valid bitmaps and counts of every block. Private: only [`PageMap`] changes them.
+struct ValidSlots {
+    layout: Layout,
+    words_per_block: usize,
+    bitmap: Box<[AtomicU64]>,
+    count: Box<[AtomicU32]>,
+    /// Valid slots on the whole device (the GC's yardstick for a worthwhile victim).
+    total: AtomicU64,
 }
 
-/// State guarded by one stripe lock.
-#[derive(Default)]
-pub struct Stripe {
-    pub overlay: HashMap<u32, Buffered>,
-    /// Pages locked for a read-modify-write, with the tasks waiting for them.
-    pub rmw: HashMap<u32, Vec<Waker>>,
-}
-
-#[repr(align(64))]
-struct Padded(Mutex<Stripe>);
-
-/// The L2P table and its stripes.
-pub struct MappingTable {
-    l2p: Box<[AtomicU32]>,
-    stripes: Box<[Padded]>,
-    /// One bit per chunk of `checkpoint::CHUNK` entries changed since the last checkpoint
-    /// (what an incremental checkpoint writes).
-    dirty: Box<[AtomicU64]>,
-}
-
-impl MappingTable {
-    /// A table of `lpns` entries, all unmapped.
-    pub fn new(lpns: u32) -> MappingTable {
-        MappingTable {
-            l2p: (0..lpns).map(|_| AtomicU32::new(Psa::UNMAPPED)).collect(),
-            stripes: (0..STRIPES)
-                .map(|_| Padded(Mutex::new(Stripe::default())))
-                .collect(),
-            dirty: (0..(lpns as usize).div_ceil(CHUNK as usize).div_ceil(64))
+impl ValidSlots {
+    fn new(layout: Layout) -> ValidSlots {
+        let blocks = layout.total_blocks() as usize;
+        let words_per_block = (layout.slots_per_block() as usize).div_ceil(64);
+        ValidSlots {
+            layout,
+            words_per_block,
+            bitmap: (0..blocks * words_per_block)
                 .map(|_| AtomicU64::new(0))
                 .collect(),
+            count: (0..blocks).map(|_| AtomicU32::new(0)).collect(),
+            total: AtomicU64::new(0),
         }
     }
 
-    /// Starts loading `lpn`'s entry and its stripe lock into the cache. GC calls it before it
-    /// locks the stripe: both are usually cold there (GC visits logical pages at random), and a
-    /// lock's atomic instruction would otherwise wait for its own miss before the entry's load
-    /// could even start.
+    fn bit(&self, psa: Psa) -> (usize, u64, usize) {
+        let blk = self.layout.block_of(psa).0 as usize;
+        let s = self.layout.slot_in_block(psa) as usize;
+        (blk * self.words_per_block + s / 64, 1u64 << (s % 64), blk)
+    }
+
+    /// Marks a slot valid; returns false if it already was.
+    fn set(&self, psa: Psa) -> bool {
+        let (w, m, blk) = self.bit(psa);
+        let was = self.bitmap[w].fetch_or(m, Ordering::AcqRel) & m != 0;
+        if !was {
+            self.count[blk].fetch_add(1, Ordering::AcqRel);
+            self.total.fetch_add(1, Ordering::Relaxed);
+        }
+        !was
+    }
+
+    /// Marks a slot invalid; returns whether it was valid.
+    fn clear(&self, psa: Psa) -> bool {
+        let (w, m, blk) = self.bit(psa);
+        let was = self.bitmap[w].fetch_and(!m, Ordering::AcqRel) & m != 0;
+        if was {
+            self.count[blk].fetch_sub(1, Ordering::AcqRel);
+            self.total.fetch_sub(1, Ordering::Relaxed);
+        }
+        was
+    }
+
+    fn is_set(&self, psa: Psa) -> bool {
+        let (w, m, _) = self.bit(psa);
+        self.bitmap[w].load(Ordering::Acquire) & m != 0
+    }
+
+    fn bits(&self, b: BlockIdx) -> u32 {
+        let w = b.0 as usize * self.words_per_block;
+        self.bitmap[w..w + self.words_per_block]
+            .iter()
+            .map(|x| x.load(Ordering::Acquire).count_ones())
+            .sum()
+    }
+
+    fn clear_all(&self) {
+        self.bitmap
+            .iter()
+            .for_each(|w| w.store(0, Ordering::Release));
+        self.count
+            .iter()
+            .for_each(|v| v.store(0, Ordering::Release));
+        self.total.store(0, Ordering::Release);
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.bitmap.len() * 8 + self.count.len() * 4
+    }
+}
+
+/// The L2P table, valid bitmap and trim log (see the module doc).
+pub struct PageMap {
+    l2p: Box<[AtomicU32]>,
+    /// One bit per chunk of `CHUNK` entries changed since the last checkpoint (what an
+    /// incremental checkpoint writes).
+    dirty: Box<[AtomicU64]>,
+    valid: ValidSlots,
+    trim_log: Mutex<Vec<(Psa, u64)>>,
+}
+
+impl PageMap {
+    /// A map of `lpns` entries over `layout`, all unmapped, every slot invalid.
+    pub fn new(layout: Layout, lpns: u32) -> PageMap {
+        PageMap {
+            l2p: (0..lpns).map(|_| AtomicU32::new(Psa::UNMAPPED)).collect(),
+            dirty: (0..(lpns as usize).div_ceil(CHUNK as usize).div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            valid: ValidSlots::new(layout),
+            trim_log: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Starts loading `lpn`'s entry into the cache. GC calls it (with the stripe's prefetch)
+    /// before it locks the stripe: both are usually cold there (GC visits logical pages at
+    /// random), and a lock's atomic instruction would otherwise wait for its own miss before
+    /// the entry's load could even start.
     pub fn prefetch(&self, lpn: Lpn) {
         #[cfg(target_arch = "x86_64")]
-        {
+        if let Some(e) = self.l2p.get(lpn.0 as usize) {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let i = lpn.0 as usize;
-            if let (Some(e), Some(s)) = (self.l2p.get(i), self.stripes.get(i % STRIPES)) {
-                // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has (it is part of the
-                // x86_64 baseline the crate is built for). A prefetch is only a hint: it reads
-                // nothing into the program and never faults; the pointers are to live fields
-                // of `self` anyway.
-                unsafe {
-                    _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(e).cast());
-                    _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(s).cast());
-                }
-            }
+            // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has (it is part of the
+            // x86_64 baseline the crate is built for). A prefetch is only a hint: it reads
+            // nothing into the program and never faults; the pointer is to a live entry.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(e).cast()) };
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = lpn;
     }
 
-    /// Locks the stripe of `lpn`.
-    pub fn lock(&self, lpn: Lpn) -> MutexGuard<'_, Stripe> {
-        self.stripes[lpn.0 as usize % STRIPES].0.lock()
-    }
-
-    /// Locks every stripe that holds a page of `start .. start + count`, in ascending stripe
-    /// order (the only order in which several stripes are ever taken).
-    pub fn lock_range(&self, start: u32, count: u32) -> RangeGuard<'_> {
-        let idx: Vec<usize> = if count as usize >= STRIPES {
-            (0..STRIPES).collect()
-        } else {
-            let mut v: Vec<usize> = (start..start + count)
-                .map(|l| l as usize % STRIPES)
-                .collect();
-            v.sort_unstable();
-            v.dedup();
-            v
-        };
-        let mut slot = vec![usize::MAX; STRIPES];
-        let guards = idx
-            .iter()
-            .enumerate()
-            .map(|(i, &s)| {
-                slot[s] = i;
-                self.stripes[s].0.lock()
-            })
-            .collect();
-        RangeGuard { guards, slot }
-    }
-
-    /// Reads an entry. Callers that act on the value (pin a block, compare-and-set) hold the stripe.
+    /// Where `lpn`'s newest flushed version lives. Callers that act on the value (pin a block,
+    /// compare) hold the page's stripe.
     pub fn get(&self, lpn: Lpn) -> Option<Psa> {
         match self.l2p[lpn.0 as usize].load(Ordering::Acquire) {
             Psa::UNMAPPED => None,
@@ -142,8 +161,7 @@ impl MappingTable {
         }
     }
 
-    /// Sets an entry; the caller holds the stripe lock (or owns the table exclusively).
-    pub fn set(&self, lpn: Lpn, psa: Option<Psa>) -> Option<Psa> {
+    fn swap(&self, lpn: Lpn, psa: Option<Psa>) -> Option<Psa> {
         let c = (lpn.0 / CHUNK) as usize;
         let (w, bit) = (&self.dirty[c / 64], 1u64 << (c % 64));
         // Read first: after the first change of a chunk its word is only read, not bounced.
@@ -155,6 +173,112 @@ impl MappingTable {
             Psa::UNMAPPED => None,
             old => Some(Psa(old)),
         }
+    }
+
+    /// A programmed slot `psa` becomes `lpn`'s newest version; the slot it replaces becomes
+    /// garbage. `_stripe` is `lpn`'s stripe, held.
+    pub fn commit(&self, _stripe: &Stripe, lpn: Lpn, psa: Psa) {
+        let old = self.swap(lpn, Some(psa));
+        self.valid.set(psa);
+        if let Some(old) = old {
+            self.valid.clear(old);
+        }
+    }
+
+    /// GC copied `lpn`'s slot from `src` to `dst`: switch to the copy unless a newer write or
+    /// a trim replaced `src` meanwhile (then the copy is garbage). Returns whether it switched.
+    pub fn relocate(&self, _stripe: &Stripe, lpn: Lpn, src: Psa, dst: Psa) -> bool {
+        if self.get(lpn) != Some(src) {
+            return false;
+        }
+        self.swap(lpn, Some(dst));
+        self.valid.set(dst);
+        self.valid.clear(src);
+        true
+    }
+
+    /// Trim: unmaps `lpn` and returns its slot, which stays valid (a zombie, so GC keeps its
+    /// block) until [`PageMap::release`] says the trim's record is on flash.
+    pub fn unmap(&self, _stripe: &Stripe, lpn: Lpn) -> Option<Psa> {
+        self.swap(lpn, None)
+    }
+
+    /// A zombie's trim record is on flash: its slot is garbage now.
+    pub fn release(&self, zombie: Psa) {
+        self.valid.clear(zombie);
+    }
+
+    /// A programmed trim-log slot: live (valid) until [`PageMap::prune_trim_log`] drops it.
+    pub fn log_trim_slot(&self, psa: Psa, seq: u64) {
+        let mut tl = self.trim_log.lock();
+        self.valid.set(psa);
+        tl.push((psa, seq));
+    }
+
+    /// GC copied a trim-log slot; returns whether it was live (and now lives at `dst`).
+    pub fn relocate_trim_slot(&self, src: Psa, dst: Psa) -> bool {
+        let mut tl = self.trim_log.lock();
+        let Some(e) = tl.iter_mut().find(|e| e.0 == src) else {
+            return false;
+        };
+        e.0 = dst;
+        self.valid.set(dst);
+        self.valid.clear(src);
+        true
+    }
+
+    /// Drops the trim-log slots older than `keep_from` (no recovery path needs them any more).
+    pub fn prune_trim_log(&self, keep_from: u64) {
+        self.trim_log.lock().retain(|(psa, seq)| {
+            let keep = *seq >= keep_from;
+            if !keep {
+                self.valid.clear(*psa);
+            }
+            keep
+        });
+    }
+
+    /// The live trim-log slots (for a checkpoint).
+    pub fn trim_slots(&self) -> Vec<(Psa, u64)> {
+        self.trim_log.lock().clone()
+    }
+
+    /// Replaces the whole state (recovery, before the FTL is shared): the map, the live trim-log
+    /// slots, and the valid bits they imply. Returns the number of mapped pages.
+    pub fn install(&self, l2p: &[u32], trim_slots: Vec<(Psa, u64)>) -> u64 {
+        self.valid.clear_all();
+        let mut mapped = 0;
+        for (e, v) in self.l2p.iter().zip(l2p) {
+            e.store(*v, Ordering::Release);
+            if *v != Psa::UNMAPPED {
+                self.valid.set(Psa(*v));
+                mapped += 1;
+            }
+        }
+        for (psa, _) in &trim_slots {
+            self.valid.set(*psa);
+        }
+        *self.trim_log.lock() = trim_slots;
+        mapped
+    }
+
+    pub fn is_valid(&self, psa: Psa) -> bool {
+        self.valid.is_set(psa)
+    }
+
+    /// Valid slots of a block (by its count).
+    pub fn valid_count(&self, b: BlockIdx) -> u32 {
+        self.valid.count[b.0 as usize].load(Ordering::Acquire)
+    }
+
+    /// Valid bits actually set in a block's bitmap (the count's ground truth).
+    pub fn valid_bits(&self, b: BlockIdx) -> u32 {
+        self.valid.bits(b)
+    }
+
+    /// Valid slots on the whole device.
+    pub fn valid_total(&self) -> u64 {
+        self.valid.total.load(Ordering::Relaxed)
     }
 
     /// A copy of the raw table (for checkpoints; the caller has quiesced all writers).
@@ -203,66 +327,117 @@ impl MappingTable {
         out
     }
 
-    /// Replaces the whole table (recovery, before the FTL is shared).
-    pub fn load(&self, entries: &[u32]) {
-        for (e, v) in self.l2p.iter().zip(entries) {
-            e.store(*v, Ordering::Release);
+    /// Checks invariant (2) with no zombie outstanding (the caller flushed the trim records and
+    /// holds every mutation off): no slot mapped twice, every mapped or trim-log slot valid,
+    /// and every block's valid count equal to its bits and to the slots pointing into it.
+    /// Returns the valid slots per block for the caller's block-state checks.
+    pub fn check(&self) -> Result<Vec<u32>, String> {
+        let layout = self.valid.layout;
+        let mut expect = vec![0u32; layout.total_blocks() as usize];
+        let mut seen = std::collections::HashSet::new();
+        for (l, e) in self.l2p.iter().enumerate() {
+            let v = e.load(Ordering::Acquire);
+            if v == Psa::UNMAPPED {
+                continue;
+            }
+            let psa = Psa(v);
+            if v as u64 >= layout.total_slots() {
+                return Err(format!("lpn {l} maps to {psa:?}, past the device"));
+            }
+            if !seen.insert(psa) {
+                return Err(format!("slot {psa:?} mapped twice (lpn {l})"));
+            }
+            if !self.is_valid(psa) {
+                return Err(format!("lpn {l} maps to {psa:?} whose valid bit is clear"));
+            }
+            expect[layout.block_of(psa).0 as usize] += 1;
         }
+        for (psa, _) in self.trim_log.lock().iter() {
+            if !seen.insert(*psa) {
+                return Err(format!("trim slot {psa:?} also mapped"));
+            }
+            if !self.is_valid(*psa) {
+                return Err(format!("trim slot {psa:?} has its valid bit clear"));
+            }
+            expect[layout.block_of(*psa).0 as usize] += 1;
+        }
+        for (b, e) in expect.iter().enumerate() {
+            let got = self.valid_count(BlockIdx(b as u32));
+            let bits = self.valid_bits(BlockIdx(b as u32));
+            if bits != got {
+                return Err(format!(
+                    "block {b}: valid count {got} but {bits} valid bits"
+                ));
+            }
+            if got != *e {
+                return Err(format!("block {b}: valid count {got}, expected {e}"));
+            }
+        }
+        Ok(expect)
     }
 
-    /// Number of buffered pages across all stripes (for invariant checks and stats).
-    pub fn overlay_len(&self) -> usize {
-        self.stripes.iter().map(|s| s.0.lock().overlay.len()).sum()
-    }
-
-    /// Bytes of RAM the table uses (grows with the exported size).
+    /// Bytes of RAM the map and bitmaps use (grow with the device).
     pub fn memory_bytes(&self) -> usize {
-        self.l2p.len() * 4
-    }
-
-    /// Bytes of RAM the stripes use (fixed, whatever the size).
-    pub fn fixed_bytes(&self) -> usize {
-        self.stripes.len() * std::mem::size_of::<Padded>()
-    }
-}
-
-/// Several stripe locks held at once (see [`MappingTable::lock_range`]).
-pub struct RangeGuard<'a> {
-    guards: Vec<MutexGuard<'a, Stripe>>,
-    slot: Vec<usize>,
-}
-
-impl RangeGuard<'_> {
-    /// The stripe of `lpn`, which must be inside the locked range.
-    pub fn stripe(&mut self, lpn: Lpn) -> &mut Stripe {
-        let i = self.slot[lpn.0 as usize % STRIPES];
-        &mut self.guards[i]
+        self.l2p.len() * 4 + self.dirty.len() * 8 + self.valid.memory_bytes()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nand_model::Geometry;
+
+    fn map() -> PageMap {
+        let geo = Geometry {
+            channels: 1,
+            banks_per_channel: 2,
+            blocks_per_bank: 8,
+            pages_per_block: 4,
+            page_size: 8192,
+            oob_size: 128,
+        };
+        PageMap::new(Layout::new(&geo, 1), 20)
+    }
 
     #[test]
-    fn set_get() {
-        let m = MappingTable::new(10);
+    fn every_change_keeps_map_and_bits_in_step() {
+        let m = map();
+        let s = Stripe::default();
         assert_eq!(m.get(Lpn(3)), None);
-        assert_eq!(m.set(Lpn(3), Some(Psa(7))), None);
+        m.commit(&s, Lpn(3), Psa(7));
         assert_eq!(m.get(Lpn(3)), Some(Psa(7)));
-        assert_eq!(m.set(Lpn(3), None), Some(Psa(7)));
+        m.commit(&s, Lpn(3), Psa(9));
+        assert!(!m.is_valid(Psa(7)) && m.is_valid(Psa(9)));
+        // A relocation from a slot the page no longer lives at is refused.
+        assert!(!m.relocate(&s, Lpn(3), Psa(7), Psa(11)));
+        assert!(m.relocate(&s, Lpn(3), Psa(9), Psa(40)));
+        let blk = m.valid.layout.block_of(Psa(40)).0 as usize;
+        assert_eq!(m.check().map(|e| e[blk]), Ok(1));
+        // Trim: the slot stays valid until released.
+        assert_eq!(m.unmap(&s, Lpn(3)), Some(Psa(40)));
+        assert!(m.is_valid(Psa(40)));
+        assert!(m.check().is_err(), "a zombie is not pointed at");
+        m.release(Psa(40));
+        m.log_trim_slot(Psa(1), 5);
+        assert!(m.relocate_trim_slot(Psa(1), Psa(2)));
+        assert!(!m.relocate_trim_slot(Psa(1), Psa(3)));
+        assert_eq!(m.check().map(|e| e.iter().sum::<u32>()), Ok(1));
+        m.prune_trim_log(6);
+        assert_eq!(m.valid_total(), 0);
+        assert_eq!(m.check().map(|e| e.iter().sum::<u32>()), Ok(0));
         assert_eq!(m.snapshot()[3], Psa::UNMAPPED);
     }
 
     #[test]
-    fn prefetch_is_only_a_hint() {
-        let m = MappingTable::new(3000);
-        m.set(Lpn(2999), Some(Psa(5)));
-        // In range, past the stripes' count, and past the table's end (ignored).
-        for l in [0, 1023, 1024, 2999, 3000, u32::MAX] {
-            m.prefetch(Lpn(l));
-        }
-        assert_eq!(m.get(Lpn(2999)), Some(Psa(5)));
-        assert_eq!(m.get(Lpn(0)), None);
+    fn install_sets_the_bits_of_what_it_maps() {
+        let m = map();
+        let mut l2p = vec![Psa::UNMAPPED; 20];
+        l2p[0] = 4;
+        l2p[19] = 63;
+        assert_eq!(m.install(&l2p, vec![(Psa(10), 1)]), 2);
+        assert_eq!(m.valid_total(), 3);
+        assert!(m.check().is_ok());
+        m.prefetch(Lpn(19));
+        m.prefetch(Lpn(u32::MAX));
     }
 }

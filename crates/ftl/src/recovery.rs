@@ -183,15 +183,6 @@ impl Core {
             .count() as u64;
 
         // Install the map and rebuild the bitmaps.
-        self.map.load(&l2p);
-        self.blocks.clear_all();
-        let mut mapped = 0;
-        for e in &l2p {
-            if *e != Psa::UNMAPPED {
-                self.blocks.set_valid(Psa(*e));
-                mapped += 1;
-            }
-        }
         // Trim-log slots: the checkpoint's own (if their block survived) and the scanned ones.
         let mut tl = Vec::new();
         if let Some(c) = ckpt {
@@ -205,10 +196,7 @@ impl Core {
         tl.extend(trim_slots);
         tl.sort_unstable();
         tl.dedup_by_key(|e| e.0);
-        for (psa, _) in &tl {
-            self.blocks.set_valid(*psa);
-        }
-        *self.trim_log.lock() = tl;
+        let mapped = self.map.install(&l2p, tl);
 
         // Block states and free lists.
         for bank in 0..layout.banks {

@@ -217,7 +217,7 @@ impl Core {
             (ld(&c.page_programs) + ld(&c.gc_page_programs)) * self.layout.page_size as u64;
         // Per block in the bank allocators: state (1), erase count (4), fill sequence (8).
         let alloc_bytes = self.layout.total_blocks() as usize * 13;
-        let mem = self.map.memory_bytes() + self.blocks.memory_bytes() + alloc_bytes;
+        let mem = self.map.memory_bytes() + self.pins.memory_bytes() + alloc_bytes;
         FtlStats {
             capacity_bytes: self.capacity(),
             logical_pages: self.lpns,
@@ -253,7 +253,7 @@ impl Core {
             checkpoint_failures: ld(&c.checkpoint_failures),
             checkpoint_deltas: ld(&c.checkpoint_deltas),
             checkpoint_pages: ld(&c.checkpoint_pages),
-            buffered_pages: self.map.overlay_len(),
+            buffered_pages: self.cache.overlay_len(),
             wear: WearStats {
                 min: if wmin == u32::MAX { 0 } else { wmin },
                 avg: if wn == 0 {
@@ -265,7 +265,7 @@ impl Core {
             },
             banks,
             map_bytes_per_page: mem as f64 / self.lpns.max(1) as f64,
-            map_fixed_bytes: self.map.fixed_bytes(),
+            map_fixed_bytes: self.cache.fixed_bytes(),
             latency_read: latencies.summary(OpKind::Read),
             latency_write: latencies.summary(OpKind::Write),
             latency_flush: latencies.summary(OpKind::Flush),
