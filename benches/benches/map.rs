@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ftl::cache::WriteCache;
 use ftl::layout::Layout;
-use ftl::map::PageMap;
 use ftl::nand_model::Geometry;
+use ftl::schemes::page::map::PageMap;
 use ftl::{Lpn, Psa};
 
 const ENTRIES: u32 = 1 << 20;

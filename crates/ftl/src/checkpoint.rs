@@ -126,6 +126,9 @@ impl Snapshot {
 /// The FTL's format parameters, from the superblock.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SuperBlock {
+    /// The FTL scheme the image was formatted with (bytes 32..36; 0, what older images hold
+    /// there, is `page`).
+    pub scheme: crate::schemes::SchemeKind,
     pub lpns: u32,
     pub ckpt_blocks: u32,
     pub max_queues: u32,
@@ -160,6 +163,7 @@ pub fn write_superblock(nand: &NandDevice, layout: &Layout, sb: &SuperBlock) -> 
     data[16..20].copy_from_slice(&sb.ckpt_blocks.to_le_bytes());
     data[20..24].copy_from_slice(&sb.max_queues.to_le_bytes());
     data[24..32].copy_from_slice(&sb.overprovision.to_bits().to_le_bytes());
+    data[32..36].copy_from_slice(&sb.scheme.code().to_le_bytes());
     let mut oob_buf = vec![0u8; layout.oob_size as usize];
     oob::encode_superblock(&mut oob_buf, crc32fast::hash(&data));
     let addr = PageAddr {
@@ -200,7 +204,14 @@ pub fn read_superblock(nand: &NandDevice) -> Result<SuperBlock> {
             "FTL format version {version} is not supported (this build reads version {VERSION})"
         )));
     }
+    let code = get32(&data, 32).unwrap_or(0);
+    let Some(scheme) = crate::schemes::SchemeKind::from_code(code) else {
+        return Err(fail(&format!(
+            "the superblock names FTL scheme {code}, which this build does not know"
+        )));
+    };
     Ok(SuperBlock {
+        scheme,
         lpns: get32(&data, 12).unwrap_or(0),
         ckpt_blocks: get32(&data, 16).unwrap_or(0),
         max_queues: get32(&data, 20).unwrap_or(1),
@@ -516,11 +527,10 @@ impl Core {
         let st = self.ckpt.lock().clone();
         // A delta (only the map chunks changed since the last checkpoint) when the current
         // chain is trustworthy and short and the delta is small; else a full checkpoint.
-        let dirty = self.map.dirty_chunks();
         let full = st.force_full
             || st.last_area.is_none()
             || st.chain_len >= MAX_CHAIN
-            || dirty * 2 > self.map.chunks();
+            || self.scheme.prefers_full_checkpoint();
         let snap = {
             let _gc = self.gc_gate.write();
             let mut blocks = Vec::with_capacity(self.layout.total_blocks() as usize);
@@ -529,20 +539,15 @@ impl Core {
                 let s = self.nand.block_state(addr)?;
                 blocks.push((s.erase_count, s.programmed_pages));
             }
-            let map = if full {
-                self.map.clear_dirty();
-                MapImage::Full(self.map.snapshot())
-            } else {
-                MapImage::Delta(self.map.take_dirty())
-            };
+            let payload = self.scheme.checkpoint_payload(full);
             Snapshot {
                 id: st.last_id + 1,
                 sc: self.current_seq(),
                 prev_sc: st.last_sc,
                 lpns: self.lpns,
-                map,
+                map: payload.map,
                 blocks,
-                trims: self.map.trim_slots(),
+                trims: payload.trims,
             }
         };
         self.gate.thaw();
@@ -588,7 +593,7 @@ impl Core {
             force_full: false,
         };
         // Trim records older than both checkpoints are no longer needed by any recovery path.
-        self.map.prune_trim_log(snap.prev_sc);
+        self.scheme.checkpoint_written(snap.prev_sc);
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         if !full {
             self.counters
@@ -685,7 +690,6 @@ impl Core {
 /// Background maintenance: periodic checkpoints and the adaptive GC gauge.
 pub fn maintenance(core: std::sync::Arc<Core>) {
     const TICK: std::time::Duration = std::time::Duration::from_millis(50);
-    let workers = core.cfg.gc_threads.max(1);
     let mut next_gauge = std::time::Instant::now() + TICK;
     while !core.stopping.load(Ordering::Acquire) {
         let l = core.maint_wake.listen();
@@ -703,7 +707,7 @@ pub fn maintenance(core: std::sync::Arc<Core>) {
         // The gauge measures host operations per tick: only on the tick, not on early wakes.
         let now = std::time::Instant::now();
         if now >= next_gauge {
-            core.update_gc_allowance(workers);
+            core.scheme.tick(&core);
             next_gauge = now + TICK;
         }
         // Write out batched trim records: the slots they unmapped are held until then. Only the
@@ -795,6 +799,8 @@ mod tests {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ImageInfo {
     pub path: std::path::PathBuf,
+    /// The FTL scheme the image was formatted with.
+    pub ftl: crate::schemes::SchemeKind,
     pub nand: nand_model::NandConfig,
     pub capacity_bytes: u64,
     pub logical_pages: u32,
@@ -845,6 +851,7 @@ pub fn inspect(path: &std::path::Path) -> Result<ImageInfo> {
     let checkpoint_id = loaded.as_ref().map(|l| l.snap.id);
     Ok(ImageInfo {
         path: path.to_path_buf(),
+        ftl: sb.scheme,
         nand: *nand.config(),
         capacity_bytes: sb.lpns as u64 * crate::layout::LOGICAL_PAGE as u64,
         logical_pages: sb.lpns,

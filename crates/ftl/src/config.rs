@@ -56,6 +56,8 @@ pub enum VictimPolicy {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FtlConfig {
+    /// The FTL scheme (format time only: an image keeps the scheme it was formatted with).
+    pub scheme: crate::schemes::SchemeKind,
     /// Independent write queues (MT-FTL: one buffer and one writer thread each).
     pub queues: usize,
     /// Fraction of the usable flash kept hidden from the host (format time only).
@@ -83,6 +85,7 @@ pub struct FtlConfig {
 impl Default for FtlConfig {
     fn default() -> Self {
         FtlConfig {
+            scheme: crate::schemes::SchemeKind::default(),
             queues: std::thread::available_parallelism()
                 .map_or(2, |n| n.get())
                 .min(8),

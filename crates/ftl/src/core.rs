@@ -1,101 +1,44 @@
-//! The shared FTL state every thread works on, and the small synchronisation pieces around it.
+//! The shared machinery's state every thread works on (the scheme's own state hangs off
+//! `Core::scheme`), and the allocator helpers every scheme uses.
 //!
 //! # Threads
 //! - host callers (frontend tasks/threads): buffer writes, read, trim — `io.rs`;
-//! - one writer per queue: places sealed pages on banks and commits them — `writer.rs`;
-//! - background GC workers (policy dependent) — `gc.rs`;
-//! - one maintenance thread: periodic checkpoints — `checkpoint.rs`.
+//! - one writer per queue: programs sealed pages where the scheme's placer says and commits
+//!   them — `writer.rs`;
+//! - the scheme's background workers (the page scheme's GC workers — `schemes/page/gc.rs`);
+//! - one maintenance thread: trim-record sealing, periodic checkpoints, the scheme's tick —
+//!   `checkpoint.rs`.
 //!
 //! # Locks (what each protects; taken in this order)
-//! 1. `HostGate` (not a lock: a freeze flag + active count) — keeps host mutations out while a
-//!    checkpoint snapshots the map.
-//! 2. `gc_gate` (RwLock): GC steps hold it shared; the checkpoint snapshot holds it exclusive.
-//! 3. a bank's GC state mutex (`gc::BankGc`) — one cleaner per bank at a time.
-//! 4. a map stripe (`cache::Stripe`).
-//! 5. a queue's open page (`buffer::QueueState::open`), the trim log, a bank's allocator.
+//! 1. `ckpt_lock`: one checkpoint at a time.
+//! 2. `HostGate` (`gate.rs`; not a lock: a freeze flag + active count) — keeps host mutations
+//!    out while a checkpoint snapshots the map.
+//! 3. a queue's open page (`buffer::QueueState::open`), and under it, with timing `off`, the
+//!    queue's inline writer — which may reclaim space in the write path, so everything below.
+//! 4. a bank's GC state mutex (page scheme: `BankGc`) — one cleaner per bank at a time.
+//! 5. `gc_gate` (RwLock): a GC step holds it shared, taken while holding its bank's GC mutex;
+//!    the checkpoint snapshot holds it exclusive (holding no GC mutex).
+//! 6. a stripe of the write cache (`cache::Stripe`), several only in ascending order.
+//! 7. the page map's trim log, a bank's allocator (`blocks::BankAlloc`): leaves, never held
+//!    together.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
-use event_listener::{Event, Listener};
+use event_listener::Event;
 use nand_model::NandDevice;
 use parking_lot::{Mutex, RwLock};
 
 use crate::blocks::{Bank, BlockState, ReadPins};
 use crate::buffer::QueueState;
 use crate::config::FtlConfig;
-use crate::gc::BankGc;
+use crate::gate::HostGate;
 use crate::layout::Layout;
+use crate::schemes::Scheme;
 use crate::stats::Counters;
 
 /// Free blocks per bank that only GC may take (its frontier must never starve).
 pub const GC_RESERVE: u32 = 2;
-
-/// Lets host mutations run concurrently, and lets a checkpoint stop them all for a moment.
-///
-/// `enter` (increment `active`, then read `frozen`) and `freeze` (set `frozen`, then read
-/// `active`) are a Dekker pair: at least one side must see the other's store, or a host write
-/// slips into a checkpoint's snapshot half done. That needs `SeqCst` on all four accesses;
-/// with acquire/release alone the CPU may satisfy each side's load before its own store is
-/// visible (x86 does, from its store buffer), and both sides go ahead.
-pub struct HostGate {
-    frozen: AtomicBool,
-    active: AtomicUsize,
-    event: Event,
-}
-
-/// Proof that a host mutation is inside the gate.
-pub struct GateGuard<'a>(&'a HostGate);
-
-impl Drop for GateGuard<'_> {
-    fn drop(&mut self) {
-        if self.0.active.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.event.notify(usize::MAX);
-        }
-    }
-}
-
-impl HostGate {
-    pub fn new() -> HostGate {
-        HostGate {
-            frozen: AtomicBool::new(false),
-            active: AtomicUsize::new(0),
-            event: Event::new(),
-        }
-    }
-
-    /// Enters the gate, waiting while it is frozen.
-    pub async fn enter(&self) -> GateGuard<'_> {
-        loop {
-            if !self.frozen.load(Ordering::Acquire) {
-                self.active.fetch_add(1, Ordering::SeqCst);
-                if !self.frozen.load(Ordering::SeqCst) {
-                    return GateGuard(self);
-                }
-                drop(GateGuard(self));
-            }
-            let l = self.event.listen();
-            if self.frozen.load(Ordering::Acquire) {
-                l.await;
-            }
-        }
-    }
-
-    /// Freezes the gate and blocks until no host mutation is inside.
-    pub fn freeze(&self) {
-        self.frozen.store(true, Ordering::SeqCst);
-        while self.active.load(Ordering::SeqCst) != 0 {
-            let l = self.event.listen();
-            if self.active.load(Ordering::Acquire) != 0 {
-                l.wait();
-            }
-        }
-    }
-
-    pub fn thaw(&self) {
-        self.frozen.store(false, Ordering::Release);
-        self.event.notify(usize::MAX);
-    }
-}
 
 /// Everything the FTL's threads share.
 pub struct Core {
@@ -105,11 +48,10 @@ pub struct Core {
     pub lpns: u32,
     /// The write cache's index: overlay of buffered pages, stripe locks.
     pub cache: crate::cache::WriteCache,
-    /// The page scheme's map: L2P, valid slots and the live trim log, kept in step.
-    pub map: crate::map::PageMap,
+    /// The FTL scheme: its map, placement, reclaim and recovery rules.
+    pub(crate) scheme: Arc<dyn Scheme>,
     pub pins: ReadPins,
     pub banks: Vec<Bank>,
-    pub gc: Vec<Mutex<BankGc>>,
     /// The host write queues, then one more queue that only carries trim records (so a trim's
     /// record never waits behind a data queue whose writer is stuck cleaning).
     pub queues: Vec<QueueState>,
@@ -133,29 +75,27 @@ pub struct Core {
     pub ckpt: Mutex<crate::checkpoint::CkptState>,
     /// Serialises checkpoints.
     pub ckpt_lock: Mutex<()>,
-    pub gc_load: crate::gc::LoadGauge,
     pub latencies: crate::stats::Latencies,
     pub recovery: Mutex<crate::recovery::RecoveryReport>,
 }
 
 impl Core {
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         nand: NandDevice,
         layout: Layout,
         cfg: FtlConfig,
         lpns: u32,
+        scheme: Arc<dyn Scheme>,
         banks: Vec<Bank>,
         queues: Vec<QueueState>,
         seq: u64,
         ckpt: crate::checkpoint::CkptState,
     ) -> Core {
-        let nbanks = layout.banks as usize;
         Core {
             cache: crate::cache::WriteCache::new(),
-            map: crate::map::PageMap::new(layout, lpns),
+            scheme,
             pins: ReadPins::new(layout),
-            gc: (0..nbanks).map(|_| Mutex::new(BankGc::default())).collect(),
             nand,
             layout,
             cfg,
@@ -176,7 +116,6 @@ impl Core {
             counters: Counters::default(),
             ckpt: Mutex::new(ckpt),
             ckpt_lock: Mutex::new(()),
-            gc_load: crate::gc::LoadGauge::default(),
             latencies: crate::stats::Latencies::default(),
             recovery: Mutex::new(crate::recovery::RecoveryReport::default()),
         }
@@ -322,55 +261,5 @@ impl Core {
                 "spare blocks exhausted: {usable} usable blocks left, {needed} needed"
             ));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::Arc;
-
-    /// No host mutation may be inside the gate while `freeze` holds it. Hammers the Dekker
-    /// pair of `enter`/`freeze` from several threads: with acquire/release instead of SeqCst
-    /// it found an enterer inside a frozen gate in 2 of 3 runs on a 2-CPU x86 machine.
-    #[test]
-    fn freeze_excludes_every_host_mutation() {
-        const ENTRIES: usize = 2_000_000;
-        let gate = Arc::new(HostGate::new());
-        let inside = Arc::new(AtomicUsize::new(0));
-        let entries = Arc::new(AtomicUsize::new(0));
-        let enterers: Vec<_> = (0..2)
-            .map(|_| {
-                let (gate, inside, entries) = (gate.clone(), inside.clone(), entries.clone());
-                std::thread::spawn(move || {
-                    while entries.fetch_add(1, Ordering::Relaxed) < ENTRIES {
-                        let g = futures::executor::block_on(gate.enter());
-                        inside.fetch_add(1, Ordering::SeqCst);
-                        std::hint::spin_loop();
-                        inside.fetch_sub(1, Ordering::SeqCst);
-                        drop(g);
-                    }
-                })
-            })
-            .collect();
-        let (mut caught, mut freezes) = (0u64, 0u64);
-        while entries.load(Ordering::Relaxed) < ENTRIES {
-            gate.freeze();
-            freezes += 1;
-            for _ in 0..8 {
-                if inside.load(Ordering::SeqCst) != 0 {
-                    caught += 1;
-                    break;
-                }
-            }
-            gate.thaw();
-        }
-        for e in enterers {
-            e.join().unwrap();
-        }
-        assert_eq!(
-            caught, 0,
-            "{caught} of {freezes} freezes had a host mutation inside the gate"
-        );
     }
 }

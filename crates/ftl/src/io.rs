@@ -1,5 +1,6 @@
-//! Host operations: read, write (with read-modify-write of partial pages), trim/write-zeroes,
-//! flush, and the commit that moves a programmed page's slots into the map.
+//! Host operations: read, write (with read-modify-write of partial pages), trim/write-zeroes and
+//! flush. The scheme says where a page lives (`Scheme::locate`) and unmaps trimmed pages
+//! (`Scheme::unmap`); everything else here is the same for every scheme.
 //!
 //! Read plan per logical page, decided under its stripe lock: the overlay (newest buffered
 //! version), else zeroes (unmapped), else a NAND column read of the slot with the block pinned so
@@ -12,14 +13,13 @@ use std::sync::atomic::Ordering;
 use event_listener::Listener;
 use std::task::{Context, Poll};
 
-use nand_model::{Completion, NandError, PageAddr};
+use nand_model::{Completion, NandError};
 
-use crate::buffer::{SealedPage, TrimRecord};
+use crate::buffer::TrimRecord;
 use crate::cache::PageData;
 use crate::core::Core;
 use crate::error::{FtlError, Result};
 use crate::layout::{Lpn, LOGICAL_PAGE, SECTOR};
-use crate::oob::SlotKind;
 
 const LP: u64 = LOGICAL_PAGE as u64;
 /// Pages covered by one trim record (and one hold of the stripe locks).
@@ -90,7 +90,7 @@ impl Core {
                 dst.copy_from_slice(&b.data[off..off + dst.len()]);
                 return Ok(None);
             }
-            let Some(psa) = self.map.get(lpn) else {
+            let Some(psa) = self.scheme.locate(&st, lpn) else {
                 dst.fill(0);
                 return Ok(None);
             };
@@ -245,7 +245,7 @@ impl Core {
                 stripe.overlay.remove(&l);
                 // The old slot stays valid until the trim record is durable (see
                 // `SealedPage::zombies`).
-                if let Some(old) = self.map.unmap(stripe, lpn) {
+                if let Some(old) = self.scheme.unmap(stripe, lpn) {
                     zombies.push(old);
                 }
             }
@@ -294,30 +294,6 @@ impl Core {
             return Err(FtlError::Closed);
         }
         Ok(())
-    }
-
-    /// Moves a programmed page's slots into the map. A data slot commits only if the overlay
-    /// still holds its sequence number; otherwise a newer write or a trim superseded it and the
-    /// slot stays invalid (garbage for GC).
-    pub(crate) fn commit_page(&self, page: &SealedPage, addr: PageAddr) {
-        for (i, (meta, _)) in page.slots.iter().enumerate() {
-            let psa = self.layout.psa(addr, i as u32);
-            match meta.kind {
-                SlotKind::Data => {
-                    let mut st = self.cache.lock(meta.lpn);
-                    if st.overlay.get(&meta.lpn.0).map(|b| b.seq) == Some(meta.seq) {
-                        st.overlay.remove(&meta.lpn.0);
-                        self.map.commit(&st, meta.lpn, psa);
-                    }
-                }
-                SlotKind::TrimLog => self.map.log_trim_slot(psa, meta.seq),
-                SlotKind::Pad => {}
-            }
-        }
-        // The trim records are on flash now: what they unmapped may be reclaimed.
-        for z in &page.zombies {
-            self.map.release(*z);
-        }
     }
 }
 

@@ -1,4 +1,7 @@
-//! # ftl — a multi-threaded page-mapping flash translation layer
+//! # ftl — flash translation layers over emulated NAND
+//!
+//! The FTL scheme is chosen per image at format time ([`SchemeKind`]; today `page`, the
+//! multi-threaded page-mapping FTL of papers 000/001/002) and kept in its superblock.
 //!
 //! Exposes an emulated NAND device ([`nand_model`]) as a block device of 512-byte sectors with
 //! a volatile write cache: writes are acknowledged once buffered, [`Ftl::flush`] (or a FUA
@@ -10,24 +13,34 @@
 //! executor or under `futures::executor::block_on` alike.
 //!
 //! ## Where things are
+//! Shared machinery, used by every scheme (top-level modules):
+//!
 //! | module | job |
 //! |---|---|
 //! | `layout` | address newtypes (`Lpn`, `Psa`), geometry-derived layout, reserved blocks |
-//! | `map` | lock-striped L2P table + overlay of buffered pages |
-//! | `blocks` | valid bitmaps, read pins, block states, per-bank free lists |
+//! | `core` | the state every thread shares, the lock order, allocator helpers |
+//! | `gate` | the host gate a checkpoint freezes |
+//! | `cache` | the write cache's overlay of buffered pages and its stripe locks |
 //! | `buffer` | per-queue write buffers (MT-FTL) and trim records |
-//! | `writer` | per-queue writer threads, write frontiers, bank choice |
-//! | `io` | host read / write / trim / flush paths and page commit |
-//! | `gc` | bounded-step GC, victim policies, wear levelling, GC workers |
-//! | `checkpoint` | superblock, checkpoints, periodic checkpointing |
-//! | `recovery` | rebuilding state from a checkpoint and an OOB scan |
+//! | `writer` | per-queue writer threads: programs in flight, commits in seal order |
+//! | `io` | host read / write / trim / flush paths |
+//! | `blocks` | block states, erase counts, per-bank free lists, read pins |
+//! | `checkpoint` | superblock, checkpoint framing and chains, the maintenance thread |
+//! | `recovery` | loading a checkpoint, the OOB scan, block states after an open |
+//! | `oob` | the spare-area record of every page |
 //! | `stats` | counters, WAF, wear, latency histograms |
+//!
+//! The scheme boundary is `schemes` (the `Scheme` and `Placer` traits, `SchemeKind`; its doc
+//! says why a trait, and which call holds which lock). Each scheme is a folder under it:
+//! `schemes/page` (map, placement, GC, recovery rules of the page-mapping FTL).
 //!
 //! ## Design in one page
 //! **Definitions.** An *LPN* is a 4 KiB logical page; a *slot* is a 4 KiB piece of a NAND page;
 //! a *sequence number* orders every write and trim. **Invariants.** (1) a page's newest version
-//! is in the overlay if buffered, else where `l2p` points, else it reads as zeroes; (2) a slot is
-//! valid iff `l2p` (or the live trim log) points at it; (3) only a block's owner programs it;
+//! is in the overlay if buffered, else where the scheme's map points, else it reads as zeroes;
+//! (2) page scheme: a slot is valid iff `l2p` (or the live trim log) points at it, or it is a
+//! zombie whose trim record is not on flash yet (`schemes::page::map::PageMap` is the only
+//! writer of both and checks it); (3) only a block's owner programs it;
 //! (4) a block is erased only after every valid slot moved and no read is pinned on it;
 //! (5) every programmed slot's OOB names its LPN and sequence number, so the newest version on
 //! flash is the one with the highest number. **Media assumptions.** a programmed page survives
@@ -56,12 +69,12 @@ mod checkpoint;
 mod config;
 mod core;
 mod error;
-mod gc;
+mod gate;
 mod io;
 pub mod layout;
-pub mod map;
 mod oob;
 mod recovery;
+pub mod schemes;
 mod stats;
 mod writer;
 
@@ -80,6 +93,7 @@ pub use crate::config::{FtlConfig, GcPolicy, VictimPolicy};
 pub use crate::error::{FtlError, Result};
 pub use crate::layout::{Lpn, Psa, LOGICAL_PAGE, SECTOR};
 pub use crate::recovery::{RecoveryMode, RecoveryReport};
+pub use crate::schemes::SchemeKind;
 pub use crate::stats::{BankStats, FtlStats, LatencySummary, WearStats};
 pub use nand_model;
 
@@ -189,6 +203,7 @@ impl Ftl {
         let nand = NandDevice::create(path, nand_cfg, timing)?;
         let layout = Layout::new(nand.geometry(), plan.ckpt_blocks);
         let sb = SuperBlock {
+            scheme: cfg.scheme,
             lpns: plan.lpns,
             ckpt_blocks: plan.ckpt_blocks,
             max_queues: cfg.queues.max(1) as u32,
@@ -243,13 +258,14 @@ impl Ftl {
         // With timing off a program completes at once: a queue's writer then runs on the
         // thread that seals a page instead of costing a thread hand-off per page.
         let inline = nand.timing_mode() == TimingMode::Off;
+        let scheme = sb.scheme.build(layout, sb.lpns, layout.banks as usize);
         let mut txs = Vec::new();
         let mut rxs = Vec::new();
         for q in 0..cfg.queues + 1 {
             let (tx, rx) = crossbeam_channel::unbounded();
             txs.push(QueueState::new(
                 tx,
-                inline.then(|| writer::Writer::new(&layout, q)),
+                inline.then(|| writer::Writer::new(&layout, q, scheme.clone().placer(q))),
             ));
             rxs.push(rx);
         }
@@ -265,6 +281,7 @@ impl Ftl {
             layout,
             cfg,
             sb.lpns,
+            scheme.clone(),
             banks,
             txs,
             1,
@@ -324,16 +341,7 @@ impl Ftl {
                 writer::run(c, q, rx)
             })?);
         }
-        let mut helpers = Vec::new();
-        if core.cfg.gc_policy != GcPolicy::InPath {
-            let adaptive = core.cfg.gc_policy == GcPolicy::Adaptive;
-            for i in 0..core.cfg.gc_threads.max(1) {
-                let c = core.clone();
-                helpers.push(spawn(format!("ftl-gc-{i}"), move || {
-                    gc::worker(c, i, adaptive)
-                })?);
-            }
-        }
+        let mut helpers = scheme.spawn_workers(&core)?;
         let c = core.clone();
         helpers.push(spawn("ftl-maint".into(), move || {
             checkpoint::maintenance(c)
@@ -504,7 +512,7 @@ impl Ftl {
     /// Runs GC victim selection on `bank` without claiming the victim (for benchmarks).
     #[doc(hidden)]
     pub fn bench_victim_scan(&self, bank: u32) -> Option<u32> {
-        self.core.victim_scan(bank)
+        self.core.scheme.bench_victim_scan(&self.core, bank)
     }
 
     /// Where the newest checkpoint lives (for corruption tests).
@@ -533,22 +541,9 @@ impl Ftl {
         let st = core.cache.lock(layout::Lpn(lpn));
         let buffered = st.overlay.get(&lpn).map(|b| b.seq);
         drop(st);
-        let Some(psa) = core.map.get(layout::Lpn(lpn)) else {
-            return format!("lpn {lpn}: unmapped, buffered {buffered:?}");
-        };
-        let (page, slot) = core.layout.split(psa);
-        let mut oob_buf = vec![0u8; core.layout.oob_size as usize];
-        let meta = core
-            .nand
-            .read(page, 0, &mut [], Some(&mut oob_buf))
-            .map(|c| c.wait())
-            .ok()
-            .and_then(|_| oob::decode(&oob_buf));
-        let state = core.nand.block_state(page.block);
         format!(
-            "lpn {lpn}: psa {} = {page:?} slot {slot}, valid {}, buffered {buffered:?}, block {state:?}, oob {meta:?}",
-            psa.0,
-            core.map.is_valid(psa)
+            "{}, buffered {buffered:?}",
+            core.scheme.describe(core, layout::Lpn(lpn))
         )
     }
 
@@ -568,21 +563,7 @@ impl Ftl {
         // between steps while the gate is held (lock order: checkpoint, then GC gate).
         let _ckpt = core.ckpt_lock.lock();
         let _gc = core.gc_gate.write();
-        let layout = core.layout;
-        let expect = core.map.check()?;
-        for (b, e) in expect.iter().enumerate() {
-            let bank = b as u32 / layout.blocks_per_bank;
-            let blk = b as u32 % layout.blocks_per_bank;
-            let state = core.bank(bank).alloc.lock().state[blk as usize];
-            if *e > 0
-                && matches!(
-                    state,
-                    BlockState::Free | BlockState::Bad | BlockState::Reserved
-                )
-            {
-                return Err(format!("block {b} is {state:?} but holds {e} valid slots"));
-            }
-        }
+        core.scheme.check(core)?;
         let v = core.nand.violations();
         if v != 0 {
             return Err(format!("{v} flash rule violations"));
@@ -601,7 +582,7 @@ impl Drop for Ftl {
     }
 }
 
-fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+pub(crate) fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(name)
         .spawn(f)

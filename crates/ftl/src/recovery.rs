@@ -5,13 +5,9 @@
 //! pages past the checkpoint's programmed count in blocks not erased since, and all pages of
 //! blocks erased since. Without a checkpoint every programmed page is scanned.
 //!
-//! Resolution per logical page ("highest sequence number wins"):
-//! - a data slot or trim record numbered `>= sc` was written after the checkpoint: the highest
-//!   such number wins over the checkpoint's entry;
-//! - a data slot numbered `< sc` in a scanned page can only be a GC copy made after the
-//!   checkpoint. It matters only when the checkpoint's entry points into a block that has been
-//!   erased since ("lost"); then the highest such copy is the checkpointed version, moved;
-//! - otherwise the checkpoint's entry stands.
+//! The scheme resolves what the scan found into its map (`Scheme::recover`; the page scheme's
+//! rules, "highest sequence number wins", are in `schemes/page/recover.rs`); the block states,
+//! free lists and the sequence counter are rebuilt here.
 //!
 //! A clean shutdown leaves nothing programmed after its checkpoint, so a clean open scans
 //! nothing (`RecoveryMode::Clean`).
@@ -28,6 +24,7 @@ use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{BlockIdx, Psa, LOGICAL_PAGE};
 use crate::oob::{self, PageOob, SlotKind};
+use crate::schemes::RecoverInput;
 
 /// How the last open rebuilt the FTL state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Default)]
@@ -60,32 +57,36 @@ pub struct RecoveryReport {
     pub millis: f64,
 }
 
-struct Scan {
-    data: Vec<(u32, u64, Psa)>,
-    trims: Vec<(u32, u32, u64)>,
-    trim_slots: Vec<(Psa, u64)>,
-    max_seq: u64,
-    pages: u64,
-    blocks: u64,
+/// What the scan of one bank found.
+pub(crate) struct Scan {
+    /// Data slots: (lpn, seq, where).
+    pub data: Vec<(u32, u64, Psa)>,
+    /// Trim records: (start, count, seq).
+    pub trims: Vec<(u32, u32, u64)>,
+    /// The trim-log slots that held them: (where, seq).
+    pub trim_slots: Vec<(Psa, u64)>,
+    pub max_seq: u64,
+    pub pages: u64,
+    pub blocks: u64,
+}
+
+/// What a scheme's resolution installed.
+pub(crate) struct Resolved {
+    pub mapped_pages: u64,
+    /// Pages whose checkpointed copy was erased and no newer copy was found.
+    pub lost_pages: u64,
 }
 
 impl Core {
-    /// Rebuilds map, bitmaps and block states from flash. Runs before any thread starts.
-    /// Takes the checkpoint's map out of `ckpt` (it becomes the starting point of the live map).
+    /// Rebuilds the scheme's map and the block states from flash. Runs before any thread
+    /// starts. The scheme may take the checkpoint's map out of `ckpt` (it becomes the starting
+    /// point of the live map).
     pub(crate) fn recover(
         &self,
-        mut ckpt: Option<&mut Snapshot>,
+        ckpt: Option<&mut Snapshot>,
         fallback: bool,
     ) -> Result<RecoveryReport> {
         let t0 = Instant::now();
-        let lpns = self.lpns as usize;
-        // Recovery's per-page working state is what an open costs beyond the live map: the
-        // map is moved (not copied) out of the checkpoint, lost flags are one bit per page.
-        let mut l2p: Vec<u32> = match ckpt.as_deref_mut().map(Snapshot::take_l2p) {
-            Some(v) if v.len() == lpns => v,
-            _ => vec![Psa::UNMAPPED; lpns],
-        };
-        let ckpt = ckpt.as_deref();
         let layout = self.layout;
         let total = layout.total_blocks();
         // Current per-block state from the NAND.
@@ -93,7 +94,7 @@ impl Core {
         for b in 0..total {
             now.push(self.nand.block_state(layout.block_addr(BlockIdx(b)))?);
         }
-        let sc = ckpt.map_or(0, |c| c.sc);
+        let sc = ckpt.as_deref().map_or(0, |c| c.sc);
         // Pages to scan per block, and blocks whose checkpointed contents were erased.
         let mut ranges: Vec<Vec<(u32, u32, u32)>> = vec![Vec::new(); layout.banks as usize];
         let mut erased_since = vec![false; total as usize];
@@ -103,7 +104,7 @@ impl Core {
             if layout.is_reserved(addr) {
                 continue;
             }
-            let (from, changed) = match ckpt.and_then(|c| c.blocks.get(b as usize)) {
+            let (from, changed) = match ckpt.as_deref().and_then(|c| c.blocks.get(b as usize)) {
                 Some(&(erases, programmed)) if erases == st.erase_count => (programmed, false),
                 Some(_) => (0, true),
                 None => (0, true),
@@ -130,73 +131,20 @@ impl Core {
                 .collect::<Result<Vec<_>>>()
         })?;
 
-        // Resolve.
-        let mut lost = vec![0u64; lpns.div_ceil(64)];
-        let is_lost = |lost: &[u64], i: usize| lost[i / 64] & (1 << (i % 64)) != 0;
-        for (lpn, e) in l2p.iter_mut().enumerate() {
-            if *e != Psa::UNMAPPED {
-                let blk = layout.block_of(Psa(*e)).0 as usize;
-                if *e as u64 >= layout.total_slots()
-                    || blk >= erased_since.len()
-                    || erased_since[blk]
-                {
-                    lost[lpn / 64] |= 1 << (lpn % 64);
-                    *e = Psa::UNMAPPED;
-                }
-            }
-        }
-        // best[lpn] = 1 + sequence number of the winning candidate (0: none).
-        let mut best = vec![0u64; lpns];
-        let mut max_seq = sc;
-        let (mut pages, mut blocks) = (0, 0);
-        let mut trim_slots: Vec<(Psa, u64)> = Vec::new();
-        for s in &scans {
-            max_seq = max_seq.max(s.max_seq + 1);
-            pages += s.pages;
-            blocks += s.blocks;
-            for &(lpn, seq, psa) in &s.data {
-                let i = lpn as usize;
-                if i < lpns && (seq >= sc || is_lost(&lost, i)) && seq + 1 > best[i] {
-                    best[i] = seq + 1;
-                    l2p[i] = psa.0;
-                }
-            }
-            for &(start, count, seq) in &s.trims {
-                if seq < sc {
-                    continue;
-                }
-                let end = (start as usize + count as usize).min(lpns);
-                for i in start as usize..end {
-                    if seq + 1 > best[i] {
-                        best[i] = seq + 1;
-                        l2p[i] = Psa::UNMAPPED;
-                    }
-                }
-            }
-            let keep_from = ckpt.map_or(0, |c| c.prev_sc);
-            trim_slots.extend(s.trim_slots.iter().filter(|(_, seq)| *seq >= keep_from));
-        }
-        let lost_pages = best
+        let checkpoint_id = ckpt.as_deref().map(|c| c.id);
+        let max_seq = scans.iter().map(|s| s.max_seq + 1).fold(sc, u64::max);
+        let (pages, blocks) = scans
             .iter()
-            .enumerate()
-            .filter(|(i, b)| **b == 0 && is_lost(&lost, *i))
-            .count() as u64;
-
-        // Install the map and rebuild the bitmaps.
-        // Trim-log slots: the checkpoint's own (if their block survived) and the scanned ones.
-        let mut tl = Vec::new();
-        if let Some(c) = ckpt {
-            for &(psa, seq) in &c.trims {
-                let blk = layout.block_of(psa).0 as usize;
-                if blk < erased_since.len() && !erased_since[blk] {
-                    tl.push((psa, seq));
-                }
-            }
-        }
-        tl.extend(trim_slots);
-        tl.sort_unstable();
-        tl.dedup_by_key(|e| e.0);
-        let mapped = self.map.install(&l2p, tl);
+            .fold((0, 0), |(p, b), s| (p + s.pages, b + s.blocks));
+        // The scheme resolves the versions and installs its map.
+        let resolved = self.scheme.recover(
+            self,
+            ckpt,
+            RecoverInput {
+                erased_since,
+                scans,
+            },
+        )?;
 
         // Block states and free lists.
         for bank in 0..layout.banks {
@@ -222,19 +170,19 @@ impl Core {
             self.update_free(bank, a.free_len());
         }
         self.set_seq(max_seq);
-        let mode = match ckpt {
+        let mode = match checkpoint_id {
             None => RecoveryMode::FullScan,
             Some(_) if pages == 0 && !fallback => RecoveryMode::Clean,
             Some(_) => RecoveryMode::RollForward,
         };
         Ok(RecoveryReport {
             mode,
-            checkpoint_id: ckpt.map(|c| c.id),
+            checkpoint_id,
             checkpoint_fallback: fallback,
             blocks_scanned: blocks,
             pages_scanned: pages,
-            mapped_pages: mapped,
-            lost_pages,
+            mapped_pages: resolved.mapped_pages,
+            lost_pages: resolved.lost_pages,
             millis: t0.elapsed().as_secs_f64() * 1000.0,
         })
     }

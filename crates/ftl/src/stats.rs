@@ -135,6 +135,8 @@ pub struct FtlStats {
     pub capacity_bytes: u64,
     pub logical_pages: u32,
     pub queues: usize,
+    /// The FTL scheme (`page`, ...).
+    pub ftl: &'static str,
     pub gc_policy: &'static str,
     pub read_only: Option<String>,
     pub host_reads: u64,
@@ -217,11 +219,12 @@ impl Core {
             (ld(&c.page_programs) + ld(&c.gc_page_programs)) * self.layout.page_size as u64;
         // Per block in the bank allocators: state (1), erase count (4), fill sequence (8).
         let alloc_bytes = self.layout.total_blocks() as usize * 13;
-        let mem = self.map.memory_bytes() + self.pins.memory_bytes() + alloc_bytes;
+        let mem = self.scheme.memory_bytes() + self.pins.memory_bytes() + alloc_bytes;
         FtlStats {
             capacity_bytes: self.capacity(),
             logical_pages: self.lpns,
             queues: self.data_queues(),
+            ftl: self.scheme.kind().name(),
             gc_policy: self.cfg.gc_policy.name(),
             read_only: self.read_only_reason(),
             host_reads: ld(&c.host_reads),

@@ -4,7 +4,7 @@
 //! # Structure
 //! - `l2p`: one `AtomicU32` per exported logical page holding a [`Psa`] or `Psa::UNMAPPED`
 //!   (4 bytes per exported 4 KiB page — the whole table's cost), plus one change bit per chunk
-//!   of [`CHUNK`] entries for incremental checkpoints.
+//!   of `CHUNK` entries for incremental checkpoints.
 //! - `valid`: one bit per physical slot and a count per block (GC's victim choice), never
 //!   changed except by the methods here.
 //! - `trim_log`: trim-log slots that must survive GC (those newer than the older checkpoint).

@@ -1,7 +1,7 @@
 //! Garbage collection and wear levelling, cut into bounded steps (RFTL).
 //!
 //! A bank is cleaned by one party at a time: whoever holds its `BankGc` mutex (a background
-//! worker, or a writer doing in-path/foreground GC). One [`Core::gc_step`] does at most one victim
+//! worker, or a writer doing in-path/foreground GC). One [`PageScheme::gc_step`] does at most one victim
 //! page read plus one GC-page program (or one copyback), or one erase — so a writer that has to
 //! clean before it can write waits for about one erase plus one program, never for a whole block.
 //!
@@ -30,12 +30,13 @@ use std::time::{Duration, Instant};
 use event_listener::Listener;
 use nand_model::{BankId, BlockAddr, NandError, PageAddr};
 
+use super::place::Frontier;
+use super::PageScheme;
 use crate::blocks::BlockState;
 use crate::config::VictimPolicy;
 use crate::core::{Core, GC_RESERVE};
 use crate::layout::{Psa, LOGICAL_PAGE};
 use crate::oob::{self, PageOob, SlotKind, SlotMeta};
-use crate::writer::Frontier;
 
 /// GC steps a writer does per page in the in-path policy: cleaning a block of utilisation `u`
 /// costs about `(1 + u) / (1 - u)` steps per page the host can then write, 7 at `u = 0.75`.
@@ -76,7 +77,7 @@ impl Staging {
     }
 }
 
-/// What [`Core::copyback_page`] did with a victim page.
+/// What [`PageScheme::copyback_page`] did with a victim page.
 enum Moved {
     /// Copied and switched in the map.
     Done,
@@ -120,45 +121,45 @@ pub struct LoadGauge {
     peak: AtomicU64,
 }
 
-impl Core {
+impl PageScheme {
     /// Runs one bounded GC step on bank `b`; the caller holds `g`, the bank's GC mutex.
     ///
     /// `urgent` is set by a writer that found no bank with room: then any victim that frees
     /// at least one slot will do. Otherwise (background and in-path GC) only victims that free
     /// a quarter of a block are worth their copies — cleaning nearly-full blocks of a bank that
     /// lost many blocks would wear it out for almost nothing.
-    pub(crate) fn gc_step(&self, b: u32, g: &mut BankGc, urgent: bool) -> Step {
-        let _gate = self.gc_gate.read();
+    pub(crate) fn gc_step(&self, core: &Core, b: u32, g: &mut BankGc, urgent: bool) -> Step {
+        let _gate = core.gc_gate.read();
         if g.victim.is_none() {
             // Never start a victim whose valid data could not all be written back: the GC
             // frontier's room plus the bank's free blocks bound what may be chosen.
-            let ppb = self.layout.pages_per_block;
-            let spp = self.layout.slots_per_page;
+            let ppb = core.layout.pages_per_block;
+            let spp = core.layout.slots_per_page;
             let frontier_room = g.frontier.map_or(0, |(_, f)| (ppb - f.next) * spp);
-            let rescue = if self.rescue_bank(b).is_some() {
-                self.layout.slots_per_block()
+            let rescue = if self.rescue_bank(core, b).is_some() {
+                core.layout.slots_per_block()
             } else {
                 0
             };
             let room = (frontier_room + rescue).saturating_sub(g.staged.len() as u32);
-            match self.select_victim(b, room, urgent) {
+            match self.select_victim(core, b, room, urgent) {
                 Some(c) => g.victim = Some(c),
                 None if g.staged.is_empty() => return Step::Idle,
                 None => {}
             }
         }
-        self.counters.gc_steps.fetch_add(1, Ordering::Relaxed);
-        let spp = self.layout.slots_per_page as usize;
+        core.counters.gc_steps.fetch_add(1, Ordering::Relaxed);
+        let spp = core.layout.slots_per_page as usize;
         let programmed = |ok: bool| if ok { Step::Progress } else { Step::Idle };
         if g.staged.len() >= spp {
-            return programmed(self.gc_program(b, g));
+            return programmed(self.gc_program(core, b, g));
         }
         let exhausted = {
             let Some(cur) = g.victim.as_mut() else {
-                return programmed(self.gc_program(b, g));
+                return programmed(self.gc_program(core, b, g));
             };
             // Find the next page that still holds valid slots, and stage them.
-            while cur.next_page < self.layout.pages_per_block {
+            while cur.next_page < core.layout.pages_per_block {
                 let addr = PageAddr {
                     block: BlockAddr {
                         bank: BankId(b),
@@ -171,7 +172,7 @@ impl Core {
                 let mut slots = [0u32; nand_model::MAX_PAGE_SIZE as usize / LOGICAL_PAGE];
                 let mut n = 0;
                 for s in 0..spp as u32 {
-                    if self.map.is_valid(self.layout.psa(addr, s)) {
+                    if self.map.is_valid(core.layout.psa(addr, s)) {
                         slots[n] = s;
                         n += 1;
                     }
@@ -180,8 +181,8 @@ impl Core {
                 if valid.is_empty() {
                     continue;
                 }
-                if self.cfg.gc_copyback && valid.len() == spp && g.staged.is_empty() {
-                    match self.copyback_page(b, addr, &mut g.frontier, &mut g.oob) {
+                if core.cfg.gc_copyback && valid.len() == spp && g.staged.is_empty() {
+                    match self.copyback_page(core, b, addr, &mut g.frontier, &mut g.oob) {
                         Moved::Done => break,
                         Moved::Failed => {
                             // Nothing moved: the page is visited again by the next step.
@@ -191,13 +192,13 @@ impl Core {
                         Moved::Staging => {}
                     }
                 }
-                self.stage_page(addr, valid, &mut g.staged, &mut g.page, &mut g.oob);
+                self.stage_page(core, addr, valid, &mut g.staged, &mut g.page, &mut g.oob);
                 break;
             }
-            cur.next_page >= self.layout.pages_per_block
+            cur.next_page >= core.layout.pages_per_block
         };
         if g.staged.len() >= spp || (exhausted && !g.staged.is_empty()) {
-            return programmed(self.gc_program(b, g));
+            return programmed(self.gc_program(core, b, g));
         }
         if !exhausted {
             return Step::Progress;
@@ -205,7 +206,7 @@ impl Core {
         let Some(cur) = g.victim.take() else {
             return Step::Progress;
         };
-        self.finish_victim(b, cur)
+        self.finish_victim(core, b, cur)
     }
 
     /// Reads victim page `addr` and stages its `valid` slots. A fully valid page read while
@@ -213,18 +214,19 @@ impl Core {
     /// page, the common case, GC then costs one read and one program per slot).
     fn stage_page(
         &self,
+        core: &Core,
         addr: PageAddr,
         valid: &[u32],
         staged: &mut Staging,
         page: &mut Vec<u8>,
         oob: &mut Vec<u8>,
     ) {
-        let page_size = self.layout.page_size as usize;
-        let spp = self.layout.slots_per_page as usize;
+        let page_size = core.layout.page_size as usize;
+        let spp = core.layout.slots_per_page as usize;
         debug_assert!(staged.len() < spp, "staging only below a page of slots");
         // Every byte is overwritten by the read or the copies: sizing is all the buffers need.
         staged.data.resize(2 * page_size, 0);
-        oob.resize(self.layout.oob_size as usize, 0);
+        oob.resize(core.layout.oob_size as usize, 0);
         let direct = staged.is_empty() && valid.len() == spp;
         let buf: &mut [u8] = if direct {
             &mut staged.data[..page_size]
@@ -233,15 +235,15 @@ impl Core {
             page
         };
         let mut ok = false;
-        for _ in 0..=self.cfg.read_retries {
-            match self.nand.read(addr, 0, buf, Some(oob)) {
+        for _ in 0..=core.cfg.read_retries {
+            match core.nand.read(addr, 0, buf, Some(oob)) {
                 Ok(c) => {
                     c.wait();
                     ok = true;
                     break;
                 }
                 Err(NandError::Uncorrectable { .. }) => {
-                    self.counters.read_retries.fetch_add(1, Ordering::Relaxed);
+                    core.counters.read_retries.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => {
                     tracing::error!("GC read of {addr:?} failed: {e}");
@@ -252,7 +254,7 @@ impl Core {
         let metas = match (ok, oob::decode(oob)) {
             (true, Some(PageOob::Data(m))) => m,
             _ => {
-                self.counters.uncorrectable.fetch_add(1, Ordering::Relaxed);
+                core.counters.uncorrectable.fetch_add(1, Ordering::Relaxed);
                 tracing::error!("GC cannot read {addr:?}: its valid data is lost");
                 return;
             }
@@ -272,44 +274,44 @@ impl Core {
                     .copy_from_slice(&page[from..from + LOGICAL_PAGE]);
             }
             staged.metas.push(*meta);
-            staged.srcs.push(self.layout.psa(addr, s));
+            staged.srcs.push(core.layout.psa(addr, s));
         }
     }
 
     /// Programs up to one page of staged slots to the bank's GC frontier and switches the map.
     /// Returns false if nothing could be programmed (no block for the frontier).
-    fn gc_program(&self, b: u32, g: &mut BankGc) -> bool {
-        let spp = self.layout.slots_per_page as usize;
-        let page_size = self.layout.page_size as usize;
+    fn gc_program(&self, core: &Core, b: u32, g: &mut BankGc) -> bool {
+        let spp = core.layout.slots_per_page as usize;
+        let page_size = core.layout.page_size as usize;
         let take = g.staged.len().min(spp);
         g.staged.data.resize(2 * page_size, 0);
         // Pad slots read as zeroes, like the host writer's.
         g.staged.data[take * LOGICAL_PAGE..page_size].fill(0);
         let mut metas = g.staged.metas[..take].to_vec();
         metas.resize(spp, SlotMeta::PAD);
-        g.out_oob.resize(self.layout.oob_size as usize, 0);
+        g.out_oob.resize(core.layout.oob_size as usize, 0);
         oob::encode_data(&mut g.out_oob, &metas);
         loop {
-            let Some(addr) = self.gc_frontier(b, &mut g.frontier) else {
+            let Some(addr) = self.gc_frontier(core, b, &mut g.frontier) else {
                 return false;
             };
-            let result = self
+            let result = core
                 .nand
                 .program(addr, &g.staged.data[..page_size], &g.out_oob);
-            self.advance_gc_frontier(&mut g.frontier, addr);
+            self.advance_gc_frontier(core, &mut g.frontier, addr);
             match result {
                 Ok(c) => {
                     c.wait();
-                    self.counters
+                    core.counters
                         .gc_page_programs
                         .fetch_add(1, Ordering::Relaxed);
                     for meta in &g.staged.metas[..take] {
                         self.map.prefetch(meta.lpn);
-                        self.cache.prefetch(meta.lpn);
+                        core.cache.prefetch(meta.lpn);
                     }
                     for i in 0..take {
                         let (meta, src) = (g.staged.metas[i], g.staged.srcs[i]);
-                        self.relocate(meta, src, self.layout.psa(addr, i as u32));
+                        self.relocate(core, meta, src, core.layout.psa(addr, i as u32));
                     }
                     let st = &mut g.staged;
                     st.metas.drain(..take);
@@ -317,20 +319,20 @@ impl Core {
                     let rest = st.len() * LOGICAL_PAGE;
                     st.data
                         .copy_within(take * LOGICAL_PAGE..take * LOGICAL_PAGE + rest, 0);
-                    if addr.page + 1 == self.layout.pages_per_block {
-                        self.mark_full(addr.block.bank.0, addr.block.block);
+                    if addr.page + 1 == core.layout.pages_per_block {
+                        core.mark_full(addr.block.bank.0, addr.block.block);
                     }
                     return true;
                 }
                 Err(e) if e.is_fault() => {
-                    self.counters
+                    core.counters
                         .program_failures
                         .fetch_add(1, Ordering::Relaxed);
                     g.frontier = None;
-                    self.retire_block(addr.block.bank.0, addr.block.block);
+                    core.retire_block(addr.block.bank.0, addr.block.block);
                 }
                 Err(e) => {
-                    self.set_read_only(format!("GC program at {addr:?} failed: {e}"));
+                    core.set_read_only(format!("GC program at {addr:?} failed: {e}"));
                     return false;
                 }
             }
@@ -340,12 +342,17 @@ impl Core {
     /// The GC frontier's next page, opening a block for it if it has none: on bank `b`, or on
     /// the bank `rescue_bank` names when `b` has no free block. `None` if no block is free.
     /// A block opened here stays the frontier whether or not the page is then programmed.
-    fn gc_frontier(&self, b: u32, frontier: &mut Option<(u32, Frontier)>) -> Option<PageAddr> {
+    fn gc_frontier(
+        &self,
+        core: &Core,
+        b: u32,
+        frontier: &mut Option<(u32, Frontier)>,
+    ) -> Option<PageAddr> {
         let (fb, fr) = match *frontier {
             Some(f) => f,
-            None => match self.alloc_block(b, true).map(|blk| (b, blk)).or_else(|| {
-                let c = self.rescue_bank(b)?;
-                self.alloc_block(c, false).map(|blk| (c, blk))
+            None => match core.alloc_block(b, true).map(|blk| (b, blk)).or_else(|| {
+                let c = self.rescue_bank(core, b)?;
+                core.alloc_block(c, false).map(|blk| (c, blk))
             }) {
                 Some((fb, block)) => *frontier.insert((fb, Frontier { block, next: 0 })),
                 None => {
@@ -367,10 +374,15 @@ impl Core {
     /// Moves the GC frontier past `addr`, which was just programmed (or consumed by a failed
     /// program); after a block's last page the frontier is closed. The caller marks the block
     /// full once the page's slots are switched in the map, so GC cannot pick it before.
-    fn advance_gc_frontier(&self, frontier: &mut Option<(u32, Frontier)>, addr: PageAddr) {
+    fn advance_gc_frontier(
+        &self,
+        core: &Core,
+        frontier: &mut Option<(u32, Frontier)>,
+        addr: PageAddr,
+    ) {
         let next = addr.page + 1;
         let (fb, block) = (addr.block.bank.0, addr.block.block);
-        if next < self.layout.pages_per_block {
+        if next < core.layout.pages_per_block {
             *frontier = Some((fb, Frontier { block, next }));
         } else {
             *frontier = None;
@@ -384,64 +396,65 @@ impl Core {
     /// failed (staging retries the read), the page is staged instead.
     fn copyback_page(
         &self,
+        core: &Core,
         b: u32,
         src: PageAddr,
         frontier: &mut Option<(u32, Frontier)>,
         oob: &mut Vec<u8>,
     ) -> Moved {
-        oob.resize(self.layout.oob_size as usize, 0);
+        oob.resize(core.layout.oob_size as usize, 0);
         loop {
-            let Some(dst) = self.gc_frontier(b, frontier) else {
+            let Some(dst) = self.gc_frontier(core, b, frontier) else {
                 return Moved::Failed;
             };
             if dst.block.bank.0 != b {
                 return Moved::Staging;
             }
-            let result = self.nand.copyback(src, dst, Some(oob));
+            let result = core.nand.copyback(src, dst, Some(oob));
             match result {
                 Ok(c) => {
-                    self.advance_gc_frontier(frontier, dst);
+                    self.advance_gc_frontier(core, frontier, dst);
                     c.wait();
-                    self.counters
+                    core.counters
                         .gc_page_programs
                         .fetch_add(1, Ordering::Relaxed);
                     match oob::decode(oob) {
                         Some(PageOob::Data(metas)) => {
                             for meta in &metas {
                                 self.map.prefetch(meta.lpn);
-                                self.cache.prefetch(meta.lpn);
+                                core.cache.prefetch(meta.lpn);
                             }
                             for (i, meta) in metas.into_iter().enumerate() {
                                 let i = i as u32;
-                                let (from, to) = (self.layout.psa(src, i), self.layout.psa(dst, i));
-                                self.relocate(meta, from, to);
+                                let (from, to) = (core.layout.psa(src, i), core.layout.psa(dst, i));
+                                self.relocate(core, meta, from, to);
                             }
                         }
                         _ => {
                             // Staging would have found the same OOB and lost the page too.
-                            self.counters.uncorrectable.fetch_add(1, Ordering::Relaxed);
+                            core.counters.uncorrectable.fetch_add(1, Ordering::Relaxed);
                             tracing::error!("GC cannot read {src:?}: its valid data is lost");
                         }
                     }
-                    if dst.page + 1 == self.layout.pages_per_block {
-                        self.mark_full(b, dst.block.block);
+                    if dst.page + 1 == core.layout.pages_per_block {
+                        core.mark_full(b, dst.block.block);
                     }
                     return Moved::Done;
                 }
                 Err(NandError::Uncorrectable { .. }) => {
                     // The destination was not consumed: the frontier still points at it.
-                    self.counters.read_retries.fetch_add(1, Ordering::Relaxed);
+                    core.counters.read_retries.fetch_add(1, Ordering::Relaxed);
                     return Moved::Staging;
                 }
                 Err(e) if e.is_fault() => {
-                    self.counters
+                    core.counters
                         .program_failures
                         .fetch_add(1, Ordering::Relaxed);
                     *frontier = None;
-                    self.retire_block(b, dst.block.block);
+                    core.retire_block(b, dst.block.block);
                 }
                 Err(e) => {
-                    self.set_read_only(format!("GC copyback {src:?} -> {dst:?} failed: {e}"));
+                    core.set_read_only(format!("GC copyback {src:?} -> {dst:?} failed: {e}"));
                     return Moved::Failed;
                 }
             }
@@ -449,12 +462,12 @@ impl Core {
     }
 
     /// Switches one relocated slot in the map if nothing newer replaced it meanwhile.
-    fn relocate(&self, meta: SlotMeta, src: Psa, dst: Psa) {
+    fn relocate(&self, core: &Core, meta: SlotMeta, src: Psa, dst: Psa) {
         match meta.kind {
             SlotKind::Data => {
-                let st = self.cache.lock(meta.lpn);
+                let st = core.cache.lock(meta.lpn);
                 if self.map.relocate(&st, meta.lpn, src, dst) {
-                    self.counters.gc_copies.fetch_add(1, Ordering::Relaxed);
+                    core.counters.gc_copies.fetch_add(1, Ordering::Relaxed);
                 }
             }
             SlotKind::TrimLog => {
@@ -465,12 +478,12 @@ impl Core {
     }
 
     /// Erases (or retires) a victim whose valid data has all moved.
-    fn finish_victim(&self, b: u32, cur: Cursor) -> Step {
+    fn finish_victim(&self, core: &Core, b: u32, cur: Cursor) -> Step {
         let blk_addr = BlockAddr {
             bank: BankId(b),
             block: cur.block,
         };
-        let idx = self.layout.block_idx(blk_addr);
+        let idx = core.layout.block_idx(blk_addr);
         let left = self.map.valid_count(idx).max(self.map.valid_bits(idx));
         if left != 0 {
             // Slots unmapped by a trim whose record is not on flash yet stay valid: the block
@@ -479,70 +492,70 @@ impl Core {
                 "bank {b} block {}: {left} slots still held; retry later",
                 cur.block
             );
-            self.bank(b).alloc.lock().state[cur.block as usize] = BlockState::Full;
-            self.flush_requested.store(true, Ordering::Release);
-            self.maint_wake.notify(usize::MAX);
+            core.bank(b).alloc.lock().state[cur.block as usize] = BlockState::Full;
+            core.flush_requested.store(true, Ordering::Release);
+            core.maint_wake.notify(usize::MAX);
             return Step::Idle;
         }
 
-        while self.pins.pinned(idx) {
+        while core.pins.pinned(idx) {
             std::thread::yield_now();
         }
         if cur.purpose == Purpose::WearLevel {
-            self.counters
+            core.counters
                 .wear_level_moves
                 .fetch_add(1, Ordering::Relaxed);
         }
         let went_bad = if cur.purpose == Purpose::Retire {
-            if let Err(e) = self.nand.mark_bad(blk_addr) {
+            if let Err(e) = core.nand.mark_bad(blk_addr) {
                 tracing::error!("cannot mark {blk_addr:?} bad: {e}");
             }
             true
         } else {
-            match self.nand.erase(blk_addr) {
+            match core.nand.erase(blk_addr) {
                 Ok(c) => {
                     c.wait();
-                    self.counters.gc_erases.fetch_add(1, Ordering::Relaxed);
+                    core.counters.gc_erases.fetch_add(1, Ordering::Relaxed);
                     false
                 }
                 Err(e) if e.is_fault() => {
                     tracing::warn!("erase of {blk_addr:?} failed: {e}; block retired");
-                    self.counters.erase_failures.fetch_add(1, Ordering::Relaxed);
+                    core.counters.erase_failures.fetch_add(1, Ordering::Relaxed);
                     true
                 }
                 Err(e) => {
-                    self.set_read_only(format!("erase of {blk_addr:?} failed: {e}"));
+                    core.set_read_only(format!("erase of {blk_addr:?} failed: {e}"));
                     true
                 }
             }
         };
-        let mut a = self.bank(b).alloc.lock();
+        let mut a = core.bank(b).alloc.lock();
         if went_bad {
             a.state[cur.block as usize] = BlockState::Bad;
         } else {
             a.erase_count[cur.block as usize] += 1;
             a.push_free(cur.block);
         }
-        self.update_free(b, a.free_len());
+        core.update_free(b, a.free_len());
         drop(a);
         if went_bad {
-            self.counters.bad_blocks.fetch_add(1, Ordering::Relaxed);
-            self.check_spares();
+            core.counters.bad_blocks.fetch_add(1, Ordering::Relaxed);
+            core.check_spares();
         }
         Step::Freed
     }
 
     /// Most valid slots a background victim may hold: the device's average fill of its used
     /// blocks, at least 3/4 of a block, at most one slot short of full.
-    fn worth_limit(&self) -> u32 {
-        let spb = self.layout.slots_per_block();
-        let free: u64 = self
+    fn worth_limit(&self, core: &Core) -> u32 {
+        let spb = core.layout.slots_per_block();
+        let free: u64 = core
             .banks
             .iter()
             .map(|b| b.free.load(Ordering::Relaxed) as u64)
             .sum();
-        let reserved = 1 + self.layout.banks as u64 * 2 * self.layout.ckpt_blocks as u64;
-        let used = (self.layout.total_blocks() as u64)
+        let reserved = 1 + core.layout.banks as u64 * 2 * core.layout.ckpt_blocks as u64;
+        let used = (core.layout.total_blocks() as u64)
             .saturating_sub(reserved + free)
             .max(1);
         let avg = self.map.valid_total().div_ceil(used);
@@ -550,28 +563,28 @@ impl Core {
     }
 
     /// Another bank that can spare a block for `b`'s GC when `b` itself has none free.
-    fn rescue_bank(&self, b: u32) -> Option<u32> {
-        if self.bank(b).free.load(Ordering::Acquire) > 0 {
+    fn rescue_bank(&self, core: &Core, b: u32) -> Option<u32> {
+        if core.bank(b).free.load(Ordering::Acquire) > 0 {
             return None;
         }
-        (0..self.layout.banks)
+        (0..core.layout.banks)
             .filter(|&c| c != b)
-            .max_by_key(|&c| self.bank(c).free.load(Ordering::Acquire))
-            .filter(|&c| self.bank(c).free.load(Ordering::Acquire) > GC_RESERVE)
+            .max_by_key(|&c| core.bank(c).free.load(Ordering::Acquire))
+            .filter(|&c| core.bank(c).free.load(Ordering::Acquire) > GC_RESERVE)
     }
 
     /// Chooses the bank's next victim and marks it. `room` is the number of slots the GC
     /// frontier can still take without a new block.
-    fn select_victim(&self, b: u32, room: u32, urgent: bool) -> Option<Cursor> {
-        let spb = self.layout.slots_per_block();
-        let mut a = self.bank(b).alloc.lock();
+    fn select_victim(&self, core: &Core, b: u32, room: u32, urgent: bool) -> Option<Cursor> {
+        let spb = core.layout.slots_per_block();
+        let mut a = core.bank(b).alloc.lock();
         let room = room + a.free_len() * spb;
         let fits = |block: usize| {
             let addr = BlockAddr {
                 bank: BankId(b),
                 block: block as u32,
             };
-            self.map.valid_count(self.layout.block_idx(addr)) <= room
+            self.map.valid_count(core.layout.block_idx(addr)) <= room
         };
         let pick = |block: u32, purpose| Some((block, purpose));
         let mut chosen = a
@@ -581,9 +594,9 @@ impl Core {
             .position(|(i, s)| *s == BlockState::Retiring && fits(i))
             .and_then(|i| pick(i as u32, Purpose::Retire));
         // Static wear levelling only on a bank that is not short of free blocks.
-        if chosen.is_none() && a.free_len() >= self.gc_soft_free() {
+        if chosen.is_none() && a.free_len() >= core.gc_soft_free() {
             chosen = self
-                .wear_level_victim(b, &a)
+                .wear_level_victim(core, b, &a)
                 .filter(|blk| fits(*blk as usize))
                 .and_then(|blk| pick(blk, Purpose::WearLevel));
         }
@@ -592,9 +605,13 @@ impl Core {
             // average used block (`worth_limit`): cleaning fuller blocks frees almost nothing,
             // and on a bank that lost many blocks it wears the bank out. A writer with nowhere
             // to write (`urgent`) takes any gain.
-            let worth = if urgent { spb - 1 } else { self.worth_limit() };
+            let worth = if urgent {
+                spb - 1
+            } else {
+                self.worth_limit(core)
+            };
             chosen = self
-                .best_reclaim_victim(b, &a, room.min(worth))
+                .best_reclaim_victim(core, b, &a, room.min(worth))
                 .and_then(|blk| pick(blk, Purpose::Reclaim));
         }
         let (block, purpose) = chosen?;
@@ -608,9 +625,15 @@ impl Core {
 
     /// The best block to reclaim on bank `b` (greedy or cost-benefit) whose valid slots fit in
     /// `room`.
-    fn best_reclaim_victim(&self, b: u32, a: &crate::blocks::BankAlloc, room: u32) -> Option<u32> {
-        let spb = self.layout.slots_per_block();
-        let now = self.current_seq();
+    fn best_reclaim_victim(
+        &self,
+        core: &Core,
+        b: u32,
+        a: &crate::blocks::BankAlloc,
+        room: u32,
+    ) -> Option<u32> {
+        let spb = core.layout.slots_per_block();
+        let now = core.current_seq();
         let mut best: Option<(f64, u32)> = None;
         for (i, s) in a.state.iter().enumerate() {
             if *s != BlockState::Full {
@@ -620,11 +643,11 @@ impl Core {
                 bank: BankId(b),
                 block: i as u32,
             };
-            let valid = self.map.valid_count(self.layout.block_idx(blk));
+            let valid = self.map.valid_count(core.layout.block_idx(blk));
             if valid >= spb || valid > room {
                 continue;
             }
-            let score = match self.cfg.victim_policy {
+            let score = match core.cfg.victim_policy {
                 VictimPolicy::Greedy => -(valid as f64),
                 VictimPolicy::CostBenefit => {
                     let u = valid as f64 / spb as f64;
@@ -644,14 +667,14 @@ impl Core {
     }
 
     /// The greedy/cost-benefit choice on bank `b`, without marking it (benchmarks).
-    pub(crate) fn victim_scan(&self, b: u32) -> Option<u32> {
-        let a = self.bank(b).alloc.lock();
-        self.best_reclaim_victim(b, &a, u32::MAX)
+    pub(crate) fn victim_scan(&self, core: &Core, b: u32) -> Option<u32> {
+        let a = core.bank(b).alloc.lock();
+        self.best_reclaim_victim(core, b, &a, u32::MAX)
     }
 
     /// The least-worn full block of bank `b` if its erase-count spread is too wide.
-    fn wear_level_victim(&self, _b: u32, a: &crate::blocks::BankAlloc) -> Option<u32> {
-        let spread = self.cfg.wear_level_spread;
+    fn wear_level_victim(&self, core: &Core, _b: u32, a: &crate::blocks::BankAlloc) -> Option<u32> {
+        let spread = core.cfg.wear_level_spread;
         if spread == 0 {
             return None;
         }
@@ -674,13 +697,13 @@ impl Core {
     }
 
     /// Whether bank `b` has a wear spread worth levelling.
-    fn wear_level_due(&self, b: u32) -> bool {
-        let a = self.bank(b).alloc.lock();
-        self.wear_level_victim(b, &a).is_some()
+    fn wear_level_due(&self, core: &Core, b: u32) -> bool {
+        let a = core.bank(b).alloc.lock();
+        self.wear_level_victim(core, b, &a).is_some()
     }
 
-    fn needs_gc(&self, b: u32) -> bool {
-        self.bank(b).free.load(Ordering::Acquire) < self.gc_soft_free()
+    fn needs_gc(&self, core: &Core, b: u32) -> bool {
+        core.bank(b).free.load(Ordering::Acquire) < core.gc_soft_free()
     }
 
     /// In-path GC (LFTL NPGC, cut into RFTL-style slices): before a page goes to bank `b`
@@ -688,13 +711,13 @@ impl Core {
     /// page never waits for more than `IN_PATH_STEPS` reads/programs/erases, however full the
     /// bank. A bank that falls to its GC reserve anyway is skipped by writers and cleaned in the
     /// foreground.
-    pub(crate) fn in_path_gc(&self, b: u32) {
-        if !self.needs_gc(b) {
+    pub(crate) fn in_path_gc(&self, core: &Core, b: u32) {
+        if !self.needs_gc(core, b) {
             return;
         }
         let mut g = self.gc[b as usize].lock();
         for _ in 0..IN_PATH_STEPS {
-            if !self.needs_gc(b) || self.gc_step(b, &mut g, false) == Step::Idle {
+            if !self.needs_gc(core, b) || self.gc_step(core, b, &mut g, false) == Step::Idle {
                 break;
             }
         }
@@ -702,20 +725,20 @@ impl Core {
 
     /// Foreground GC when no bank can take a page: frees one block somewhere. Returns false when
     /// nothing anywhere can be reclaimed.
-    pub(crate) fn foreground_gc(&self) -> bool {
-        self.counters.foreground_gc.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn foreground_gc(&self, core: &Core) -> bool {
+        core.counters.foreground_gc.fetch_add(1, Ordering::Relaxed);
         // Clean where it is cheapest: the bank whose best victim has the fewest valid slots.
-        let mut order: Vec<(u32, u32)> = (0..self.layout.banks)
+        let mut order: Vec<(u32, u32)> = (0..core.layout.banks)
             .map(|b| {
-                let a = self.bank(b).alloc.lock();
-                let best = self
-                    .best_reclaim_victim(b, &a, u32::MAX)
-                    .map_or(u32::MAX, |blk| {
-                        self.map.valid_count(self.layout.block_idx(BlockAddr {
-                            bank: BankId(b),
-                            block: blk,
-                        }))
-                    });
+                let a = core.bank(b).alloc.lock();
+                let best =
+                    self.best_reclaim_victim(core, b, &a, u32::MAX)
+                        .map_or(u32::MAX, |blk| {
+                            self.map.valid_count(core.layout.block_idx(BlockAddr {
+                                bank: BankId(b),
+                                block: blk,
+                            }))
+                        });
                 (best, b)
             })
             .collect();
@@ -723,7 +746,7 @@ impl Core {
         for (_, b) in order {
             let mut g = self.gc[b as usize].lock();
             loop {
-                match self.gc_step(b, &mut g, true) {
+                match self.gc_step(core, b, &mut g, true) {
                     Step::Freed => return true,
                     Step::Idle => break,
                     Step::Progress => {}
@@ -734,9 +757,9 @@ impl Core {
     }
 
     /// Updates the adaptive policy's allowance from the host operation rate.
-    pub(crate) fn update_gc_allowance(&self, workers: usize) {
+    pub(crate) fn update_gc_allowance(&self, core: &Core, workers: usize) {
         let g = &self.gc_load;
-        let ops = self.counters.host_ops();
+        let ops = core.counters.host_ops();
         let last = g.last_ops.swap(ops, Ordering::AcqRel);
         let rate = ops.saturating_sub(last);
         let peak = g.peak.load(Ordering::Acquire).max(rate).max(1);
@@ -749,14 +772,14 @@ impl Core {
 }
 
 /// A background GC worker (parallel and adaptive policies).
-pub fn worker(core: Arc<Core>, idx: usize, adaptive: bool) {
+pub fn worker(scheme: Arc<PageScheme>, core: Arc<Core>, idx: usize, adaptive: bool) {
     crate::writer::precise_timers();
     let nb = core.layout.banks;
     let mut rr = idx as u32;
     let mut candidates: Vec<(bool, bool, u32, u32)> = Vec::with_capacity(nb as usize);
     while !core.stopping.load(Ordering::Acquire) {
         let urgent = (0..nb).any(|b| core.bank(b).exclusive_gc.load(Ordering::Acquire));
-        if adaptive && !urgent && idx >= core.gc_load.allowed.load(Ordering::Acquire) {
+        if adaptive && !urgent && idx >= scheme.gc_load.allowed.load(Ordering::Acquire) {
             idle_wait(&core, Duration::from_millis(5));
             continue;
         }
@@ -764,8 +787,8 @@ pub fn worker(core: Arc<Core>, idx: usize, adaptive: bool) {
         candidates.clear();
         for i in 0..nb {
             let b = (rr + i) % nb;
-            let needs = core.needs_gc(b);
-            if !needs && !core.wear_level_due(b) {
+            let needs = scheme.needs_gc(&core, b);
+            if !needs && !scheme.wear_level_due(&core, b) {
                 continue;
             }
             let busy = core.nand.bank_load(BankId(b)).inflight > 0;
@@ -780,7 +803,7 @@ pub fn worker(core: Arc<Core>, idx: usize, adaptive: bool) {
         // foreground) is skipped rather than spun on.
         let Some((b, mut g)) = candidates
             .iter()
-            .find_map(|c| core.gc[c.3 as usize].try_lock().map(|g| (c.3, g)))
+            .find_map(|c| scheme.gc[c.3 as usize].try_lock().map(|g| (c.3, g)))
         else {
             idle_wait(&core, Duration::from_millis(1));
             continue;
@@ -792,14 +815,14 @@ pub fn worker(core: Arc<Core>, idx: usize, adaptive: bool) {
             if core.stopping.load(Ordering::Acquire) {
                 break;
             }
-            let step = core.gc_step(b, &mut g, false);
+            let step = scheme.gc_step(&core, b, &mut g, false);
             if step == Step::Idle {
                 drop(g);
                 idle_wait(&core, Duration::from_millis(5));
                 break;
             }
             // Give the bank back to host I/O after a freed block, unless it is urgent.
-            if step == Step::Freed && !core.needs_gc(b) {
+            if step == Step::Freed && !scheme.needs_gc(&core, b) {
                 break;
             }
             // The clock is read every 16 steps only: in a VM a read can cost as much as a step.

@@ -1,0 +1,202 @@
+//! The scheme boundary: what every FTL scheme provides to the shared machinery, and the
+//! registry of schemes.
+//!
+//! # Shared machinery and schemes
+//! Every scheme runs on the same machinery (the modules at the crate's top level): the NAND
+//! device and its layout, the block allocator with wear and bad blocks (`blocks`), the write
+//! cache (`cache`: overlay and stripe locks) and the per-queue write buffers (`buffer`), the
+//! writer threads (`writer`: in-flight programs, commit order, flush and FUA accounting), the
+//! host gate and the host paths (`io`), checkpoint framing and chains (`checkpoint`), the OOB
+//! format (`oob`) and scan (`recovery`), and statistics (`stats`). A scheme owns what differs
+//! between FTL designs: its **map** (page map; block map + log-page maps; block + replacement
+//! chains), its **placement** (where a sealed page is programmed), its **reclaim** (GC, merges,
+//! bounded partial steps) and its **recovery rules** (how scanned versions resolve).
+//!
+//! # Why a trait, not an enum over schemes
+//! An `enum` over schemes is a type every scheme file extends: a new scheme adds a variant and
+//! an arm to every central `match`. A trait keeps each scheme in a room of its own
+//! (`schemes/<name>/`): it implements `Scheme` and `Placer` there and adds one line to
+//! `SchemeKind::build`. The cost is one indirect call per host page on the read path and one
+//! per programmed page on the write path (a few ns against microseconds of FTL work; measured
+//! in `benches/README.md`). MQSim's `Address_Mapping_Unit_Base` and FEMU's mapping ops table are
+//! the same shape.
+//!
+//! # The calls, and the locks a scheme may rely on
+//! | call | who calls it | held |
+//! |---|---|---|
+//! | `Scheme::locate` | host read | the page's stripe |
+//! | `Scheme::unmap` | host trim | the page's stripes |
+//! | `Scheme::placer` | once per queue, at start | nothing |
+//! | `Placer::target`, `Placer::failed` | the queue's writer, before/after a program | the queue's inline-writer lock with timing `off` |
+//! | `Scheme::commit` | the queue's writer, in seal order, after the program completed | nothing |
+//! | `Scheme::spawn_workers`, `Scheme::tick` | `Ftl::start`; the maintenance thread every 50 ms | nothing |
+//! | `Scheme::checkpoint_payload`, `Scheme::checkpoint_written` | `Core::checkpoint` | host gate frozen, `gc_gate` exclusive; nothing |
+//! | `Scheme::recover` | `Ftl::open`, before any thread runs | nothing |
+//! | `Scheme::check` | tests, quiesced | checkpoint lock, `gc_gate` exclusive |
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use nand_model::PageAddr;
+use serde::{Deserialize, Serialize};
+
+use crate::buffer::SealedPage;
+use crate::cache::Stripe;
+use crate::checkpoint::{MapImage, Snapshot};
+use crate::core::Core;
+use crate::error::Result;
+use crate::layout::{Layout, Lpn, Psa};
+use crate::recovery::{Resolved, Scan};
+
+pub mod page;
+
+/// The FTL schemes an image can be formatted with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SchemeKind {
+    /// Page mapping (papers 000/001/002): any logical page anywhere, greedy/cost-benefit GC.
+    #[default]
+    Page,
+}
+
+impl SchemeKind {
+    /// Every scheme, in the order `ftld presets` lists them.
+    pub const ALL: [SchemeKind; 1] = [SchemeKind::Page];
+
+    /// The name used on the command line, in TOML, JSON and the superblock.
+    pub fn name(self) -> &'static str {
+        match self {
+            SchemeKind::Page => "page",
+        }
+    }
+
+    /// One line on what the scheme is.
+    pub fn description(self) -> &'static str {
+        match self {
+            SchemeKind::Page => {
+                "page mapping: a 4 KiB logical page anywhere; per-queue writers, greedy or cost-benefit GC (papers 000-002)"
+            }
+        }
+    }
+
+    /// The scheme's code in the superblock.
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            SchemeKind::Page => 0,
+        }
+    }
+
+    pub(crate) fn from_code(code: u32) -> Option<SchemeKind> {
+        SchemeKind::ALL.into_iter().find(|k| k.code() == code)
+    }
+
+    /// Builds the scheme's state for a device of `lpns` logical pages.
+    pub(crate) fn build(self, layout: Layout, lpns: u32, banks: usize) -> Arc<dyn Scheme> {
+        match self {
+            SchemeKind::Page => Arc::new(page::PageScheme::new(layout, lpns, banks)),
+        }
+    }
+}
+
+impl std::fmt::Display for SchemeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for SchemeKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        SchemeKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = SchemeKind::ALL.iter().map(|k| k.name()).collect();
+                format!("unknown FTL scheme {s:?} (known: {})", names.join(", "))
+            })
+    }
+}
+
+/// A scheme's checkpoint payload: its map image and the trim-log slots it keeps live.
+pub(crate) struct CheckpointPayload {
+    pub map: MapImage,
+    pub trims: Vec<(Psa, u64)>,
+}
+
+/// What the shared machinery asks of an FTL scheme (see the module doc for who calls what).
+pub(crate) trait Scheme: Send + Sync {
+    fn kind(&self) -> SchemeKind;
+
+    /// Where `lpn`'s newest programmed version lives (`None`: it reads as zeroes). The write
+    /// cache's overlay has been looked at already.
+    fn locate(&self, stripe: &Stripe, lpn: Lpn) -> Option<Psa>;
+
+    /// Trim: unmaps `lpn`. Returns the slot it pointed at, which must stay allocated until the
+    /// trim's record is on flash: the record travels in a [`SealedPage`]'s `zombies`, and
+    /// [`Scheme::commit`] of that page releases them.
+    fn unmap(&self, stripe: &Stripe, lpn: Lpn) -> Option<Psa>;
+
+    /// Queue `q`'s placement state, owned by its writer.
+    fn placer(self: Arc<Self>, q: usize) -> Box<dyn Placer>;
+
+    /// `page` was programmed at `addr` and the program completed: make its slots the newest
+    /// versions of their pages (unless a newer write or a trim superseded them).
+    fn commit(&self, core: &Core, page: &SealedPage, addr: PageAddr);
+
+    /// Starts the scheme's background threads (GC workers).
+    fn spawn_workers(self: Arc<Self>, core: &Arc<Core>) -> Result<Vec<JoinHandle<()>>>;
+
+    /// The maintenance thread's tick (every 50 ms).
+    fn tick(&self, core: &Core);
+
+    /// Whether the next checkpoint should be a full one rather than a delta.
+    fn prefers_full_checkpoint(&self) -> bool;
+
+    /// The scheme's part of a checkpoint (host mutations frozen, GC between steps).
+    fn checkpoint_payload(&self, full: bool) -> CheckpointPayload;
+
+    /// A checkpoint is on flash; `prev_sc` is the sequence counter of the one before it, the
+    /// oldest a recovery may fall back to.
+    fn checkpoint_written(&self, prev_sc: u64);
+
+    /// Rebuilds the scheme's state from the checkpoint (if any) and the scan of what was
+    /// programmed after it; the shared block states are rebuilt by the caller afterwards.
+    fn recover(
+        &self,
+        core: &Core,
+        ckpt: Option<&mut Snapshot>,
+        input: RecoverInput,
+    ) -> Result<Resolved>;
+
+    /// Checks the scheme's invariants (quiesced: no host operation, GC between steps, trim
+    /// records flushed).
+    fn check(&self, core: &Core) -> std::result::Result<(), String>;
+
+    /// Bytes of RAM the scheme's maps use (grow with the device).
+    fn memory_bytes(&self) -> usize;
+
+    /// A line about one logical page's mapping, for tests chasing a lost write.
+    fn describe(&self, core: &Core, lpn: Lpn) -> String;
+
+    /// Runs victim selection on `bank` without acting on it (benchmarks).
+    fn bench_victim_scan(&self, core: &Core, bank: u32) -> Option<u32>;
+}
+
+/// What recovery hands a scheme: the blocks' state now and the scan of everything programmed
+/// after the checkpoint.
+pub(crate) struct RecoverInput {
+    /// Per global block: whether its checkpointed contents were erased since (or it went bad).
+    pub erased_since: Vec<bool>,
+    pub scans: Vec<Scan>,
+}
+
+/// A queue's placement: where the pages its writer seals are programmed.
+pub(crate) trait Placer: Send {
+    /// The page the next program of `page` goes to, reserved for it (so a failed program
+    /// consumes it). May reclaim space first. `None`: the device turned read-only.
+    fn target(&mut self, core: &Core, page: &SealedPage) -> Option<PageAddr>;
+
+    /// The program at `addr` failed: the block is retired. The writer has committed every
+    /// earlier page first.
+    fn failed(&mut self, core: &Core, addr: PageAddr);
+}

@@ -1,0 +1,208 @@
+//! Scheme `page`: the multi-threaded page-mapping FTL of papers 000/001/002.
+//!
+//! | module | job |
+//! |---|---|
+//! | `map` | L2P table, valid-slot bitmap and live trim log, kept in step (invariant 2) |
+//! | `place` | per-queue write frontiers on every bank, bank choice |
+//! | `gc` | bounded-step GC, victim policies, wear levelling, GC workers |
+//! | `recover` | resolving a checkpoint and an OOB scan into the map |
+//!
+//! A 4 KiB logical page can live in any slot of any block. Writers pack slots of any pages into
+//! NAND pages; GC moves valid slots (by copyback where it can) and erases blocks; a checkpoint
+//! holds the L2P table (full or the chunks changed since the last one) and the live trim-log
+//! slots.
+
+mod gc;
+pub mod map;
+mod place;
+mod recover;
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use nand_model::PageAddr;
+use parking_lot::Mutex;
+
+use self::gc::{BankGc, LoadGauge};
+use self::map::PageMap;
+use self::place::PagePlacer;
+use crate::blocks::BlockState;
+use crate::buffer::SealedPage;
+use crate::cache::Stripe;
+use crate::checkpoint::{MapImage, Snapshot};
+use crate::config::GcPolicy;
+use crate::core::Core;
+use crate::error::Result;
+use crate::layout::{Layout, Lpn, Psa};
+use crate::oob::{self, SlotKind};
+use crate::recovery::Resolved;
+use crate::schemes::{CheckpointPayload, Placer, RecoverInput, Scheme, SchemeKind};
+
+/// The page scheme's state.
+pub struct PageScheme {
+    layout: Layout,
+    lpns: u32,
+    /// L2P, valid slots and the live trim log, kept in step.
+    pub map: PageMap,
+    /// Per bank: its cleaner's state (victim cursor, GC frontier, staging), one cleaner at a
+    /// time.
+    pub gc: Vec<Mutex<BankGc>>,
+    /// Host-load gauge of the adaptive GC policy.
+    pub gc_load: LoadGauge,
+}
+
+impl PageScheme {
+    pub fn new(layout: Layout, lpns: u32, banks: usize) -> PageScheme {
+        PageScheme {
+            layout,
+            lpns,
+            map: PageMap::new(layout, lpns),
+            gc: (0..banks).map(|_| Mutex::new(BankGc::default())).collect(),
+            gc_load: LoadGauge::default(),
+        }
+    }
+}
+
+impl Scheme for PageScheme {
+    fn kind(&self) -> SchemeKind {
+        SchemeKind::Page
+    }
+
+    fn locate(&self, _stripe: &Stripe, lpn: Lpn) -> Option<Psa> {
+        self.map.get(lpn)
+    }
+
+    fn unmap(&self, stripe: &Stripe, lpn: Lpn) -> Option<Psa> {
+        self.map.unmap(stripe, lpn)
+    }
+
+    fn placer(self: Arc<Self>, q: usize) -> Box<dyn Placer> {
+        let banks = self.layout.banks;
+        Box::new(PagePlacer::new(self, banks, q))
+    }
+
+    /// A data slot commits only if the overlay still holds its sequence number; otherwise a
+    /// newer write or a trim superseded it and the slot stays invalid (garbage for GC).
+    fn commit(&self, core: &Core, page: &SealedPage, addr: PageAddr) {
+        for (i, (meta, _)) in page.slots.iter().enumerate() {
+            let psa = self.layout.psa(addr, i as u32);
+            match meta.kind {
+                SlotKind::Data => {
+                    let mut st = core.cache.lock(meta.lpn);
+                    if st.overlay.get(&meta.lpn.0).map(|b| b.seq) == Some(meta.seq) {
+                        st.overlay.remove(&meta.lpn.0);
+                        self.map.commit(&st, meta.lpn, psa);
+                    }
+                }
+                SlotKind::TrimLog => self.map.log_trim_slot(psa, meta.seq),
+                SlotKind::Pad => {}
+            }
+        }
+        // The trim records are on flash now: what they unmapped may be reclaimed.
+        for z in &page.zombies {
+            self.map.release(*z);
+        }
+        // From now on GC may pick the block.
+        if addr.page + 1 == self.layout.pages_per_block {
+            core.mark_full(addr.block.bank.0, addr.block.block);
+        }
+    }
+
+    fn spawn_workers(self: Arc<Self>, core: &Arc<Core>) -> Result<Vec<JoinHandle<()>>> {
+        let mut handles = Vec::new();
+        if core.cfg.gc_policy == GcPolicy::InPath {
+            return Ok(handles);
+        }
+        let adaptive = core.cfg.gc_policy == GcPolicy::Adaptive;
+        for i in 0..core.cfg.gc_threads.max(1) {
+            let (s, c) = (self.clone(), core.clone());
+            handles.push(crate::spawn(format!("ftl-gc-{i}"), move || {
+                gc::worker(s, c, i, adaptive)
+            })?);
+        }
+        Ok(handles)
+    }
+
+    fn tick(&self, core: &Core) {
+        self.update_gc_allowance(core, core.cfg.gc_threads.max(1));
+    }
+
+    fn prefers_full_checkpoint(&self) -> bool {
+        self.map.dirty_chunks() * 2 > self.map.chunks()
+    }
+
+    fn checkpoint_payload(&self, full: bool) -> CheckpointPayload {
+        let map = if full {
+            self.map.clear_dirty();
+            MapImage::Full(self.map.snapshot())
+        } else {
+            MapImage::Delta(self.map.take_dirty())
+        };
+        CheckpointPayload {
+            map,
+            trims: self.map.trim_slots(),
+        }
+    }
+
+    fn checkpoint_written(&self, prev_sc: u64) {
+        // Trim records older than both checkpoints are no longer needed by any recovery path.
+        self.map.prune_trim_log(prev_sc);
+    }
+
+    fn recover(
+        &self,
+        _core: &Core,
+        ckpt: Option<&mut Snapshot>,
+        input: RecoverInput,
+    ) -> Result<Resolved> {
+        Ok(self.resolve(self.layout, self.lpns, ckpt, input))
+    }
+
+    fn check(&self, core: &Core) -> std::result::Result<(), String> {
+        let expect = self.map.check()?;
+        let layout = self.layout;
+        for (b, e) in expect.iter().enumerate() {
+            let bank = b as u32 / layout.blocks_per_bank;
+            let blk = b as u32 % layout.blocks_per_bank;
+            let state = core.bank(bank).alloc.lock().state[blk as usize];
+            if *e > 0
+                && matches!(
+                    state,
+                    BlockState::Free | BlockState::Bad | BlockState::Reserved
+                )
+            {
+                return Err(format!("block {b} is {state:?} but holds {e} valid slots"));
+            }
+        }
+        Ok(())
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.map.memory_bytes()
+    }
+
+    fn describe(&self, core: &Core, lpn: Lpn) -> String {
+        let Some(psa) = self.map.get(lpn) else {
+            return format!("lpn {}: unmapped", lpn.0);
+        };
+        let (page, slot) = self.layout.split(psa);
+        let mut oob_buf = vec![0u8; self.layout.oob_size as usize];
+        let meta = core
+            .nand
+            .read(page, 0, &mut [], Some(&mut oob_buf))
+            .map(|c| c.wait())
+            .ok()
+            .and_then(|_| oob::decode(&oob_buf));
+        let state = core.nand.block_state(page.block);
+        format!(
+            "lpn {}: psa {} = {page:?} slot {slot}, valid {}, block {state:?}, oob {meta:?}",
+            lpn.0,
+            psa.0,
+            self.map.is_valid(psa)
+        )
+    }
+
+    fn bench_victim_scan(&self, core: &Core, bank: u32) -> Option<u32> {
+        self.victim_scan(core, bank)
+    }
+}

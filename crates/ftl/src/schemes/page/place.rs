@@ -1,0 +1,137 @@
+//! The page scheme's placement: each queue's writer owns one open block (its *write frontier*)
+//! per bank, as paper 000's workers own their working blocks, so no other thread ever programs
+//! into it and sequential programming inside a block holds under any scheduling. A page goes to
+//! the least busy bank that is not under exclusive GC (LFTL §3.2.2); when every bank is at its
+//! GC reserve the writer cleans in the foreground, and with the in-path policy it cleans a bank
+//! under its soft floor before writing to it (`gc.rs`).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use nand_model::{BankId, BlockAddr, PageAddr};
+
+use super::PageScheme;
+use crate::buffer::SealedPage;
+use crate::config::GcPolicy;
+use crate::core::{Core, GC_RESERVE};
+use crate::schemes::Placer;
+
+/// An open block and its next free page.
+#[derive(Clone, Copy, Debug)]
+pub struct Frontier {
+    pub block: u32,
+    pub next: u32,
+}
+
+/// A queue's write frontiers and its round-robin start.
+pub struct PagePlacer {
+    scheme: Arc<PageScheme>,
+    frontiers: Vec<Option<Frontier>>,
+    rr: u32,
+}
+
+impl PagePlacer {
+    pub fn new(scheme: Arc<PageScheme>, banks: u32, q: usize) -> PagePlacer {
+        PagePlacer {
+            scheme,
+            frontiers: vec![None; banks as usize],
+            rr: q as u32,
+        }
+    }
+
+    /// Picks a bank for the next page: idle first, then the one that frees up soonest; banks
+    /// under exclusive GC only if nothing else can take the page.
+    fn choose_bank(&mut self, core: &Core, may_use_reserve: bool) -> Option<u32> {
+        let n = core.layout.banks;
+        let mut best: Option<(bool, Option<Instant>, u32)> = None;
+        for i in 0..n {
+            let b = (self.rr + i) % n;
+            let floor = if may_use_reserve { 0 } else { GC_RESERVE };
+            let has_room = self.frontiers[b as usize].is_some()
+                || core.bank(b).free.load(Ordering::Acquire) > floor;
+            if !has_room {
+                continue;
+            }
+            let exclusive = core.bank(b).exclusive_gc.load(Ordering::Acquire);
+            let load = core.nand.bank_load(BankId(b));
+            let busy = load.busy_until.filter(|t| *t > Instant::now());
+            let key = (exclusive, busy, b);
+            let better = match &best {
+                None => true,
+                Some((be, bb, _)) => (exclusive, busy) < (*be, *bb),
+            };
+            if better {
+                best = Some(key);
+            }
+            if !exclusive && busy.is_none() {
+                break;
+            }
+        }
+        let b = best?.2;
+        self.rr = (b + 1) % n;
+        Some(b)
+    }
+}
+
+impl Placer for PagePlacer {
+    fn target(&mut self, core: &Core, page: &SealedPage) -> Option<PageAddr> {
+        let has_trims = !page.zombies.is_empty();
+        // Consecutive rounds in which no bank could take the page and GC reclaimed nothing.
+        let mut stuck = 0u32;
+        loop {
+            if core.read_only_reason().is_some() {
+                return None;
+            }
+            let Some(b) = self.choose_bank(core, has_trims) else {
+                // Every bank is at its GC reserve: clean in the foreground until a block frees.
+                if self.scheme.foreground_gc(core) {
+                    stuck = 0;
+                } else {
+                    // Reclaimable space may sit in other writers' open blocks: give them time.
+                    stuck += 1;
+                    if stuck > 2000 {
+                        core.set_read_only("no free blocks left and nothing to reclaim".into());
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(500));
+                }
+                continue;
+            };
+            if core.cfg.gc_policy == GcPolicy::InPath {
+                self.scheme.in_path_gc(core, b);
+            }
+            let fr = match self.frontiers[b as usize] {
+                Some(f) => f,
+                // A page carrying trim records may use GC's reserve: the records free the
+                // space they unmap only once they are on flash.
+                None => match core.alloc_block(
+                    b,
+                    has_trims && core.bank(b).free.load(Ordering::Acquire) > 0,
+                ) {
+                    Some(block) => Frontier { block, next: 0 },
+                    None => continue,
+                },
+            };
+            let next = Frontier {
+                block: fr.block,
+                next: fr.next + 1,
+            };
+            self.frontiers[b as usize] = (next.next < core.layout.pages_per_block).then_some(next);
+            return Some(PageAddr {
+                block: BlockAddr {
+                    bank: BankId(b),
+                    block: fr.block,
+                },
+                page: fr.next,
+            });
+        }
+    }
+
+    fn failed(&mut self, core: &Core, addr: PageAddr) {
+        let (b, block) = (addr.block.bank.0, addr.block.block);
+        if self.frontiers[b as usize].is_some_and(|f| f.block == block) {
+            self.frontiers[b as usize] = None;
+        }
+        core.retire_block(b, block);
+    }
+}
