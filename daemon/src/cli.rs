@@ -9,11 +9,18 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use ftl::GcPolicy;
+use ftl::{GcPolicy, SchemeKind};
 use nand_model::TimingMode;
 use serde::Deserialize;
 
 use crate::units::{parse_listen, parse_size};
+
+/// `--ftl`: one of the scheme names, listed in `--help` and in the error for a wrong one.
+fn scheme_parser() -> impl clap::builder::TypedValueParser<Value = SchemeKind> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(SchemeKind::ALL.map(SchemeKind::name))
+        .try_map(|s| s.parse::<SchemeKind>())
+}
 
 /// Image used when neither `--image` nor the config file names one.
 pub const DEFAULT_IMAGE: &str = "ftld-data/ftld.img";
@@ -40,7 +47,7 @@ pub enum Command {
     Info(InfoArgs),
     /// Print the statistics of a running daemon as JSON (via its control socket).
     Stats(StatsArgs),
-    /// List the NAND presets.
+    /// List the NAND presets and the FTL schemes.
     Presets(PresetsArgs),
 }
 
@@ -66,6 +73,10 @@ pub struct ImageArgs {
     /// NAND preset for a new image (`ftld presets` lists them) [default: default].
     #[arg(long, value_name = "NAME")]
     pub preset: Option<String>,
+    /// FTL scheme of a new image (`ftld presets` describes them); an existing image keeps its
+    /// own [default: page].
+    #[arg(long, value_name = "SCHEME", value_parser = scheme_parser())]
+    pub ftl: Option<SchemeKind>,
     /// Exported size of a new image, e.g. 256M, 1G, 1GiB or bytes; the preset's geometry is
     /// scaled to hold it [default: the preset's own size].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]

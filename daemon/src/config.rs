@@ -61,6 +61,10 @@ pub struct FileConfig {
     pub ftl: Option<FtlConfig>,
     pub nbd: Option<NbdFileConfig>,
     pub ublk: Option<UblkFileConfig>,
+    /// `[ftl] scheme` was written (`FtlConfig` fills absent keys with defaults, and only an
+    /// explicit scheme may contradict an existing image).
+    #[serde(skip)]
+    pub ftl_scheme_set: bool,
 }
 
 /// The `[ublk]` table.
@@ -96,6 +100,10 @@ impl FileConfig {
             .with_context(|| format!("reading config file {}", path.display()))?;
         let mut cfg: FileConfig = toml::from_str(&text)
             .map_err(|e| UsageError(format!("config file {}: {e}", path.display())))?;
+        cfg.ftl_scheme_set = toml::from_str::<toml::Table>(&text)
+            .ok()
+            .and_then(|t| t.get("ftl")?.get("scheme").cloned())
+            .is_some();
         let base = path.parent().unwrap_or(Path::new("."));
         for p in [&mut cfg.image, &mut cfg.nbd_socket, &mut cfg.control_socket]
             .into_iter()
@@ -123,6 +131,9 @@ pub struct ImageSettings {
     pub preset: Option<String>,
     /// Exported size asked for explicitly.
     pub capacity: Option<u64>,
+    /// FTL scheme asked for explicitly (flag or `[ftl] scheme`); `ftl.scheme` holds it or the
+    /// default.
+    pub scheme: Option<ftl::SchemeKind>,
     pub ftl: FtlConfig,
 }
 
@@ -175,6 +186,15 @@ pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<Imag
         return Err(UsageError("capacity must be more than 0 bytes".into()).into());
     }
     let mut ftl = file.ftl.clone().unwrap_or_default();
+    let file_scheme = file
+        .ftl
+        .as_ref()
+        .filter(|_| file.ftl_scheme_set)
+        .map(|f| f.scheme);
+    let scheme = args.ftl.or(file_scheme);
+    if let Some(s) = scheme {
+        ftl.scheme = s;
+    }
     if let Some(q) = args.queues {
         ftl.queues = q.into();
     }
@@ -185,6 +205,7 @@ pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<Imag
         path,
         preset: args.preset.clone().or_else(|| file.preset.clone()),
         capacity,
+        scheme,
         ftl,
     })
 }

@@ -43,8 +43,9 @@ pub fn run(args: &FormatArgs) -> anyhow::Result<()> {
     ftl.close()
         .map_err(|e| image::describe(e, path).context("closing the new image"))?;
     out!(
-        "formatted {}: {} exported ({} bytes) on {} of raw flash ({} blocks/bank)",
+        "formatted {}: FTL scheme {}, {} exported ({} bytes) on {} of raw flash ({} blocks/bank)",
         path.display(),
+        s.ftl.scheme,
         format_size(capacity),
         capacity,
         format_size(geo.raw_capacity()),

@@ -47,13 +47,24 @@ pub fn inspect(path: &Path) -> anyhow::Result<ImageInfo> {
     ftl::inspect(path).map_err(|e| describe(e, path))
 }
 
-/// Fails if an explicitly requested preset or capacity contradicts the existing image.
+/// Fails if an explicitly requested FTL scheme, preset or capacity contradicts the existing
+/// image.
 pub fn check_matches(
     info: &ImageInfo,
+    scheme: Option<ftl::SchemeKind>,
     preset: Option<&str>,
     capacity: Option<u64>,
 ) -> anyhow::Result<()> {
     let path = info.path.display();
+    if let Some(s) = scheme.filter(|s| *s != info.ftl) {
+        return Err(UsageError(format!(
+            "image {path} was formatted with FTL scheme {}, but --ftl (or [ftl] scheme) asks for \
+             {s} (an image always opens with its own scheme; drop the option, or recreate the \
+             image with `ftld format --force --ftl {s}`)",
+            info.ftl
+        ))
+        .into());
+    }
     let hint = "an existing image keeps the geometry it was created with; drop the option, or \
                 recreate the image with `ftld format --force`";
     if let Some(name) = preset {
@@ -157,6 +168,7 @@ pub fn create(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ft
     }
     tracing::info!(
         image = %path.display(),
+        ftl = %settings.ftl.scheme,
         preset = settings.preset.as_deref().unwrap_or(DEFAULT_PRESET),
         raw = %format_size(nand.geometry.raw_capacity()),
         "creating a new image"
@@ -183,7 +195,12 @@ pub fn create(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ft
 pub fn open(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ftl> {
     let path = &settings.path;
     let info = inspect(path)?;
-    check_matches(&info, settings.preset.as_deref(), settings.capacity)?;
+    check_matches(
+        &info,
+        settings.scheme,
+        settings.preset.as_deref(),
+        settings.capacity,
+    )?;
     Ftl::open(path, timing, settings.ftl.clone()).map_err(|e| describe(e, path))
 }
 

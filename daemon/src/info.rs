@@ -37,6 +37,7 @@ pub fn render(info: &ImageInfo) -> String {
     };
     let rows = [
         ("image", info.path.display().to_string()),
+        ("ftl", format!("{} ({})", info.ftl, info.ftl.description())),
         (
             "capacity",
             format!(

@@ -113,6 +113,11 @@ pub fn print(json: bool) -> anyhow::Result<()> {
     for p in &all {
         out!("{}: {}", p.name, p.description);
     }
+    out!();
+    out!("FTL schemes (--ftl, [ftl] scheme; chosen when an image is formatted):");
+    for s in ftl::SchemeKind::ALL {
+        out!("  {:<6} {}", s.name(), s.description());
+    }
     Ok(())
 }
 

@@ -41,6 +41,7 @@ fn sigterm_flushes_checkpoints_and_exits_0() {
     let mut d = Daemon::start(FTLD);
     // Stats work while it runs; info does not (the image is locked).
     assert!(d.stats()["ftl"].is_object());
+    assert_eq!(d.stats()["ftl"]["scheme"], "page");
     let (code, err) = run_to_exit(Command::new(FTLD).arg("info").arg(d.image()));
     assert_eq!(code, 1, "{err}");
     assert!(err.contains(&d.pid().to_string()), "{err}");
@@ -53,8 +54,13 @@ fn sigterm_flushes_checkpoints_and_exits_0() {
     assert_eq!(info["clean_shutdown"], true, "{info:#}");
     assert_eq!(info["capacity_bytes"], 64u64 << 20, "{info:#}");
     assert!(info["checkpoint_id"].is_u64(), "{info:#}");
+    assert_eq!(info["ftl"], "page", "{info:#}");
     let text = run_ok(Command::new(FTLD).arg("info").arg(d.image()));
     assert!(text.contains("clean"), "{text}");
+    assert!(
+        text.contains("ftl                page (page mapping"),
+        "{text}"
+    );
     assert!(
         !d.socket().exists(),
         "the NBD socket file is removed on exit"
@@ -134,6 +140,13 @@ fn usage_errors_exit_2() {
         &["serve", "--capacity", "12X"][..],
         &["serve", "--gc-policy", "eager"],
         &[
+            "format",
+            "--ftl",
+            "dftl",
+            "--image",
+            "/nonexistent/dir/x.img",
+        ],
+        &[
             "serve",
             "--preset",
             "no-such-preset",
@@ -162,6 +175,16 @@ fn usage_errors_exit_2() {
         run_to_exit(Command::new(FTLD).args(["serve", "--frontend", "nbd", "--recover", "0"]));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("need the ublk frontend"), "{err}");
+    // A wrong scheme name is refused naming the known ones, in the flag and in the file.
+    let (code, err) = run_to_exit(Command::new(FTLD).args(["format", "--ftl", "nftl"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("nftl") && err.contains("page"), "{err}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("ftld.toml");
+    std::fs::write(&cfg, "[ftl]\nscheme = \"nftl\"\n").expect("write");
+    let (code, err) = run_to_exit(Command::new(FTLD).arg("format").arg("--config").arg(&cfg));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("nftl") && err.contains("ftld.toml"), "{err}");
 }
 
 #[test]
@@ -184,7 +207,7 @@ fn config_file_values_apply_and_flags_override_them() {
     std::fs::write(
         &cfg,
         "image = \"disk.img\"\npreset = \"k9-003\"\ncapacity = \"32M\"\ntiming = \"off\"\n\
-         [ftl]\nqueues = 1\n",
+         [ftl]\nqueues = 1\nscheme = \"page\"\n",
     )
     .expect("write");
     let out = run_ok(
@@ -194,7 +217,10 @@ fn config_file_values_apply_and_flags_override_them() {
             .arg(&cfg)
             .args(["--capacity", "16M"]),
     );
-    assert!(out.contains("16 MiB"), "{out}");
+    assert!(
+        out.contains("16 MiB") && out.contains("FTL scheme page"),
+        "{out}"
+    );
     let info = info_json(&dir.path().join("disk.img"));
     assert_eq!(info["capacity_bytes"], 16u64 << 20, "{info:#}");
     assert_eq!(
@@ -243,6 +269,13 @@ fn presets_lists_every_preset() {
     ] {
         assert!(out.contains(name), "{name} missing:\n{out}");
     }
+    assert!(out.contains("FTL schemes"), "{out}");
+    assert!(out.contains("  page   page mapping"), "{out}");
+    let help = run_ok(Command::new(FTLD).args(["format", "--help"]));
+    assert!(
+        help.contains("--ftl <SCHEME>") && help.contains("[possible values: page]"),
+        "{help}"
+    );
     let json: Value = serde_json::from_str(&run_ok(Command::new(FTLD).args(["presets", "--json"])))
         .expect("json");
     assert_eq!(json.as_array().map(Vec::len), Some(6));

@@ -732,6 +732,48 @@ pub fn maintenance(core: std::sync::Arc<Core>) {
 mod tests {
     use super::*;
 
+    /// A superblock whose CRC is good but which names a scheme this build does not know is
+    /// refused naming the image and the scheme's code; scheme 0 (what images made before
+    /// schemes existed hold) is `page`.
+    #[test]
+    fn superblock_scheme_is_read_and_an_unknown_one_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("x.img");
+        let cfg = nand_model::preset("slc-small-004")
+            .expect("preset")
+            .config
+            .scaled_to(16 << 20);
+        let nand = NandDevice::create(&path, &cfg, nand_model::TimingMode::Off).expect("create");
+        let layout = Layout::new(nand.geometry(), 1);
+        let sb = SuperBlock {
+            scheme: crate::schemes::SchemeKind::Page,
+            lpns: 100,
+            ckpt_blocks: 1,
+            max_queues: 2,
+            overprovision: 0.07,
+        };
+        write_superblock(&nand, &layout, &sb).expect("write");
+        assert_eq!(read_superblock(&nand).expect("read"), sb);
+        // Rewrite it with an unknown scheme code and a matching CRC.
+        nand.erase(layout.superblock()).expect("erase").wait();
+        let mut data = vec![0u8; layout.page_size as usize];
+        let addr = PageAddr {
+            block: layout.superblock(),
+            page: 0,
+        };
+        let mut oob_buf = vec![0u8; layout.oob_size as usize];
+        data[0..8].copy_from_slice(SUPER_MAGIC);
+        data[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        data[12..16].copy_from_slice(&100u32.to_le_bytes());
+        data[32..36].copy_from_slice(&77u32.to_le_bytes());
+        oob::encode_superblock(&mut oob_buf, crc32fast::hash(&data));
+        nand.program(addr, &data, &oob_buf).expect("program").wait();
+        let err = read_superblock(&nand)
+            .expect_err("unknown scheme")
+            .to_string();
+        assert!(err.contains("scheme 77") && err.contains("x.img"), "{err}");
+    }
+
     #[test]
     fn snapshot_roundtrip() {
         let s = Snapshot {

@@ -136,7 +136,7 @@ pub struct FtlStats {
     pub logical_pages: u32,
     pub queues: usize,
     /// The FTL scheme (`page`, ...).
-    pub ftl: &'static str,
+    pub scheme: &'static str,
     pub gc_policy: &'static str,
     pub read_only: Option<String>,
     pub host_reads: u64,
@@ -224,7 +224,7 @@ impl Core {
             capacity_bytes: self.capacity(),
             logical_pages: self.lpns,
             queues: self.data_queues(),
-            ftl: self.scheme.kind().name(),
+            scheme: self.scheme.kind().name(),
             gc_policy: self.cfg.gc_policy.name(),
             read_only: self.read_only_reason(),
             host_reads: ld(&c.host_reads),
