@@ -16,8 +16,9 @@
 #
 # Usage: benches/fio/run.sh [--smoke] [--size SIZE] [--runtime SECONDS] [--reps N]
 #                           [--ftld PATH] [--servers "ftld nbdkit qemu-nbd"]
-#                           [--overprovision FRACTION]
+#                           [--overprovision FRACTION] [--ftl SCHEME]
 #   --overprovision  format ftld's image with this over-provisioning (default: ftld's, 0.07)
+#   --ftl      format ftld's image with this FTL scheme (default: ftld's, page; `ftld presets`)
 #   --smoke    64 MiB export, 1 s per job, 1 repetition: checks the script works (a test runs it)
 # Needs fio, nbdkit, qemu-utils (qemu-nbd, qemu-img), jq; builds ftld (cargo build --release)
 # unless --ftld is given.
@@ -30,6 +31,7 @@ RAMP=2
 REPS=2
 FTLD=""
 OP=""
+SCHEME=""
 SERVERS="ftld nbdkit qemu-nbd"
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -39,6 +41,7 @@ while [ $# -gt 0 ]; do
         --reps) REPS="$2"; shift ;;
         --ftld) FTLD="$2"; shift ;;
         --overprovision) OP="$2"; shift ;;
+        --ftl) SCHEME="$2"; shift ;;
         --servers) SERVERS="$2"; shift ;;
         -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -98,6 +101,9 @@ start_server() { # NAME
             if [ -n "$OP" ]; then
                 printf '[ftl]\noverprovision = %s\n' "$OP" >"$W/ftld.toml"
                 cfg=(--config "$W/ftld.toml")
+            fi
+            if [ -n "$SCHEME" ]; then
+                cfg+=(--ftl "$SCHEME")
             fi
             "$FTLD" serve "${cfg[@]}" --timing off --capacity "$SIZE" --image "$W/ftld.img" \
                 --nbd-socket "$W/ftld.sock" --control-socket "$W/ftld.ctl" >"$W/ftld.log" 2>&1 &
@@ -201,7 +207,7 @@ echo >&2
 
 # The table: means over the repetitions.
 echo "fio over NBD (unix sockets), export $SIZE, ${RUNTIME}s per run after ${RAMP}s ramp, $REPS repetition(s), $(nproc) CPUs"
-echo "ftld: $("$FTLD" --version 2>/dev/null || echo ftld) --timing off, over-provisioning ${OP:-default}; $(fio --version); $(nbdkit --version | head -1); $(qemu-nbd --version | head -1)"
+echo "ftld: $("$FTLD" --version 2>/dev/null || echo ftld) --timing off, FTL scheme ${SCHEME:-default}, over-provisioning ${OP:-default}; $(fio --version); $(nbdkit --version | head -1); $(qemu-nbd --version | head -1)"
 echo
 awk -F'\t' -v servers="$SERVERS" '
     { k = $1 SUBSEP $2; iops[k] += $4; mean[k] += $5; p99[k] += $6; cpu[k] += $7; n[k]++;

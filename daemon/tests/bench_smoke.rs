@@ -29,13 +29,14 @@ fn fio_benchmark_script_smoke() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/fio/run.sh");
     let out = run(std::process::Command::new("bash")
         .arg(&script)
-        .args(["--smoke", "--ftld", FTLD]));
+        .args(["--smoke", "--ftld", FTLD, "--ftl", "page"]));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let text = format!(
         "{stdout}\n--- stderr\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "run.sh --smoke failed:\n{text}");
+    assert!(stdout.contains("FTL scheme page"), "{text}");
     for job in JOBS {
         for server in ["ftld", "nbdkit", "qemu-nbd"] {
             let row = stdout

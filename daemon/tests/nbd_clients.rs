@@ -142,6 +142,70 @@ fn qemu_io_patterns_survive_a_restart() {
     qemu_io(&d.uri(), READS);
 }
 
+/// A bit flipped in the image under one 4 KiB page is an I/O error for the client that reads
+/// it (qemu-io sees EIO), not wrong data; its neighbours read fine, and `ftld stats` counts it.
+#[test]
+fn corrupt_data_on_the_medium_is_an_io_error() {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    if !require_tool("qemu-io", "qemu-utils") {
+        return;
+    }
+    let mut d = Daemon::start(FTLD);
+    qemu_io(&d.uri(), &["write -P 0x5c 0 64k"]);
+    assert!(d.stop().success(), "ftld exited badly:\n{}", d.log());
+    // Find page 3 (bytes 12k..16k) on flash, offline, then flip one bit of its data.
+    let ftl = ftl::Ftl::open(
+        &d.image(),
+        nand_model::TimingMode::Off,
+        ftl::FtlConfig::default(),
+    )
+    .expect("open the image");
+    let (page, slot) = ftl.physical_slot(3).expect("page 3 is on flash");
+    ftl.close().expect("close");
+    drop(ftl);
+    let at = nand_model::page_data_offset(&d.image(), page).expect("offset")
+        + u64::from(slot) * 4096
+        + 777;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(d.image())
+        .expect("image");
+    let mut b = [0u8];
+    f.seek(SeekFrom::Start(at)).expect("seek");
+    f.read_exact(&mut b).expect("read");
+    f.seek(SeekFrom::Start(at)).expect("seek");
+    f.write_all(&[b[0] ^ 1]).expect("write");
+    drop(f);
+    d.restart();
+    for (cmd, bad) in [
+        ("read -P 0x5c 12k 4k", true),
+        ("read -P 0x5c 13k 512", true),
+        ("read -P 0x5c 0 64k", true),
+        ("read -P 0x5c 0 12k", false),
+        ("read -P 0x5c 16k 48k", false),
+    ] {
+        let out = run(tool("qemu-io").args(["-f", "raw", &d.uri(), "-c", cmd]));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !text.contains("Pattern verification failed"),
+            "{cmd}: {text}"
+        );
+        assert_eq!(
+            text.contains("Input/output error"),
+            bad,
+            "{cmd}: expected {}:\n{text}",
+            if bad { "EIO" } else { "success" }
+        );
+    }
+    let stats = d.stats();
+    assert_eq!(stats["ftl"]["uncorrectable_reads"], 3, "{stats:#}");
+}
+
 #[test]
 fn stats_report_host_writes_and_every_layer() {
     if !require_tool("qemu-io", "qemu-utils") {

@@ -8,7 +8,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -81,6 +81,8 @@ pub struct Bank {
     pub free: AtomicU32,
     /// Set while the bank is nearly out of free blocks: writers go elsewhere (LFTL exclusiveGC).
     pub exclusive_gc: AtomicBool,
+    /// Reads of this bank that failed every retry (a read fault, or data that fails its check).
+    pub uncorrectable: AtomicU64,
 }
 
 /// Read pins of every block: a block is erased only when no read of it is being issued.

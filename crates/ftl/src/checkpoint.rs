@@ -522,7 +522,7 @@ impl Core {
     /// snapshot copy, not while the checkpoint pages are programmed.
     pub(crate) fn checkpoint(&self) -> Result<()> {
         let _one = self.ckpt_lock.lock();
-        self.gate.freeze();
+        let frozen = self.gate.freeze();
         self.flush_all_blocking();
         let st = self.ckpt.lock().clone();
         // A delta (only the map chunks changed since the last checkpoint) when the current
@@ -550,7 +550,7 @@ impl Core {
                 trims: payload.trims,
             }
         };
-        self.gate.thaw();
+        drop(frozen);
         self.counters
             .bytes_since_checkpoint
             .store(0, Ordering::Relaxed);

@@ -228,6 +228,12 @@ impl Core {
         Some(blk)
     }
 
+    /// A read of bank `b` failed every retry: counted device-wide and per bank.
+    pub fn count_uncorrectable(&self, b: u32) {
+        self.counters.uncorrectable.fetch_add(1, Ordering::Relaxed);
+        self.bank(b).uncorrectable.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Retires a block after a program failure: GC moves its data out and marks it bad.
     pub fn retire_block(&self, b: u32, block: u32) {
         let mut a = self.bank(b).alloc.lock();

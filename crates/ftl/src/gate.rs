@@ -55,8 +55,10 @@ impl HostGate {
         }
     }
 
-    /// Freezes the gate and blocks until no host mutation is inside.
-    pub fn freeze(&self) {
+    /// Freezes the gate and blocks until no host mutation is inside. The gate thaws when the
+    /// returned guard is dropped, so an early return (`?`) cannot leave host writes blocked.
+    #[must_use = "the gate thaws when the guard is dropped"]
+    pub fn freeze(&self) -> Frozen<'_> {
         self.frozen.store(true, Ordering::SeqCst);
         while self.active.load(Ordering::SeqCst) != 0 {
             let l = self.event.listen();
@@ -64,11 +66,21 @@ impl HostGate {
                 l.wait();
             }
         }
+        Frozen(self)
     }
 
-    pub fn thaw(&self) {
+    fn thaw(&self) {
         self.frozen.store(false, Ordering::Release);
         self.event.notify(usize::MAX);
+    }
+}
+
+/// Holds the gate frozen; dropping it lets host mutations in again.
+pub struct Frozen<'a>(&'a HostGate);
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        self.0.thaw();
     }
 }
 
@@ -102,7 +114,7 @@ mod tests {
             .collect();
         let (mut caught, mut freezes) = (0u64, 0u64);
         while entries.load(Ordering::Relaxed) < ENTRIES {
-            gate.freeze();
+            let frozen = gate.freeze();
             freezes += 1;
             for _ in 0..8 {
                 if inside.load(Ordering::SeqCst) != 0 {
@@ -110,7 +122,7 @@ mod tests {
                     break;
                 }
             }
-            gate.thaw();
+            drop(frozen);
         }
         for e in enterers {
             e.join().unwrap();
@@ -119,5 +131,21 @@ mod tests {
             caught, 0,
             "{caught} of {freezes} freezes had a host mutation inside the gate"
         );
+    }
+
+    /// The guard thaws on every way out of the freezing scope, an early return included.
+    #[test]
+    fn dropping_the_guard_thaws() {
+        let gate = HostGate::new();
+        let failing = |g: &HostGate| -> Result<(), ()> {
+            let _frozen = g.freeze();
+            Err(())?;
+            Ok(())
+        };
+        assert!(failing(&gate).is_err());
+        // Not frozen: entering does not wait.
+        let g = futures::executor::block_on(gate.enter());
+        drop(g);
+        assert!(!gate.frozen.load(Ordering::SeqCst));
     }
 }

@@ -20,8 +20,11 @@ use crate::cache::PageData;
 use crate::core::Core;
 use crate::error::{FtlError, Result};
 use crate::layout::{Lpn, LOGICAL_PAGE, SECTOR};
+use crate::oob::{self, SlotKind};
 
 const LP: u64 = LOGICAL_PAGE as u64;
+/// Slots in the largest NAND page the model accepts.
+const MAX_SLOTS_PER_PAGE: u32 = nand_model::MAX_PAGE_SIZE / LOGICAL_PAGE as u32;
 /// Pages covered by one trim record (and one hold of the stripe locks).
 const TRIM_CHUNK: u32 = 1 << 16;
 
@@ -82,8 +85,20 @@ impl Core {
 
     /// Fills `dst` from logical page `lpn` starting at byte `off`; returns the NAND completion to
     /// wait for, if the data came from flash.
+    ///
+    /// A slot read from flash is checked before its bytes are used: the whole 4 KiB slot is
+    /// read (the slot is the check's unit, as a codeword is an ECC's) with its OOB entry, and
+    /// its CRC must match the entry's and the entry must name `lpn`. A slot that fails is read
+    /// again like one with an injected read fault; after `read_retries` it is an uncorrectable
+    /// read (`FtlError::Uncorrectable`: EIO to the host), never wrong bytes.
     fn read_lpn(&self, lpn: Lpn, off: usize, dst: &mut [u8]) -> Result<Option<Completion>> {
         let retries = self.cfg.read_retries;
+        // A partial read needs the whole slot to check it; a whole one is read in place.
+        let mut scratch = if dst.len() == LOGICAL_PAGE {
+            Vec::new()
+        } else {
+            vec![0u8; LOGICAL_PAGE]
+        };
         for attempt in 0..=retries {
             let st = self.cache.lock(lpn);
             if let Some(b) = st.overlay.get(&lpn.0) {
@@ -98,21 +113,46 @@ impl Core {
             self.pins.pin(blk);
             drop(st);
             let (page, slot) = self.layout.split(psa);
+            let mut oob_buf = [0u8; oob::slot_entry_len(MAX_SLOTS_PER_PAGE - 1)];
+            let oob_buf = &mut oob_buf[..oob::slot_entry_len(slot)];
+            let buf: &mut [u8] = if scratch.is_empty() {
+                &mut *dst
+            } else {
+                &mut scratch
+            };
             let r = self
                 .nand
-                .read(page, slot * LOGICAL_PAGE as u32 + off as u32, dst, None);
+                .read(page, slot * LOGICAL_PAGE as u32, buf, Some(oob_buf));
             self.pins.unpin(blk);
             match r {
-                Ok(c) => return Ok(Some(c)),
-                Err(NandError::Uncorrectable { .. }) => {
-                    self.counters.read_retries.fetch_add(1, Ordering::Relaxed);
-                    if attempt == retries {
-                        self.counters.uncorrectable.fetch_add(1, Ordering::Relaxed);
+                Ok(c) => {
+                    let intact = oob::slot_entry(oob_buf, slot).is_some_and(|m| {
+                        m.kind == SlotKind::Data && m.lpn == lpn && m.crc == crc32fast::hash(buf)
+                    });
+                    if intact {
+                        if !scratch.is_empty() {
+                            dst.copy_from_slice(&scratch[off..off + dst.len()]);
+                        }
+                        return Ok(Some(c));
                     }
+                    self.counters.crc_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        "lpn {}: the data read from {page:?} slot {slot} fails its check (attempt {} of {})",
+                        lpn.0,
+                        attempt + 1,
+                        retries + 1
+                    );
                 }
+                Err(NandError::Uncorrectable { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
+            self.counters.read_retries.fetch_add(1, Ordering::Relaxed);
+            if attempt == retries {
+                self.count_uncorrectable(page.block.bank.0);
+            }
         }
+        // Never leave bytes that failed their check where the caller could use them.
+        dst.fill(0);
         Err(FtlError::Uncorrectable {
             lpn: lpn.0,
             retries,

@@ -274,6 +274,7 @@ impl Ftl {
                 alloc: Mutex::new(BankAlloc::new(layout.blocks_per_bank)),
                 free: Default::default(),
                 exclusive_gc: Default::default(),
+                uncorrectable: Default::default(),
             })
             .collect();
         let core = Arc::new(Core::new(
@@ -545,6 +546,20 @@ impl Ftl {
             "{}, buffered {buffered:?}",
             core.scheme.describe(core, layout::Lpn(lpn))
         )
+    }
+
+    /// Where logical page `lpn`'s programmed version lives: its NAND page and slot (for
+    /// corruption tests). `None` if it is unmapped or its newest version is still buffered.
+    #[doc(hidden)]
+    pub fn physical_slot(&self, lpn: u32) -> Option<(nand_model::PageAddr, u32)> {
+        let core = &self.core;
+        let lpn = layout::Lpn(lpn);
+        let st = core.cache.lock(lpn);
+        if st.overlay.contains_key(&lpn.0) {
+            return None;
+        }
+        let psa = core.scheme.locate(&st, lpn)?;
+        Some(core.layout.split(psa))
     }
 
     /// The first page of each checkpoint area (for corruption tests).

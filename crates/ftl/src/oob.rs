@@ -21,7 +21,7 @@ const HDR: usize = 8;
 const SLOT: usize = 20;
 
 /// OOB bytes needed for a data page with `slots` slots.
-pub fn data_oob_len(slots: u32) -> usize {
+pub const fn data_oob_len(slots: u32) -> usize {
     HDR + SLOT * slots as usize
 }
 
@@ -123,6 +123,35 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
+/// OOB bytes a read must fetch to check slot `slot` of a data page (header and entries up to
+/// the slot's; at most `data_oob_len(8)` = 168 bytes with 32 KiB pages).
+pub const fn slot_entry_len(slot: u32) -> usize {
+    data_oob_len(slot + 1)
+}
+
+/// Slot `slot`'s entry of a data page's OOB, from its first [`slot_entry_len`] bytes, without
+/// the OOB's own checksum (which covers bytes a host read does not fetch): the entry's data
+/// CRC is what a read checks, and a corrupt entry fails that check too (a random corruption
+/// matches it with probability 2^-32). `None`: not a data page, or no such slot.
+pub fn slot_entry(buf: &[u8], slot: u32) -> Option<SlotMeta> {
+    let o = HDR + SLOT * slot as usize;
+    if buf.len() < o + SLOT || buf[4] != 1 || slot >= u32::from(buf[5]) {
+        return None;
+    }
+    let kind = match buf[o] {
+        0 => SlotKind::Pad,
+        1 => SlotKind::Data,
+        2 => SlotKind::TrimLog,
+        _ => return None,
+    };
+    Some(SlotMeta {
+        kind,
+        lpn: Lpn(u32_at(buf, o + 4)),
+        seq: u64_at(buf, o + 8),
+        crc: u32_at(buf, o + 16),
+    })
+}
+
 /// Decodes an OOB; `None` when it is erased, torn or not ours.
 pub fn decode(buf: &[u8]) -> Option<PageOob> {
     if buf.len() < 32 || u32_at(buf, 0) != crc32fast::hash(&buf[4..]) {
@@ -188,7 +217,14 @@ mod tests {
             },
         ];
         encode_data(&mut b, &slots);
-        assert_eq!(decode(&b), Some(PageOob::Data(slots)));
+        assert_eq!(decode(&b), Some(PageOob::Data(slots.clone())));
+        for (i, s) in slots.iter().enumerate() {
+            let i = i as u32;
+            assert_eq!(slot_entry(&b[..slot_entry_len(i)], i), Some(*s));
+            assert_eq!(slot_entry(&b[..slot_entry_len(i) - 1], i), None);
+        }
+        assert_eq!(slot_entry(&b, 3), None, "past the page's slot count");
+        assert_eq!(slot_entry(&[0xff; 64], 0), None, "erased");
         b[30] ^= 1;
         assert_eq!(decode(&b), None);
         assert_eq!(decode(&[0xff; 256]), None);

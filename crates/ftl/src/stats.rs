@@ -36,6 +36,11 @@ pub struct Counters {
     pub erase_failures: AtomicU64,
     pub read_retries: AtomicU64,
     pub uncorrectable: AtomicU64,
+    /// Slots whose data failed its CRC when read (each attempt counts; a retry may succeed).
+    pub crc_errors: AtomicU64,
+    /// Slots GC moved although their data failed its check on every retry: they move with
+    /// their original CRC, so they stay detectably bad (reads of them fail) until rewritten.
+    pub gc_corrupt_slots: AtomicU64,
     pub retired_blocks: AtomicU64,
     pub bad_blocks: AtomicU64,
     pub checkpoints: AtomicU64,
@@ -120,6 +125,8 @@ pub struct BankStats {
     pub exclusive_gc: bool,
     pub erase_min: u32,
     pub erase_max: u32,
+    /// Reads of the bank that failed every retry.
+    pub uncorrectable_reads: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -159,6 +166,8 @@ pub struct FtlStats {
     pub erase_failures: u64,
     pub read_retries: u64,
     pub uncorrectable_reads: u64,
+    pub crc_errors: u64,
+    pub gc_corrupt_slots: u64,
     pub retired_blocks: u64,
     pub bad_blocks: u64,
     pub checkpoints: u64,
@@ -212,6 +221,7 @@ impl Core {
                 exclusive_gc: bank.exclusive_gc.load(Ordering::Relaxed),
                 erase_min: if emin == u32::MAX { 0 } else { emin },
                 erase_max: emax,
+                uncorrectable_reads: bank.uncorrectable.load(Ordering::Relaxed),
             });
         }
         let host_bytes = ld(&c.host_write_bytes);
@@ -250,6 +260,8 @@ impl Core {
             erase_failures: ld(&c.erase_failures),
             read_retries: ld(&c.read_retries),
             uncorrectable_reads: ld(&c.uncorrectable),
+            crc_errors: ld(&c.crc_errors),
+            gc_corrupt_slots: ld(&c.gc_corrupt_slots),
             retired_blocks: ld(&c.retired_blocks),
             bad_blocks: ld(&c.bad_blocks),
             checkpoints: ld(&c.checkpoints),

@@ -11,6 +11,13 @@
 //! pages a copyback could not move: frontier on another bank, read error) are read, their valid
 //! slots packed in a staging buffer and programmed a page at a time.
 //!
+//! Data integrity: a staged page's valid slots are checked against their CRCs; a slot that
+//! fails is read again (as after a read fault), and one that fails every time is moved anyway
+//! with the CRC it was written with (`gc_corrupt_slots`), so it stays detectably bad and host
+//! reads of it fail with EIO until it is rewritten — GC never hands bad bytes a good CRC. A
+//! copyback moves data and OOB together inside the die without the controller seeing the data
+//! (as on real NAND, where copyback bypasses the ECC engine), so it too keeps a bad slot bad.
+//!
 //! Victims: blocks that had a program failure first (they are retired), then — when a bank's
 //! erase-count spread passes `wear_level_spread` — its least-worn full block (static wear
 //! levelling: its cold data moves and the block re-enters the free list), else greedy (fewest
@@ -234,31 +241,61 @@ impl PageScheme {
             page.resize(page_size, 0);
             page
         };
-        let mut ok = false;
-        for _ in 0..=core.cfg.read_retries {
+        // Read until the page reads and every valid slot's data matches its CRC (a slot that
+        // fails is read again, as after an injected read fault).
+        let mut metas = None;
+        let mut bad_slots = 0;
+        for attempt in 0..=core.cfg.read_retries {
+            if attempt > 0 {
+                core.counters.read_retries.fetch_add(1, Ordering::Relaxed);
+            }
             match core.nand.read(addr, 0, buf, Some(oob)) {
-                Ok(c) => {
-                    c.wait();
-                    ok = true;
-                    break;
-                }
-                Err(NandError::Uncorrectable { .. }) => {
-                    core.counters.read_retries.fetch_add(1, Ordering::Relaxed);
-                }
+                Ok(c) => c.wait(),
+                Err(NandError::Uncorrectable { .. }) => continue,
                 Err(e) => {
                     tracing::error!("GC read of {addr:?} failed: {e}");
                     break;
                 }
             }
-        }
-        let metas = match (ok, oob::decode(oob)) {
-            (true, Some(PageOob::Data(m))) => m,
-            _ => {
-                core.counters.uncorrectable.fetch_add(1, Ordering::Relaxed);
-                tracing::error!("GC cannot read {addr:?}: its valid data is lost");
-                return;
+            let Some(PageOob::Data(m)) = oob::decode(oob) else {
+                metas = None;
+                continue;
+            };
+            bad_slots = valid
+                .iter()
+                .filter(|&&s| {
+                    let from = s as usize * LOGICAL_PAGE;
+                    m.get(s as usize).is_some_and(|meta| {
+                        meta.kind != SlotKind::Pad
+                            && meta.crc != crc32fast::hash(&buf[from..from + LOGICAL_PAGE])
+                    })
+                })
+                .count();
+            metas = Some(m);
+            if bad_slots == 0 {
+                break;
             }
+            core.counters
+                .crc_errors
+                .fetch_add(bad_slots as u64, Ordering::Relaxed);
+        }
+        let Some(metas) = metas else {
+            core.count_uncorrectable(addr.block.bank.0);
+            tracing::error!("GC cannot read {addr:?}: its valid data is lost");
+            return;
         };
+        if bad_slots > 0 {
+            // Moved as they are, with the CRC they were written with: they stay detectably bad
+            // (a host read of them fails) until the host rewrites them, and a good CRC is never
+            // given to bytes that failed theirs.
+            core.counters
+                .gc_corrupt_slots
+                .fetch_add(bad_slots as u64, Ordering::Relaxed);
+            core.count_uncorrectable(addr.block.bank.0);
+            tracing::error!(
+                "GC: {bad_slots} slots of {addr:?} fail their check on every read; moved with their original CRC"
+            );
+        }
         for &s in valid {
             let Some(meta) = metas.get(s as usize) else {
                 continue;
