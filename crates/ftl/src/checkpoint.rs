@@ -33,6 +33,8 @@ const VERSION: u32 = 1;
 const HEADER: usize = 64;
 /// Map entries per delta chunk (one 4 KiB piece of the map).
 pub const CHUNK: u32 = 1024;
+/// Most write queues an image may be formatted for.
+pub const MAX_QUEUES: u32 = 256;
 /// Deltas after which the next checkpoint is a full one again.
 const MAX_CHAIN: u32 = 32;
 
@@ -210,13 +212,80 @@ pub fn read_superblock(nand: &NandDevice) -> Result<SuperBlock> {
             "the superblock names FTL scheme {code}, which this build does not know"
         )));
     };
-    Ok(SuperBlock {
+    let sb = SuperBlock {
         scheme,
         lpns: get32(&data, 12).unwrap_or(0),
         ckpt_blocks: get32(&data, 16).unwrap_or(0),
         max_queues: get32(&data, 20).unwrap_or(1),
         overprovision: f64::from_bits(get64(&data, 24).unwrap_or(0)),
-    })
+    };
+    sb.validate(geo).map_err(|e| fail(&e))?;
+    Ok(sb)
+}
+
+impl SuperBlock {
+    /// Checks every field against the geometry: a superblock whose CRC is good may still hold
+    /// values this build must not trust (a hostile or foreign image). The error names the field.
+    pub fn validate(&self, geo: &nand_model::Geometry) -> std::result::Result<(), String> {
+        let bad = |field: &str, value: String, want: String| {
+            Err(format!(
+                "superblock field {field} = {value} is out of range ({want})"
+            ))
+        };
+        let banks = u64::from(geo.banks());
+        if self.ckpt_blocks == 0
+            || 1 + 2 * u64::from(self.ckpt_blocks) >= u64::from(geo.blocks_per_bank)
+        {
+            return bad(
+                "ckpt_blocks",
+                self.ckpt_blocks.to_string(),
+                format!(
+                    "1 to {}: two checkpoint areas and the superblock must leave data blocks in each bank of {} blocks",
+                    (geo.blocks_per_bank.saturating_sub(2)) / 2,
+                    geo.blocks_per_bank
+                ),
+            );
+        }
+        let layout = Layout::new(geo, self.ckpt_blocks);
+        if self.lpns == 0 || u64::from(self.lpns) >= layout.total_slots() {
+            return bad(
+                "lpns",
+                self.lpns.to_string(),
+                format!(
+                    "1 to {}, the device's 4 KiB slots",
+                    layout.total_slots() - 1
+                ),
+            );
+        }
+        // A full checkpoint (without trim records) must fit in one area.
+        let full = HEADER as u64 + u64::from(self.lpns) * 4 + u64::from(layout.total_blocks()) * 8;
+        let area = layout.ckpt_area_pages() * u64::from(geo.page_size);
+        if full > area {
+            return bad(
+                "ckpt_blocks",
+                self.ckpt_blocks.to_string(),
+                format!(
+                    "a checkpoint of {} logical pages needs {full} bytes, the area holds {area} ({} banks)",
+                    self.lpns, banks
+                ),
+            );
+        }
+        if self.max_queues == 0 || self.max_queues > MAX_QUEUES {
+            return bad(
+                "max_queues",
+                self.max_queues.to_string(),
+                format!("1 to {MAX_QUEUES}"),
+            );
+        }
+        if !(0.0..0.9).contains(&self.overprovision) {
+            return bad(
+                "overprovision",
+                self.overprovision.to_string(),
+                "0 to 0.9".into(),
+            );
+        }
+        Ok(())
+    }
 }
 
 fn encode(s: &Snapshot) -> Vec<u8> {
@@ -273,6 +342,11 @@ fn decode(b: &[u8]) -> std::result::Result<Snapshot, String> {
     let id = get64(b, 16).ok_or("short header")?;
     let sc = get64(b, 24).ok_or("short header")?;
     let prev_sc = get64(b, 32).ok_or("short header")?;
+    if sc >= 1 << 62 || prev_sc > sc {
+        return Err(format!(
+            "checkpoint sequence numbers out of range (sc {sc}, prev_sc {prev_sc})"
+        ));
+    }
     let (lpns, blocks, trims, chunks, crc, len) = (
         h(40)? as usize,
         h(44)? as usize,
@@ -732,11 +806,12 @@ pub fn maintenance(core: std::sync::Arc<Core>) {
 mod tests {
     use super::*;
 
-    /// A superblock whose CRC is good but which names a scheme this build does not know is
-    /// refused naming the image and the scheme's code; scheme 0 (what images made before
-    /// schemes existed hold) is `page`.
+    /// A superblock whose CRC is good but whose fields are out of range (a scheme this build
+    /// does not know, zero or absurd queue counts, sizes past the device, NaN) is refused,
+    /// naming the image and the field; scheme 0 (what images made before schemes existed hold)
+    /// is `page`.
     #[test]
-    fn superblock_scheme_is_read_and_an_unknown_one_refused() {
+    fn superblock_fields_are_validated() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("x.img");
         let cfg = nand_model::preset("slc-small-004")
@@ -754,24 +829,70 @@ mod tests {
         };
         write_superblock(&nand, &layout, &sb).expect("write");
         assert_eq!(read_superblock(&nand).expect("read"), sb);
-        // Rewrite it with an unknown scheme code and a matching CRC.
-        nand.erase(layout.superblock()).expect("erase").wait();
-        let mut data = vec![0u8; layout.page_size as usize];
-        let addr = PageAddr {
-            block: layout.superblock(),
-            page: 0,
+        // Rewrite it with CRC-valid but hostile fields: each is refused by name.
+        let raw = |scheme: u32, lpns: u32, ckpt: u32, queues: u32, op: f64| {
+            nand.erase(layout.superblock()).expect("erase").wait();
+            let mut data = vec![0u8; layout.page_size as usize];
+            data[0..8].copy_from_slice(SUPER_MAGIC);
+            data[8..12].copy_from_slice(&VERSION.to_le_bytes());
+            data[12..16].copy_from_slice(&lpns.to_le_bytes());
+            data[16..20].copy_from_slice(&ckpt.to_le_bytes());
+            data[20..24].copy_from_slice(&queues.to_le_bytes());
+            data[24..32].copy_from_slice(&op.to_bits().to_le_bytes());
+            data[32..36].copy_from_slice(&scheme.to_le_bytes());
+            let mut oob_buf = vec![0u8; layout.oob_size as usize];
+            oob::encode_superblock(&mut oob_buf, crc32fast::hash(&data));
+            let addr = PageAddr {
+                block: layout.superblock(),
+                page: 0,
+            };
+            nand.program(addr, &data, &oob_buf).expect("program").wait();
+            read_superblock(&nand).map_err(|e| e.to_string())
         };
-        let mut oob_buf = vec![0u8; layout.oob_size as usize];
-        data[0..8].copy_from_slice(SUPER_MAGIC);
-        data[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        data[12..16].copy_from_slice(&100u32.to_le_bytes());
-        data[32..36].copy_from_slice(&77u32.to_le_bytes());
-        oob::encode_superblock(&mut oob_buf, crc32fast::hash(&data));
-        nand.program(addr, &data, &oob_buf).expect("program").wait();
-        let err = read_superblock(&nand)
-            .expect_err("unknown scheme")
-            .to_string();
-        assert!(err.contains("scheme 77") && err.contains("x.img"), "{err}");
+        assert!(raw(0, 100, 1, 2, 0.07).is_ok());
+        let blocks = nand.geometry().blocks_per_bank;
+        for (fields, want) in [
+            ((77, 100, 1, 2, 0.07), "scheme 77"),
+            ((0, 100, 1, 0, 0.07), "max_queues = 0"),
+            ((0, 100, 1, 1 << 30, 0.07), "max_queues = 1073741824"),
+            ((0, 0, 1, 2, 0.07), "lpns = 0"),
+            ((0, u32::MAX, 1, 2, 0.07), "lpns = 4294967295"),
+            ((0, 100, 0, 2, 0.07), "ckpt_blocks = 0"),
+            ((0, 100, blocks, 2, 0.07), "ckpt_blocks"),
+            ((0, 100, u32::MAX, 2, 0.07), "ckpt_blocks"),
+            ((0, 100, 1, 2, f64::NAN), "overprovision = NaN"),
+            ((0, 100, 1, 2, -1.0), "overprovision = -1"),
+        ] {
+            let (sch, l, c, q, op) = fields;
+            let err = raw(sch, l, c, q, op).expect_err(want);
+            assert!(err.contains(want) && err.contains("x.img"), "{want}: {err}");
+        }
+    }
+
+    /// A checkpoint area too small for the map is refused (a geometry with many tiny blocks).
+    #[test]
+    fn superblock_checkpoint_area_must_hold_the_map() {
+        let geo = nand_model::Geometry {
+            channels: 1,
+            banks_per_channel: 1,
+            blocks_per_bank: 900,
+            pages_per_block: 2,
+            page_size: 4096,
+            oob_size: 64,
+        };
+        let sb = |lpns| SuperBlock {
+            scheme: crate::schemes::SchemeKind::Page,
+            lpns,
+            ckpt_blocks: 1,
+            max_queues: 1,
+            overprovision: 0.1,
+        };
+        assert!(sb(100).validate(&geo).is_ok());
+        let err = sb(1000).validate(&geo).expect_err("area too small");
+        assert!(
+            err.contains("ckpt_blocks") && err.contains("needs"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -145,6 +145,13 @@ pub fn plan_format(
     if base.total_slots() >= u32::MAX as u64 {
         return bad("device has more than 2^32 slots; use a larger page or fewer blocks".into());
     }
+    if cfg.queues == 0 || cfg.queues > checkpoint::MAX_QUEUES as usize {
+        return bad(format!(
+            "queues {} is outside 1..={}",
+            cfg.queues,
+            checkpoint::MAX_QUEUES
+        ));
+    }
     if !(0.0..0.9).contains(&cfg.overprovision) {
         return bad(format!(
             "over-provisioning {} is outside 0..0.9",

@@ -57,6 +57,10 @@ pub struct RecoveryReport {
     pub millis: f64,
 }
 
+/// Sequence numbers at or above this are refused when read from the medium: no device lives
+/// through 2^62 operations, and a counter restored near `u64::MAX` would wrap.
+const MAX_SEQ: u64 = 1 << 62;
+
 /// What the scan of one bank found.
 pub(crate) struct Scan {
     /// Data slots: (lpn, seq, where).
@@ -218,6 +222,14 @@ impl Core {
                 };
                 for (i, m) in metas.iter().enumerate() {
                     let psa = self.layout.psa(addr, i as u32);
+                    if m.seq >= MAX_SEQ {
+                        // No run numbers 2^62 operations: a hostile or corrupt entry.
+                        tracing::warn!(
+                            "{addr:?} slot {i}: sequence number {} is impossible; ignored",
+                            m.seq
+                        );
+                        continue;
+                    }
                     match m.kind {
                         SlotKind::Data => {
                             out.max_seq = out.max_seq.max(m.seq);
@@ -234,8 +246,11 @@ impl Core {
                                 continue;
                             };
                             out.max_seq = out.max_seq.max(m.seq);
-                            out.trims
-                                .extend(recs.iter().map(|r| (r.start, r.count, r.seq)));
+                            out.trims.extend(
+                                recs.iter()
+                                    .filter(|r| r.seq < MAX_SEQ)
+                                    .map(|r| (r.start, r.count, r.seq)),
+                            );
                             out.trim_slots.push((psa, m.seq));
                         }
                         SlotKind::Pad => {}
