@@ -1,5 +1,7 @@
 //! Model-based randomized test: seeded random sequences of write / read / trim / write-zeroes /
-//! flush / FUA / close-reopen / crash-reopen against an in-memory reference.
+//! flush / FUA / close-reopen / crash-reopen against an in-memory reference. Each seed draws
+//! its geometry, configuration and timing mode (`off`, or `real` with microsecond latencies so
+//! writer threads, programs in flight and the timer thread take part).
 //!
 //! Every read must match the reference exactly. After a simulated power cut every 4 KiB page must
 //! read as its last durable value (flushed, FUA'd or closed) or as a value written after it —
@@ -143,22 +145,28 @@ fn run_seed(seed: u64, ops: usize, dir: &Path) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let page_size = [4096u32, 8192, 16384][rng.gen_range(0..3)];
     let blocks = rng.gen_range(20..32);
-    let nand = small_nand(page_size, blocks);
+    let mut nand = small_nand(page_size, blocks);
     let cfg = cfg_for(&mut rng);
+    // Timing `real` (writer threads, programs in flight, completions on the timer thread) with
+    // microsecond latencies, or `off` (writers inline on the sealing thread).
+    let timing = if rng.gen_bool(0.3) {
+        nand.timing = ftl::nand_model::Timing {
+            t_read: std::time::Duration::from_micros(2),
+            t_prog: std::time::Duration::from_micros(8),
+            t_erase: std::time::Duration::from_micros(25),
+            channel_bytes_per_sec: 2_000_000_000,
+        };
+        ftl::nand_model::TimingMode::Real
+    } else {
+        ftl::nand_model::TimingMode::Off
+    };
     if std::env::var_os("FTL_MODEL_VERBOSE").is_some() {
-        eprintln!("seed {seed}: page {page_size}, {blocks} blocks/bank, {cfg:?}");
+        eprintln!(
+            "seed {seed}: page {page_size}, {blocks} blocks/bank, timing {timing:?}, {cfg:?}"
+        );
     }
     let path = dir.join(format!("m{seed}.img"));
-    let mut ftl = Some(
-        Ftl::create(
-            &path,
-            &nand,
-            ftl::nand_model::TimingMode::Off,
-            cfg.clone(),
-            None,
-        )
-        .expect("create"),
-    );
+    let mut ftl = Some(Ftl::create(&path, &nand, timing, cfg.clone(), None).expect("create"));
     let cap = ftl.as_ref().unwrap().capacity() as usize;
     let mut model = Model::new(cap);
     // Most traffic goes to a hot region so pages are overwritten and GC has work.
@@ -232,7 +240,7 @@ fn run_seed(seed: u64, ops: usize, dir: &Path) {
                     .unwrap_or_else(|e| panic!("seed {seed} step {step}: close: {e}"));
                 drop(f);
                 model.all_durable();
-                let f = Ftl::open(&path, ftl::nand_model::TimingMode::Off, cfg.clone())
+                let f = Ftl::open(&path, timing, cfg.clone())
                     .unwrap_or_else(|e| panic!("seed {seed} step {step}: reopen: {e}"));
                 assert_eq!(
                     f.recovery().mode,
@@ -245,7 +253,7 @@ fn run_seed(seed: u64, ops: usize, dir: &Path) {
             }
             91..=95 => {
                 ftl.take().unwrap().simulate_power_loss();
-                let f = Ftl::open(&path, ftl::nand_model::TimingMode::Off, cfg.clone())
+                let f = Ftl::open(&path, timing, cfg.clone())
                     .unwrap_or_else(|e| panic!("seed {seed} step {step}: crash reopen: {e}"));
                 let mut buf = vec![0u8; cap];
                 block_on(f.read(0, &mut buf)).unwrap();
