@@ -869,6 +869,46 @@ mod tests {
         }
     }
 
+    /// Every image `plan_format` makes passes `validate`: every preset, scaled from small to
+    /// large, with 1 to the most queues, at the edges of the over-provisioning range. A false
+    /// rejection would make good images unopenable.
+    #[test]
+    fn every_formattable_image_passes_validation() {
+        let mut checked = 0;
+        for p in nand_model::presets() {
+            for raw in [8u64 << 20, 64 << 20, 1 << 30, 64 << 30] {
+                let nand = p.config.scaled_to(raw);
+                for queues in [1usize, 8, 64, MAX_QUEUES as usize] {
+                    for overprovision in [0.0, 0.07, 0.28, 0.89] {
+                        let cfg = crate::FtlConfig {
+                            queues,
+                            overprovision,
+                            ..crate::FtlConfig::default()
+                        };
+                        let Ok(plan) = crate::plan_format(&nand, &cfg, None) else {
+                            continue;
+                        };
+                        let sb = SuperBlock {
+                            scheme: crate::schemes::SchemeKind::Page,
+                            lpns: plan.lpns,
+                            ckpt_blocks: plan.ckpt_blocks,
+                            max_queues: queues as u32,
+                            overprovision,
+                        };
+                        if let Err(e) = sb.validate(&nand.geometry) {
+                            panic!(
+                                "{} at {raw} bytes, {queues} queues, op {overprovision}: {e}",
+                                p.name
+                            );
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked >= 150, "only {checked} plans");
+    }
+
     /// A checkpoint area too small for the map is refused (a geometry with many tiny blocks).
     #[test]
     fn superblock_checkpoint_area_must_hold_the_map() {

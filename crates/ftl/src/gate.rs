@@ -143,9 +143,9 @@ mod tests {
             Ok(())
         };
         assert!(failing(&gate).is_err());
-        // Not frozen: entering does not wait.
+        // Thawed (checked first: entering a frozen gate would wait for ever).
+        assert!(!gate.frozen.load(Ordering::SeqCst));
         let g = futures::executor::block_on(gate.enter());
         drop(g);
-        assert!(!gate.frozen.load(Ordering::SeqCst));
     }
 }

@@ -90,7 +90,9 @@ impl Core {
     /// read (the slot is the check's unit, as a codeword is an ECC's) with its OOB entry, and
     /// its CRC must match the entry's and the entry must name `lpn`. A slot that fails is read
     /// again like one with an injected read fault; after `read_retries` it is an uncorrectable
-    /// read (`FtlError::Uncorrectable`: EIO to the host), never wrong bytes.
+    /// read (`FtlError::Uncorrectable`: EIO to the host), never wrong bytes. A partial write
+    /// to such a page fails the same way (its read-modify-write cannot read the page); a whole
+    /// 4 KiB write or a trim replaces it.
     fn read_lpn(&self, lpn: Lpn, off: usize, dst: &mut [u8]) -> Result<Option<Completion>> {
         let retries = self.cfg.read_retries;
         // A partial read needs the whole slot to check it; a whole one is read in place.
@@ -144,7 +146,10 @@ impl Core {
                     );
                 }
                 Err(NandError::Uncorrectable { .. }) => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    dst.fill(0);
+                    return Err(e.into());
+                }
             }
             self.counters.read_retries.fetch_add(1, Ordering::Relaxed);
             if attempt == retries {

@@ -245,19 +245,24 @@ impl PageScheme {
         // fails is read again, as after an injected read fault).
         let mut metas = None;
         let mut bad_slots = 0;
-        for attempt in 0..=core.cfg.read_retries {
-            if attempt > 0 {
-                core.counters.read_retries.fetch_add(1, Ordering::Relaxed);
-            }
+        for _ in 0..=core.cfg.read_retries {
             match core.nand.read(addr, 0, buf, Some(oob)) {
                 Ok(c) => c.wait(),
-                Err(NandError::Uncorrectable { .. }) => continue,
+                Err(NandError::Uncorrectable { .. }) => {
+                    // The buffers are unspecified after a failed read: what an earlier attempt
+                    // decoded no longer describes them.
+                    core.counters.read_retries.fetch_add(1, Ordering::Relaxed);
+                    metas = None;
+                    continue;
+                }
                 Err(e) => {
                     tracing::error!("GC read of {addr:?} failed: {e}");
+                    metas = None;
                     break;
                 }
             }
             let Some(PageOob::Data(m)) = oob::decode(oob) else {
+                core.counters.read_retries.fetch_add(1, Ordering::Relaxed);
                 metas = None;
                 continue;
             };
@@ -275,6 +280,7 @@ impl PageScheme {
             if bad_slots == 0 {
                 break;
             }
+            core.counters.read_retries.fetch_add(1, Ordering::Relaxed);
             core.counters
                 .crc_errors
                 .fetch_add(bad_slots as u64, Ordering::Relaxed);
@@ -469,7 +475,7 @@ impl PageScheme {
                         }
                         _ => {
                             // Staging would have found the same OOB and lost the page too.
-                            core.counters.uncorrectable.fetch_add(1, Ordering::Relaxed);
+                            core.count_uncorrectable(b);
                             tracing::error!("GC cannot read {src:?}: its valid data is lost");
                         }
                     }
