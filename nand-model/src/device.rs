@@ -20,11 +20,11 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 
 use crate::bankmem::{BankMem, BlockState};
-use crate::clock::{now_ns, to_instant};
+use crate::clock::{now_ns, to_instant, ALREADY_DONE};
 use crate::completion::Completion;
 use crate::config::NandConfig;
 use crate::error::{BufferKind, ImageError, NandError};
-use crate::faults::FaultInjector;
+use crate::faults::{FaultInjector, Power};
 use crate::geometry::{BankId, BlockAddr, Geometry, PageAddr};
 use crate::image::Image;
 use crate::stats::{BankCounters, ChannelStats, NandStats, OpCounters, TotalStats};
@@ -236,6 +236,9 @@ impl NandDevice {
     /// Marks `block` bad (persisted). Idempotent. Every later operation on it is refused.
     pub fn mark_bad(&self, block: BlockAddr) -> Result<(), NandError> {
         let bank = self.bank_of(block)?;
+        if self.faults.power() != Power::On {
+            return Ok(());
+        }
         let mut st = bank.state.lock();
         let mut b = st.mem.block(block.block);
         b.bad = true;
@@ -337,12 +340,19 @@ impl NandDevice {
                 rule: "length must be at most oob_size",
             }));
         }
+        let power = self.faults.power();
+        if power == Power::Off {
+            return Ok(Completion::new(ALREADY_DONE, Arc::clone(&bank.counters)));
+        }
         let mut st = bank.state.lock();
         let mut blk = self.programmable(&st.mem, addr)?;
         let fault = self.faults.program_fails(addr);
         // Data and OOB first, the counter last (see BankMem::set_block).
         if fault {
             st.mem.write_garbage(addr.block.block, addr.page);
+        } else if power == Power::Cut {
+            let torn = torn(addr, data);
+            st.mem.write_page(addr.block.block, addr.page, &torn, oob);
         } else {
             st.mem.write_page(addr.block.block, addr.page, data, oob);
         }
@@ -400,6 +410,13 @@ impl NandDevice {
                 rule: "length must be at most oob_size",
             }));
         }
+        let power = self.faults.power();
+        if power == Power::Off {
+            if let Some(o) = oob {
+                o.fill(0xFF);
+            }
+            return Ok(Completion::new(ALREADY_DONE, Arc::clone(&bank.counters)));
+        }
         let mut st = bank.state.lock();
         let from = st.mem.block(src.block.block);
         if from.bad {
@@ -430,6 +447,14 @@ impl NandDevice {
         // Data and OOB first, the counter last (see BankMem::set_block).
         if fault {
             st.mem.write_garbage(dst.block.block, dst.page);
+        } else if programmed && power == Power::Cut {
+            let mut data = vec![0u8; g.page_size as usize];
+            let mut page_oob = vec![0u8; g.oob_size as usize];
+            st.mem
+                .read_page(src.block.block, src.page, 0, &mut data, Some(&mut page_oob));
+            let torn = torn(dst, &data);
+            st.mem
+                .write_page(dst.block.block, dst.page, &torn, &page_oob);
         } else if programmed {
             st.mem
                 .copy_page((src.block.block, src.page), (dst.block.block, dst.page));
@@ -459,6 +484,11 @@ impl NandDevice {
     /// endurance fails with [`NandError::WornOut`] and the block turns bad.
     pub fn erase(&self, block: BlockAddr) -> Result<Completion, NandError> {
         let bank = self.bank_of(block)?;
+        if self.faults.power() != Power::On {
+            // An erase the power cut interrupts leaves the block as it was (its pages still
+            // program-once: the FTL will not be running to use it).
+            return Ok(Completion::new(ALREADY_DONE, Arc::clone(&bank.counters)));
+        }
         let mut st = bank.state.lock();
         let mut blk = st.mem.block(block.block);
         if blk.bad {
@@ -538,4 +568,20 @@ impl NandDevice {
         }
         self.bank_of(page.block)
     }
+}
+
+/// A page as a program cut by a power loss leaves it: the first half of the data, noise after
+/// it (what half-programmed cells read as). The OOB is written whole, so the page looks
+/// programmed and names its contents: only a check of the data (its CRC) tells it is torn.
+fn torn(addr: PageAddr, data: &[u8]) -> Vec<u8> {
+    let mut v = data.to_vec();
+    let half = v.len() / 2;
+    let mut x = (u64::from(addr.page) << 32 | u64::from(addr.block.block)) | 1;
+    for b in &mut v[half..] {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    v
 }

@@ -1,4 +1,12 @@
-//! Fault injection: one-shot faults at chosen addresses and seeded random faults.
+//! Fault injection: one-shot faults at chosen addresses, seeded random faults, and a
+//! deterministic power cut.
+//!
+//! A power cut ([`FaultInjector::power_cut_after`]) counts the operations that change the
+//! medium (program, copyback, erase, marking a block bad): operation `n` is cut mid-way (a
+//! program or copyback leaves a torn page, an erase or a bad mark does not happen) and every
+//! later one never reaches the medium. Operations after the cut return success without
+//! checking or changing anything, as if the controller still ran while the flash had no power:
+//! a crash test then drops the FTL (a power cut of its RAM too) and reopens the image.
 //!
 //! Faults model the medium failing, not the caller misbehaving, so they are not counted as
 //! violations. The device asks the injector once per operation, after the flash rules passed.
@@ -57,6 +65,21 @@ pub struct FaultInjector {
     fired_program: AtomicU64,
     fired_erase: AtomicU64,
     fired_read: AtomicU64,
+    /// Operations that changed (or were to change) the medium while a cut was armed.
+    mutations: AtomicU64,
+    /// 1 + the index of the operation the power cut tears; 0: no cut armed.
+    cut_plus_one: AtomicU64,
+}
+
+/// What the power lets an operation that changes the medium do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Power {
+    /// No cut (yet): the operation happens.
+    On,
+    /// This is the operation the cut interrupts: a program leaves a torn page.
+    Cut,
+    /// After the cut: nothing reaches the medium.
+    Off,
 }
 
 impl std::fmt::Debug for FaultInjector {
@@ -97,11 +120,49 @@ impl FaultInjector {
         self.arm(|a| a.random = Some((rates, SmallRng::seed_from_u64(seed))));
     }
 
-    /// Disarms every fault (one-shot and random). Counters of fired faults are kept.
+    /// Cuts the power at the `n`-th operation from now that changes the medium (0: the next
+    /// one): see the module doc. Replaces an earlier cut that has not happened yet. Operations
+    /// are counted only while a cut is armed (the fast path stays one relaxed load); arm one
+    /// that never comes, `power_cut_after(u64::MAX)`, to count a workload's operations.
+    pub fn power_cut_after(&self, n: u64) {
+        let at = self.mutations.load(Ordering::Acquire).saturating_add(n);
+        self.cut_plus_one
+            .store(at.saturating_add(1), Ordering::Release);
+    }
+
+    /// Whether an armed power cut has happened (its operation was attempted).
+    pub fn power_cut_reached(&self) -> bool {
+        let c = self.cut_plus_one.load(Ordering::Acquire);
+        c != 0 && self.mutations.load(Ordering::Acquire) >= c
+    }
+
+    /// Operations that changed (or, after a power cut, were to change) the medium while a cut
+    /// was armed.
+    pub fn mutations(&self) -> u64 {
+        self.mutations.load(Ordering::Acquire)
+    }
+
+    /// Counts one operation that changes the medium and says what the power lets it do.
+    pub(crate) fn power(&self) -> Power {
+        let c = self.cut_plus_one.load(Ordering::Acquire);
+        if c == 0 {
+            return Power::On;
+        }
+        let i = self.mutations.fetch_add(1, Ordering::AcqRel);
+        match c {
+            c if i + 1 < c => Power::On,
+            c if i + 1 == c => Power::Cut,
+            _ => Power::Off,
+        }
+    }
+
+    /// Disarms every fault (one-shot, random and a power cut). Counters of fired faults are
+    /// kept.
     pub fn clear(&self) {
         let mut a = self.state.lock();
         *a = Armed::default();
         self.armed.store(false, Ordering::Release);
+        self.cut_plus_one.store(0, Ordering::Release);
     }
 
     /// How many faults of each kind fired so far.

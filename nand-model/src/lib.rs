@@ -129,7 +129,10 @@
 //!   bad (persisted).
 //!
 //! Inject them with [`FaultInjector`] ([`NandDevice::faults`]): one-shot at an address, or random
-//! per-operation rates from a seeded RNG (same operation sequence, same faults).
+//! per-operation rates from a seeded RNG (same operation sequence, same faults), and a
+//! deterministic power cut (`FaultInjector::power_cut_after(n)`): the n-th operation that
+//! changes the medium is torn (a program leaves half its data and a whole OOB), nothing after
+//! it reaches the medium, and a crash test reopens the image to see what survived.
 //!
 //! # Concurrency model
 //!

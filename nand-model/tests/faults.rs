@@ -183,3 +183,70 @@ fn wear_out_at_endurance() {
     assert!(f.dev().block_state(b).unwrap().bad);
     assert!(matches!(f.dev().erase(b), Err(NandError::BadBlock { .. })));
 }
+
+/// A power cut at operation n: the operations before it happen, operation n (a program here)
+/// leaves a torn page — OOB whole, the first half of the data, noise after it — and nothing
+/// after it reaches the medium, though it returns success. Reads are not operations that
+/// count; a reopen sees exactly what reached the medium.
+#[test]
+fn power_cut_tears_one_program_and_drops_everything_after() {
+    let mut f = Fixture::small();
+    let b = BlockAddr::new(1, 2);
+    let other = BlockAddr::new(0, 5);
+    let dev = f.dev();
+    // Counted only while a cut is armed; one that never comes counts without cutting.
+    dev.program(other.page(0), &pattern(other.page(0), 1, 4096), &[7; 16])
+        .unwrap()
+        .wait();
+    assert_eq!(dev.faults().mutations(), 0);
+    dev.faults().power_cut_after(u64::MAX);
+    dev.program(other.page(1), &pattern(other.page(1), 1, 4096), &[7; 16])
+        .unwrap()
+        .wait();
+    assert_eq!(dev.faults().mutations(), 1);
+    assert!(!dev.faults().power_cut_reached());
+    // Operations 0 and 1 from now happen, operation 2 is cut.
+    dev.faults().power_cut_after(2);
+    for p in 0..2 {
+        dev.program(b.page(p), &pattern(b.page(p), 2, 4096), &[p as u8; 16])
+            .unwrap()
+            .wait();
+    }
+    assert!(!dev.faults().power_cut_reached());
+    let torn_data = pattern(b.page(2), 2, 4096);
+    dev.program(b.page(2), &torn_data, &[2; 16]).unwrap().wait();
+    assert!(dev.faults().power_cut_reached());
+    // After the cut: success, no effect, no rule checked (page 0 is programmed already).
+    dev.program(b.page(0), &torn_data, &[9; 16]).unwrap().wait();
+    dev.erase(other).unwrap().wait();
+    dev.mark_bad(other).unwrap();
+    let (mut back, mut oob) = (vec![0u8; 4096], vec![0u8; 16]);
+    dev.read(other.page(0), 0, &mut back, None).unwrap().wait();
+    assert_eq!(
+        back,
+        pattern(other.page(0), 1, 4096),
+        "the erase never happened"
+    );
+    assert_eq!(dev.violations(), 0);
+    f.reopen(TimingMode::Off);
+    let dev = f.dev();
+    assert_eq!(dev.block_state(b).unwrap().programmed_pages, 3);
+    assert!(!dev.block_state(other).unwrap().bad);
+    for p in 0..2 {
+        dev.read(b.page(p), 0, &mut back, Some(&mut oob))
+            .unwrap()
+            .wait();
+        assert_eq!(back, pattern(b.page(p), 2, 4096));
+    }
+    dev.read(b.page(2), 0, &mut back, Some(&mut oob))
+        .unwrap()
+        .wait();
+    assert_eq!(oob, vec![2; 16], "a torn page's OOB is whole");
+    assert_eq!(back[..2048], torn_data[..2048]);
+    assert_ne!(back[2048..], torn_data[2048..]);
+    // The cut is armed per device instance; `clear` disarms one not yet reached.
+    dev.faults().power_cut_after(0);
+    dev.faults().clear();
+    dev.erase(b).unwrap().wait();
+    assert_eq!(dev.block_state(b).unwrap().programmed_pages, 0);
+}

@@ -54,6 +54,9 @@ pub struct RecoveryReport {
     /// Pages whose checkpointed copy was erased and no moved copy was found (trimmed but
     /// unflushed data); they read as zeroes.
     pub lost_pages: u64,
+    /// Pages the crash tore (a block's last programmed page whose data fails its checks):
+    /// ignored, as if never programmed.
+    pub torn_pages: u64,
     pub millis: f64,
 }
 
@@ -72,6 +75,8 @@ pub(crate) struct Scan {
     pub max_seq: u64,
     pub pages: u64,
     pub blocks: u64,
+    /// Pages at a block's end of programming whose data was torn by the crash.
+    pub torn_pages: u64,
 }
 
 /// What a scheme's resolution installed.
@@ -140,6 +145,7 @@ impl Core {
         let (pages, blocks) = scans
             .iter()
             .fold((0, 0), |(p, b), s| (p + s.pages, b + s.blocks));
+        let torn_pages = scans.iter().map(|s| s.torn_pages).sum();
         // The scheme resolves the versions and installs its map.
         let resolved = self.scheme.recover(
             self,
@@ -187,6 +193,7 @@ impl Core {
             pages_scanned: pages,
             mapped_pages: resolved.mapped_pages,
             lost_pages: resolved.lost_pages,
+            torn_pages,
             millis: t0.elapsed().as_secs_f64() * 1000.0,
         })
     }
@@ -200,9 +207,11 @@ impl Core {
             max_seq: 0,
             pages: 0,
             blocks: list.len() as u64,
+            torn_pages: 0,
         };
         let mut oob_buf = vec![0u8; self.layout.oob_size as usize];
         let mut slot = vec![0u8; LOGICAL_PAGE];
+        let mut page_buf = vec![0u8; self.layout.page_size as usize];
         for &(block, from, to) in list {
             for page in from..to {
                 let addr = PageAddr {
@@ -220,6 +229,23 @@ impl Core {
                     // Erased, torn by a crash mid-program, or a failed program: skip.
                     continue;
                 };
+                // A power cut can tear only the page being programmed: each block's last
+                // programmed page. Its OOB may be whole while its data is not, so its slots
+                // count only if their data matches their CRCs. (Only these pages are checked:
+                // anywhere else a bad CRC is rot, which a host read reports; skipping it here
+                // would bring an older version back as if it were good.)
+                if page + 1 == to && self.frontier_torn(addr, &metas, &mut page_buf, &mut oob_buf) {
+                    tracing::warn!(
+                        "{addr:?}: torn by the crash (its data fails its checks); ignored"
+                    );
+                    out.torn_pages += 1;
+                    out.max_seq = metas
+                        .iter()
+                        .map(|m| m.seq)
+                        .filter(|s| *s < MAX_SEQ)
+                        .fold(out.max_seq, u64::max);
+                    continue;
+                }
                 for (i, m) in metas.iter().enumerate() {
                     let psa = self.layout.psa(addr, i as u32);
                     if m.seq >= MAX_SEQ {
@@ -259,6 +285,26 @@ impl Core {
             }
         }
         Ok(out)
+    }
+
+    /// Whether page `addr` (whose OOB decoded to `metas`) has a slot whose data fails its CRC
+    /// on every read.
+    fn frontier_torn(
+        &self,
+        addr: PageAddr,
+        metas: &[crate::oob::SlotMeta],
+        page: &mut [u8],
+        oob_buf: &mut [u8],
+    ) -> bool {
+        if !self.read_retrying(addr, 0, page, oob_buf) {
+            return true;
+        }
+        metas.iter().enumerate().any(|(i, m)| {
+            m.kind != SlotKind::Pad
+                && page
+                    .get(i * LOGICAL_PAGE..(i + 1) * LOGICAL_PAGE)
+                    .is_none_or(|d| crc32fast::hash(d) != m.crc)
+        })
     }
 
     fn read_retrying(&self, addr: PageAddr, off: u32, data: &mut [u8], oob_buf: &mut [u8]) -> bool {
