@@ -53,10 +53,7 @@ plan_install() {
             echo "$out" | grep -E '^(E|W):' >&2 || echo "$out" | tail -5 >&2
             return 1
         fi
-        removed=()
-        while read -r line; do
-            removed+=("$line")
-        done < <(awk '/^Remv /{print $2}' <<<"$out")
+        mapfile -t removed < <(awk '/^Remv /{print $2}' <<<"$out")
         if [ ${#removed[@]} -eq 0 ]; then
             printf '%s\n' "${specs[@]}"
             return 0
@@ -96,10 +93,8 @@ plan_install() {
 # checks afterwards that every one of PKG... is installed (apt may have removed one).
 # Not root: lists what is missing and returns 1 (the caller decides whether that is fatal).
 ensure_packages() {
-    local missing=() plan=() p
-    while read -r p; do
-        missing+=("$p")
-    done < <(packages_missing "$@")
+    local missing=() plan=()
+    mapfile -t missing < <(packages_missing "$@")
     if [ ${#missing[@]} -eq 0 ]; then
         return 0
     fi
@@ -113,19 +108,14 @@ ensure_packages() {
         apt-get update -q >&2
         export FTLD_APT_UPDATED=1
     fi
-    while read -r p; do
-        plan+=("$p")
-    done < <(plan_install "${missing[@]}")
+    mapfile -t plan < <(plan_install "${missing[@]}")
     if [ ${#plan[@]} -eq 0 ]; then
         echo "cannot install ${missing[*]} without removing other packages (see above)" >&2
         return 1
     fi
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
         --allow-downgrades "${plan[@]}" >&2 || true
-    missing=()
-    while read -r p; do
-        missing+=("$p")
-    done < <(packages_missing "$@")
+    mapfile -t missing < <(packages_missing "$@")
     if [ ${#missing[@]} -ne 0 ]; then
         echo "still missing after apt-get install: ${missing[*]}" >&2
         return 1

@@ -22,18 +22,6 @@ use rand::{Rng, SeedableRng};
 
 const PAGE: usize = 4096;
 
-fn hash(b: &[u8]) -> u64 {
-    // FNV-1a over 8-byte words: a stable content hash for the acceptable-values sets.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for w in b.chunks(8) {
-        let mut a = [0u8; 8];
-        a[..w.len()].copy_from_slice(w);
-        h ^= u64::from_le_bytes(a);
-        h = h.wrapping_mul(0x100_0000_01b3);
-    }
-    h
-}
-
 /// The reference device: current contents, and per page the values a crash may leave.
 struct Model {
     data: Vec<u8>,

@@ -21,17 +21,6 @@ use ftl::{Ftl, FtlConfig, GcPolicy};
 
 const PAGE: usize = 4096;
 
-fn hash(b: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for w in b.chunks(8) {
-        let mut a = [0u8; 8];
-        a[..w.len()].copy_from_slice(w);
-        h ^= u64::from_le_bytes(a);
-        h = h.wrapping_mul(0x100_0000_01b3);
-    }
-    h
-}
-
 /// The reference: current contents and, per page, the values a crash may leave.
 struct Model {
     data: Vec<u8>,

@@ -79,3 +79,16 @@ pub fn check_stamp(lpn: u64, data: &[u8]) -> Option<u64> {
     );
     Some(tag)
 }
+
+/// A stable content hash of a page (FNV-1a over 8-byte words), for the sets of values a page
+/// may hold after a crash.
+pub fn hash(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for w in b.chunks(8) {
+        let mut a = [0u8; 8];
+        a[..w.len()].copy_from_slice(w);
+        h ^= u64::from_le_bytes(a);
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
