@@ -46,8 +46,10 @@
 //! flash is the one with the highest number. **Media assumptions.** a programmed page survives
 //! process death; a page program is atomic, or cut by a power loss, which can tear only the
 //! page being programmed — a block's last programmed page — and leaves it detectably torn (its
-//! OOB or its data fails a checksum; recovery ignores such a page, `RecoveryReport::torn_pages`).
-//! Any other page whose data fails its checksum has rotted: a host read of it is an error.
+//! OOB or its data fails a checksum). Recovery ignores a torn write there
+//! (`RecoveryReport::torn_slots`; `schemes/page/recover.rs` says how it tells torn from
+//! rotted); any other slot whose data fails its checksum has rotted, and a host read of it is
+//! an error.
 //!
 //! **Crash consistency of trims.** A trim unmaps at once, but the slots it unmapped stay
 //! counted as valid (GC keeps their blocks) until the trim's record is on flash. Records are

@@ -54,9 +54,9 @@ pub struct RecoveryReport {
     /// Pages whose checkpointed copy was erased and no moved copy was found (trimmed but
     /// unflushed data); they read as zeroes.
     pub lost_pages: u64,
-    /// Pages the crash tore (a block's last programmed page whose data fails its checks):
-    /// ignored, as if never programmed.
-    pub torn_pages: u64,
+    /// Slots the crash tore (in a block's last programmed page, data failing its CRC, a write
+    /// after the checkpoint or a copy whose intact source exists): ignored.
+    pub torn_slots: u64,
     pub millis: f64,
 }
 
@@ -68,6 +68,9 @@ const MAX_SEQ: u64 = 1 << 62;
 pub(crate) struct Scan {
     /// Data slots: (lpn, seq, where).
     pub data: Vec<(u32, u64, Psa)>,
+    /// Data slots of a block's last programmed page whose data fails its CRC: torn by the
+    /// crash, or rotted (the scheme decides).
+    pub suspect: Vec<(u32, u64, Psa)>,
     /// Trim records: (start, count, seq).
     pub trims: Vec<(u32, u32, u64)>,
     /// The trim-log slots that held them: (where, seq).
@@ -75,13 +78,13 @@ pub(crate) struct Scan {
     pub max_seq: u64,
     pub pages: u64,
     pub blocks: u64,
-    /// Pages at a block's end of programming whose data was torn by the crash.
-    pub torn_pages: u64,
 }
 
 /// What a scheme's resolution installed.
 pub(crate) struct Resolved {
     pub mapped_pages: u64,
+    /// Suspect slots (see `Scan::suspect`) judged torn and ignored.
+    pub torn_slots: u64,
     /// Pages whose checkpointed copy was erased and no newer copy was found.
     pub lost_pages: u64,
 }
@@ -145,7 +148,6 @@ impl Core {
         let (pages, blocks) = scans
             .iter()
             .fold((0, 0), |(p, b), s| (p + s.pages, b + s.blocks));
-        let torn_pages = scans.iter().map(|s| s.torn_pages).sum();
         // The scheme resolves the versions and installs its map.
         let resolved = self.scheme.recover(
             self,
@@ -193,7 +195,7 @@ impl Core {
             pages_scanned: pages,
             mapped_pages: resolved.mapped_pages,
             lost_pages: resolved.lost_pages,
-            torn_pages,
+            torn_slots: resolved.torn_slots,
             millis: t0.elapsed().as_secs_f64() * 1000.0,
         })
     }
@@ -207,7 +209,7 @@ impl Core {
             max_seq: 0,
             pages: 0,
             blocks: list.len() as u64,
-            torn_pages: 0,
+            suspect: Vec::new(),
         };
         let mut oob_buf = vec![0u8; self.layout.oob_size as usize];
         let mut slot = vec![0u8; LOGICAL_PAGE];
@@ -230,22 +232,15 @@ impl Core {
                     continue;
                 };
                 // A power cut can tear only the page being programmed: each block's last
-                // programmed page. Its OOB may be whole while its data is not, so its slots
-                // count only if their data matches their CRCs. (Only these pages are checked:
-                // anywhere else a bad CRC is rot, which a host read reports; skipping it here
-                // would bring an older version back as if it were good.)
-                if page + 1 == to && self.frontier_torn(addr, &metas, &mut page_buf, &mut oob_buf) {
-                    tracing::warn!(
-                        "{addr:?}: torn by the crash (its data fails its checks); ignored"
-                    );
-                    out.torn_pages += 1;
-                    out.max_seq = metas
-                        .iter()
-                        .map(|m| m.seq)
-                        .filter(|s| *s < MAX_SEQ)
-                        .fold(out.max_seq, u64::max);
-                    continue;
-                }
+                // programmed page. Its OOB may be whole while its data is not: its data slots
+                // that fail their CRCs are handed to the scheme as suspects (torn, or rotted:
+                // the scheme's rules tell which). Only these pages are checked; anywhere else
+                // a bad CRC is rot, which a host read reports.
+                let suspect = if page + 1 == to {
+                    self.failing_slots(addr, &metas, &mut page_buf, &mut oob_buf)
+                } else {
+                    0
+                };
                 for (i, m) in metas.iter().enumerate() {
                     let psa = self.layout.psa(addr, i as u32);
                     if m.seq >= MAX_SEQ {
@@ -257,6 +252,10 @@ impl Core {
                         continue;
                     }
                     match m.kind {
+                        SlotKind::Data if suspect & (1 << i) != 0 => {
+                            out.max_seq = out.max_seq.max(m.seq);
+                            out.suspect.push((m.lpn.0, m.seq, psa));
+                        }
                         SlotKind::Data => {
                             out.max_seq = out.max_seq.max(m.seq);
                             out.data.push((m.lpn.0, m.seq, psa));
@@ -287,24 +286,27 @@ impl Core {
         Ok(out)
     }
 
-    /// Whether page `addr` (whose OOB decoded to `metas`) has a slot whose data fails its CRC
-    /// on every read.
-    fn frontier_torn(
+    /// The slots of page `addr` (whose OOB decoded to `metas`) whose data fails its CRC on
+    /// every read, as a bit mask (a page has at most 8 slots).
+    fn failing_slots(
         &self,
         addr: PageAddr,
         metas: &[crate::oob::SlotMeta],
         page: &mut [u8],
         oob_buf: &mut [u8],
-    ) -> bool {
-        if !self.read_retrying(addr, 0, page, oob_buf) {
-            return true;
-        }
-        metas.iter().enumerate().any(|(i, m)| {
-            m.kind != SlotKind::Pad
+    ) -> u32 {
+        let readable = self.read_retrying(addr, 0, page, oob_buf);
+        let mut mask = 0;
+        for (i, m) in metas.iter().enumerate().take(32) {
+            let ok = readable
                 && page
                     .get(i * LOGICAL_PAGE..(i + 1) * LOGICAL_PAGE)
-                    .is_none_or(|d| crc32fast::hash(d) != m.crc)
-        })
+                    .is_some_and(|d| crc32fast::hash(d) == m.crc);
+            if m.kind != SlotKind::Pad && !ok {
+                mask |= 1 << i;
+            }
+        }
+        mask
     }
 
     fn read_retrying(&self, addr: PageAddr, off: u32, data: &mut [u8], oob_buf: &mut [u8]) -> bool {

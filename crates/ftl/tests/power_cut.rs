@@ -249,14 +249,14 @@ fn every_medium_operation_of_a_workload_is_a_safe_crash_point() {
         for n in 0..total {
             match crash_at(dir.path(), &nand, &ops, n) {
                 Some(r) => {
-                    torn += r.torn_pages;
+                    torn += r.torn_slots;
                     roll += u64::from(r.mode == ftl::RecoveryMode::RollForward);
                 }
                 None => skipped += 1,
             }
         }
         eprintln!(
-            "page size {page_size}: {total} crash points ({skipped} not reached), {torn} torn pages found, {roll} roll-forward opens"
+            "page size {page_size}: {total} crash points ({skipped} not reached), {torn} torn slots ignored, {roll} roll-forward opens"
         );
         assert!(total > 200, "only {total} operations");
         // Timing `off` orders every operation but one: the maintenance thread's 50 ms tick may
@@ -268,7 +268,7 @@ fn every_medium_operation_of_a_workload_is_a_safe_crash_point() {
         );
         assert!(
             torn > 0,
-            "no crash point tore a page the recovery had to skip"
+            "no crash point tore a slot the recovery had to ignore"
         );
     }
 }
