@@ -96,11 +96,8 @@ impl Core {
     fn read_lpn(&self, lpn: Lpn, off: usize, dst: &mut [u8]) -> Result<Option<Completion>> {
         let retries = self.cfg.read_retries;
         // A partial read needs the whole slot to check it; a whole one is read in place.
-        let mut scratch = if dst.len() == LOGICAL_PAGE {
-            Vec::new()
-        } else {
-            vec![0u8; LOGICAL_PAGE]
-        };
+        let partial = dst.len() != LOGICAL_PAGE;
+        let mut scratch = [0u8; LOGICAL_PAGE];
         for attempt in 0..=retries {
             let st = self.cache.lock(lpn);
             if let Some(b) = st.overlay.get(&lpn.0) {
@@ -117,11 +114,7 @@ impl Core {
             let (page, slot) = self.layout.split(psa);
             let mut oob_buf = [0u8; oob::slot_entry_len(MAX_SLOTS_PER_PAGE - 1)];
             let oob_buf = &mut oob_buf[..oob::slot_entry_len(slot)];
-            let buf: &mut [u8] = if scratch.is_empty() {
-                &mut *dst
-            } else {
-                &mut scratch
-            };
+            let buf: &mut [u8] = if partial { &mut scratch } else { &mut *dst };
             let r = self
                 .nand
                 .read(page, slot * LOGICAL_PAGE as u32, buf, Some(oob_buf));
@@ -132,7 +125,7 @@ impl Core {
                         m.kind == SlotKind::Data && m.lpn == lpn && m.crc == crc32fast::hash(buf)
                     });
                     if intact {
-                        if !scratch.is_empty() {
+                        if partial {
                             dst.copy_from_slice(&scratch[off..off + dst.len()]);
                         }
                         return Ok(Some(c));

@@ -249,13 +249,10 @@ impl Ftl {
         mut loaded: Option<Option<checkpoint::Loaded>>,
     ) -> Result<Ftl> {
         let path = nand.path().to_path_buf();
+        // `read_superblock` validated an opened image's; a created one's comes from `plan_format`.
+        sb.validate(nand.geometry())
+            .map_err(|reason| FtlError::Format { path, reason })?;
         let layout = Layout::new(nand.geometry(), sb.ckpt_blocks);
-        if sb.lpns == 0 || (sb.lpns as u64) > layout.total_slots() || sb.ckpt_blocks == 0 {
-            return Err(FtlError::Format {
-                path,
-                reason: "superblock holds impossible parameters".into(),
-            });
-        }
         if cfg.queues == 0 {
             return Err(FtlError::Config("queues must be at least 1".into()));
         }

@@ -155,7 +155,7 @@ impl Scheme for PageScheme {
         ckpt: Option<&mut Snapshot>,
         input: RecoverInput,
     ) -> Result<Resolved> {
-        Ok(self.resolve(self.layout, self.lpns, ckpt, input))
+        Ok(self.resolve(ckpt, input))
     }
 
     fn check(&self, core: &Core) -> std::result::Result<(), String> {

@@ -24,7 +24,7 @@
 
 use super::PageScheme;
 use crate::checkpoint::Snapshot;
-use crate::layout::{Layout, Psa};
+use crate::layout::Psa;
 use crate::recovery::Resolved;
 use crate::schemes::RecoverInput;
 
@@ -32,14 +32,8 @@ impl PageScheme {
     /// Resolves and installs the map (see the module doc). Recovery's per-page working state is
     /// what an open costs beyond the live map: the map is moved (not copied) out of the
     /// checkpoint, lost flags are one bit per page.
-    pub(super) fn resolve(
-        &self,
-        layout: Layout,
-        lpns: u32,
-        mut ckpt: Option<&mut Snapshot>,
-        input: RecoverInput,
-    ) -> Resolved {
-        let lpns = lpns as usize;
+    pub(super) fn resolve(&self, mut ckpt: Option<&mut Snapshot>, input: RecoverInput) -> Resolved {
+        let (layout, lpns) = (self.layout, self.lpns as usize);
         let mut l2p: Vec<u32> = match ckpt.as_deref_mut().map(Snapshot::take_l2p) {
             Some(v) if v.len() == lpns => v,
             _ => vec![Psa::UNMAPPED; lpns],
@@ -152,6 +146,7 @@ impl PageScheme {
 mod tests {
     use super::*;
     use crate::checkpoint::MapImage;
+    use crate::layout::Layout;
     use crate::recovery::Scan;
 
     fn scan(data: Vec<(u32, u64, Psa)>, suspect: Vec<(u32, u64, Psa)>) -> Scan {
@@ -203,8 +198,6 @@ mod tests {
             vec![(1, 40, Psa(31)), (2, 50, Psa(32)), (3, 120, Psa(33))],
         )];
         let r = scheme.resolve(
-            layout,
-            8,
             Some(&mut snap),
             RecoverInput {
                 erased_since,
