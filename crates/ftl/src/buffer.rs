@@ -141,6 +141,16 @@ impl Core {
         };
         let queue = &self.queues[q];
         let mut open = queue.open.lock();
+        // A scheme that maps whole blocks wants each NAND page to hold one logical block's
+        // pages: a page of another block seals the open one first.
+        if self.seal_unit != 0
+            && open
+                .slots
+                .first()
+                .is_some_and(|(m, _)| m.lpn.0 / self.seal_unit != lpn.0 / self.seal_unit)
+        {
+            self.seal_locked(queue, &mut open);
+        }
         open.slots.push((meta, Some(data)));
         if open.slots.len() == self.layout.slots_per_page as usize {
             self.seal_locked(queue, &mut open);

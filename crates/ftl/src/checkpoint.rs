@@ -135,6 +135,13 @@ pub struct SuperBlock {
     pub ckpt_blocks: u32,
     pub max_queues: u32,
     pub overprovision: f64,
+    /// Log blocks of a hybrid scheme (bytes 36..40; 0 for `page`).
+    pub log_blocks: u32,
+}
+
+/// Most log blocks a hybrid scheme may have: a quarter of the device.
+pub fn max_log_blocks(layout: &Layout) -> u32 {
+    (layout.total_blocks() / 4).max(2)
 }
 
 /// Checkpoint bytes for a device of `lpns` pages over `layout` (with room for trim-log slots).
@@ -166,6 +173,7 @@ pub fn write_superblock(nand: &NandDevice, layout: &Layout, sb: &SuperBlock) -> 
     data[20..24].copy_from_slice(&sb.max_queues.to_le_bytes());
     data[24..32].copy_from_slice(&sb.overprovision.to_bits().to_le_bytes());
     data[32..36].copy_from_slice(&sb.scheme.code().to_le_bytes());
+    data[36..40].copy_from_slice(&sb.log_blocks.to_le_bytes());
     let mut oob_buf = vec![0u8; layout.oob_size as usize];
     oob::encode_superblock(&mut oob_buf, crc32fast::hash(&data));
     let addr = PageAddr {
@@ -218,6 +226,7 @@ pub fn read_superblock(nand: &NandDevice) -> Result<SuperBlock> {
         ckpt_blocks: get32(&data, 16).unwrap_or(0),
         max_queues: get32(&data, 20).unwrap_or(1),
         overprovision: f64::from_bits(get64(&data, 24).unwrap_or(0)),
+        log_blocks: get32(&data, 36).unwrap_or(0),
     };
     sb.validate(geo).map_err(|e| fail(&e))?;
     Ok(sb)
@@ -283,6 +292,43 @@ impl SuperBlock {
                 self.overprovision.to_string(),
                 "0 to 0.9".into(),
             );
+        }
+        let min_logs = self.scheme.min_log_blocks();
+        let max_logs = max_log_blocks(&layout);
+        let logs_ok = if self.scheme.has_log_blocks() {
+            (min_logs..=max_logs).contains(&self.log_blocks)
+        } else {
+            self.log_blocks == 0
+        };
+        if !logs_ok {
+            return bad(
+                "log_blocks",
+                self.log_blocks.to_string(),
+                if self.scheme.has_log_blocks() {
+                    format!("{min_logs} to {max_logs} for scheme {}", self.scheme)
+                } else {
+                    format!("0: scheme {} has no log blocks", self.scheme)
+                },
+            );
+        }
+        // A hybrid scheme maps whole blocks: the data blocks, the log blocks and a free block
+        // per bank for merges must fit in the usable blocks.
+        if self.scheme.has_log_blocks() {
+            let lbns = u64::from(self.lpns).div_ceil(u64::from(layout.slots_per_block()));
+            let usable =
+                u64::from(layout.total_blocks()) - 1 - 2 * banks * u64::from(self.ckpt_blocks);
+            let need = lbns + u64::from(self.log_blocks) + 2 * banks + 2;
+            if need > usable {
+                return bad(
+                    "lpns",
+                    self.lpns.to_string(),
+                    format!(
+                        "{lbns} data blocks, {} log blocks and {} spare need {need} blocks, the device has {usable}",
+                        self.log_blocks,
+                        2 * banks + 2
+                    ),
+                );
+            }
         }
         Ok(())
     }
@@ -668,6 +714,7 @@ impl Core {
         };
         // Trim records older than both checkpoints are no longer needed by any recovery path.
         self.scheme.checkpoint_written(snap.prev_sc);
+        self.scheme.after_checkpoint(self);
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         if !full {
             self.counters
@@ -791,8 +838,10 @@ pub fn maintenance(core: std::sync::Arc<Core>) {
             core.force_seal(core.trim_queue());
         }
         let interval = core.cfg.checkpoint_interval_bytes;
-        if interval > 0
-            && core.counters.bytes_since_checkpoint.load(Ordering::Relaxed) >= interval
+        let requested = core.checkpoint_requested.swap(false, Ordering::AcqRel);
+        if (requested
+            || interval > 0
+                && core.counters.bytes_since_checkpoint.load(Ordering::Relaxed) >= interval)
             && core.read_only_reason().is_none()
         {
             if let Err(e) = core.checkpoint() {
@@ -826,6 +875,7 @@ mod tests {
             ckpt_blocks: 1,
             max_queues: 2,
             overprovision: 0.07,
+            log_blocks: 0,
         };
         write_superblock(&nand, &layout, &sb).expect("write");
         assert_eq!(read_superblock(&nand).expect("read"), sb);
@@ -879,25 +929,30 @@ mod tests {
             for raw in [8u64 << 20, 64 << 20, 1 << 30, 64 << 30] {
                 let nand = p.config.scaled_to(raw);
                 for queues in [1usize, 8, 64, MAX_QUEUES as usize] {
-                    for overprovision in [0.0, 0.07, 0.28, 0.89] {
+                    for (overprovision, scheme) in [0.0, 0.07, 0.28, 0.89]
+                        .into_iter()
+                        .flat_map(|o| crate::schemes::SchemeKind::ALL.map(|k| (o, k)))
+                    {
                         let cfg = crate::FtlConfig {
                             queues,
                             overprovision,
+                            scheme,
                             ..crate::FtlConfig::default()
                         };
                         let Ok(plan) = crate::plan_format(&nand, &cfg, None) else {
                             continue;
                         };
                         let sb = SuperBlock {
-                            scheme: crate::schemes::SchemeKind::Page,
+                            scheme,
                             lpns: plan.lpns,
                             ckpt_blocks: plan.ckpt_blocks,
                             max_queues: queues as u32,
                             overprovision,
+                            log_blocks: plan.log_blocks,
                         };
                         if let Err(e) = sb.validate(&nand.geometry) {
                             panic!(
-                                "{} at {raw} bytes, {queues} queues, op {overprovision}: {e}",
+                                "{} at {raw} bytes, {queues} queues, op {overprovision}, {scheme}: {e}",
                                 p.name
                             );
                         }
@@ -926,6 +981,7 @@ mod tests {
             ckpt_blocks: 1,
             max_queues: 1,
             overprovision: 0.1,
+            log_blocks: 0,
         };
         assert!(sb(100).validate(&geo).is_ok());
         let err = sb(1000).validate(&geo).expect_err("area too small");

@@ -80,6 +80,9 @@ pub struct FtlConfig {
     pub max_pending_pages: usize,
     /// Read retries on an uncorrectable read before the error reaches the host.
     pub read_retries: u32,
+    /// Log blocks of the hybrid schemes (`bast`, `fast`; format time only). 0: 3 % of the
+    /// device's usable blocks.
+    pub log_blocks: u32,
 }
 
 impl Default for FtlConfig {
@@ -99,6 +102,7 @@ impl Default for FtlConfig {
             checkpoint_interval_bytes: 1 << 30,
             max_pending_pages: 64,
             read_retries: 3,
+            log_blocks: 0,
         }
     }
 }

@@ -46,6 +46,8 @@ pub struct Core {
     pub layout: Layout,
     pub cfg: FtlConfig,
     pub lpns: u32,
+    /// Logical pages per unit a NAND page must not mix (the scheme's `seal_unit`; 0: any mix).
+    pub seal_unit: u32,
     /// The write cache's index: overlay of buffered pages, stripe locks.
     pub cache: crate::cache::WriteCache,
     /// The FTL scheme: its map, placement, reclaim and recovery rules.
@@ -67,6 +69,9 @@ pub struct Core {
     pub flush_requested: AtomicBool,
     /// The trim queue holds records whose unmapped slots are still held (see `SealedPage`).
     pub trims_pending: AtomicBool,
+    /// A scheme asks the maintenance thread for a checkpoint (hybrid schemes: journal blocks
+    /// wait for their trim records to be pruned).
+    pub checkpoint_requested: AtomicBool,
     /// Wakes the background GC workers (a bank ran short of free blocks, a block was retired).
     pub gc_wake: Event,
     /// Wakes the maintenance thread (GC waits for trim records, a checkpoint is due).
@@ -94,6 +99,7 @@ impl Core {
     ) -> Core {
         Core {
             cache: crate::cache::WriteCache::new(),
+            seal_unit: scheme.seal_unit(),
             scheme,
             pins: ReadPins::new(layout),
             nand,
@@ -111,6 +117,7 @@ impl Core {
             stopping: AtomicBool::new(false),
             flush_requested: AtomicBool::new(false),
             trims_pending: AtomicBool::new(false),
+            checkpoint_requested: AtomicBool::new(false),
             gc_wake: Event::new(),
             maint_wake: Event::new(),
             counters: Counters::default(),

@@ -324,6 +324,19 @@ impl Core {
         }
     }
 
+    /// Blocking flush of one queue, for threads outside any executor (a merge waiting for
+    /// the trim records that hold its blocks).
+    pub(crate) fn flush_queue_blocking(&self, q: usize) {
+        let target = self.force_seal(q);
+        let queue = &self.queues[q];
+        while queue.committed.load(Ordering::Acquire) < target && !self.writers_gone() {
+            let l = queue.progress.listen();
+            if queue.committed.load(Ordering::Acquire) < target && !self.writers_gone() {
+                l.wait();
+            }
+        }
+    }
+
     fn check_durable(&self) -> Result<()> {
         if let Some(r) = self.read_only_reason() {
             return Err(FtlError::ReadOnly(r));

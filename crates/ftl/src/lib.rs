@@ -121,6 +121,8 @@ pub struct Ftl {
 pub struct FormatPlan {
     pub lpns: u32,
     pub ckpt_blocks: u32,
+    /// Log blocks of a hybrid scheme (0 for `page`).
+    pub log_blocks: u32,
     pub max_export_bytes: u64,
 }
 
@@ -177,7 +179,31 @@ pub fn plan_format(
             "geometry too small: {total} blocks, {reserved} reserved for superblock and checkpoints, {frontier} needed for write frontiers and GC"
         ));
     }
-    let max_lpns = (((usable - frontier) * spb) as f64 * (1.0 - cfg.overprovision)) as u64;
+    // The hybrid schemes keep their log blocks out of the exported space.
+    let log_blocks = if cfg.scheme.has_log_blocks() {
+        let max = checkpoint::max_log_blocks(&base);
+        let n = match cfg.log_blocks {
+            0 => ((usable * 3 / 100) as u32).max(cfg.scheme.min_log_blocks()),
+            n => n,
+        };
+        if n < cfg.scheme.min_log_blocks() || n > max {
+            return bad(format!(
+                "log_blocks {n} is outside {}..={max} for scheme {}",
+                cfg.scheme.min_log_blocks(),
+                cfg.scheme
+            ));
+        }
+        n
+    } else {
+        0
+    };
+    if usable <= frontier + banks + log_blocks as u64 {
+        return bad(format!(
+            "geometry too small: {usable} usable blocks cannot hold {log_blocks} log blocks and {frontier} for write frontiers and GC"
+        ));
+    }
+    let max_lpns =
+        (((usable - frontier - log_blocks as u64) * spb) as f64 * (1.0 - cfg.overprovision)) as u64;
     let max_lpns = max_lpns.min(u32::MAX as u64 - 1);
     let lpns = match export_bytes {
         None => max_lpns,
@@ -198,6 +224,7 @@ pub fn plan_format(
     Ok(FormatPlan {
         lpns: lpns as u32,
         ckpt_blocks,
+        log_blocks,
         max_export_bytes: max_lpns * LOGICAL_PAGE as u64,
     })
 }
@@ -220,6 +247,7 @@ impl Ftl {
             ckpt_blocks: plan.ckpt_blocks,
             max_queues: cfg.queues.max(1) as u32,
             overprovision: cfg.overprovision,
+            log_blocks: plan.log_blocks,
         };
         checkpoint::write_superblock(&nand, &layout, &sb)?;
         let ftl = Ftl::start(nand, sb, cfg, None)?;
@@ -267,7 +295,9 @@ impl Ftl {
         // With timing off a program completes at once: a queue's writer then runs on the
         // thread that seals a page instead of costing a thread hand-off per page.
         let inline = nand.timing_mode() == TimingMode::Off;
-        let scheme = sb.scheme.build(layout, sb.lpns, layout.banks as usize);
+        let scheme = sb
+            .scheme
+            .build(layout, sb.lpns, layout.banks as usize, sb.log_blocks);
         let mut txs = Vec::new();
         let mut rxs = Vec::new();
         for q in 0..cfg.queues + 1 {

@@ -182,6 +182,8 @@ impl Core {
             self.update_free(bank, a.free_len());
         }
         self.set_seq(max_seq);
+        // The scheme finishes its rebuild on the block states (hybrid schemes: block roles).
+        self.scheme.after_recovery(self)?;
         let mode = match checkpoint_id {
             None => RecoveryMode::FullScan,
             Some(_) if pages == 0 && !fallback => RecoveryMode::Clean,

@@ -107,6 +107,60 @@ impl Latencies {
     }
 }
 
+/// A latency histogram in nanoseconds (1 ns .. 100 s, 3 significant digits).
+pub struct LatencyHistogram(Mutex<Histogram<u64>>);
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram(Mutex::new(
+            Histogram::new_with_bounds(1, 100_000_000_000, 3)
+                .unwrap_or_else(|_| Histogram::new(3).expect("3 significant digits is valid")),
+        ))
+    }
+}
+
+impl LatencyHistogram {
+    pub fn record(&self, d: Duration) {
+        let ns = (d.as_nanos() as u64).clamp(1, 100_000_000_000);
+        self.0.lock().saturating_record(ns);
+    }
+
+    pub fn summary(&self) -> LatencySummary {
+        let h = self.0.lock();
+        let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+        LatencySummary {
+            count: h.len(),
+            mean_us: h.mean() / 1000.0,
+            p50_us: us(0.5),
+            p99_us: us(0.99),
+            p999_us: us(0.999),
+            max_us: h.max() as f64 / 1000.0,
+        }
+    }
+}
+
+/// One merge kind's figures (hybrid schemes).
+#[derive(Clone, Debug, Serialize)]
+pub struct MergeKindStats {
+    pub count: u64,
+    /// Valid pages copied (read and programmed) by merges of this kind.
+    pub pages_copied: u64,
+    pub erases: u64,
+    /// Time from the merge's start to its last erase, in microseconds.
+    pub latency: LatencySummary,
+}
+
+/// Merges of a hybrid scheme (`ftl.merges` in `ftld stats`).
+#[derive(Clone, Debug, Serialize)]
+pub struct MergeStats {
+    pub switch: MergeKindStats,
+    pub partial: MergeKindStats,
+    pub full: MergeKindStats,
+    /// Log blocks the image was formatted with, and how many are in use.
+    pub log_blocks: u32,
+    pub log_blocks_in_use: u32,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct LatencySummary {
     pub count: u64,
@@ -188,6 +242,9 @@ pub struct FtlStats {
     pub latency_trim: LatencySummary,
     pub nand_violations: u64,
     pub recovery: crate::recovery::RecoveryReport,
+    /// Merges (hybrid schemes only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merges: Option<MergeStats>,
 }
 
 impl Core {
@@ -287,6 +344,7 @@ impl Core {
             latency_trim: latencies.summary(OpKind::Trim),
             nand_violations: self.nand.violations(),
             recovery: self.recovery.lock().clone(),
+            merges: self.scheme.merge_stats(),
         }
     }
 }

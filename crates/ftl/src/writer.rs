@@ -18,7 +18,7 @@ use crate::buffer::{SealedPage, WriterMsg};
 use crate::core::Core;
 use crate::layout::LOGICAL_PAGE;
 use crate::oob::{self, SlotKind, SlotMeta};
-use crate::schemes::Placer;
+use crate::schemes::{Placer, Target};
 
 struct InFlight {
     page: SealedPage,
@@ -112,8 +112,9 @@ impl Writer {
         }
     }
 
-    fn commit(&self, core: &Core, page: SealedPage, addr: PageAddr) {
+    fn commit(&mut self, core: &Core, page: SealedPage, addr: PageAddr) {
         core.scheme.commit(core, &page, addr);
+        self.placer.committed(core, &page, addr);
         let queue = &core.queues[self.q];
         queue.committed.fetch_add(1, Ordering::AcqRel);
         queue.progress.notify(usize::MAX);
@@ -124,6 +125,10 @@ impl Writer {
     pub fn place(&mut self, core: &Core, page: SealedPage) {
         self.fill(core, &page);
         loop {
+            if core.writers_gone() {
+                // Power cut: the page is lost, as everything not yet programmed.
+                return;
+            }
             if core.read_only_reason().is_some() {
                 // The data stays readable from the overlay until restart; flush reports the error.
                 let queue = &core.queues[self.q];
@@ -131,9 +136,14 @@ impl Writer {
                 queue.progress.notify(usize::MAX);
                 return;
             }
-            // `None` only once the device is read-only: the loop's top acknowledges.
-            let Some(addr) = self.placer.target(core, &page) else {
-                continue;
+            let addr = match self.placer.target(core, &page) {
+                Target::Program(addr) => addr,
+                Target::Drain => {
+                    self.commit_done(core, true);
+                    continue;
+                }
+                // The loop's top acknowledges.
+                Target::ReadOnly => continue,
             };
             let bytes = single_slot(&page).unwrap_or(&self.data);
             match core.nand.program(addr, bytes, &self.oob) {
@@ -154,7 +164,7 @@ impl Writer {
                     // Everything already programmed in the block must be committed before GC
                     // may move it out.
                     self.commit_done(core, true);
-                    self.placer.failed(core, addr);
+                    self.placer.failed(core, &page, addr);
                 }
                 Err(e) => {
                     core.set_read_only(format!("program at {addr:?} failed: {e}"));

@@ -16,7 +16,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use common::*;
-use ftl::{Ftl, FtlConfig, GcPolicy, VictimPolicy};
+use ftl::{Ftl, FtlConfig, GcPolicy, SchemeKind, VictimPolicy};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -116,7 +116,20 @@ impl Model {
 
 fn cfg_for(rng: &mut SmallRng) -> FtlConfig {
     let policy = GcPolicy::ALL[rng.gen_range(0..3)];
+    // Every scheme, drawn per seed (`FTL_MODEL_SCHEME=bast` runs one), with a log pool from
+    // the smallest the scheme allows to a tenth of the device.
+    let scheme = match std::env::var("FTL_MODEL_SCHEME") {
+        Ok(s) => s.parse().expect("FTL_MODEL_SCHEME names a scheme"),
+        Err(_) => SchemeKind::ALL[rng.gen_range(0..SchemeKind::ALL.len())],
+    };
+    let log_blocks = if scheme.has_log_blocks() {
+        rng.gen_range(scheme.min_log_blocks()..12)
+    } else {
+        0
+    };
     FtlConfig {
+        scheme,
+        log_blocks,
         victim_policy: if rng.gen_bool(0.5) {
             VictimPolicy::Greedy
         } else {

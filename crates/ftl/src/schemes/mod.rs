@@ -48,6 +48,7 @@ use crate::error::Result;
 use crate::layout::{Layout, Lpn, Psa};
 use crate::recovery::{Resolved, Scan};
 
+pub mod hybrid;
 pub mod page;
 
 /// The FTL schemes an image can be formatted with.
@@ -57,16 +58,24 @@ pub enum SchemeKind {
     /// Page mapping (papers 000/001/002): any logical page anywhere, greedy/cost-benefit GC.
     #[default]
     Page,
+    /// BAST (Kim et al. 2002): block-mapped data blocks, one page-mapped log block per data
+    /// block, switch/partial/full merges.
+    Bast,
+    /// FAST (Lee et al. 2007): block-mapped data blocks, one sequential-write log block and
+    /// fully associative random-write log blocks.
+    Fast,
 }
 
 impl SchemeKind {
     /// Every scheme, in the order `ftld presets` lists them.
-    pub const ALL: [SchemeKind; 1] = [SchemeKind::Page];
+    pub const ALL: [SchemeKind; 3] = [SchemeKind::Page, SchemeKind::Bast, SchemeKind::Fast];
 
     /// The name used on the command line, in TOML, JSON and the superblock.
     pub fn name(self) -> &'static str {
         match self {
             SchemeKind::Page => "page",
+            SchemeKind::Bast => "bast",
+            SchemeKind::Fast => "fast",
         }
     }
 
@@ -76,6 +85,12 @@ impl SchemeKind {
             SchemeKind::Page => {
                 "page mapping: a 4 KiB logical page anywhere; per-queue writers, greedy or cost-benefit GC (papers 000-002)"
             }
+            SchemeKind::Bast => {
+                "hybrid BAST: block-mapped data blocks, one log block per data block; switch, partial and full merges (thesis 003)"
+            }
+            SchemeKind::Fast => {
+                "hybrid FAST: block-mapped data blocks, a sequential log block and fully associative random log blocks (thesis 003)"
+            }
         }
     }
 
@@ -83,6 +98,8 @@ impl SchemeKind {
     pub(crate) fn code(self) -> u32 {
         match self {
             SchemeKind::Page => 0,
+            SchemeKind::Bast => 1,
+            SchemeKind::Fast => 2,
         }
     }
 
@@ -90,10 +107,43 @@ impl SchemeKind {
         SchemeKind::ALL.into_iter().find(|k| k.code() == code)
     }
 
+    /// Whether the scheme keeps log blocks (`[ftl] log_blocks` applies).
+    pub fn has_log_blocks(self) -> bool {
+        self != SchemeKind::Page
+    }
+
+    /// The fewest log blocks the scheme works with.
+    pub fn min_log_blocks(self) -> u32 {
+        match self {
+            SchemeKind::Page => 0,
+            SchemeKind::Bast => 1,
+            // One sequential-write log block and at least one random-write one.
+            SchemeKind::Fast => 2,
+        }
+    }
+
     /// Builds the scheme's state for a device of `lpns` logical pages.
-    pub(crate) fn build(self, layout: Layout, lpns: u32, banks: usize) -> Arc<dyn Scheme> {
+    pub(crate) fn build(
+        self,
+        layout: Layout,
+        lpns: u32,
+        banks: usize,
+        log_blocks: u32,
+    ) -> Arc<dyn Scheme> {
         match self {
             SchemeKind::Page => Arc::new(page::PageScheme::new(layout, lpns, banks)),
+            SchemeKind::Bast => Arc::new(hybrid::HybridScheme::new(
+                hybrid::LogPolicy::Bast,
+                layout,
+                lpns,
+                log_blocks,
+            )),
+            SchemeKind::Fast => Arc::new(hybrid::HybridScheme::new(
+                hybrid::LogPolicy::Fast,
+                layout,
+                lpns,
+                log_blocks,
+            )),
         }
     }
 }
@@ -180,6 +230,27 @@ pub(crate) trait Scheme: Send + Sync {
 
     /// Runs victim selection on `bank` without acting on it (benchmarks).
     fn bench_victim_scan(&self, core: &Core, bank: u32) -> Option<u32>;
+
+    /// Logical pages per unit a NAND page must not mix (0: any mix). The write buffers seal
+    /// a page early rather than put two units' pages in it.
+    fn seal_unit(&self) -> u32 {
+        0
+    }
+
+    /// Recovery rebuilt the block states and free lists: the scheme may finish its own
+    /// rebuild (derive block roles, reclaim what a crash left half done). Before any thread.
+    fn after_recovery(&self, _core: &Core) -> Result<()> {
+        Ok(())
+    }
+
+    /// A checkpoint was written and `checkpoint_written` ran; the checkpoint lock is still
+    /// held, nothing else (reclaim what the pruned trim log freed).
+    fn after_checkpoint(&self, _core: &Core) {}
+
+    /// Merge statistics (schemes that merge).
+    fn merge_stats(&self) -> Option<crate::stats::MergeStats> {
+        None
+    }
 }
 
 /// What recovery hands a scheme: the blocks' state now and the scan of everything programmed
@@ -190,13 +261,28 @@ pub(crate) struct RecoverInput {
     pub scans: Vec<Scan>,
 }
 
+/// What a placer decided for a page.
+pub(crate) enum Target {
+    /// Program the page here (the page is reserved for it, so a failed program consumes it).
+    Program(PageAddr),
+    /// Commit every program in flight first, then ask again: the placer must wait for a lock
+    /// or reclaim space, which it may do only while it holds nothing for programs in flight
+    /// (the hybrid schemes' rule that keeps their logical-block locks free of cycles).
+    Drain,
+    /// The device turned read-only.
+    ReadOnly,
+}
+
 /// A queue's placement: where the pages its writer seals are programmed.
 pub(crate) trait Placer: Send {
-    /// The page the next program of `page` goes to, reserved for it (so a failed program
-    /// consumes it). May reclaim space first. `None`: the device turned read-only.
-    fn target(&mut self, core: &Core, page: &SealedPage) -> Option<PageAddr>;
+    /// Where the next program of `page` goes. May reclaim space first.
+    fn target(&mut self, core: &Core, page: &SealedPage) -> Target;
+
+    /// The page programmed at `addr` was committed (after [`Scheme::commit`]): whatever the
+    /// placer held for it may be released.
+    fn committed(&mut self, _core: &Core, _page: &SealedPage, _addr: PageAddr) {}
 
     /// The program at `addr` failed: the block is retired. The writer has committed every
     /// earlier page first.
-    fn failed(&mut self, core: &Core, addr: PageAddr);
+    fn failed(&mut self, core: &Core, page: &SealedPage, addr: PageAddr);
 }

@@ -15,7 +15,7 @@
 mod gc;
 pub mod map;
 mod place;
-mod recover;
+pub(crate) mod recover;
 
 use std::sync::Arc;
 use std::thread::JoinHandle;

@@ -15,7 +15,7 @@ use super::PageScheme;
 use crate::buffer::SealedPage;
 use crate::config::GcPolicy;
 use crate::core::{Core, GC_RESERVE};
-use crate::schemes::Placer;
+use crate::schemes::{Placer, Target};
 
 /// An open block and its next free page.
 #[derive(Clone, Copy, Debug)]
@@ -75,13 +75,13 @@ impl PagePlacer {
 }
 
 impl Placer for PagePlacer {
-    fn target(&mut self, core: &Core, page: &SealedPage) -> Option<PageAddr> {
+    fn target(&mut self, core: &Core, page: &SealedPage) -> Target {
         let has_trims = !page.zombies.is_empty();
         // Consecutive rounds in which no bank could take the page and GC reclaimed nothing.
         let mut stuck = 0u32;
         loop {
             if core.read_only_reason().is_some() {
-                return None;
+                return Target::ReadOnly;
             }
             let Some(b) = self.choose_bank(core, has_trims) else {
                 // Every bank is at its GC reserve: clean in the foreground until a block frees.
@@ -117,7 +117,7 @@ impl Placer for PagePlacer {
                 next: fr.next + 1,
             };
             self.frontiers[b as usize] = (next.next < core.layout.pages_per_block).then_some(next);
-            return Some(PageAddr {
+            return Target::Program(PageAddr {
                 block: BlockAddr {
                     bank: BankId(b),
                     block: fr.block,
@@ -127,7 +127,7 @@ impl Placer for PagePlacer {
         }
     }
 
-    fn failed(&mut self, core: &Core, addr: PageAddr) {
+    fn failed(&mut self, core: &Core, _page: &SealedPage, addr: PageAddr) {
         let (b, block) = (addr.block.bank.0, addr.block.block);
         if self.frontiers[b as usize].is_some_and(|f| f.block == block) {
             self.frontiers[b as usize] = None;

@@ -22,18 +22,34 @@
 //! Trim-log slots stay live if they are newer than the older checkpoint (`prev_sc`), so falling
 //! back to it loses no trim.
 
+use super::map::PageMap;
 use super::PageScheme;
 use crate::checkpoint::Snapshot;
-use crate::layout::Psa;
+use crate::layout::{Layout, Psa};
 use crate::recovery::Resolved;
 use crate::schemes::RecoverInput;
 
 impl PageScheme {
-    /// Resolves and installs the map (see the module doc). Recovery's per-page working state is
-    /// what an open costs beyond the live map: the map is moved (not copied) out of the
-    /// checkpoint, lost flags are one bit per page.
-    pub(super) fn resolve(&self, mut ckpt: Option<&mut Snapshot>, input: RecoverInput) -> Resolved {
-        let (layout, lpns) = (self.layout, self.lpns as usize);
+    /// Resolves and installs the map (see the module doc).
+    pub(super) fn resolve(&self, ckpt: Option<&mut Snapshot>, input: RecoverInput) -> Resolved {
+        resolve(self.layout, self.lpns, &self.map, ckpt, input)
+    }
+}
+
+/// Resolves a checkpoint and a scan into `map` by the rules of the module doc. Every scheme
+/// whose data slots carry (logical page, sequence number) and whose copies keep the sequence
+/// number can use it (the hybrid schemes do, then derive their block roles from the map).
+/// Recovery's per-page working state is what an open costs beyond the live map: the map is
+/// moved (not copied) out of the checkpoint, lost flags are one bit per page.
+pub(crate) fn resolve(
+    layout: Layout,
+    lpns: u32,
+    map: &PageMap,
+    mut ckpt: Option<&mut Snapshot>,
+    input: RecoverInput,
+) -> Resolved {
+    {
+        let lpns = lpns as usize;
         let mut l2p: Vec<u32> = match ckpt.as_deref_mut().map(Snapshot::take_l2p) {
             Some(v) if v.len() == lpns => v,
             _ => vec![Psa::UNMAPPED; lpns],
@@ -133,7 +149,7 @@ impl PageScheme {
         tl.extend(trim_slots);
         tl.sort_unstable();
         tl.dedup_by_key(|e| e.0);
-        let mapped_pages = self.map.install(&l2p, tl);
+        let mapped_pages = map.install(&l2p, tl);
         Resolved {
             mapped_pages,
             lost_pages,
@@ -146,7 +162,6 @@ impl PageScheme {
 mod tests {
     use super::*;
     use crate::checkpoint::MapImage;
-    use crate::layout::Layout;
     use crate::recovery::Scan;
 
     fn scan(data: Vec<(u32, u64, Psa)>, suspect: Vec<(u32, u64, Psa)>) -> Scan {

@@ -1,0 +1,490 @@
+//! Merges: a logical block's pages, spread over its data block and log blocks, become one
+//! data block again (thesis §3.1).
+//!
+//! - **switch**: the log block holds every page of the block, each in its own slot and still
+//!   current: it becomes the data block; the old data block is erased.
+//! - **partial**: the log block holds a current in-order prefix: the block's remaining current
+//!   pages are copied into the log's free pages, it becomes the data block, the old one is
+//!   erased.
+//! - **full**: every current page of the block is copied into a fresh block, slot `i` for page
+//!   `i`; the old data block and the block's own log block are erased (FAST: its pages in random
+//!   logs become stale there; the random log is erased when its last current page left).
+//!
+//! Copies keep each page's sequence number and CRC, so recovery resolves them as GC copies
+//! (`page::recover`). A page whose data fails its check is copied with its original CRC: it
+//! stays detectably bad, as with GC. A merge holds its logical block's lock (nothing of it is
+//! in flight) and `gc_gate` shared (a checkpoint never sees a merge half published).
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use nand_model::{BlockAddr, Completion, NandError, PageAddr};
+
+use super::locks::Held;
+use super::HybridScheme;
+use crate::blocks::BlockState;
+use crate::core::Core;
+use crate::layout::{BlockIdx, Lpn, Psa, LOGICAL_PAGE};
+use crate::oob::{self, SlotKind, SlotMeta};
+
+/// The three merges (indices into `HybridScheme::merges`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MergeKind {
+    Switch = 0,
+    Partial = 1,
+    Full = 2,
+}
+
+/// A copy that did not complete: the destination block's program failed.
+struct ProgramFailed;
+
+impl HybridScheme {
+    /// Merges logical block `lbn` (see the module doc). The caller holds `lbn`'s lock and has
+    /// no program of it in flight. With `retire_log` the block's own log block had a program
+    /// fail: it is marked bad instead of erased, and only a full merge is used.
+    pub(super) fn merge_lbn(&self, core: &Core, lbn: u32, retire_log: bool) -> MergeKind {
+        let t0 = Instant::now();
+        let _gc = core.gc_gate.read();
+        let log = {
+            let logs = self.logs.lock();
+            logs.owned(lbn).and_then(|b| logs.blocks.get(&b).cloned())
+        };
+        let old_data = self.data_block(lbn);
+        let ppb = self.layout.pages_per_block;
+        let prefix = log
+            .as_ref()
+            .filter(|lb| !retire_log && self.current_prefix(lb, lbn));
+        let kind = match prefix {
+            Some(lb) if lb.next == ppb => {
+                self.logs.lock().remove(lb.block);
+                self.set_block_state(core, lb.block, BlockState::Full);
+                self.set_data_block(lbn, Some(lb.block));
+                MergeKind::Switch
+            }
+            Some(lb) => {
+                let from = lb.next;
+                match self.copy_pages(core, lbn, lb.block, from) {
+                    Ok(copied) => {
+                        self.logs.lock().remove(lb.block);
+                        self.set_block_state(core, lb.block, BlockState::Full);
+                        self.set_data_block(lbn, Some(lb.block));
+                        self.counters(MergeKind::Partial)
+                            .copied
+                            .fetch_add(copied, Ordering::Relaxed);
+                        MergeKind::Partial
+                    }
+                    Err(ProgramFailed) => {
+                        // The log block cannot take the copies: a full merge, and it retires.
+                        drop(_gc);
+                        return self.merge_lbn(core, lbn, true);
+                    }
+                }
+            }
+            None => {
+                self.full_copy(core, lbn);
+                if let Some(lb) = &log {
+                    self.logs.lock().remove(lb.block);
+                    self.release_block(core, lb.block, Some(MergeKind::Full), retire_log);
+                }
+                MergeKind::Full
+            }
+        };
+        if let Some(d) = old_data.filter(|d| self.data_block(lbn) != Some(*d)) {
+            self.release_block(core, d, Some(kind), false);
+        }
+        let c = self.counters(kind);
+        c.count.fetch_add(1, Ordering::Relaxed);
+        c.latency.record(t0.elapsed());
+        kind
+    }
+
+    /// Whether every slot of log block `lb` so far holds its own page of `lbn` and is still
+    /// that page's current version.
+    fn current_prefix(&self, lb: &super::logs::LogBlock, lbn: u32) -> bool {
+        lb.sequential
+            && lb.owner == Some(lbn)
+            && lb.lpns.iter().enumerate().all(|(s, &lpn)| {
+                lpn == lbn * self.spb + s as u32
+                    && self.map.get(Lpn(lpn)) == Some(self.slot_psa(lb.block, s as u32))
+            })
+    }
+
+    fn slot_psa(&self, b: BlockIdx, slot: u32) -> Psa {
+        Psa(b.0 * self.spb + slot)
+    }
+
+    /// Copies every current page of `lbn` into a fresh block, which becomes its data block
+    /// (none if nothing of it is current). A destination whose program fails is retired and
+    /// another one taken.
+    fn full_copy(&self, core: &Core, lbn: u32) {
+        loop {
+            if self.last_current_page(lbn).is_none() {
+                self.set_data_block(lbn, None);
+                return;
+            }
+            let home = lbn % self.layout.banks;
+            let Some(dst) = self.alloc_block_near(core, home, true) else {
+                core.set_read_only(format!("no free block for a merge of logical block {lbn}"));
+                return;
+            };
+            match self.copy_pages(core, lbn, dst, 0) {
+                Ok(copied) => {
+                    self.set_block_state(core, dst, BlockState::Full);
+                    self.set_data_block(lbn, Some(dst));
+                    self.counters(MergeKind::Full)
+                        .copied
+                        .fetch_add(copied, Ordering::Relaxed);
+                    return;
+                }
+                Err(ProgramFailed) => {
+                    // Nothing in `dst` was published: it goes bad at once.
+                    self.release_block(core, dst, Some(MergeKind::Full), true);
+                    if core.read_only_reason().is_some() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The last page (of a block) that holds a current page of `lbn`.
+    fn last_current_page(&self, lbn: u32) -> Option<u32> {
+        let first = lbn * self.spb;
+        let end = (first + self.spb).min(self.lpns);
+        (first..end)
+            .rev()
+            .find(|l| self.map.get(Lpn(*l)).is_some())
+            .map(|l| (l - first) / self.layout.slots_per_page)
+    }
+
+    /// Copies the current pages of `lbn` that belong on pages `from..` of block `dst` (slot
+    /// `i` for page `i`; padding where a page has no current version) up to the last such
+    /// page, then switches the map to the copies. Returns the pages copied.
+    fn copy_pages(
+        &self,
+        core: &Core,
+        lbn: u32,
+        dst: BlockIdx,
+        from: u32,
+    ) -> Result<u64, ProgramFailed> {
+        let layout = self.layout;
+        let sps = layout.slots_per_page;
+        let Some(last) = self.last_current_page(lbn) else {
+            return Ok(0);
+        };
+        let dst_addr = layout.block_addr(dst);
+        let mut data = vec![0u8; layout.page_size as usize];
+        let mut oob_buf = vec![0u8; layout.oob_size as usize];
+        let mut moves: Vec<(Lpn, Psa, Psa)> = Vec::new();
+        let mut pending: Vec<Completion> = Vec::new();
+        for p in from..=last {
+            let mut metas = Vec::with_capacity(sps as usize);
+            for i in 0..sps {
+                let off = p * sps + i;
+                let lpn = Lpn(lbn * self.spb + off);
+                let buf = &mut data[(i as usize) * LOGICAL_PAGE..(i as usize + 1) * LOGICAL_PAGE];
+                let src = (lpn.0 < self.lpns).then(|| self.map.get(lpn)).flatten();
+                match src {
+                    Some(src) => {
+                        metas.push(self.read_for_copy(core, lpn, src, buf));
+                        moves.push((lpn, src, self.slot_psa(dst, off)));
+                    }
+                    None => {
+                        buf.fill(0);
+                        metas.push(SlotMeta::PAD);
+                    }
+                }
+            }
+            oob::encode_data(&mut oob_buf, &metas);
+            let addr = PageAddr {
+                block: dst_addr,
+                page: p,
+            };
+            match core.nand.program(addr, &data, &oob_buf) {
+                Ok(c) => {
+                    core.counters
+                        .gc_page_programs
+                        .fetch_add(1, Ordering::Relaxed);
+                    pending.push(c);
+                }
+                Err(e) if e.is_fault() => {
+                    tracing::warn!("merge program at {addr:?} failed: {e}; retiring the block");
+                    core.counters
+                        .program_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    for c in pending {
+                        c.wait();
+                    }
+                    return Err(ProgramFailed);
+                }
+                Err(e) => {
+                    core.set_read_only(format!("merge program at {addr:?} failed: {e}"));
+                    return Err(ProgramFailed);
+                }
+            }
+        }
+        for c in pending {
+            c.wait();
+        }
+        // Publish: a page trimmed meanwhile keeps its trim (its copy is garbage).
+        let mut copied = 0;
+        for (lpn, src, dst) in moves {
+            let st = core.cache.lock(lpn);
+            if self.map.relocate(&st, lpn, src, dst) {
+                copied += 1;
+            }
+        }
+        core.counters.gc_copies.fetch_add(copied, Ordering::Relaxed);
+        Ok(copied)
+    }
+
+    /// Reads the slot at `src` (current version of `lpn`) into `buf` and returns the metadata
+    /// its copy carries. Data that fails its check on every retry is copied as read, with its
+    /// original CRC, so that it stays detectably bad.
+    fn read_for_copy(&self, core: &Core, lpn: Lpn, src: Psa, buf: &mut [u8]) -> SlotMeta {
+        let (page, slot) = self.layout.split(src);
+        let mut oob_buf = vec![0u8; oob::slot_entry_len(slot)];
+        let mut entry = None;
+        for _ in 0..=core.cfg.read_retries {
+            match core
+                .nand
+                .read(page, slot * LOGICAL_PAGE as u32, buf, Some(&mut oob_buf))
+            {
+                Ok(c) => {
+                    c.wait();
+                    entry = oob::slot_entry(&oob_buf, slot);
+                    if entry.is_some_and(|m| {
+                        m.kind == SlotKind::Data && m.lpn == lpn && m.crc == crc32fast::hash(buf)
+                    }) {
+                        return entry.unwrap_or(SlotMeta::PAD);
+                    }
+                    core.counters.crc_errors.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(NandError::Uncorrectable { .. }) => buf.fill(0),
+                Err(e) => {
+                    tracing::warn!("merge read of {page:?} failed: {e}");
+                    buf.fill(0);
+                    break;
+                }
+            }
+            core.counters.read_retries.fetch_add(1, Ordering::Relaxed);
+        }
+        core.counters
+            .gc_corrupt_slots
+            .fetch_add(1, Ordering::Relaxed);
+        core.count_uncorrectable(page.block.bank.0);
+        // The entry names the page and its sequence number if it is readable; the CRC is made
+        // to fail when the original is unknown.
+        match entry.filter(|m| m.kind == SlotKind::Data && m.lpn == lpn) {
+            Some(m) => m,
+            None => SlotMeta {
+                kind: SlotKind::Data,
+                lpn,
+                seq: 0,
+                crc: !crc32fast::hash(buf),
+            },
+        }
+    }
+
+    /// Erases a block that holds nothing current any more (or marks it bad with `bad`) and
+    /// returns it to its bank's free list. Slots a trim unmapped stay held until the trim's
+    /// record is on flash: the trim queue is written out first.
+    pub(super) fn release_block(
+        &self,
+        core: &Core,
+        b: BlockIdx,
+        kind: Option<MergeKind>,
+        bad: bool,
+    ) {
+        let mut rounds = 0;
+        while self.map.valid_bits(b) != 0 {
+            if core.read_only_reason().is_some() || rounds == 8 {
+                tracing::error!(
+                    "block {}: {} slots still held after a merge; left unerased",
+                    b.0,
+                    self.map.valid_bits(b)
+                );
+                return;
+            }
+            core.flush_queue_blocking(core.trim_queue());
+            rounds += 1;
+        }
+        while core.pins.pinned(b) {
+            std::thread::yield_now();
+        }
+        let addr: BlockAddr = self.layout.block_addr(b);
+        let went_bad = if bad {
+            if let Err(e) = core.nand.mark_bad(addr) {
+                tracing::error!("cannot mark {addr:?} bad: {e}");
+            }
+            core.counters.retired_blocks.fetch_add(1, Ordering::Relaxed);
+            true
+        } else {
+            match core.nand.erase(addr) {
+                Ok(c) => {
+                    c.wait();
+                    core.counters.gc_erases.fetch_add(1, Ordering::Relaxed);
+                    if let Some(k) = kind {
+                        self.counters(k).erases.fetch_add(1, Ordering::Relaxed);
+                    }
+                    false
+                }
+                Err(e) if e.is_fault() => {
+                    tracing::warn!("erase of {addr:?} failed: {e}; block retired");
+                    core.counters.erase_failures.fetch_add(1, Ordering::Relaxed);
+                    true
+                }
+                Err(e) => {
+                    core.set_read_only(format!("erase of {addr:?} failed: {e}"));
+                    true
+                }
+            }
+        };
+        let bank = addr.bank.0;
+        let mut a = core.bank(bank).alloc.lock();
+        if went_bad {
+            a.state[addr.block as usize] = BlockState::Bad;
+        } else {
+            a.erase_count[addr.block as usize] += 1;
+            a.push_free(addr.block);
+        }
+        core.update_free(bank, a.free_len());
+        drop(a);
+        if went_bad {
+            core.counters.bad_blocks.fetch_add(1, Ordering::Relaxed);
+            core.check_spares();
+        }
+    }
+
+    /// A free block, from bank `prefer` if it has one, else from the bank with the most.
+    pub(super) fn alloc_block_near(
+        &self,
+        core: &Core,
+        prefer: u32,
+        for_merge: bool,
+    ) -> Option<BlockIdx> {
+        let layout = self.layout;
+        let mut order: Vec<u32> = (0..layout.banks).collect();
+        order.sort_by_key(|b| {
+            (
+                *b != prefer,
+                std::cmp::Reverse(core.bank(*b).free.load(Ordering::Acquire)),
+            )
+        });
+        for reserve in [false, true] {
+            if reserve && !for_merge {
+                break;
+            }
+            for &b in &order {
+                if let Some(block) = core.alloc_block(b, reserve) {
+                    return Some(layout.block_idx(BlockAddr {
+                        bank: nand_model::BankId(b),
+                        block,
+                    }));
+                }
+            }
+        }
+        None
+    }
+
+    /// BAST: merges the least recently used log block whose logical block is not locked.
+    /// `held` is the caller's logical block. False if every candidate is busy.
+    pub(super) fn reclaim_bast(&self, core: &Core, held: u32) -> bool {
+        let mut owners: Vec<(u64, u32)> = {
+            let logs = self.logs.lock();
+            logs.blocks
+                .values()
+                .filter_map(|lb| lb.owner.map(|o| (lb.last_use, o)))
+                .filter(|(_, o)| *o != held)
+                .collect()
+        };
+        owners.sort_unstable();
+        for (_, owner) in owners {
+            if self.locks.try_lock(owner) {
+                // It may have been merged between the snapshot and the lock: merge only a
+                // block that still has its log.
+                if self.logs.lock().owned(owner).is_some() {
+                    self.merge_lbn(core, owner, false);
+                }
+                self.locks.unlock(owner);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// FAST: frees a log-pool entry. The oldest full random-write log is merged (a full merge
+    /// of every logical block with a current page in it, then it is erased); without one, a
+    /// writer's open random log is closed so that the next call can take it; without that,
+    /// the sequential log is merged. `held` is the caller's logical block. False if what
+    /// must be locked is busy.
+    pub(super) fn reclaim_fast(&self, core: &Core, held: u32) -> bool {
+        let mut logs = self.logs.lock();
+        if let Some(&victim) = logs.rw_full.front() {
+            let Some(lb) = logs.blocks.get(&victim).cloned() else {
+                logs.rw_full.pop_front();
+                return true;
+            };
+            // Every logical block with a slot here, current or not: a slot placed by a
+            // program still in flight is not current yet, and its writer holds the lock.
+            let mut lbns: Vec<u32> = lb
+                .lpns
+                .iter()
+                .filter(|l| **l != u32::MAX)
+                .map(|l| l / self.spb)
+                .collect();
+            lbns.sort_unstable();
+            lbns.dedup();
+            drop(logs);
+            let Some(_held) = Held::try_all(&self.locks, &lbns, &[held]) else {
+                return false;
+            };
+            for lbn in lbns {
+                let current = lb.lpns.iter().enumerate().any(|(s, &lpn)| {
+                    lpn != u32::MAX
+                        && lpn / self.spb == lbn
+                        && self.map.get(Lpn(lpn)) == Some(self.slot_psa(victim, s as u32))
+                });
+                if current {
+                    self.merge_lbn(core, lbn, false);
+                }
+            }
+            let retiring = self.logs.lock().remove(victim).is_some_and(|l| l.retiring);
+            self.release_block(core, victim, Some(MergeKind::Full), retiring);
+            return true;
+        }
+        // No full random log: close the open one with the most pages.
+        let open = logs
+            .blocks
+            .values()
+            .filter(|lb| lb.owner.is_none() && lb.writer.is_some() && lb.next > 0)
+            .max_by_key(|lb| lb.next)
+            .map(|lb| lb.block);
+        if let Some(b) = open {
+            if let Some(lb) = logs.blocks.get_mut(&b) {
+                lb.writer = None;
+            }
+            logs.rw_full.push_back(b);
+            return true;
+        }
+        let sw_owner = logs
+            .sw
+            .and_then(|b| logs.blocks.get(&b))
+            .and_then(|lb| lb.owner);
+        drop(logs);
+        match sw_owner {
+            Some(o) if o == held => {
+                self.merge_lbn(core, o, false);
+                true
+            }
+            Some(o) if self.locks.try_lock(o) => {
+                if self.logs.lock().owned(o).is_some() {
+                    self.merge_lbn(core, o, false);
+                }
+                self.locks.unlock(o);
+                true
+            }
+            _ => false,
+        }
+    }
+}

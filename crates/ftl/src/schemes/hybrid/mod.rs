@@ -1,0 +1,373 @@
+//! Schemes `bast` and `fast`: the hybrid log-block FTLs of the thesis (paper 003 §2.3, §3.1;
+//! Kim et al. 2002, Lee et al. 2007).
+//!
+//! | module | job |
+//! |---|---|
+//! | `locks` | one lock per logical block, and the rule that keeps them free of cycles |
+//! | `logs` | the log-block pool and the journal blocks of trim records |
+//! | `place` | where a sealed page goes: BAST's and FAST's log rules |
+//! | `merge` | switch, partial and full merges |
+//! | `recover` | block roles rebuilt from the recovered map; what a crash left half done |
+//!
+//! # Mapping
+//! A *logical block* is `slots_per_block` consecutive logical pages. Its **data block** holds
+//! page `i` in slot `i` (block mapping); **log blocks** are page-mapped: BAST gives a logical
+//! block one log block of its own; FAST has one sequential-write (SW) log block and random-write
+//! (RW) log blocks shared by every logical block. A NAND page holds pages of one logical block
+//! only (`Scheme::seal_unit`), so a BAST log's page belongs to its owner.
+//!
+//! The map of where each logical page's newest version lives is kept per page (the page
+//! scheme's `PageMap`, with its valid bitmap and trim log): the block map and the log page maps
+//! define it, and the per-page index is how reads find it in O(1) under the same stripe locks
+//! every scheme uses. The RAM a real hybrid FTL needs for its maps (4 bytes per data block and
+//! per log slot) is reported as `map_model_bytes`. What the NAND sees — where pages are
+//! programmed, what merges copy and erase — is BAST's and FAST's.
+//!
+//! # Merges
+//! When a log block is full, or a new one is needed and the pool is used up, a log block is
+//! merged with its data block (`merge.rs`): a **switch** when the log holds every page of the
+//! block in order, a **partial** when it holds a current in-order prefix (the rest is copied
+//! into it), otherwise a **full** merge into a fresh block. FAST merges its oldest RW log by a
+//! full merge of every logical block with a current page in it.
+//!
+//! # Crash safety
+//! Data slots carry (logical page, sequence number) and merges keep the sequence number, so
+//! recovery resolves versions with the page scheme's rules (`page::recover::resolve`); the
+//! block roles are then derived from the recovered map, and a logical block whose pages a crash
+//! left in a shape the scheme does not allow (a merge half done) is merged at open
+//! (`recover.rs`). Trim records go to journal blocks and slots a trim unmapped stay valid
+//! until its record is on flash, as with `page`: a merge erases a block only when none of its
+//! slots is still held.
+
+mod locks;
+mod logs;
+mod merge;
+mod place;
+mod recover;
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use nand_model::PageAddr;
+use parking_lot::Mutex;
+
+use self::locks::LbnLocks;
+use self::logs::{Journal, Logs};
+use self::merge::MergeKind;
+use crate::blocks::BlockState;
+use crate::buffer::SealedPage;
+use crate::cache::Stripe;
+use crate::checkpoint::{MapImage, Snapshot};
+use crate::core::Core;
+use crate::error::Result;
+use crate::layout::{BlockIdx, Layout, Lpn, Psa};
+use crate::oob::SlotKind;
+use crate::recovery::Resolved;
+use crate::schemes::page::map::PageMap;
+use crate::schemes::{CheckpointPayload, Placer, RecoverInput, Scheme, SchemeKind};
+use crate::stats::{LatencyHistogram, MergeKindStats, MergeStats};
+
+/// Which hybrid: how log blocks are associated with data blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogPolicy {
+    /// One log block per data block.
+    Bast,
+    /// One sequential-write log block and fully associative random-write log blocks.
+    Fast,
+}
+
+/// No data block (the logical block was never written, or all of it was trimmed).
+const NO_BLOCK: u32 = u32::MAX;
+
+/// Counters of one merge kind.
+#[derive(Default)]
+struct MergeCounters {
+    count: AtomicU64,
+    copied: AtomicU64,
+    erases: AtomicU64,
+    latency: LatencyHistogram,
+}
+
+impl MergeCounters {
+    fn summary(&self) -> MergeKindStats {
+        MergeKindStats {
+            count: self.count.load(Ordering::Relaxed),
+            pages_copied: self.copied.load(Ordering::Relaxed),
+            erases: self.erases.load(Ordering::Relaxed),
+            latency: self.latency.summary(),
+        }
+    }
+}
+
+/// The hybrid schemes' state.
+pub struct HybridScheme {
+    policy: LogPolicy,
+    layout: Layout,
+    lpns: u32,
+    /// Logical pages per logical block (= slots per physical block).
+    spb: u32,
+    lbns: u32,
+    log_limit: u32,
+    /// Where every logical page's newest version lives, the valid bitmap and the trim log.
+    pub map: PageMap,
+    locks: LbnLocks,
+    /// Per logical block: its data block (`NO_BLOCK`: none). Changed only by the holder of the
+    /// logical block's lock.
+    data: Box<[AtomicU32]>,
+    logs: Mutex<Logs>,
+    journal: Mutex<Journal>,
+    merges: [MergeCounters; 3],
+}
+
+impl HybridScheme {
+    pub fn new(policy: LogPolicy, layout: Layout, lpns: u32, log_blocks: u32) -> HybridScheme {
+        let spb = layout.slots_per_block();
+        let lbns = lpns.div_ceil(spb);
+        HybridScheme {
+            policy,
+            layout,
+            lpns,
+            spb,
+            lbns,
+            log_limit: log_blocks,
+            map: PageMap::new(layout, lpns),
+            locks: LbnLocks::new(lbns),
+            data: (0..lbns).map(|_| AtomicU32::new(NO_BLOCK)).collect(),
+            logs: Mutex::new(Logs::default()),
+            journal: Mutex::new(Journal::default()),
+            merges: Default::default(),
+        }
+    }
+
+    fn data_block(&self, lbn: u32) -> Option<BlockIdx> {
+        match self.data[lbn as usize].load(Ordering::Acquire) {
+            NO_BLOCK => None,
+            b => Some(BlockIdx(b)),
+        }
+    }
+
+    fn set_data_block(&self, lbn: u32, b: Option<BlockIdx>) {
+        self.data[lbn as usize].store(b.map_or(NO_BLOCK, |b| b.0), Ordering::Release);
+    }
+
+    fn lbn_of(&self, lpn: Lpn) -> u32 {
+        lpn.0 / self.spb
+    }
+
+    fn counters(&self, kind: MergeKind) -> &MergeCounters {
+        &self.merges[kind as usize]
+    }
+
+    /// RAM a hybrid FTL without a per-page index needs: 4 bytes per logical block (its data
+    /// block) and 4 per log slot (the log page maps).
+    fn model_map_bytes(&self) -> usize {
+        self.lbns as usize * 4 + (self.log_limit * self.spb) as usize * 4
+    }
+}
+
+impl Scheme for HybridScheme {
+    fn kind(&self) -> SchemeKind {
+        match self.policy {
+            LogPolicy::Bast => SchemeKind::Bast,
+            LogPolicy::Fast => SchemeKind::Fast,
+        }
+    }
+
+    fn locate(&self, _stripe: &Stripe, lpn: Lpn) -> Option<Psa> {
+        self.map.get(lpn)
+    }
+
+    fn unmap(&self, stripe: &Stripe, lpn: Lpn) -> Option<Psa> {
+        self.map.unmap(stripe, lpn)
+    }
+
+    fn placer(self: Arc<Self>, q: usize) -> Box<dyn Placer> {
+        place::placer(self, q)
+    }
+
+    /// As `page`: a data slot commits only if the overlay still holds its sequence number.
+    fn commit(&self, core: &Core, page: &SealedPage, addr: PageAddr) {
+        for (i, (meta, _)) in page.slots.iter().enumerate() {
+            let psa = self.layout.psa(addr, i as u32);
+            match meta.kind {
+                SlotKind::Data => {
+                    let mut st = core.cache.lock(meta.lpn);
+                    if st.overlay.get(&meta.lpn.0).map(|b| b.seq) == Some(meta.seq) {
+                        st.overlay.remove(&meta.lpn.0);
+                        self.map.commit(&st, meta.lpn, psa);
+                    }
+                }
+                SlotKind::TrimLog => self.map.log_trim_slot(psa, meta.seq),
+                SlotKind::Pad => {}
+            }
+        }
+        for z in &page.zombies {
+            self.map.release(*z);
+        }
+    }
+
+    fn spawn_workers(self: Arc<Self>, _core: &Arc<Core>) -> Result<Vec<JoinHandle<()>>> {
+        // Merges run where a log block is needed, as the papers define them.
+        Ok(Vec::new())
+    }
+
+    fn tick(&self, _core: &Core) {}
+
+    fn prefers_full_checkpoint(&self) -> bool {
+        self.map.dirty_chunks() * 2 > self.map.chunks()
+    }
+
+    fn checkpoint_payload(&self, full: bool) -> CheckpointPayload {
+        let map = if full {
+            self.map.clear_dirty();
+            MapImage::Full(self.map.snapshot())
+        } else {
+            MapImage::Delta(self.map.take_dirty())
+        };
+        CheckpointPayload {
+            map,
+            trims: self.map.trim_slots(),
+        }
+    }
+
+    fn checkpoint_written(&self, prev_sc: u64) {
+        self.map.prune_trim_log(prev_sc);
+    }
+
+    fn after_checkpoint(&self, core: &Core) {
+        self.reclaim_journal(core);
+    }
+
+    fn recover(
+        &self,
+        _core: &Core,
+        ckpt: Option<&mut Snapshot>,
+        input: RecoverInput,
+    ) -> Result<Resolved> {
+        Ok(crate::schemes::page::recover::resolve(
+            self.layout,
+            self.lpns,
+            &self.map,
+            ckpt,
+            input,
+        ))
+    }
+
+    fn after_recovery(&self, core: &Core) -> Result<()> {
+        self.rebuild_roles(core)
+    }
+
+    fn check(&self, core: &Core) -> std::result::Result<(), String> {
+        self.map.check()?;
+        let logs = self.logs.lock();
+        let layout = self.layout;
+        for l in 0..self.lpns {
+            let lpn = Lpn(l);
+            let Some(psa) = self.map.get(lpn) else {
+                continue;
+            };
+            let blk = layout.block_of(psa);
+            let lbn = self.lbn_of(lpn);
+            let at_home =
+                self.data_block(lbn) == Some(blk) && layout.slot_in_block(psa) == l % self.spb;
+            let in_log = logs.blocks.get(&blk).is_some_and(|lb| {
+                lb.lpns.get(layout.slot_in_block(psa) as usize) == Some(&l)
+                    && match self.policy {
+                        LogPolicy::Bast => lb.owner == Some(lbn),
+                        LogPolicy::Fast => lb.owner.is_none_or(|o| o == lbn),
+                    }
+            });
+            if !at_home && !in_log {
+                return Err(format!(
+                    "lpn {l} lives at {psa:?} (block {}), neither in its logical block {lbn}'s data block {:?} at its offset nor in one of its log blocks",
+                    blk.0,
+                    self.data_block(lbn)
+                ));
+            }
+        }
+        if logs.blocks.len() as u32 > self.log_limit {
+            return Err(format!(
+                "{} log blocks in use, the pool has {}",
+                logs.blocks.len(),
+                self.log_limit
+            ));
+        }
+        for (blk, lb) in &logs.blocks {
+            let state = self.block_state(core, *blk);
+            if state != BlockState::Open {
+                return Err(format!("log block {} is {state:?}", blk.0));
+            }
+            if lb.lpns.len() as u32 != lb.next * layout.slots_per_page {
+                return Err(format!(
+                    "log block {}: {} slots recorded, {} pages placed",
+                    blk.0,
+                    lb.lpns.len(),
+                    lb.next
+                ));
+            }
+        }
+        for lbn in 0..self.lbns {
+            if let Some(d) = self.data_block(lbn) {
+                let state = self.block_state(core, d);
+                if state != BlockState::Full {
+                    return Err(format!("data block {} of {lbn} is {state:?}", d.0));
+                }
+                if logs.blocks.contains_key(&d) {
+                    return Err(format!("data block {} of {lbn} is also a log", d.0));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.map.memory_bytes() + self.data.len() * 4 + self.model_map_bytes()
+    }
+
+    fn describe(&self, _core: &Core, lpn: Lpn) -> String {
+        let lbn = self.lbn_of(lpn);
+        let logs = self.logs.lock();
+        format!(
+            "lpn {}: {:?}; logical block {lbn}: data block {:?}, log {:?}",
+            lpn.0,
+            self.map.get(lpn).map(|p| self.layout.split(p)),
+            self.data_block(lbn),
+            logs.owned(lbn)
+        )
+    }
+
+    fn bench_victim_scan(&self, _core: &Core, _bank: u32) -> Option<u32> {
+        None
+    }
+
+    fn seal_unit(&self) -> u32 {
+        self.spb
+    }
+
+    fn merge_stats(&self) -> Option<MergeStats> {
+        Some(MergeStats {
+            switch: self.counters(MergeKind::Switch).summary(),
+            partial: self.counters(MergeKind::Partial).summary(),
+            full: self.counters(MergeKind::Full).summary(),
+            log_blocks: self.log_limit,
+            log_blocks_in_use: self.logs.lock().blocks.len() as u32,
+        })
+    }
+}
+
+impl HybridScheme {
+    fn block_state(&self, core: &Core, b: BlockIdx) -> BlockState {
+        let addr = self.layout.block_addr(b);
+        core.bank(addr.bank.0).alloc.lock().state[addr.block as usize]
+    }
+
+    fn set_block_state(&self, core: &Core, b: BlockIdx, state: BlockState) {
+        let addr = self.layout.block_addr(b);
+        let mut a = core.bank(addr.bank.0).alloc.lock();
+        a.state[addr.block as usize] = state;
+        if state == BlockState::Full {
+            a.filled_seq[addr.block as usize] = core.current_seq();
+        }
+    }
+}

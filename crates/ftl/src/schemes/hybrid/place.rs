@@ -1,0 +1,414 @@
+//! Where the hybrid schemes program a sealed page.
+//!
+//! A data page (pages of one logical block: `Scheme::seal_unit`) goes to a log block:
+//! - **BAST**: the logical block's own log block; a full one is merged first; a logical block
+//!   without one gets a free one from the pool, or, with the pool used up, the least recently
+//!   used log block is merged to free one.
+//! - **FAST**: the sequential-write (SW) log block if the page continues it (same logical
+//!   block, the next offset); a page at offset 0 of a logical block starts a new SW log (the
+//!   old one is merged first); anything else goes to the writer's random-write (RW) log block.
+//!   The thesis's rule: "sequential when the SW log block is empty and the page offset is zero,
+//!   or when the page offset is after that of the recently written page in the SW log block".
+//!   Each writer appends to an RW log of its own (so pages of one block are programmed in
+//!   order under any scheduling); a full one joins the victim queue, whose oldest is merged
+//!   when the pool is used up.
+//!
+//! A trim-record page goes to the journal (`logs::Journal`).
+//!
+//! The writer holds the logical block's lock from `target` to `committed` of each page (a
+//! count per logical block: several of its pages may be in flight). See `locks.rs` for the
+//! rule that keeps this free of cycles: before waiting or merging, the placer asks the writer
+//! to drain (`Target::Drain`).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nand_model::PageAddr;
+
+use super::logs::LogBlock;
+use super::{HybridScheme, LogPolicy};
+use crate::buffer::SealedPage;
+use crate::core::Core;
+use crate::layout::{BlockIdx, Lpn};
+use crate::oob::SlotKind;
+use crate::schemes::{Placer, Target};
+
+pub(super) fn placer(scheme: Arc<HybridScheme>, q: usize) -> Box<dyn Placer> {
+    Box::new(HybridPlacer {
+        scheme,
+        q,
+        held: Vec::new(),
+        rw_open: None,
+        no_space_rounds: 0,
+    })
+}
+
+/// A writer's placement state.
+struct HybridPlacer {
+    scheme: Arc<HybridScheme>,
+    q: usize,
+    /// Logical blocks whose lock this writer holds, and how many of its pages are in flight.
+    held: Vec<(u32, u32)>,
+    /// FAST: the random-write log this writer appends to.
+    rw_open: Option<BlockIdx>,
+    /// Consecutive rounds without a free block (the device turns read-only after many).
+    no_space_rounds: u32,
+}
+
+/// What a page holds, as the log rules see it.
+struct PageShape {
+    lbn: u32,
+    /// Each slot's logical page (`None`: padding).
+    slots: Vec<Option<Lpn>>,
+}
+
+impl PageShape {
+    fn of(page: &SealedPage, spb: u32) -> Option<PageShape> {
+        let slots: Vec<Option<Lpn>> = page
+            .slots
+            .iter()
+            .map(|(m, _)| (m.kind == SlotKind::Data).then_some(m.lpn))
+            .collect();
+        let lbn = slots.iter().flatten().next()?.0 / spb;
+        Some(PageShape { lbn, slots })
+    }
+
+    /// Whether the page holds offsets `start, start + 1, ...` of its logical block, in order
+    /// and without padding.
+    fn in_order_from(&self, start: u32, spb: u32) -> bool {
+        self.slots
+            .iter()
+            .enumerate()
+            .all(|(i, s)| s.is_some_and(|l| l.0 == self.lbn * spb + start + i as u32))
+    }
+}
+
+impl HybridPlacer {
+    fn inflight(&self) -> u32 {
+        self.held.iter().map(|(_, n)| n).sum()
+    }
+
+    /// Takes `lbn`'s lock; `false`: ask for a drain (waiting for it would hold others), or
+    /// the writers are gone (a power cut).
+    fn acquire(&mut self, core: &Core, lbn: u32) -> bool {
+        if self.held.iter().any(|(l, _)| *l == lbn) {
+            return true;
+        }
+        let locks = &self.scheme.locks;
+        if !locks.try_lock(lbn) && (self.inflight() > 0 || !locks.lock(lbn, || core.writers_gone()))
+        {
+            return false;
+        }
+        self.held.push((lbn, 0));
+        true
+    }
+
+    /// One program of `lbn` is done (committed, or failed): release the lock after the last.
+    fn done(&mut self, lbn: u32, placed: bool) {
+        let Some(i) = self.held.iter().position(|(l, _)| *l == lbn) else {
+            return;
+        };
+        if placed {
+            self.held[i].1 = self.held[i].1.saturating_sub(1);
+        }
+        if self.held[i].1 == 0 {
+            self.held.swap_remove(i);
+            self.scheme.locks.unlock(lbn);
+        }
+    }
+
+    /// Waits a little with `lbn` released (a merge that needs other writers' blocks backs
+    /// off; releasing our own lets theirs proceed). Only with nothing in flight.
+    fn back_off(&mut self, core: &Core, lbn: u32) {
+        let locks = &self.scheme.locks;
+        locks.unlock(lbn);
+        locks.wait_release();
+        if !locks.lock(lbn, || core.writers_gone()) {
+            // Power cut: the writer stops; keep the books as if the lock were held.
+            locks.try_lock(lbn);
+        }
+    }
+
+    /// A pool entry turned into a new log block, or `None` (no free block: the device may turn
+    /// read-only).
+    fn new_log(&mut self, core: &Core, prefer_bank: u32) -> Option<BlockIdx> {
+        let s = &self.scheme;
+        let b = s.alloc_block_near(core, prefer_bank, false);
+        let mut logs = s.logs.lock();
+        logs.reserved -= 1;
+        drop(logs);
+        match b {
+            Some(b) => {
+                self.no_space_rounds = 0;
+                Some(b)
+            }
+            None => {
+                self.no_space_rounds += 1;
+                if self.no_space_rounds > 2000 {
+                    core.set_read_only("no free block for a log block".into());
+                }
+                std::thread::sleep(Duration::from_micros(500));
+                None
+            }
+        }
+    }
+
+    fn addr(&self, b: BlockIdx, page: u32) -> PageAddr {
+        PageAddr {
+            block: self.scheme.layout.block_addr(b),
+            page,
+        }
+    }
+
+    fn place_bast(&mut self, core: &Core, page: &PageShape) -> Target {
+        let s = self.scheme.clone();
+        let (lbn, ppb) = (page.lbn, s.layout.pages_per_block);
+        loop {
+            if core.read_only_reason().is_some() || core.writers_gone() {
+                return Target::ReadOnly;
+            }
+            let mut logs = s.logs.lock();
+            let now = logs.tick();
+            if let Some(g) = logs.by_owner.get(&lbn).copied() {
+                if let Some(lb) = logs.blocks.get_mut(&g).filter(|lb| lb.next < ppb) {
+                    let p = lb.next;
+                    lb.place(&page.slots, s.spb, now);
+                    return Target::Program(self.addr(g, p));
+                }
+                drop(logs);
+                // Full: merge it (its pages must all be committed first).
+                if self.inflight() > 0 {
+                    return Target::Drain;
+                }
+                s.merge_lbn(core, lbn, false);
+                continue;
+            }
+            if logs.in_use() < s.log_limit {
+                logs.reserved += 1;
+                drop(logs);
+                // `same` placement: the log block goes to its data block's bank.
+                let bank = s
+                    .data_block(lbn)
+                    .map_or(lbn % s.layout.banks, |d| s.layout.block_addr(d).bank.0);
+                if let Some(b) = self.new_log(core, bank) {
+                    let mut logs = s.logs.lock();
+                    logs.blocks
+                        .insert(b, LogBlock::new(b, Some(lbn), s.spb, now));
+                    logs.by_owner.insert(lbn, b);
+                }
+                continue;
+            }
+            drop(logs);
+            if self.inflight() > 0 {
+                return Target::Drain;
+            }
+            if !s.reclaim_bast(core, lbn) {
+                self.back_off(core, lbn);
+            }
+        }
+    }
+
+    fn place_fast(&mut self, core: &Core, page: &PageShape) -> Target {
+        let s = self.scheme.clone();
+        let (lbn, ppb, sps) = (page.lbn, s.layout.pages_per_block, s.layout.slots_per_page);
+        let starts_block = page.in_order_from(0, s.spb);
+        loop {
+            if core.read_only_reason().is_some() || core.writers_gone() {
+                return Target::ReadOnly;
+            }
+            let mut logs = s.logs.lock();
+            let now = logs.tick();
+            // 1. The page continues the SW log.
+            if let Some(sw) = logs.sw {
+                if let Some(lb) = logs.blocks.get_mut(&sw).filter(|lb| {
+                    lb.owner == Some(lbn)
+                        && lb.sequential
+                        && lb.next < ppb
+                        && page.in_order_from(lb.next * sps, s.spb)
+                }) {
+                    let p = lb.next;
+                    lb.place(&page.slots, s.spb, now);
+                    return Target::Program(self.addr(sw, p));
+                }
+            }
+            // 2. Offset 0 of a logical block starts a new SW log; the old one is merged.
+            if starts_block {
+                if let Some(sw) = logs.sw {
+                    let owner = logs.blocks.get(&sw).and_then(|lb| lb.owner);
+                    drop(logs);
+                    if self.inflight() > 0 {
+                        return Target::Drain;
+                    }
+                    match owner {
+                        Some(o) if o == lbn => {
+                            s.merge_lbn(core, o, false);
+                        }
+                        Some(o) if s.locks.try_lock(o) => {
+                            if s.logs.lock().owned(o).is_some() {
+                                s.merge_lbn(core, o, false);
+                            }
+                            s.locks.unlock(o);
+                        }
+                        Some(_) => self.back_off(core, lbn),
+                        None => {
+                            s.logs.lock().sw = None;
+                        }
+                    }
+                    continue;
+                }
+                if logs.in_use() < s.log_limit {
+                    logs.reserved += 1;
+                    drop(logs);
+                    if let Some(b) = self.new_log(core, lbn % s.layout.banks) {
+                        let mut logs = s.logs.lock();
+                        logs.blocks
+                            .insert(b, LogBlock::new(b, Some(lbn), s.spb, now));
+                        logs.sw = Some(b);
+                    }
+                    continue;
+                }
+            } else {
+                // 3. Anything else goes to this writer's RW log.
+                if let Some(rw) = self.rw_open {
+                    let q = self.q;
+                    match logs.blocks.get_mut(&rw) {
+                        Some(lb) if lb.writer == Some(q) && lb.next < ppb => {
+                            let p = lb.next;
+                            lb.place(&page.slots, s.spb, now);
+                            if lb.next == ppb {
+                                lb.writer = None;
+                                logs.rw_full.push_back(rw);
+                                self.rw_open = None;
+                            }
+                            return Target::Program(self.addr(rw, p));
+                        }
+                        // Closed by a reclaim, or merged.
+                        _ => self.rw_open = None,
+                    }
+                }
+                if logs.in_use() < s.log_limit {
+                    logs.reserved += 1;
+                    drop(logs);
+                    let bank = (self.q as u32 + lbn) % s.layout.banks;
+                    if let Some(b) = self.new_log(core, bank) {
+                        let mut lb = LogBlock::new(b, None, s.spb, now);
+                        lb.writer = Some(self.q);
+                        s.logs.lock().blocks.insert(b, lb);
+                        self.rw_open = Some(b);
+                    }
+                    continue;
+                }
+            }
+            drop(logs);
+            if self.inflight() > 0 {
+                return Target::Drain;
+            }
+            if !s.reclaim_fast(core, lbn) {
+                self.back_off(core, lbn);
+            }
+        }
+    }
+
+    /// A trim-record page goes to the open journal block.
+    fn place_journal(&mut self, core: &Core) -> Target {
+        let s = self.scheme.clone();
+        let ppb = s.layout.pages_per_block;
+        loop {
+            if core.read_only_reason().is_some() || core.writers_gone() {
+                return Target::ReadOnly;
+            }
+            let mut j = s.journal.lock();
+            if let Some((b, next)) = j.open {
+                if next < ppb {
+                    j.open = Some((b, next + 1));
+                    return Target::Program(self.addr(b, next));
+                }
+                j.closed.push((b, false));
+                j.open = None;
+                // Full journal blocks wait for two checkpoints to prune their records.
+                if j.closed.len() >= 2 {
+                    core.checkpoint_requested.store(true, Ordering::Release);
+                    core.maint_wake.notify(usize::MAX);
+                }
+            }
+            drop(j);
+            // Trim records free the space they unmap: they may use the merge reserve.
+            match s.alloc_block_near(core, 0, true) {
+                Some(b) => s.journal.lock().open = Some((b, 0)),
+                None => {
+                    core.set_read_only("no free block for trim records".into());
+                }
+            }
+        }
+    }
+}
+
+impl Placer for HybridPlacer {
+    fn target(&mut self, core: &Core, page: &SealedPage) -> Target {
+        let Some(shape) = PageShape::of(page, self.scheme.spb) else {
+            return self.place_journal(core);
+        };
+        if !self.acquire(core, shape.lbn) {
+            return Target::Drain;
+        }
+        let t = match self.scheme.policy {
+            LogPolicy::Bast => self.place_bast(core, &shape),
+            LogPolicy::Fast => self.place_fast(core, &shape),
+        };
+        match t {
+            Target::Program(_) => {
+                if let Some(e) = self.held.iter_mut().find(|(l, _)| *l == shape.lbn) {
+                    e.1 += 1;
+                }
+            }
+            Target::Drain | Target::ReadOnly => self.done(shape.lbn, false),
+        }
+        t
+    }
+
+    fn committed(&mut self, _core: &Core, page: &SealedPage, _addr: PageAddr) {
+        if let Some(shape) = PageShape::of(page, self.scheme.spb) {
+            self.done(shape.lbn, true);
+        }
+    }
+
+    fn failed(&mut self, core: &Core, page: &SealedPage, addr: PageAddr) {
+        let s = self.scheme.clone();
+        let b = s.layout.block_idx(addr.block);
+        let Some(shape) = PageShape::of(page, s.spb) else {
+            // A journal block: its records stay live until pruned; it goes bad then.
+            let mut j = s.journal.lock();
+            if j.open.is_some_and(|(o, _)| o == b) {
+                j.open = None;
+                j.closed.push((b, true));
+            }
+            core.counters.retired_blocks.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        // The writer committed everything else: we hold only this page's logical block.
+        let mut logs = s.logs.lock();
+        let owner = logs.blocks.get(&b).and_then(|lb| lb.owner);
+        if let Some(lb) = logs.blocks.get_mut(&b) {
+            lb.retiring = true;
+            if lb.owner.is_none() {
+                // A random log: closed; reclaimed (and marked bad) as a victim.
+                lb.writer = None;
+                if !logs.rw_full.contains(&b) {
+                    logs.rw_full.push_back(b);
+                }
+                if self.rw_open == Some(b) {
+                    self.rw_open = None;
+                }
+            }
+        }
+        drop(logs);
+        // A page goes only to its own logical block's log (BAST's, or FAST's SW log, owned by
+        // the page's block when the page went there): a full merge moves the log's committed
+        // pages out, and the log goes bad.
+        if owner == Some(shape.lbn) {
+            s.merge_lbn(core, shape.lbn, true);
+        }
+        self.done(shape.lbn, true);
+    }
+}
