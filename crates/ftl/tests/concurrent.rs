@@ -64,9 +64,14 @@ fn acceptable(log: &Log, lpn: u64, tag: u64, durable_before: Option<u64>) -> Res
 }
 
 fn run(policy: GcPolicy, seed: u64) {
+    run_scheme(policy, ftl::SchemeKind::Page, seed);
+}
+
+fn run_scheme(policy: GcPolicy, scheme: ftl::SchemeKind, seed: u64) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mt.img");
     let mut cfg = small_cfg(policy);
+    cfg.scheme = scheme;
     if let Some(i) = std::env::var("FTL_TEST_CKPT_INTERVAL")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -199,4 +204,14 @@ fn eight_threads_overlapping_parallel() {
 #[test]
 fn eight_threads_overlapping_in_path() {
     run(GcPolicy::InPath, 3);
+}
+
+#[test]
+fn eight_threads_overlapping_bast() {
+    run_scheme(GcPolicy::Adaptive, ftl::SchemeKind::Bast, 4);
+}
+
+#[test]
+fn eight_threads_overlapping_fast() {
+    run_scheme(GcPolicy::Adaptive, ftl::SchemeKind::Fast, 5);
 }

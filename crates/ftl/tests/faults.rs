@@ -5,16 +5,29 @@ mod common;
 
 use common::*;
 use ftl::nand_model::FaultRates;
-use ftl::{FtlError, GcPolicy};
+use ftl::{FtlError, GcPolicy, SchemeKind};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+/// Every GC policy of `page`, then `bast` and `fast`.
+fn every_scheme() -> Vec<(GcPolicy, SchemeKind)> {
+    GcPolicy::ALL
+        .into_iter()
+        .map(|p| (p, SchemeKind::Page))
+        .chain([
+            (GcPolicy::Adaptive, SchemeKind::Bast),
+            (GcPolicy::Adaptive, SchemeKind::Fast),
+        ])
+        .collect()
+}
+
 #[test]
 fn random_program_erase_read_faults() {
-    for (i, policy) in GcPolicy::ALL.into_iter().enumerate() {
+    for (i, (policy, scheme)) in every_scheme().into_iter().enumerate() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f.img");
         let mut cfg = small_cfg(policy);
+        cfg.scheme = scheme;
         cfg.overprovision = 0.25;
         // Checkpoint areas are not remapped: keep periodic checkpoints out of the fault storm.
         cfg.checkpoint_interval_bytes = 0;
@@ -45,7 +58,14 @@ fn random_program_erase_read_faults() {
         let mut rng = SmallRng::seed_from_u64(i as u64);
         block_on(async {
             let mut buf = vec![0u8; 4096];
-            for n in 1..=pages * 10 {
+            // The hybrid schemes erase several times more per host write (full merges): fewer
+            // writes give them as many faults as the page scheme sees.
+            let writes = if scheme == SchemeKind::Page {
+                pages * 10
+            } else {
+                pages * 2
+            };
+            for n in 1..=writes {
                 let l = rng.gen_range(0..used);
                 if let Err(e) = ftl
                     .write((n % 3) as usize, l * 4096, &stamped(l, n), false)
@@ -70,12 +90,14 @@ fn random_program_erase_read_faults() {
         let s = ftl.stats();
         let injected = ftl.nand().faults().injected();
         println!(
-            "{}: injected {injected:?}; program failures {}, erase failures {}, read retries {}, bad blocks {}",
+            "{} {}: injected {injected:?}; program failures {}, erase failures {}, read retries {}, bad blocks {}, merges {:?}",
+            scheme,
             policy.name(),
             s.program_failures,
             s.erase_failures,
             s.read_retries,
-            s.bad_blocks
+            s.bad_blocks,
+            s.merges.as_ref().map(|m| (m.switch.count, m.partial.count, m.full.count))
         );
         assert!(
             injected.program > 0 && injected.erase > 0 && injected.read > 0,
@@ -85,8 +107,9 @@ fn random_program_erase_read_faults() {
         assert_eq!(s.erase_failures + s.checkpoint_failures, injected.erase);
         assert_eq!(s.nand_violations, 0);
         assert!(s.read_only.is_none(), "{:?}", s.read_only);
+        // The hybrid schemes' merges copy through the controller (read, then program).
         assert!(
-            ftl.nand().stats().totals.copybacks > 0,
+            scheme != SchemeKind::Page || ftl.nand().stats().totals.copybacks > 0,
             "GC never used copyback"
         );
         ftl.check_invariants().unwrap();
@@ -111,11 +134,18 @@ fn random_program_erase_read_faults() {
 
 #[test]
 fn wear_out_ends_read_only_without_losing_data() {
+    for scheme in SchemeKind::ALL {
+        wear_out(scheme);
+    }
+}
+
+fn wear_out(scheme: SchemeKind) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.img");
     let mut nand = small_nand(4096, 48);
     nand.endurance = 25;
     let mut cfg = small_cfg(GcPolicy::Adaptive);
+    cfg.scheme = scheme;
     cfg.checkpoint_interval_bytes = 0;
     cfg.overprovision = 0.2;
     let ftl = create(&path, &nand, cfg.clone());
@@ -145,7 +175,7 @@ fn wear_out_ends_read_only_without_losing_data() {
     assert!(matches!(err, FtlError::ReadOnly(_)), "{err}");
     let s = ftl.stats();
     println!(
-        "worn out after {n} writes: {err}; bad blocks {}, wear max {}",
+        "{scheme}: worn out after {n} writes: {err}; bad blocks {}, wear max {}",
         s.bad_blocks, s.wear.max
     );
     assert!(s.read_only.is_some());

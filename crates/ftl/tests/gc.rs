@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use ftl::{Ftl, GcPolicy, VictimPolicy};
+use ftl::{Ftl, GcPolicy, SchemeKind, VictimPolicy};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -23,9 +23,20 @@ fn sustained(policy: GcPolicy, victim: VictimPolicy, page_size: u32) {
 }
 
 fn sustained_with(policy: GcPolicy, victim: VictimPolicy, page_size: u32, copyback: bool) {
+    sustained_scheme(SchemeKind::Page, policy, victim, page_size, copyback);
+}
+
+fn sustained_scheme(
+    scheme: SchemeKind,
+    policy: GcPolicy,
+    victim: VictimPolicy,
+    page_size: u32,
+    copyback: bool,
+) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gc.img");
     let mut cfg = small_cfg(policy);
+    cfg.scheme = scheme;
     cfg.victim_policy = victim;
     cfg.wear_level_spread = 16;
     cfg.gc_copyback = copyback;
@@ -66,7 +77,7 @@ fn sustained_with(policy: GcPolicy, victim: VictimPolicy, page_size: u32, copyba
     ftl.check_invariants().unwrap();
     let s = ftl.stats();
     println!(
-        "{:>9} {:?} page {page_size}: WAF {:.2}, gc erases {}, copies {}, foreground {}, wear {}/{:.1}/{}, wl moves {}",
+        "{scheme} {:>9} {:?} page {page_size}: WAF {:.2}, gc erases {}, copies {}, foreground {}, wear {}/{:.1}/{}, wl moves {}",
         policy.name(),
         victim,
         s.waf,
@@ -86,7 +97,17 @@ fn sustained_with(policy: GcPolicy, victim: VictimPolicy, page_size: u32, copyba
         "  {copybacks} of {} GC pages by copyback",
         s.gc_page_programs
     );
-    if copyback {
+    if let Some(m) = &s.merges {
+        println!(
+            "  merges: switch {}, partial {}, full {}; pages copied {}",
+            m.switch.count,
+            m.partial.count,
+            m.full.count,
+            m.switch.pages_copied + m.partial.pages_copied + m.full.pages_copied
+        );
+        assert!(m.full.count > 0, "random overwrites make full merges");
+        assert_eq!(copybacks, 0, "merges copy through the controller");
+    } else if copyback {
         assert!(copybacks > 0 && copybacks <= s.gc_page_programs);
     } else {
         assert_eq!(copybacks, 0);
@@ -96,6 +117,43 @@ fn sustained_with(policy: GcPolicy, victim: VictimPolicy, page_size: u32, copyba
     drop(ftl);
     let ftl = open(&path, small_cfg(policy));
     verify_all(&ftl, &tags);
+    ftl.check_invariants().unwrap();
+}
+
+#[test]
+fn sustained_overwrite_bast() {
+    sustained_scheme(
+        SchemeKind::Bast,
+        GcPolicy::Adaptive,
+        VictimPolicy::Greedy,
+        4096,
+        true,
+    );
+    sustained_scheme(
+        SchemeKind::Bast,
+        GcPolicy::Adaptive,
+        VictimPolicy::Greedy,
+        16384,
+        true,
+    );
+}
+
+#[test]
+fn sustained_overwrite_fast() {
+    sustained_scheme(
+        SchemeKind::Fast,
+        GcPolicy::Adaptive,
+        VictimPolicy::Greedy,
+        4096,
+        true,
+    );
+    sustained_scheme(
+        SchemeKind::Fast,
+        GcPolicy::Adaptive,
+        VictimPolicy::Greedy,
+        16384,
+        true,
+    );
 }
 
 #[test]

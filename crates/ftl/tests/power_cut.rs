@@ -17,7 +17,7 @@ use std::path::Path;
 
 use common::*;
 use ftl::nand_model::NandConfig;
-use ftl::{Ftl, FtlConfig, GcPolicy};
+use ftl::{Ftl, FtlConfig, GcPolicy, SchemeKind};
 
 const PAGE: usize = 4096;
 
@@ -170,8 +170,11 @@ fn run(ftl: &Ftl, ops: &[Op], model: &mut Model) -> usize {
     ops.len()
 }
 
-fn config() -> FtlConfig {
+fn config(scheme: SchemeKind) -> FtlConfig {
     FtlConfig {
+        scheme,
+        // The hybrid schemes with a small pool: merges of every kind within the workload.
+        log_blocks: if scheme.has_log_blocks() { 3 } else { 0 },
         queues: 2,
         gc_policy: GcPolicy::InPath,
         checkpoint_interval_bytes: 0,
@@ -183,9 +186,15 @@ fn config() -> FtlConfig {
 /// (counted from the end of formatting), a power loss, a reopen, the checks. `None` if this
 /// run of the workload had fewer than `n + 1` operations (the maintenance thread's 50 ms tick
 /// may or may not seal a trim record between two host operations).
-fn crash_at(dir: &Path, nand: &NandConfig, ops: &[Op], n: u64) -> Option<ftl::RecoveryReport> {
+fn crash_at(
+    dir: &Path,
+    nand: &NandConfig,
+    scheme: SchemeKind,
+    ops: &[Op],
+    n: u64,
+) -> Option<ftl::RecoveryReport> {
     let path = dir.join(format!("p{n}.img"));
-    let ftl = create(&path, nand, config());
+    let ftl = create(&path, nand, config(scheme));
     let cap = ftl.capacity() as usize;
     let mut model = Model::new(cap);
     ftl.nand().faults().power_cut_after(n);
@@ -196,7 +205,7 @@ fn crash_at(dir: &Path, nand: &NandConfig, ops: &[Op], n: u64) -> Option<ftl::Re
         return None;
     }
     ftl.simulate_power_loss();
-    let ftl = Ftl::open(&path, ftl::nand_model::TimingMode::Off, config())
+    let ftl = Ftl::open(&path, ftl::nand_model::TimingMode::Off, config(scheme))
         .unwrap_or_else(|e| panic!("cut {n} (after op {ran}): reopen failed: {e}"));
     let mut buf = vec![0u8; PAGE];
     for p in 0..cap / PAGE {
@@ -227,12 +236,18 @@ fn crash_at(dir: &Path, nand: &NandConfig, ops: &[Op], n: u64) -> Option<ftl::Re
 
 #[test]
 fn every_medium_operation_of_a_workload_is_a_safe_crash_point() {
+    for scheme in SchemeKind::ALL {
+        sweep(scheme);
+    }
+}
+
+fn sweep(scheme: SchemeKind) {
     for page_size in [4096u32, 8192] {
         let dir = tempfile::tempdir().unwrap();
         let nand = small_nand(page_size, 14);
         // The run without a cut counts the workload's operations.
         let path = dir.path().join("count.img");
-        let ftl = create(&path, &nand, config());
+        let ftl = create(&path, &nand, config(scheme));
         let cap = ftl.capacity() as usize;
         let ops = workload(cap, 0x5eed ^ u64::from(page_size));
         ftl.nand().faults().power_cut_after(u64::MAX);
@@ -247,7 +262,7 @@ fn every_medium_operation_of_a_workload_is_a_safe_crash_point() {
 
         let (mut torn, mut roll, mut skipped) = (0, 0, 0);
         for n in 0..total {
-            match crash_at(dir.path(), &nand, &ops, n) {
+            match crash_at(dir.path(), &nand, scheme, &ops, n) {
                 Some(r) => {
                     torn += r.torn_slots;
                     roll += u64::from(r.mode == ftl::RecoveryMode::RollForward);
@@ -256,7 +271,7 @@ fn every_medium_operation_of_a_workload_is_a_safe_crash_point() {
             }
         }
         eprintln!(
-            "page size {page_size}: {total} crash points ({skipped} not reached), {torn} torn slots ignored, {roll} roll-forward opens"
+            "{scheme}, page size {page_size}: {total} crash points ({skipped} not reached), {torn} torn slots ignored, {roll} roll-forward opens"
         );
         assert!(total > 200, "only {total} operations");
         // Timing `off` orders every operation but one: the maintenance thread's 50 ms tick may

@@ -1,0 +1,173 @@
+//! The hybrid schemes' merges, each provoked by a workload built for it and asserted in the
+//! statistics (thesis §3.1): a sequential rewrite of a logical block ends in a switch merge, a
+//! rewrite of its first half in a partial merge, scattered writes in full merges. Data is
+//! checked after each phase, after a clean reopen and after a power cut. Crashes at every medium
+//! operation, merges included, are swept in `power_cut.rs` for every scheme.
+
+mod common;
+
+use common::*;
+use ftl::{Ftl, FtlConfig, GcPolicy, SchemeKind};
+
+/// Logical pages per logical block in `small_nand(4096, _)`: 8 pages of one 4 KiB slot.
+const SPB: u64 = 8;
+
+fn cfg(scheme: SchemeKind, log_blocks: u32) -> FtlConfig {
+    FtlConfig {
+        scheme,
+        log_blocks,
+        checkpoint_interval_bytes: 0,
+        ..small_cfg(GcPolicy::Adaptive)
+    }
+}
+
+struct Device {
+    ftl: Ftl,
+    tags: Vec<u64>,
+    tag: u64,
+}
+
+impl Device {
+    fn write(&mut self, lpns: impl IntoIterator<Item = u64>) {
+        for l in lpns {
+            self.tag += 1;
+            block_on(self.ftl.write(0, l * 4096, &stamped(l, self.tag), false)).unwrap();
+            self.tags[l as usize] = self.tag;
+        }
+    }
+
+    fn verify(&self, what: &str) {
+        let mut buf = vec![0u8; 4096];
+        for (l, t) in self.tags.iter().enumerate() {
+            block_on(self.ftl.read(l as u64 * 4096, &mut buf)).unwrap();
+            assert_eq!(
+                check_stamp(l as u64, &buf).unwrap_or(0),
+                *t,
+                "{what}: page {l}"
+            );
+        }
+        self.ftl
+            .check_invariants()
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+
+    /// (switch, partial, full) merge counts.
+    fn merges(&self) -> (u64, u64, u64) {
+        let m = self
+            .ftl
+            .stats()
+            .merges
+            .expect("a hybrid scheme reports merges");
+        (m.switch.count, m.partial.count, m.full.count)
+    }
+}
+
+fn device(dir: &std::path::Path, scheme: SchemeKind, log_blocks: u32) -> Device {
+    let ftl = create(
+        &dir.join("h.img"),
+        &small_nand(4096, 32),
+        cfg(scheme, log_blocks),
+    );
+    let pages = (ftl.capacity() / 4096) as usize;
+    Device {
+        ftl,
+        tags: vec![0; pages],
+        tag: 0,
+    }
+}
+
+/// Reopens cleanly, then after a power cut (everything was flushed), checking the data.
+fn reopen_twice(dir: &std::path::Path, d: Device, scheme: SchemeKind) {
+    let Device { ftl, tags, tag } = d;
+    ftl.close().unwrap();
+    drop(ftl);
+    let ftl = open(&dir.join("h.img"), cfg(scheme, 0));
+    assert_eq!(ftl.recovery().mode, ftl::RecoveryMode::Clean);
+    let mut d = Device { ftl, tags, tag };
+    d.verify("after a clean reopen");
+    // More merges, flushed, then a power cut.
+    d.write((0..4 * SPB).rev());
+    block_on(d.ftl.flush()).unwrap();
+    let Device { ftl, tags, tag } = d;
+    ftl.simulate_power_loss();
+    let ftl = open(&dir.join("h.img"), cfg(scheme, 0));
+    let d = Device { ftl, tags, tag };
+    d.verify("after a power cut");
+}
+
+#[test]
+fn bast_switch_partial_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = device(dir.path(), SchemeKind::Bast, 1);
+    // Switch: block 0 written in order fills its log with every page in its own slot; the
+    // next write to block 0 finds the log full and switches it in.
+    d.write(0..SPB);
+    d.write([0]);
+    assert_eq!(
+        d.merges(),
+        (1, 0, 0),
+        "a sequential write of a block switches"
+    );
+    d.verify("switch");
+    // Partial: the log of block 0 now holds page 0; pages 1..4 continue it in order. Block 1
+    // needs the pool's only log: block 0's log is merged by copying pages 4..8 into it.
+    d.write(1..SPB / 2);
+    d.write([SPB]);
+    assert_eq!(
+        d.merges(),
+        (1, 1, 0),
+        "a rewrite of a block's first half is a partial merge"
+    );
+    let m = d.ftl.stats().merges.unwrap();
+    assert_eq!(
+        m.partial.pages_copied,
+        SPB / 2,
+        "the block's second half was copied"
+    );
+    assert_eq!(m.partial.erases, 1, "the old data block was erased");
+    d.verify("partial");
+    // Full: block 1's log gets pages out of order; block 2 takes the pool's log.
+    d.write([SPB + 5, SPB + 2, SPB + 5]);
+    d.write([2 * SPB + 3]);
+    assert_eq!(d.merges(), (1, 1, 1), "scattered writes make a full merge");
+    let m = d.ftl.stats().merges.unwrap();
+    assert_eq!(m.full.pages_copied, 3, "block 1's current pages: 8, 13, 10");
+    assert_eq!(m.full.erases, 1, "its log (it had no data block)");
+    d.verify("full");
+    assert_eq!(d.ftl.stats().nand_violations, 0);
+    reopen_twice(dir.path(), d, SchemeKind::Bast);
+}
+
+#[test]
+fn fast_switch_partial_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = device(dir.path(), SchemeKind::Fast, 2);
+    // Switch: block 0 written from offset 0 in order goes to the SW log; offset 0 of block 1
+    // starts a new SW log, so the full SW log of block 0 is switched in.
+    d.write(0..SPB);
+    d.write([SPB]);
+    assert_eq!(
+        d.merges(),
+        (1, 0, 0),
+        "a sequential write of a block switches"
+    );
+    // Partial: block 1's SW log holds pages 0..4 in order; offset 0 of block 2 merges it.
+    d.write(SPB + 1..SPB + SPB / 2);
+    d.write([2 * SPB]);
+    assert_eq!(
+        d.merges(),
+        (1, 1, 0),
+        "a block's first half in the SW log: partial"
+    );
+    d.verify("switch and partial");
+    // Full: random writes go to the RW log (the pool's other block); once it is full the
+    // next random write merges it: a full merge of every block with a current page in it.
+    d.write([3, 11, 6, 1, 12, 5, 9, 2]);
+    assert_eq!(d.merges(), (1, 1, 0), "the RW log is full, not yet merged");
+    d.write([7]);
+    let (_, _, full) = d.merges();
+    assert_eq!(full, 2, "blocks 0 and 1 had pages in the RW log");
+    d.verify("full");
+    assert_eq!(d.ftl.stats().nand_violations, 0);
+    reopen_twice(dir.path(), d, SchemeKind::Fast);
+}
