@@ -37,7 +37,19 @@ pub fn render(info: &ImageInfo) -> String {
     };
     let rows = [
         ("image", info.path.display().to_string()),
-        ("ftl", format!("{} ({})", info.ftl, info.ftl.description())),
+        (
+            "ftl",
+            if info.ftl.has_log_blocks() {
+                format!(
+                    "{} ({}); {} log blocks",
+                    info.ftl,
+                    info.ftl.description(),
+                    info.log_blocks
+                )
+            } else {
+                format!("{} ({})", info.ftl, info.ftl.description())
+            },
+        ),
         (
             "capacity",
             format!(

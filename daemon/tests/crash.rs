@@ -389,19 +389,30 @@ const PLAN: WriterPlan = WriterPlan {
 
 #[test]
 fn flushed_data_survives_kill9_at_random_points() {
+    kill9_rounds("page", 5);
+}
+
+#[test]
+fn flushed_data_survives_kill9_on_bast_and_fast() {
+    kill9_rounds("bast", 3);
+    kill9_rounds("fast", 3);
+}
+
+fn kill9_rounds(scheme: &str, rounds: u64) {
     let seed = seed();
     let mut rng = Rng::new(seed);
     let mut d = Daemon::start_with(
         FTLD,
         DaemonOpts {
             capacity: "32M".into(),
+            extra: vec!["--ftl".into(), scheme.into()],
             ..Default::default()
         },
     );
     let blocks = 32 << 20 >> 12;
     let shared = Shared::new(blocks);
     assert_eq!(fill(&d, &shared), blocks);
-    for round in 0..5u64 {
+    for round in 0..rounds {
         let delay = Duration::from_millis(50 + rng.below(700));
         let start = Instant::now();
         let flushes_before = shared.flushes.load(Ordering::Relaxed);
@@ -413,7 +424,7 @@ fn flushed_data_survives_kill9_at_random_points() {
         let rec = d.stats()["ftl"]["recovery"].clone();
         let newer = verify(&d, &shared, blocks);
         eprintln!(
-            "round {round}: killed after {delay:?}, {} flushes so far, {newer} blocks kept unflushed data, recovery {rec}",
+            "{scheme} round {round}: killed after {delay:?}, {} flushes so far, {newer} blocks kept unflushed data, recovery {rec}",
             shared.flushes.load(Ordering::Relaxed)
         );
     }

@@ -36,6 +36,10 @@ fn with_device(d: &Daemon, work: &Path, f: impl FnOnce(&LoopDev)) {
 }
 
 fn roundtrip(mkfs: &[&str], fsck: &[&str], pkg: &str) {
+    roundtrip_on("page", mkfs, fsck, pkg);
+}
+
+fn roundtrip_on(scheme: &str, mkfs: &[&str], fsck: &[&str], pkg: &str) {
     if !have_tools(mkfs[0], fsck[0], pkg) {
         return;
     }
@@ -45,6 +49,7 @@ fn roundtrip(mkfs: &[&str], fsck: &[&str], pkg: &str) {
         FTLD,
         DaemonOpts {
             capacity: "512M".into(),
+            extra: vec!["--ftl".into(), scheme.into()],
             ..Default::default()
         },
     );
@@ -61,6 +66,15 @@ fn roundtrip(mkfs: &[&str], fsck: &[&str], pkg: &str) {
         manifest = files::manifest(m.path(), &written);
         files::verify(m.path(), &manifest);
     });
+    if scheme != "page" {
+        let m = &d.stats()["ftl"]["merges"];
+        let total: u64 = ["switch", "partial", "full"]
+            .iter()
+            .map(|k| m[k]["count"].as_u64().unwrap_or(0))
+            .sum();
+        eprintln!("{scheme}: merges {m}");
+        assert!(total > 0, "{scheme}: no merge: {m:#}");
+    }
     let status = d.stop();
     assert!(status.success(), "ftld exited with {status}:\n{}", d.log());
     d.restart();
@@ -85,4 +99,18 @@ fn ext4_files_survive_a_daemon_restart() {
 #[test]
 fn xfs_files_survive_a_daemon_restart() {
     roundtrip(&["mkfs.xfs", "-q", "-f"], &["xfs_repair", "-n"], "xfsprogs");
+}
+
+/// ext4 on the hybrid schemes: mkfs's discards, the journal's small synchronous writes and
+/// the file tree's sequential ones make every merge kind.
+#[test]
+fn ext4_files_survive_a_daemon_restart_bast_and_fast() {
+    for scheme in ["bast", "fast"] {
+        roundtrip_on(
+            scheme,
+            &["mkfs.ext4", "-q", "-F"],
+            &["fsck.ext4", "-n", "-f"],
+            "e2fsprogs",
+        );
+    }
 }

@@ -132,6 +132,36 @@ fn random_4k_writes_qd32_verify_and_persist() {
     );
 }
 
+/// fio's random 4 KiB writes with verify on the hybrid schemes (full merges all the way),
+/// and again after a clean restart.
+#[test]
+fn random_4k_writes_verify_on_bast_and_fast() {
+    if !require_tool("fio", "fio") {
+        return;
+    }
+    for scheme in ["bast", "fast"] {
+        let mut d = Daemon::start_with(
+            FTLD,
+            DaemonOpts {
+                extra: vec!["--ftl".into(), scheme.into()],
+                ..Default::default()
+            },
+        );
+        let job = random_4k_qd32("48M");
+        fio(&d.uri(), &strs(&job)).assert_verified(1);
+        let merges = &d.stats()["ftl"]["merges"];
+        assert!(
+            merges["full"]["count"].as_u64().unwrap_or(0) > 0,
+            "{scheme}: {merges:#}"
+        );
+        assert!(d.stop().success(), "{}", d.log());
+        d.restart();
+        let mut again = strs(&job);
+        again.push("--verify_only=1");
+        fio(&d.uri(), &again).assert_verified(1);
+    }
+}
+
 #[test]
 fn mixed_4k_to_128k_randrw_with_verify_backlog() {
     if !require_tool("fio", "fio") {

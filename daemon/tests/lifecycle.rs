@@ -115,6 +115,52 @@ fn a_second_daemon_on_the_same_image_is_refused_naming_the_pid() {
     assert!(d.ping(), "the first daemon must keep serving");
 }
 
+/// An image opens with the scheme it was formatted with; a `--ftl` that contradicts it is a
+/// usage error naming the image and both schemes. `info` shows the scheme and its log pool.
+#[test]
+fn a_contradicting_ftl_scheme_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("b.img");
+    let image = img.display().to_string();
+    run_ok(Command::new(FTLD).args([
+        "format",
+        "--ftl",
+        "bast",
+        "--preset",
+        "slc-small-004",
+        "--capacity",
+        "32M",
+        "--image",
+        &image,
+    ]));
+    let info: Value =
+        serde_json::from_str(&run_ok(Command::new(FTLD).args(["info", "--json", &image])))
+            .expect("json");
+    assert_eq!(info["ftl"], "bast", "{info}");
+    assert!(info["log_blocks"].as_u64().is_some_and(|n| n > 0), "{info}");
+    let text = run_ok(Command::new(FTLD).args(["info", &image]));
+    assert!(
+        text.contains("bast (hybrid BAST") && text.contains("log blocks"),
+        "{text}"
+    );
+    for args in [
+        &[
+            "serve", "--timing", "off", "--ftl", "fast", "--image", &image,
+        ][..],
+        &[
+            "serve", "--timing", "off", "--ftl", "page", "--image", &image,
+        ],
+    ] {
+        let (code, err) = run_to_exit(Command::new(FTLD).args(args));
+        assert_eq!(code, 2, "{args:?}: {err}");
+        let asked = args[4];
+        assert!(
+            err.contains(&image) && err.contains("bast") && err.contains(asked),
+            "{args:?}: {err}"
+        );
+    }
+}
+
 #[test]
 fn options_that_contradict_the_image_are_usage_errors() {
     let mut d = Daemon::start(FTLD);
@@ -271,9 +317,11 @@ fn presets_lists_every_preset() {
     }
     assert!(out.contains("FTL schemes"), "{out}");
     assert!(out.contains("  page   page mapping"), "{out}");
+    assert!(out.contains("  bast   hybrid BAST"), "{out}");
+    assert!(out.contains("  fast   hybrid FAST"), "{out}");
     let help = run_ok(Command::new(FTLD).args(["format", "--help"]));
     assert!(
-        help.contains("--ftl <SCHEME>") && help.contains("[possible values: page]"),
+        help.contains("--ftl <SCHEME>") && help.contains("[possible values: page, bast, fast]"),
         "{help}"
     );
     let json: Value = serde_json::from_str(&run_ok(Command::new(FTLD).args(["presets", "--json"])))

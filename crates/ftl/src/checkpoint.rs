@@ -1060,6 +1060,8 @@ pub struct ImageInfo {
     pub path: std::path::PathBuf,
     /// The FTL scheme the image was formatted with.
     pub ftl: crate::schemes::SchemeKind,
+    /// Log blocks of a hybrid scheme (0 for `page`).
+    pub log_blocks: u32,
     pub nand: nand_model::NandConfig,
     pub capacity_bytes: u64,
     pub logical_pages: u32,
@@ -1111,6 +1113,7 @@ pub fn inspect(path: &std::path::Path) -> Result<ImageInfo> {
     Ok(ImageInfo {
         path: path.to_path_buf(),
         ftl: sb.scheme,
+        log_blocks: sb.log_blocks,
         nand: *nand.config(),
         capacity_bytes: sb.lpns as u64 * crate::layout::LOGICAL_PAGE as u64,
         logical_pages: sb.lpns,
