@@ -1,7 +1,8 @@
 //! # ftl — flash translation layers over emulated NAND
 //!
-//! The FTL scheme is chosen per image at format time ([`SchemeKind`]; today `page`, the
-//! multi-threaded page-mapping FTL of papers 000/001/002) and kept in its superblock.
+//! The FTL scheme is chosen per image at format time ([`SchemeKind`]: `page`, the
+//! multi-threaded page-mapping FTL of papers 000/001/002; `bast` and `fast`, the hybrid
+//! log-block FTLs of the thesis, paper 003) and kept in its superblock.
 //!
 //! Exposes an emulated NAND device ([`nand_model`]) as a block device of 512-byte sectors with
 //! a volatile write cache: writes are acknowledged once buffered, [`Ftl::flush`] (or a FUA
@@ -32,15 +33,20 @@
 //!
 //! The scheme boundary is `schemes` (the `Scheme` and `Placer` traits, `SchemeKind`; its doc
 //! says why a trait, and which call holds which lock). Each scheme is a folder under it:
-//! `schemes/page` (map, placement, GC, recovery rules of the page-mapping FTL).
+//! `schemes/page` (map, placement, GC, recovery rules of the page-mapping FTL) and
+//! `schemes/hybrid` (BAST and FAST: logical-block locks, log pool, log placement, merges,
+//! block roles after recovery).
 //!
 //! ## Design in one page
 //! **Definitions.** An *LPN* is a 4 KiB logical page; a *slot* is a 4 KiB piece of a NAND page;
 //! a *sequence number* orders every write and trim. **Invariants.** (1) a page's newest version
 //! is in the overlay if buffered, else where the scheme's map points, else it reads as zeroes;
-//! (2) page scheme: a slot is valid iff `l2p` (or the live trim log) points at it, or it is a
-//! zombie whose trim record is not on flash yet (`schemes::page::map::PageMap` is the only
-//! writer of both and checks it); (3) only a block's owner programs it;
+//! (2) every scheme: a slot is valid iff `l2p` (or the live trim log) points at it, or it is a
+//! zombie whose trim record is not on flash yet (`schemes::page::map::PageMap`, which the
+//! hybrids use too, is the only writer of both and checks it); (2h) hybrid schemes: every
+//! mapped page lives in its logical block's data block at its own offset, or in one of that
+//! block's log blocks (`HybridScheme::check`); (3) only a block's owner programs it (a
+//! writer's frontier; a log block's page only by the writer holding its logical block);
 //! (4) a block is erased only after every valid slot moved and no read is pinned on it;
 //! (5) every programmed slot's OOB names its LPN and sequence number, so the newest version on
 //! flash is the one with the highest number. **Media assumptions.** a programmed page survives
