@@ -250,6 +250,50 @@ impl Core {
         self.gc_wake.notify(usize::MAX);
     }
 
+    /// Erases a block that holds nothing valid and no pinned read (or, with `retire`, marks it
+    /// bad) and returns it to its bank's free list; an erase that fails retires it. Returns
+    /// whether the block was erased (false: it went bad). Used by GC and by merges.
+    pub fn erase_or_retire(&self, addr: nand_model::BlockAddr, retire: bool) -> bool {
+        let went_bad = if retire {
+            if let Err(e) = self.nand.mark_bad(addr) {
+                tracing::error!("cannot mark {addr:?} bad: {e}");
+            }
+            true
+        } else {
+            match self.nand.erase(addr) {
+                Ok(c) => {
+                    c.wait();
+                    self.counters.gc_erases.fetch_add(1, Ordering::Relaxed);
+                    false
+                }
+                Err(e) if e.is_fault() => {
+                    tracing::warn!("erase of {addr:?} failed: {e}; block retired");
+                    self.counters.erase_failures.fetch_add(1, Ordering::Relaxed);
+                    true
+                }
+                Err(e) => {
+                    self.set_read_only(format!("erase of {addr:?} failed: {e}"));
+                    true
+                }
+            }
+        };
+        let b = addr.bank.0;
+        let mut a = self.bank(b).alloc.lock();
+        if went_bad {
+            a.state[addr.block as usize] = BlockState::Bad;
+        } else {
+            a.erase_count[addr.block as usize] += 1;
+            a.push_free(addr.block);
+        }
+        self.update_free(b, a.free_len());
+        drop(a);
+        if went_bad {
+            self.counters.bad_blocks.fetch_add(1, Ordering::Relaxed);
+            self.check_spares();
+        }
+        !went_bad
+    }
+
     /// Usable blocks (not bad, not reserved) across the device.
     pub fn usable_blocks(&self) -> u64 {
         self.banks

@@ -67,43 +67,19 @@ pub enum OpKind {
     Trim,
 }
 
-/// Latency histograms in nanoseconds (1 ns .. 100 s, 3 significant digits).
+/// Latency histograms per host operation kind.
+#[derive(Default)]
 pub struct Latencies {
-    hists: [Mutex<Histogram<u64>>; 4],
-}
-
-impl Default for Latencies {
-    fn default() -> Self {
-        let h = || {
-            Mutex::new(
-                Histogram::new_with_bounds(1, 100_000_000_000, 3)
-                    .unwrap_or_else(|_| Histogram::new(3).expect("3 significant digits is valid")),
-            )
-        };
-        Latencies {
-            hists: [h(), h(), h(), h()],
-        }
-    }
+    hists: [LatencyHistogram; 4],
 }
 
 impl Latencies {
     pub fn record(&self, kind: OpKind, d: Duration) {
-        let ns = (d.as_nanos() as u64).clamp(1, 100_000_000_000);
-        // saturating_record never fails: values are clamped into the histogram's range.
-        self.hists[kind as usize].lock().saturating_record(ns);
+        self.hists[kind as usize].record(d);
     }
 
     fn summary(&self, kind: OpKind) -> LatencySummary {
-        let h = self.hists[kind as usize].lock();
-        let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-        LatencySummary {
-            count: h.len(),
-            mean_us: h.mean() / 1000.0,
-            p50_us: us(0.5),
-            p99_us: us(0.99),
-            p999_us: us(0.999),
-            max_us: h.max() as f64 / 1000.0,
-        }
+        self.hists[kind as usize].summary()
     }
 }
 

@@ -312,47 +312,12 @@ impl HybridScheme {
         while core.pins.pinned(b) {
             std::thread::yield_now();
         }
-        let addr: BlockAddr = self.layout.block_addr(b);
-        let went_bad = if bad {
-            if let Err(e) = core.nand.mark_bad(addr) {
-                tracing::error!("cannot mark {addr:?} bad: {e}");
-            }
+        if bad {
             core.counters.retired_blocks.fetch_add(1, Ordering::Relaxed);
-            true
-        } else {
-            match core.nand.erase(addr) {
-                Ok(c) => {
-                    c.wait();
-                    core.counters.gc_erases.fetch_add(1, Ordering::Relaxed);
-                    if let Some(k) = kind {
-                        self.counters(k).erases.fetch_add(1, Ordering::Relaxed);
-                    }
-                    false
-                }
-                Err(e) if e.is_fault() => {
-                    tracing::warn!("erase of {addr:?} failed: {e}; block retired");
-                    core.counters.erase_failures.fetch_add(1, Ordering::Relaxed);
-                    true
-                }
-                Err(e) => {
-                    core.set_read_only(format!("erase of {addr:?} failed: {e}"));
-                    true
-                }
-            }
-        };
-        let bank = addr.bank.0;
-        let mut a = core.bank(bank).alloc.lock();
-        if went_bad {
-            a.state[addr.block as usize] = BlockState::Bad;
-        } else {
-            a.erase_count[addr.block as usize] += 1;
-            a.push_free(addr.block);
         }
-        core.update_free(bank, a.free_len());
-        drop(a);
-        if went_bad {
-            core.counters.bad_blocks.fetch_add(1, Ordering::Relaxed);
-            core.check_spares();
+        let erased = core.erase_or_retire(self.layout.block_addr(b), bad);
+        if let Some(k) = kind.filter(|_| erased) {
+            self.counters(k).erases.fetch_add(1, Ordering::Relaxed);
         }
     }
 

@@ -58,11 +58,10 @@ use self::merge::MergeKind;
 use crate::blocks::BlockState;
 use crate::buffer::SealedPage;
 use crate::cache::Stripe;
-use crate::checkpoint::{MapImage, Snapshot};
+use crate::checkpoint::Snapshot;
 use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{BlockIdx, Layout, Lpn, Psa};
-use crate::oob::SlotKind;
 use crate::recovery::Resolved;
 use crate::schemes::page::map::PageMap;
 use crate::schemes::{CheckpointPayload, Placer, RecoverInput, Scheme, SchemeKind};
@@ -188,23 +187,7 @@ impl Scheme for HybridScheme {
 
     /// As `page`: a data slot commits only if the overlay still holds its sequence number.
     fn commit(&self, core: &Core, page: &SealedPage, addr: PageAddr) {
-        for (i, (meta, _)) in page.slots.iter().enumerate() {
-            let psa = self.layout.psa(addr, i as u32);
-            match meta.kind {
-                SlotKind::Data => {
-                    let mut st = core.cache.lock(meta.lpn);
-                    if st.overlay.get(&meta.lpn.0).map(|b| b.seq) == Some(meta.seq) {
-                        st.overlay.remove(&meta.lpn.0);
-                        self.map.commit(&st, meta.lpn, psa);
-                    }
-                }
-                SlotKind::TrimLog => self.map.log_trim_slot(psa, meta.seq),
-                SlotKind::Pad => {}
-            }
-        }
-        for z in &page.zombies {
-            self.map.release(*z);
-        }
+        self.map.commit_page(core, self.layout, page, addr);
     }
 
     fn spawn_workers(self: Arc<Self>, _core: &Arc<Core>) -> Result<Vec<JoinHandle<()>>> {
@@ -215,20 +198,11 @@ impl Scheme for HybridScheme {
     fn tick(&self, _core: &Core) {}
 
     fn prefers_full_checkpoint(&self) -> bool {
-        self.map.dirty_chunks() * 2 > self.map.chunks()
+        self.map.prefers_full_checkpoint()
     }
 
     fn checkpoint_payload(&self, full: bool) -> CheckpointPayload {
-        let map = if full {
-            self.map.clear_dirty();
-            MapImage::Full(self.map.snapshot())
-        } else {
-            MapImage::Delta(self.map.take_dirty())
-        };
-        CheckpointPayload {
-            map,
-            trims: self.map.trim_slots(),
-        }
+        self.map.checkpoint_payload(full)
     }
 
     fn checkpoint_written(&self, prev_sc: u64) {

@@ -549,42 +549,7 @@ impl PageScheme {
                 .wear_level_moves
                 .fetch_add(1, Ordering::Relaxed);
         }
-        let went_bad = if cur.purpose == Purpose::Retire {
-            if let Err(e) = core.nand.mark_bad(blk_addr) {
-                tracing::error!("cannot mark {blk_addr:?} bad: {e}");
-            }
-            true
-        } else {
-            match core.nand.erase(blk_addr) {
-                Ok(c) => {
-                    c.wait();
-                    core.counters.gc_erases.fetch_add(1, Ordering::Relaxed);
-                    false
-                }
-                Err(e) if e.is_fault() => {
-                    tracing::warn!("erase of {blk_addr:?} failed: {e}; block retired");
-                    core.counters.erase_failures.fetch_add(1, Ordering::Relaxed);
-                    true
-                }
-                Err(e) => {
-                    core.set_read_only(format!("erase of {blk_addr:?} failed: {e}"));
-                    true
-                }
-            }
-        };
-        let mut a = core.bank(b).alloc.lock();
-        if went_bad {
-            a.state[cur.block as usize] = BlockState::Bad;
-        } else {
-            a.erase_count[cur.block as usize] += 1;
-            a.push_free(cur.block);
-        }
-        core.update_free(b, a.free_len());
-        drop(a);
-        if went_bad {
-            core.counters.bad_blocks.fetch_add(1, Ordering::Relaxed);
-            core.check_spares();
-        }
+        core.erase_or_retire(blk_addr, cur.purpose == Purpose::Retire);
         Step::Freed
     }
 

@@ -27,9 +27,15 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use nand_model::PageAddr;
+
+use crate::buffer::SealedPage;
 use crate::cache::Stripe;
-use crate::checkpoint::CHUNK;
+use crate::checkpoint::{MapImage, CHUNK};
+use crate::core::Core;
 use crate::layout::{BlockIdx, Layout, Lpn, Psa};
+use crate::oob::SlotKind;
+use crate::schemes::CheckpointPayload;
 
 /// Valid bitmaps and counts of every block. Private: only [`PageMap`] changes them.
 struct ValidSlots {
@@ -225,6 +231,57 @@ impl PageMap {
         self.valid.set(dst);
         self.valid.clear(src);
         true
+    }
+
+    /// Commits the slots of `page`, programmed at `addr` (`Scheme::commit` of every scheme on
+    /// this map): a data slot becomes its page's newest version only if the overlay still
+    /// holds its sequence number (otherwise a newer write or a trim superseded it and the slot
+    /// stays garbage); a trim-log slot joins the live trim log; the slots the page's trim
+    /// records unmapped are released.
+    pub(crate) fn commit_page(
+        &self,
+        core: &Core,
+        layout: Layout,
+        page: &SealedPage,
+        addr: PageAddr,
+    ) {
+        for (i, (meta, _)) in page.slots.iter().enumerate() {
+            let psa = layout.psa(addr, i as u32);
+            match meta.kind {
+                SlotKind::Data => {
+                    let mut st = core.cache.lock(meta.lpn);
+                    if st.overlay.get(&meta.lpn.0).map(|b| b.seq) == Some(meta.seq) {
+                        st.overlay.remove(&meta.lpn.0);
+                        self.commit(&st, meta.lpn, psa);
+                    }
+                }
+                SlotKind::TrimLog => self.log_trim_slot(psa, meta.seq),
+                SlotKind::Pad => {}
+            }
+        }
+        for z in &page.zombies {
+            self.release(*z);
+        }
+    }
+
+    /// Whether the next checkpoint should be a full one (more than half the chunks changed).
+    pub fn prefers_full_checkpoint(&self) -> bool {
+        self.dirty_chunks() * 2 > self.chunks()
+    }
+
+    /// The map's part of a checkpoint: the whole table or the chunks changed since the last
+    /// one, and the live trim-log slots.
+    pub(crate) fn checkpoint_payload(&self, full: bool) -> CheckpointPayload {
+        let map = if full {
+            self.clear_dirty();
+            MapImage::Full(self.snapshot())
+        } else {
+            MapImage::Delta(self.take_dirty())
+        };
+        CheckpointPayload {
+            map,
+            trims: self.trim_slots(),
+        }
     }
 
     /// Drops the trim-log slots older than `keep_from` (no recovery path needs them any more).

@@ -29,12 +29,12 @@ use self::place::PagePlacer;
 use crate::blocks::BlockState;
 use crate::buffer::SealedPage;
 use crate::cache::Stripe;
-use crate::checkpoint::{MapImage, Snapshot};
+use crate::checkpoint::Snapshot;
 use crate::config::GcPolicy;
 use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{Layout, Lpn, Psa};
-use crate::oob::{self, SlotKind};
+use crate::oob;
 use crate::recovery::Resolved;
 use crate::schemes::{CheckpointPayload, Placer, RecoverInput, Scheme, SchemeKind};
 
@@ -84,24 +84,7 @@ impl Scheme for PageScheme {
     /// A data slot commits only if the overlay still holds its sequence number; otherwise a
     /// newer write or a trim superseded it and the slot stays invalid (garbage for GC).
     fn commit(&self, core: &Core, page: &SealedPage, addr: PageAddr) {
-        for (i, (meta, _)) in page.slots.iter().enumerate() {
-            let psa = self.layout.psa(addr, i as u32);
-            match meta.kind {
-                SlotKind::Data => {
-                    let mut st = core.cache.lock(meta.lpn);
-                    if st.overlay.get(&meta.lpn.0).map(|b| b.seq) == Some(meta.seq) {
-                        st.overlay.remove(&meta.lpn.0);
-                        self.map.commit(&st, meta.lpn, psa);
-                    }
-                }
-                SlotKind::TrimLog => self.map.log_trim_slot(psa, meta.seq),
-                SlotKind::Pad => {}
-            }
-        }
-        // The trim records are on flash now: what they unmapped may be reclaimed.
-        for z in &page.zombies {
-            self.map.release(*z);
-        }
+        self.map.commit_page(core, self.layout, page, addr);
         // From now on GC may pick the block.
         if addr.page + 1 == self.layout.pages_per_block {
             core.mark_full(addr.block.bank.0, addr.block.block);
@@ -128,20 +111,11 @@ impl Scheme for PageScheme {
     }
 
     fn prefers_full_checkpoint(&self) -> bool {
-        self.map.dirty_chunks() * 2 > self.map.chunks()
+        self.map.prefers_full_checkpoint()
     }
 
     fn checkpoint_payload(&self, full: bool) -> CheckpointPayload {
-        let map = if full {
-            self.map.clear_dirty();
-            MapImage::Full(self.map.snapshot())
-        } else {
-            MapImage::Delta(self.map.take_dirty())
-        };
-        CheckpointPayload {
-            map,
-            trims: self.map.trim_slots(),
-        }
+        self.map.checkpoint_payload(full)
     }
 
     fn checkpoint_written(&self, prev_sc: u64) {
