@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::geometry::Geometry;
+use crate::interconnect::Interconnect;
 use crate::timing::Timing;
 
 /// Fewest blocks per bank [`NandConfig::scaled_to`] will produce: an FTL needs a few spare blocks
@@ -19,6 +20,9 @@ pub struct NandConfig {
     /// Program/erase cycles a block survives: an erase of a block whose erase count has reached
     /// this value fails with [`crate::NandError::WornOut`] and the block turns bad.
     pub endurance: u32,
+    /// How controllers reach banks (TMCD unless set; absent in JSON written before it).
+    #[serde(default)]
+    pub interconnect: Interconnect,
 }
 
 impl NandConfig {

@@ -6,8 +6,9 @@
 //!   data, OOB; see `bankmem.rs`) and its timeline (`free_at`). Every operation takes exactly one
 //!   bank lock and holds it for the rule checks, the memcpy and the timeline update, so operations
 //!   on one bank are linearizable and different banks never contend.
-//! - **channel mutex** (`Channel::free_at`): the channel's timeline only, taken briefly inside a
-//!   bank lock. Lock order: bank, then channel; nothing takes two banks or two channels.
+//! - **controller pool mutex** (`interconnect::Controllers`): the controllers' timelines only,
+//!   taken briefly inside a bank lock. Lock order: bank, then pool; nothing takes two banks or
+//!   two pools.
 //! - The fault injector has its own short lock, taken inside the bank lock only when faults are
 //!   armed. Operation counters live under the bank lock (every operation holds it anyway);
 //!   the in-flight count and `busy_until` are atomics, readable without locks.
@@ -123,7 +124,7 @@ impl NandDevice {
             })
             .collect();
         Ok(NandDevice {
-            timeline: Timeline::new(mode, config.timing, g.channels),
+            timeline: Timeline::new(mode, config.timing, &g, config.interconnect),
             image,
             config,
             banks,
@@ -300,7 +301,7 @@ impl NandDevice {
             &mut st.free_at,
             &mut st.ops,
             &bank.counters,
-            self.channel(addr.block.bank),
+            addr.block.bank,
             bytes,
         );
         st.ops.reads += 1;
@@ -364,7 +365,7 @@ impl NandDevice {
             &mut st.free_at,
             &mut st.ops,
             &bank.counters,
-            self.channel(addr.block.bank),
+            addr.block.bank,
             bytes,
         );
         st.ops.programs += 1;
@@ -424,7 +425,7 @@ impl NandDevice {
         }
         let mut to = self.programmable(&st.mem, dst)?;
         let c = &bank.counters;
-        let ch = self.channel(src.block.bank);
+        let ch = src.block.bank;
         let st = &mut *st;
         if self.faults.read_fails(src) {
             // The bank stays busy for the failed sensing (as a failed read keeps it).
@@ -542,10 +543,6 @@ impl NandDevice {
             }));
         }
         Ok(blk)
-    }
-
-    fn channel(&self, bank: BankId) -> u32 {
-        self.geometry().channel_of(bank)
     }
 
     fn violation(&self, e: NandError) -> NandError {

@@ -38,6 +38,14 @@ pub enum GeometryError {
         /// The largest value allowed for this page size.
         max: u32,
     },
+    /// A PMCD device's controller count is outside 1..=max.
+    #[error("controllers must be from 1 to {max}, got {controllers}")]
+    Controllers {
+        /// The value given.
+        controllers: u32,
+        /// The largest count accepted.
+        max: u32,
+    },
     /// Pages (or banks) would not be addressable with a u32 global index.
     #[error("geometry has {total_pages} pages; at most 2^32 - 1 are addressable")]
     TooLarge {

@@ -10,7 +10,7 @@
 //! | 12 | 4 | header size (4096) |
 //! | 16 | 4 x 6 | channels, banks_per_channel, blocks_per_bank, pages_per_block, page_size, oob_size |
 //! | 40 | 4 | endurance (P/E cycles) |
-//! | 44 | 4 | reserved, 0 |
+//! | 44 | 4 | interconnect: 0 = TMCD, n = PMCD with n controllers |
 //! | 48 | 8 x 4 | t_read, t_prog, t_erase (ns), channel bytes/s |
 //! | 80 | 16 | uuid |
 //! | 96 | 8 | creation time, ns since the Unix epoch |
@@ -25,6 +25,7 @@ use std::time::Duration;
 use crate::config::NandConfig;
 use crate::error::GeometryError;
 use crate::geometry::Geometry;
+use crate::interconnect::Interconnect;
 use crate::timing::{dur_ns, Timing};
 
 /// Bytes reserved for the header at the start of the file.
@@ -128,6 +129,7 @@ pub(crate) fn encode(h: &Header) -> Vec<u8> {
     for (i, v) in counts.iter().enumerate() {
         w.put(16 + 4 * i, &v.to_le_bytes());
     }
+    w.put(44, &h.config.interconnect.to_raw().to_le_bytes());
     let times = [
         dur_ns(t.t_read),
         dur_ns(t.t_prog),
@@ -186,6 +188,8 @@ pub(crate) fn decode(b: &[u8]) -> Result<Header, HeaderError> {
         oob_size: u32_at(b, 36),
     };
     geometry.validate().map_err(HeaderError::Geometry)?;
+    let interconnect = Interconnect::from_raw(u32_at(b, 44));
+    interconnect.validate().map_err(HeaderError::Geometry)?;
     let timing = Timing {
         t_read: Duration::from_nanos(u64_at(b, 48)),
         t_prog: Duration::from_nanos(u64_at(b, 56)),
@@ -199,6 +203,7 @@ pub(crate) fn decode(b: &[u8]) -> Result<Header, HeaderError> {
             geometry,
             timing,
             endurance: u32_at(b, 40),
+            interconnect,
         },
         uuid,
         created_unix_ns: u64_at(b, 96),
@@ -225,6 +230,22 @@ mod tests {
         let bytes = encode(&h);
         assert_eq!(bytes.len(), HEADER_SIZE);
         assert_eq!(decode(&bytes), Ok(h));
+    }
+
+    #[test]
+    fn interconnect_roundtrips_and_is_validated() {
+        let mut h = sample();
+        h.config.interconnect = Interconnect::Pmcd { controllers: 3 };
+        assert_eq!(decode(&encode(&h)), Ok(h.clone()));
+        // A hostile count with a valid CRC is refused.
+        let mut bytes = encode(&h);
+        bytes[44..48].copy_from_slice(&u32::MAX.to_le_bytes());
+        let crc = crc32fast::hash(&bytes[..CRC_OFFSET]);
+        bytes[CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            decode(&bytes),
+            Err(HeaderError::Geometry(GeometryError::Controllers { .. }))
+        ));
     }
 
     #[test]

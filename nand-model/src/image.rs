@@ -144,6 +144,7 @@ impl Image {
         config
             .geometry
             .validate()
+            .and_then(|()| config.interconnect.validate())
             .map_err(|source| ImageError::InvalidGeometry {
                 path: path.to_path_buf(),
                 source,

@@ -21,7 +21,7 @@
 //!
 //! | region | size | contents |
 //! |---|---|---|
-//! | header | 4 KiB | magic `FTLDNAND`, format version 2, geometry, timing, endurance, uuid, creation time, CRC32 (all little-endian; table in `header.rs`) |
+//! | header | 4 KiB | magic `FTLDNAND`, format version 2, geometry, timing, endurance, interconnect, uuid, creation time, CRC32 (all little-endian; table in `header.rs`) |
 //! | block table | 16 B per block | `erase_count` u32, `flags` u32 (bit 0: bad), `programmed_pages` u32, reserved u32 |
 //! | frame table | 4 B per page | which of its bank's frames holds the page's data: 0 = its own (same index), else frame + 1; page index = `(bank * blocks_per_bank + block) * pages_per_block + page` |
 //! | page data | `total_pages * page_size` | the frames, bank-major (a bank's pages only use its own frames) |
@@ -50,8 +50,11 @@
 //!
 //! # Timing model
 //!
-//! NVMeVirt-style analytical timeline computed at submission: each bank and each channel has a
-//! "free at" time (see `timeline.rs`).
+//! NVMeVirt-style analytical timeline computed at submission: each bank and each controller has
+//! a "free at" time (see `timeline.rs`). Transfers go through a controller: under the default
+//! **TMCD** interconnect a channel's one controller (so "the channel" below), under **PMCD**
+//! (`NandConfig::interconnect`, thesis ch. 4) whichever of N controllers frees up first, for any
+//! bank (see `interconnect.rs`).
 //!
 //! - read: the bank is busy `t_read`, then `data.len() + oob.len()` bytes cross the channel
 //!   (column reads move only what is asked for); the bank stays busy until the transfer ends.
@@ -141,8 +144,9 @@
 //!   OOB) and its timeline. Every operation takes exactly one bank lock, for the rule checks, the
 //!   memcpy and the timeline update, so operations on one bank are linearizable and banks never
 //!   contend with each other.
-//! - Each channel has a mutex over its timeline only, taken briefly *inside* a bank lock.
-//!   **Lock order: bank, then channel.** Nothing holds two banks or two channels.
+//! - Each controller pool (a TMCD channel, or PMCD's one pool) has a mutex over its controllers'
+//!   timelines only, taken briefly *inside* a bank lock. **Lock order: bank, then controller
+//!   pool.** Nothing holds two banks or two pools.
 //! - The fault injector's mutex is taken inside the bank lock, only while faults are armed (an
 //!   atomic flag short-circuits it otherwise).
 //! - Statistics, in-flight counts and [`NandDevice::bank_load`] are lock-free atomics.
@@ -163,6 +167,7 @@ mod faults;
 mod geometry;
 mod header;
 mod image;
+mod interconnect;
 mod presets;
 mod stats;
 mod timeline;
@@ -179,6 +184,7 @@ pub use geometry::{
     BankId, BlockAddr, Geometry, PageAddr, MAX_PAGE_SIZE, MIN_OOB_SIZE, MIN_PAGE_SIZE,
 };
 pub use image::page_data_offset;
+pub use interconnect::{Interconnect, MAX_CONTROLLERS};
 pub use presets::{preset, presets, Preset};
 pub use stats::{BankStats, ChannelStats, NandStats, TotalStats};
 pub use timing::{Timing, TimingMode};

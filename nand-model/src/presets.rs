@@ -53,6 +53,7 @@ fn config(
             channel_bytes_per_sec,
         },
         endurance,
+        interconnect: Default::default(),
     }
     .scaled_to(raw)
 }

@@ -123,7 +123,8 @@ pub struct TotalStats {
 pub struct NandStats {
     /// Per bank, indexed by global bank id.
     pub banks: Vec<BankStats>,
-    /// Per channel.
+    /// Per channel: the transfers of the channel's banks. Under PMCD the channels do not limit
+    /// transfers (the controllers do); these are then the traffic of each group of banks.
     pub channels: Vec<ChannelStats>,
     /// Sums over the banks.
     pub totals: TotalStats,

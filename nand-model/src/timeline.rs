@@ -1,17 +1,20 @@
-//! The analytical timing model (NVMeVirt style): every bank and every channel has a "free at"
-//! time; an operation's completion time is computed at submission from them, under the bank's
-//! lock (the caller holds it and passes the bank's `free_at`), taking the channel's lock inside.
+//! The analytical timing model (NVMeVirt style): every bank and every controller has a "free
+//! at" time; an operation's completion time is computed at submission from them, under the
+//! bank's lock (the caller holds it and passes the bank's `free_at`), taking the controller
+//! pool's lock inside. `ctrl` below is the controller of the bank's pool that can start the
+//! transfer first (`interconnect.rs`: under TMCD the channel's one controller, under PMCD any).
 //!
 //! ```text
 //! read:    start = max(now, bank.free_at); sensed = start + t_read
-//!          xfer_start = max(sensed, chan.free_at); end = xfer_start + xfer(bytes)
-//!          bank.free_at = chan.free_at = end      (the bank holds the data until the bus is free)
-//! program: xfer_start = max(now, bank.free_at, chan.free_at); chan.free_at = xfer_start + xfer
-//!          end = chan.free_at + t_prog; bank.free_at = end
+//!          xfer_start = max(sensed, ctrl.free_at); end = xfer_start + xfer(bytes)
+//!          bank.free_at = ctrl.free_at = end      (the bank holds the data until a controller
+//!                                                  takes it)
+//! program: xfer_start = max(now, bank.free_at, ctrl.free_at); ctrl.free_at = xfer_start + xfer
+//!          end = ctrl.free_at + t_prog; bank.free_at = end
 //! erase:   start = max(now, bank.free_at); end = start + t_erase; bank.free_at = end
 //! copyback: start = max(now, bank.free_at); sensed = start + t_read
-//!          (OOB read-out, if asked: xfer_start = max(sensed, chan.free_at); sensed = xfer_start
-//!          + xfer(oob); chan.free_at = sensed)   end = sensed + t_prog; bank.free_at = end
+//!          (OOB read-out, if asked: xfer_start = max(sensed, ctrl.free_at); sensed = xfer_start
+//!          + xfer(oob); ctrl.free_at = sensed)   end = sensed + t_prog; bank.free_at = end
 //! ```
 //!
 //! With timing off no timeline is kept: the deadline is "now", but busy time is still accounted
@@ -19,51 +22,41 @@
 
 use std::sync::atomic::Ordering;
 
-use parking_lot::Mutex;
-
 use crate::clock::{now_ns, ALREADY_DONE};
+use crate::geometry::{BankId, Geometry};
+use crate::interconnect::{Controllers, Interconnect};
 use crate::stats::{BankCounters, OpCounters};
 use crate::timing::{dur_ns, Timing, TimingMode};
 
-/// One channel's timeline (its counters are the sums of its banks' `xfer*` counters).
-pub(crate) struct Channel {
-    /// End of the channel's timeline (internal clock ns). Taken after a bank lock, never before.
-    free_at: Mutex<u64>,
-}
-
-/// Timing parameters plus the channel timelines.
+/// Timing parameters plus the controller timelines.
 pub(crate) struct Timeline {
     mode: TimingMode,
     timing: Timing,
     t_read: u64,
     t_prog: u64,
     t_erase: u64,
-    pub(crate) channels: Vec<Channel>,
+    controllers: Controllers,
 }
 
 impl Timeline {
-    pub(crate) fn new(mode: TimingMode, timing: Timing, channels: u32) -> Timeline {
+    pub(crate) fn new(
+        mode: TimingMode,
+        timing: Timing,
+        geometry: &Geometry,
+        interconnect: Interconnect,
+    ) -> Timeline {
         Timeline {
             mode,
             timing,
             t_read: dur_ns(timing.t_read),
             t_prog: dur_ns(timing.t_prog),
             t_erase: dur_ns(timing.t_erase),
-            channels: (0..channels)
-                .map(|_| Channel {
-                    free_at: Mutex::new(0),
-                })
-                .collect(),
+            controllers: Controllers::new(geometry, interconnect),
         }
     }
 
     pub(crate) fn mode(&self) -> TimingMode {
         self.mode
-    }
-
-    fn channel(&self, ch: u32) -> &Channel {
-        // Channel indices come from Geometry::channel_of on a validated bank id.
-        &self.channels[ch as usize]
     }
 
     fn account_xfer(ops: &mut OpCounters, bytes: u64, ns: u64) {
@@ -78,17 +71,16 @@ impl Timeline {
         ops.busy_ns += end - start;
     }
 
-    /// Completion time of a read moving `bytes` over channel `ch`.
+    /// Completion time of a read of `bank` moving `bytes` through a controller.
     pub(crate) fn read(
         &self,
         free_at: &mut u64,
         ops: &mut OpCounters,
         live: &BankCounters,
-        ch: u32,
+        bank: BankId,
         bytes: u64,
     ) -> u64 {
         let xfer = self.timing.xfer_ns(bytes);
-        let channel = self.channel(ch);
         Self::account_xfer(ops, bytes, xfer);
         if self.mode == TimingMode::Off {
             ops.busy_ns += self.t_read + xfer;
@@ -97,53 +89,41 @@ impl Timeline {
         let now = now_ns();
         let start = now.max(*free_at);
         let sensed = start.saturating_add(self.t_read);
-        let end = {
-            let mut chan = channel.free_at.lock();
-            let end = sensed.max(*chan).saturating_add(xfer);
-            *chan = end;
-            end
-        };
+        let (_, end) = self.controllers.transfer(bank, sensed, xfer);
         Self::finish(ops, live, free_at, start, end);
         end
     }
 
-    /// Completion time of a program moving `bytes` over channel `ch`.
+    /// Completion time of a program of `bank` moving `bytes` through a controller.
     pub(crate) fn program(
         &self,
         free_at: &mut u64,
         ops: &mut OpCounters,
         live: &BankCounters,
-        ch: u32,
+        bank: BankId,
         bytes: u64,
     ) -> u64 {
         let xfer = self.timing.xfer_ns(bytes);
-        let channel = self.channel(ch);
         Self::account_xfer(ops, bytes, xfer);
         if self.mode == TimingMode::Off {
             ops.busy_ns += xfer + self.t_prog;
             return ALREADY_DONE;
         }
         let now = now_ns();
-        let (start, xfer_end) = {
-            let mut chan = channel.free_at.lock();
-            let start = now.max(*free_at).max(*chan);
-            let xfer_end = start.saturating_add(xfer);
-            *chan = xfer_end;
-            (start, xfer_end)
-        };
+        let (start, xfer_end) = self.controllers.transfer(bank, now.max(*free_at), xfer);
         let end = xfer_end.saturating_add(self.t_prog);
         Self::finish(ops, live, free_at, start, end);
         end
     }
 
-    /// Completion time of a copyback that reads `oob_bytes` of the page register out over
-    /// channel `ch` between its internal read and its program (0: nothing crosses the channel).
+    /// Completion time of a copyback that reads `oob_bytes` of the page register out of
+    /// `bank` through a controller between its internal read and its program (0: nothing crosses the channel).
     pub(crate) fn copyback(
         &self,
         free_at: &mut u64,
         ops: &mut OpCounters,
         live: &BankCounters,
-        ch: u32,
+        bank: BankId,
         oob_bytes: u64,
     ) -> u64 {
         let xfer = if oob_bytes == 0 {
@@ -161,9 +141,7 @@ impl Timeline {
         let start = now.max(*free_at);
         let mut sensed = start.saturating_add(self.t_read);
         if oob_bytes > 0 {
-            let mut chan = self.channel(ch).free_at.lock();
-            sensed = sensed.max(*chan).saturating_add(xfer);
-            *chan = sensed;
+            sensed = self.controllers.transfer(bank, sensed, xfer).1;
         }
         let end = sensed.saturating_add(self.t_prog);
         Self::finish(ops, live, free_at, start, end);

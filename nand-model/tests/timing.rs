@@ -243,3 +243,48 @@ fn timing_off_completes_immediately() {
     block_on(c.into_future());
     assert_eq!(dev.bank_load(BankId(0)).busy_until, None);
 }
+
+/// PMCD (thesis ch. 4): any controller reaches any bank, so two banks of one channel transfer
+/// at once with two controllers, and banks of different channels queue behind a single one.
+/// The interconnect is stored in the image.
+#[test]
+fn pmcd_transfers_take_any_free_controller() {
+    let config = |controllers| nand_model::NandConfig {
+        interconnect: nand_model::Interconnect::Pmcd { controllers },
+        ..small_config()
+    };
+    let mut f = Fixture::new(&config(2), TimingMode::Real);
+    let dev = f.dev();
+    // Banks 0 and 1 share channel 0 (which TMCD serialises: `channel_transfers_serialize`).
+    let a = dev.program(PageAddr::new(0, 1, 0), &PAGE, &[]).unwrap();
+    let b = dev.program(PageAddr::new(1, 1, 0), &PAGE, &[]).unwrap();
+    let gap = b.deadline().saturating_duration_since(a.deadline());
+    assert!(gap < xfer(4096), "the second controller was not used: {gap:?}");
+    drop((a, b));
+    f.reopen(TimingMode::Real);
+    assert_eq!(
+        f.dev().config().interconnect,
+        nand_model::Interconnect::Pmcd { controllers: 2 }
+    );
+
+    let g = Fixture::new(&config(1), TimingMode::Real);
+    let dev = g.dev();
+    // Bank 2 is on channel 1, which TMCD would run in parallel; one controller serialises.
+    let a = dev.program(PageAddr::new(0, 1, 0), &PAGE, &[]).unwrap();
+    let b = dev.program(PageAddr::new(2, 1, 0), &PAGE, &[]).unwrap();
+    let gap = b.deadline().saturating_duration_since(a.deadline());
+    assert!(gap >= xfer(4096), "one controller carried two transfers at once: {gap:?}");
+}
+
+#[test]
+fn a_controller_count_out_of_range_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = nand_model::NandConfig {
+        interconnect: nand_model::Interconnect::Pmcd { controllers: 0 },
+        ..small_config()
+    };
+    let err = nand_model::NandDevice::create(&dir.path().join("x.img"), &config, TimingMode::Off)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("controllers must be from 1"), "{err}");
+}

@@ -34,6 +34,7 @@ pub fn small_config() -> NandConfig {
         geometry: small_geometry(),
         timing: k9_timing(),
         endurance: 5,
+        interconnect: Default::default(),
     }
 }
 

@@ -27,6 +27,7 @@ pub fn small_nand(page_size: u32, blocks_per_bank: u32) -> NandConfig {
             channel_bytes_per_sec: 400_000_000,
         },
         endurance: 100_000,
+        interconnect: Default::default(),
     }
 }
 
