@@ -64,6 +64,16 @@ pub enum Frontend {
     Nbd,
 }
 
+/// `--interconnect`, `[nand] interconnect`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InterconnectKind {
+    /// A controller per channel, reaching only its channel's banks.
+    Tmcd,
+    /// N controllers, each reaching every bank.
+    Pmcd,
+}
+
 /// Options that choose and shape an image (shared by `serve` and `format`).
 #[derive(Args, Debug, Default, Clone)]
 pub struct ImageArgs {
@@ -77,6 +87,14 @@ pub struct ImageArgs {
     /// own [default: page].
     #[arg(long, value_name = "SCHEME", value_parser = scheme_parser())]
     pub ftl: Option<SchemeKind>,
+    /// How controllers reach banks in a new image: tmcd (a controller per channel, as every
+    /// preset) or pmcd (N controllers, any of which reaches any bank; thesis ch. 4) [default:
+    /// tmcd].
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub interconnect: Option<InterconnectKind>,
+    /// PMCD controllers of a new image [default: the preset's channel count].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(nand_model::MAX_CONTROLLERS)))]
+    pub controllers: Option<u32>,
     /// Exported size of a new image, e.g. 256M, 1G, 1GiB or bytes; the preset's geometry is
     /// scaled to hold it [default: the preset's own size].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]

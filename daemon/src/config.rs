@@ -16,6 +16,10 @@
 //! read_only = false
 //! control_socket = "/run/ftld/disk0.ctl"
 //!
+//! [nand]                     # new images only
+//! interconnect = "tmcd"      # tmcd | pmcd (thesis ch. 4)
+//! controllers = 4            # pmcd only [default: the preset's channel count]
+//!
 //! [ftl]                      # ftl::FtlConfig
 //! queues = 4
 //! gc_policy = "adaptive"     # in-path | parallel | adaptive
@@ -41,7 +45,7 @@ use ftl_nbd::ServerConfig;
 use nand_model::TimingMode;
 use serde::Deserialize;
 
-use crate::cli::{Frontend, ImageArgs, ServeArgs, DEFAULT_IMAGE};
+use crate::cli::{Frontend, ImageArgs, InterconnectKind, ServeArgs, DEFAULT_IMAGE};
 use crate::units::{parse_listen, parse_size};
 use crate::UsageError;
 
@@ -58,6 +62,7 @@ pub struct FileConfig {
     pub nbd_listen: Option<String>,
     pub read_only: Option<bool>,
     pub control_socket: Option<PathBuf>,
+    pub nand: Option<NandFileConfig>,
     pub ftl: Option<FtlConfig>,
     pub nbd: Option<NbdFileConfig>,
     pub ublk: Option<UblkFileConfig>,
@@ -65,6 +70,14 @@ pub struct FileConfig {
     /// explicit scheme may contradict an existing image).
     #[serde(skip)]
     pub ftl_scheme_set: bool,
+}
+
+/// The `[nand]` table: device settings a preset leaves open.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NandFileConfig {
+    pub interconnect: Option<InterconnectKind>,
+    pub controllers: Option<u32>,
 }
 
 /// The `[ublk]` table.
@@ -134,6 +147,9 @@ pub struct ImageSettings {
     /// FTL scheme asked for explicitly (flag or `[ftl] scheme`); `ftl.scheme` holds it or the
     /// default.
     pub scheme: Option<ftl::SchemeKind>,
+    /// Interconnect asked for explicitly (flags or `[nand]`); `controllers` is `None` for
+    /// "the preset's channel count".
+    pub interconnect: Option<(InterconnectKind, Option<u32>)>,
     pub ftl: FtlConfig,
 }
 
@@ -201,11 +217,40 @@ pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<Imag
     if ftl.queues == 0 || ftl.queues > 64 {
         return Err(UsageError(format!("queues must be 1..=64, not {}", ftl.queues)).into());
     }
+    let nand = file.nand.as_ref();
+    let kind = args
+        .interconnect
+        .or_else(|| nand.and_then(|n| n.interconnect));
+    let controllers = args
+        .controllers
+        .or_else(|| nand.and_then(|n| n.controllers));
+    let interconnect = match (kind, controllers) {
+        (None, None) => None,
+        (Some(InterconnectKind::Tmcd), Some(_)) | (None, Some(_)) => {
+            return Err(UsageError(
+                "controllers is a pmcd setting: add --interconnect pmcd (or [nand] \
+                 interconnect = \"pmcd\"), or drop it (tmcd has a controller per channel)"
+                    .into(),
+            )
+            .into())
+        }
+        (Some(k), c) => {
+            if let Some(c) = c.filter(|c| !(1..=nand_model::MAX_CONTROLLERS).contains(c)) {
+                return Err(UsageError(format!(
+                    "controllers must be from 1 to {}, not {c}",
+                    nand_model::MAX_CONTROLLERS
+                ))
+                .into());
+            }
+            Some((k, c))
+        }
+    };
     Ok(ImageSettings {
         path,
         preset: args.preset.clone().or_else(|| file.preset.clone()),
         capacity,
         scheme,
+        interconnect,
         ftl,
     })
 }
@@ -334,6 +379,32 @@ mod tests {
             parse("capacity = 4096").expect("parses").capacity,
             Some(SizeValue::Bytes(4096))
         ));
+    }
+
+    #[test]
+    fn nand_table_sets_the_interconnect_and_flags_override_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        fs::write(&path, "[nand]\ninterconnect = \"pmcd\"\ncontrollers = 2\n").expect("write");
+        let file = FileConfig::load(&path).expect("loads");
+        let s = resolve_image(&ImageArgs::default(), &file).expect("resolves");
+        assert_eq!(s.interconnect, Some((InterconnectKind::Pmcd, Some(2))));
+        let args = ImageArgs {
+            controllers: Some(6),
+            ..Default::default()
+        };
+        let s = resolve_image(&args, &file).expect("resolves");
+        assert_eq!(s.interconnect, Some((InterconnectKind::Pmcd, Some(6))));
+        let args = ImageArgs {
+            interconnect: Some(InterconnectKind::Tmcd),
+            ..Default::default()
+        };
+        // tmcd from the flag with controllers from the file: contradictory.
+        assert!(resolve_image(&args, &file).is_err());
+        assert!(parse("[nand]\ninterconnect = \"xbar\"").is_err());
+        assert!(parse("[nand]\nchannels = 2").is_err());
+        let zero = parse("[nand]\ninterconnect = \"pmcd\"\ncontrollers = 0").expect("parses");
+        assert!(resolve_image(&ImageArgs::default(), &zero).is_err());
     }
 
     #[test]

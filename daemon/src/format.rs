@@ -40,16 +40,19 @@ pub fn run(args: &FormatArgs) -> anyhow::Result<()> {
     let ftl = image::create(&s, TimingMode::Off)?;
     let capacity = ftl.capacity();
     let geo = ftl.nand().geometry().to_owned();
+    let interconnect = ftl.nand().config().interconnect;
     ftl.close()
         .map_err(|e| image::describe(e, path).context("closing the new image"))?;
     out!(
-        "formatted {}: FTL scheme {}, {} exported ({} bytes) on {} of raw flash ({} blocks/bank)",
+        "formatted {}: FTL scheme {}, {} exported ({} bytes) on {} of raw flash ({} blocks/bank), \
+         interconnect {}",
         path.display(),
         s.ftl.scheme,
         format_size(capacity),
         capacity,
         format_size(geo.raw_capacity()),
-        geo.blocks_per_bank
+        geo.blocks_per_bank,
+        interconnect
     );
     Ok(())
 }

@@ -10,8 +10,9 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context};
 use ftl::{Ftl, FtlError, ImageInfo, LOGICAL_PAGE};
-use nand_model::{ImageError, NandConfig, TimingMode};
+use nand_model::{ImageError, Interconnect, NandConfig, TimingMode};
 
+use crate::cli::InterconnectKind;
 use crate::config::ImageSettings;
 use crate::presets;
 use crate::units::format_size;
@@ -91,6 +92,28 @@ pub fn check_matches(
     Ok(())
 }
 
+/// Fails if an explicitly requested interconnect contradicts the existing image's.
+pub fn check_interconnect(
+    info: &ImageInfo,
+    asked: Option<(InterconnectKind, Option<u32>)>,
+) -> anyhow::Result<()> {
+    let Some(asked) = asked else {
+        return Ok(());
+    };
+    let have = info.nand.interconnect;
+    let want = interconnect_of(asked, info.nand.geometry.channels);
+    if have != want {
+        return Err(UsageError(format!(
+            "image {} has interconnect {have}, but the options ask for {want} (an existing image \
+             keeps the device it was created with; drop the option, or recreate the image with \
+             `ftld format --force`)",
+            info.path.display()
+        ))
+        .into());
+    }
+    Ok(())
+}
+
 /// The first field (other than the number of blocks, which capacity scaling changes) in which
 /// two device configurations differ: `(name, a's value, b's value)`.
 pub fn shape_difference(a: &NandConfig, b: &NandConfig) -> Option<(&'static str, String, String)> {
@@ -143,14 +166,28 @@ pub fn shape_difference(a: &NandConfig, b: &NandConfig) -> Option<(&'static str,
     fields.into_iter().find(|(_, x, y)| x != y)
 }
 
+/// The interconnect `asked` (kind, controllers) resolves to on a device with `channels`.
+pub fn interconnect_of(asked: (InterconnectKind, Option<u32>), channels: u32) -> Interconnect {
+    match asked {
+        (InterconnectKind::Tmcd, _) => Interconnect::Tmcd,
+        (InterconnectKind::Pmcd, c) => Interconnect::Pmcd {
+            controllers: c.unwrap_or(channels),
+        },
+    }
+}
+
 /// The device configuration and exported size a new image gets.
 pub fn plan_new(settings: &ImageSettings) -> anyhow::Result<(NandConfig, Option<u64>)> {
     let preset = presets::find(settings.preset.as_deref().unwrap_or(DEFAULT_PRESET))?;
+    let mut config = preset.config;
+    if let Some(asked) = settings.interconnect {
+        config.interconnect = interconnect_of(asked, config.geometry.channels);
+    }
     match settings.capacity {
-        None => Ok((preset.config, None)),
+        None => Ok((config, None)),
         Some(c) => {
             let export = round_capacity(c);
-            let nand = presets::scale_for_capacity(&preset.config, &settings.ftl, export)?;
+            let nand = presets::scale_for_capacity(&config, &settings.ftl, export)?;
             Ok((nand, Some(export)))
         }
     }
@@ -201,6 +238,7 @@ pub fn open(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ftl>
         settings.preset.as_deref(),
         settings.capacity,
     )?;
+    check_interconnect(&info, settings.interconnect)?;
     Ftl::open(path, timing, settings.ftl.clone()).map_err(|e| describe(e, path))
 }
 

@@ -86,6 +86,7 @@ pub fn render(info: &ImageInfo) -> String {
                 t.channel_bytes_per_sec / 1_000_000
             ),
         ),
+        ("interconnect", info.nand.interconnect.to_string()),
         ("write queues", format!("at most {}", info.max_queues)),
         (
             "wear",

@@ -108,6 +108,10 @@ pub fn print(json: bool) -> anyhow::Result<()> {
     }
     out!();
     out!("BANKS is channels x banks per channel; EXPORT is the default exported size.");
+    out!(
+        "Every preset has interconnect tmcd (a controller per channel); --interconnect pmcd \
+         [--controllers N] (or [nand]) gives a new image N controllers that reach any bank."
+    );
     out!("--capacity SIZE scales a preset's blocks per bank to export SIZE.");
     out!();
     for p in &all {

@@ -161,6 +161,71 @@ fn a_contradicting_ftl_scheme_is_refused() {
     }
 }
 
+/// A PMCD image (thesis ch. 4) keeps its interconnect: `info` shows it, a contradicting option
+/// is refused naming the image and both, and `--controllers` needs `pmcd`.
+#[test]
+fn the_interconnect_is_chosen_at_format_and_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("p.img");
+    let image = img.display().to_string();
+    let out = run_ok(Command::new(FTLD).args([
+        "format",
+        "--ftl",
+        "fast",
+        "--preset",
+        "k9-003",
+        "--capacity",
+        "32M",
+        "--interconnect",
+        "pmcd",
+        "--controllers",
+        "3",
+        "--image",
+        &image,
+    ]));
+    assert!(out.contains("pmcd (3 controllers"), "{out}");
+    let info: Value =
+        serde_json::from_str(&run_ok(Command::new(FTLD).args(["info", "--json", &image])))
+            .expect("json");
+    assert_eq!(
+        info["nand"]["interconnect"],
+        serde_json::json!({"kind": "pmcd", "controllers": 3}),
+        "{info}"
+    );
+    let text = run_ok(Command::new(FTLD).args(["info", &image]));
+    assert!(
+        text.contains("interconnect       pmcd (3 controllers"),
+        "{text}"
+    );
+    for extra in [
+        &["--interconnect", "tmcd"][..],
+        &["--interconnect", "pmcd", "--controllers", "4"],
+    ] {
+        let (code, err) = run_to_exit(
+            Command::new(FTLD)
+                .args(["serve", "--timing", "off", "--image", &image])
+                .args(extra),
+        );
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(
+            err.contains(&image) && err.contains("pmcd (3 controllers") && err.contains(extra[1]),
+            "{extra:?}: {err}"
+        );
+    }
+    let (code, err) = run_to_exit(Command::new(FTLD).args([
+        "format",
+        "--image",
+        &dir.path().join("q.img").display().to_string(),
+        "--controllers",
+        "2",
+    ]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("controllers is a pmcd setting"), "{err}");
+    assert!(!dir.path().join("q.img").exists());
+    let presets = run_ok(Command::new(FTLD).arg("presets"));
+    assert!(presets.contains("--interconnect pmcd"), "{presets}");
+}
+
 #[test]
 fn options_that_contradict_the_image_are_usage_errors() {
     let mut d = Daemon::start(FTLD);

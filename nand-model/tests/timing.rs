@@ -259,7 +259,10 @@ fn pmcd_transfers_take_any_free_controller() {
     let a = dev.program(PageAddr::new(0, 1, 0), &PAGE, &[]).unwrap();
     let b = dev.program(PageAddr::new(1, 1, 0), &PAGE, &[]).unwrap();
     let gap = b.deadline().saturating_duration_since(a.deadline());
-    assert!(gap < xfer(4096), "the second controller was not used: {gap:?}");
+    assert!(
+        gap < xfer(4096),
+        "the second controller was not used: {gap:?}"
+    );
     drop((a, b));
     f.reopen(TimingMode::Real);
     assert_eq!(
@@ -273,7 +276,10 @@ fn pmcd_transfers_take_any_free_controller() {
     let a = dev.program(PageAddr::new(0, 1, 0), &PAGE, &[]).unwrap();
     let b = dev.program(PageAddr::new(2, 1, 0), &PAGE, &[]).unwrap();
     let gap = b.deadline().saturating_duration_since(a.deadline());
-    assert!(gap >= xfer(4096), "one controller carried two transfers at once: {gap:?}");
+    assert!(
+        gap >= xfer(4096),
+        "one controller carried two transfers at once: {gap:?}"
+    );
 }
 
 #[test]
