@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use ftl::{GcPolicy, SchemeKind};
+use ftl::{GcPolicy, LogPlacement, SchemeKind};
 use nand_model::TimingMode;
 use serde::Deserialize;
 
@@ -132,6 +132,10 @@ pub struct ServeArgs {
     /// Garbage-collection scheduling: in-path, parallel or adaptive [default: adaptive].
     #[arg(long, value_name = "POLICY")]
     pub gc_policy: Option<GcPolicy>,
+    /// Hybrid schemes: log blocks and merge destinations on their data block's bank (same) or
+    /// away from its channel/bank (spread; thesis ch. 4) [default: spread].
+    #[arg(long, value_name = "POLICY")]
+    pub log_placement: Option<LogPlacement>,
     /// Control socket for `ftld stats` [default: the image path with extension .ctl].
     #[arg(long, value_name = "PATH")]
     pub control_socket: Option<PathBuf>,

@@ -24,6 +24,7 @@
 //! queues = 4
 //! gc_policy = "adaptive"     # in-path | parallel | adaptive
 //! overprovision = 0.07       # new images only
+//! log_placement = "spread"   # bast/fast: same | spread
 //!
 //! [nbd]
 //! export_name = "ftld"
@@ -261,6 +262,9 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
     let mut image = resolve_image(&args.image, &file)?;
     if let Some(p) = args.gc_policy {
         image.ftl.gc_policy = p;
+    }
+    if let Some(p) = args.log_placement {
+        image.ftl.log_placement = p;
     }
     let nbd_listen = match (args.nbd_listen, &file.nbd_listen) {
         (Some(a), _) => Some(a),

@@ -133,17 +133,27 @@ fn random_4k_writes_qd32_verify_and_persist() {
 }
 
 /// fio's random 4 KiB writes with verify on the hybrid schemes (full merges all the way),
-/// and again after a clean restart.
+/// and again after a clean restart; BAST also with `same` log placement on a PMCD device.
 #[test]
 fn random_4k_writes_verify_on_bast_and_fast() {
     if !require_tool("fio", "fio") {
         return;
     }
-    for scheme in ["bast", "fast"] {
+    for (scheme, placement, more) in [
+        ("bast", "spread", &[][..]),
+        ("fast", "spread", &[]),
+        (
+            "bast",
+            "same",
+            &["--interconnect", "pmcd", "--controllers", "2"],
+        ),
+    ] {
+        let mut extra = vec!["--ftl", scheme, "--log-placement", placement];
+        extra.extend_from_slice(more);
         let mut d = Daemon::start_with(
             FTLD,
             DaemonOpts {
-                extra: vec!["--ftl".into(), scheme.into()],
+                extra: extra.iter().map(|s| s.to_string()).collect(),
                 ..Default::default()
             },
         );
@@ -154,6 +164,7 @@ fn random_4k_writes_verify_on_bast_and_fast() {
             merges["full"]["count"].as_u64().unwrap_or(0) > 0,
             "{scheme}: {merges:#}"
         );
+        assert_eq!(merges["log_placement"], placement, "{merges:#}");
         assert!(d.stop().success(), "{}", d.log());
         d.restart();
         let mut again = strs(&job);

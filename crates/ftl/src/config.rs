@@ -83,6 +83,10 @@ pub struct FtlConfig {
     /// Log blocks of the hybrid schemes (`bast`, `fast`; format time only). 0: 3 % of the
     /// device's usable blocks.
     pub log_blocks: u32,
+    /// Hybrid schemes: where log blocks and merge destinations go relative to their data block
+    /// (`same` bank, or `spread` over channels/banks so merges run in parallel: thesis ch. 4).
+    /// A running policy, not part of the image.
+    pub log_placement: crate::schemes::LogPlacement,
 }
 
 impl Default for FtlConfig {
@@ -103,6 +107,7 @@ impl Default for FtlConfig {
             max_pending_pages: 64,
             read_retries: 3,
             log_blocks: 0,
+            log_placement: Default::default(),
         }
     }
 }

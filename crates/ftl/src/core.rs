@@ -253,6 +253,11 @@ impl Core {
     /// Erases a block that holds nothing valid and no pinned read (or, with `retire`, marks it
     /// bad) and returns it to its bank's free list; an erase that fails retires it. Returns
     /// whether the block was erased (false: it went bad). Used by GC and by merges.
+    ///
+    /// The erase is not waited for: its effect and any fault are known at submission, and the
+    /// bank's timeline keeps every later operation on the bank (a program into the freed block
+    /// too) behind it. So a GC step or merge goes on with work on other banks while the erase
+    /// runs, as a controller does, instead of idling for t_erase.
     pub fn erase_or_retire(&self, addr: nand_model::BlockAddr, retire: bool) -> bool {
         let went_bad = if retire {
             if let Err(e) = self.nand.mark_bad(addr) {
@@ -262,7 +267,7 @@ impl Core {
         } else {
             match self.nand.erase(addr) {
                 Ok(c) => {
-                    c.wait();
+                    drop(c);
                     self.counters.gc_erases.fetch_add(1, Ordering::Relaxed);
                     false
                 }

@@ -104,7 +104,7 @@ pub use crate::config::{FtlConfig, GcPolicy, VictimPolicy};
 pub use crate::error::{FtlError, Result};
 pub use crate::layout::{Lpn, Psa, LOGICAL_PAGE, SECTOR};
 pub use crate::recovery::{RecoveryMode, RecoveryReport};
-pub use crate::schemes::SchemeKind;
+pub use crate::schemes::{LogPlacement, SchemeKind};
 pub use crate::stats::{BankStats, FtlStats, LatencySummary, WearStats};
 pub use nand_model;
 
@@ -301,9 +301,12 @@ impl Ftl {
         // With timing off a program completes at once: a queue's writer then runs on the
         // thread that seals a page instead of costing a thread hand-off per page.
         let inline = nand.timing_mode() == TimingMode::Off;
-        let scheme = sb
-            .scheme
-            .build(layout, sb.lpns, layout.banks as usize, sb.log_blocks);
+        let plan = schemes::BankPlan::new(
+            cfg.log_placement,
+            nand.geometry(),
+            nand.config().interconnect,
+        );
+        let scheme = sb.scheme.build(layout, sb.lpns, sb.log_blocks, plan);
         let mut txs = Vec::new();
         let mut rxs = Vec::new();
         for q in 0..cfg.queues + 1 {

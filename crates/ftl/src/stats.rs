@@ -122,7 +122,8 @@ pub struct MergeKindStats {
     /// Valid pages copied (read and programmed) by merges of this kind.
     pub pages_copied: u64,
     pub erases: u64,
-    /// Time from the merge's start to its last erase, in microseconds.
+    /// Time from the merge's start to the submission of its last erase (erases are not waited
+    /// for: the bank's timeline keeps later work behind them), in microseconds.
     pub latency: LatencySummary,
 }
 
@@ -135,6 +136,8 @@ pub struct MergeStats {
     /// Log blocks the image was formatted with, and how many are in use.
     pub log_blocks: u32,
     pub log_blocks_in_use: u32,
+    /// `[ftl] log_placement` in force (`same` or `spread`).
+    pub log_placement: String,
 }
 
 #[derive(Clone, Debug, Serialize)]

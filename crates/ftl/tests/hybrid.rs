@@ -171,3 +171,77 @@ fn fast_switch_partial_full() {
     assert_eq!(d.ftl.stats().nand_violations, 0);
     reopen_twice(dir.path(), d, SchemeKind::Fast);
 }
+
+/// `[ftl] log_placement` (thesis ch. 4): `same` keeps a logical block's log block and its full
+/// merge's new block on its data block's bank; `spread` puts them where other controllers
+/// serve them: another channel under TMCD, another bank under PMCD. `small_nand` has banks 0
+/// and 1 on channel 0, 2 and 3 on channel 1.
+#[test]
+fn log_placement_same_or_spread() {
+    use ftl::nand_model::Interconnect;
+    use ftl::LogPlacement;
+    for interconnect in [Interconnect::Tmcd, Interconnect::Pmcd { controllers: 2 }] {
+        for placement in LogPlacement::ALL {
+            let what = format!("{placement} under {interconnect:?}");
+            let dir = tempfile::tempdir().unwrap();
+            let nand = ftl::nand_model::NandConfig {
+                interconnect,
+                ..small_nand(4096, 32)
+            };
+            let ftl = create(
+                &dir.path().join("h.img"),
+                &nand,
+                FtlConfig {
+                    log_placement: placement,
+                    ..cfg(SchemeKind::Bast, 2)
+                },
+            );
+            let pages = (ftl.capacity() / 4096) as usize;
+            let mut d = Device {
+                ftl,
+                tags: vec![0; pages],
+                tag: 0,
+            };
+            let bank_of = |d: &Device, lpn: u64| {
+                block_on(d.ftl.flush()).unwrap();
+                d.ftl
+                    .physical_slot(lpn as u32)
+                    .expect("flushed")
+                    .0
+                    .block
+                    .bank
+                    .0
+            };
+            let apart = |a: u32, b: u32| match interconnect {
+                Interconnect::Tmcd => a / 2 != b / 2,
+                Interconnect::Pmcd { .. } => a != b,
+            };
+            // Block 0 switches its log in: that is its data block now. Page 0 again: a new log.
+            d.write(0..SPB);
+            d.write([0]);
+            let data = bank_of(&d, 3);
+            let log = bank_of(&d, 0);
+            match placement {
+                LogPlacement::Same => assert_eq!(log, data, "{what}: log on the data bank"),
+                LogPlacement::Spread => assert!(apart(log, data), "{what}: log {log}, data {data}"),
+            }
+            // Out-of-order pages, then two other blocks take the pool: block 0 is fully merged.
+            d.write([5, 2, 5]);
+            d.write([SPB, 2 * SPB]);
+            assert_eq!(d.merges().2, 1, "{what}: one full merge");
+            let merged = bank_of(&d, 0);
+            assert_eq!(merged, bank_of(&d, 3), "{what}: one data block");
+            match placement {
+                LogPlacement::Same => assert_eq!(merged, data, "{what}: merged on the data bank"),
+                // Two channels leave no third one under TMCD: away from the data block then.
+                LogPlacement::Spread => assert!(
+                    apart(merged, data)
+                        && (apart(merged, log) || interconnect == Interconnect::Tmcd),
+                    "{what}: merged to {merged}, data {data}, log {log}"
+                ),
+            }
+            d.verify(&what);
+            assert_eq!(d.ftl.stats().nand_violations, 0);
+        }
+    }
+}

@@ -147,7 +147,16 @@ fn run_seed(seed: u64, ops: usize, dir: &Path) {
     let page_size = [4096u32, 8192, 16384][rng.gen_range(0..3)];
     let blocks = rng.gen_range(20..32);
     let mut nand = small_nand(page_size, blocks);
-    let cfg = cfg_for(&mut rng);
+    let mut cfg = cfg_for(&mut rng);
+    // Log placement and interconnect from a stream of their own (the draws above stay those
+    // of earlier runs of a seed).
+    let mut place_rng = SmallRng::seed_from_u64(seed ^ 0x1c_0003);
+    cfg.log_placement = ftl::LogPlacement::ALL[place_rng.gen_range(0..2)];
+    if place_rng.gen_bool(0.5) {
+        nand.interconnect = ftl::nand_model::Interconnect::Pmcd {
+            controllers: place_rng.gen_range(1..=4),
+        };
+    }
     // Timing `real` (writer threads, programs in flight, completions on the timer thread) with
     // microsecond latencies, or `off` (writers inline on the sealing thread).
     let timing = if rng.gen_bool(0.3) {

@@ -51,6 +51,8 @@ use crate::recovery::{Resolved, Scan};
 pub mod hybrid;
 pub mod page;
 
+pub use hybrid::banks::{BankPlan, LogPlacement};
+
 /// The FTL schemes an image can be formatted with.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -123,27 +125,25 @@ impl SchemeKind {
     }
 
     /// Builds the scheme's state for a device of `lpns` logical pages.
+    /// `plan` says where the hybrids put new blocks (unused by `page`).
     pub(crate) fn build(
         self,
         layout: Layout,
         lpns: u32,
-        banks: usize,
         log_blocks: u32,
+        plan: BankPlan,
     ) -> Arc<dyn Scheme> {
+        let hybrid = |policy| {
+            Arc::new(hybrid::HybridScheme::new(
+                policy, layout, lpns, log_blocks, plan,
+            ))
+        };
         match self {
-            SchemeKind::Page => Arc::new(page::PageScheme::new(layout, lpns, banks)),
-            SchemeKind::Bast => Arc::new(hybrid::HybridScheme::new(
-                hybrid::LogPolicy::Bast,
-                layout,
-                lpns,
-                log_blocks,
-            )),
-            SchemeKind::Fast => Arc::new(hybrid::HybridScheme::new(
-                hybrid::LogPolicy::Fast,
-                layout,
-                lpns,
-                log_blocks,
-            )),
+            SchemeKind::Page => {
+                Arc::new(page::PageScheme::new(layout, lpns, layout.banks as usize))
+            }
+            SchemeKind::Bast => hybrid(hybrid::LogPolicy::Bast),
+            SchemeKind::Fast => hybrid(hybrid::LogPolicy::Fast),
         }
     }
 }

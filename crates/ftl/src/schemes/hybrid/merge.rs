@@ -15,6 +15,7 @@
 //! stays detectably bad, as with GC. A merge holds its logical block's lock (nothing of it is
 //! in flight) and `gc_gate` shared (a checkpoint never sees a merge half published).
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -37,6 +38,18 @@ pub enum MergeKind {
 
 /// A copy that did not complete: the destination block's program failed.
 struct ProgramFailed;
+
+/// Destination pages whose reads a merge issues before programming the first of them.
+const READ_AHEAD: usize = 4;
+
+/// A destination page whose source reads are issued.
+struct StagedPage {
+    page: u32,
+    data: Vec<u8>,
+    metas: Vec<SlotMeta>,
+    /// Reads to wait for before the program.
+    reads: Vec<Completion>,
+}
 
 impl HybridScheme {
     /// Merges logical block `lbn` (see the module doc). The caller holds `lbn`'s lock and has
@@ -122,8 +135,7 @@ impl HybridScheme {
                 self.set_data_block(lbn, None);
                 return;
             }
-            let home = lbn % self.layout.banks;
-            let Some(dst) = self.alloc_block_near(core, home, true) else {
+            let Some(dst) = self.alloc_block_near(core, self.merge_bank(lbn), true) else {
                 core.set_read_only(format!("no free block for a merge of logical block {lbn}"));
                 return;
             };
@@ -147,6 +159,23 @@ impl HybridScheme {
         }
     }
 
+    /// Where a full merge of `lbn` should write its new data block: away from the blocks its
+    /// pages are read from, under `spread` (`banks.rs`).
+    fn merge_bank(&self, lbn: u32) -> u32 {
+        let data = self.data_block(lbn).map(|d| self.bank_of(d));
+        let mut sources: Vec<u32> = data.into_iter().collect();
+        let first = lbn * self.spb;
+        for l in first..(first + self.spb).min(self.lpns) {
+            if let Some(psa) = self.map.get(Lpn(l)) {
+                let b = self.bank_of(self.layout.block_of(psa));
+                if !sources.contains(&b) {
+                    sources.push(b);
+                }
+            }
+        }
+        self.plan.merge_bank(data, &sources, self.plan.home(lbn))
+    }
+
     /// The last page (of a block) that holds a current page of `lbn`.
     fn last_current_page(&self, lbn: u32) -> Option<u32> {
         let first = lbn * self.spb;
@@ -160,6 +189,14 @@ impl HybridScheme {
     /// Copies the current pages of `lbn` that belong on pages `from..` of block `dst` (slot
     /// `i` for page `i`; padding where a page has no current version) up to the last such
     /// page, then switches the map to the copies. Returns the pages copied.
+    ///
+    /// Reads run up to [`READ_AHEAD`] destination pages ahead of the programs, and programs are
+    /// not waited for one by one: each NAND operation waits only for what it really depends on
+    /// (a program for its page's reads), so reads from the data and log blocks and programs to
+    /// the destination overlap whenever they are on different banks and controllers (the
+    /// parallelism `spread` placement is for: thesis Fig. 11, 12). The data effect of a read is
+    /// at submission, so the data is checked at once; the program still starts only after the
+    /// read's modelled completion.
     fn copy_pages(
         &self,
         core: &Core,
@@ -173,46 +210,73 @@ impl HybridScheme {
             return Ok(0);
         };
         let dst_addr = layout.block_addr(dst);
-        let mut data = vec![0u8; layout.page_size as usize];
         let mut oob_buf = vec![0u8; layout.oob_size as usize];
         let mut moves: Vec<(Lpn, Psa, Psa)> = Vec::new();
-        let mut pending: Vec<Completion> = Vec::new();
-        for p in from..=last {
-            let mut metas = Vec::with_capacity(sps as usize);
-            for i in 0..sps {
-                let off = p * sps + i;
-                let lpn = Lpn(lbn * self.spb + off);
-                let buf = &mut data[(i as usize) * LOGICAL_PAGE..(i as usize + 1) * LOGICAL_PAGE];
-                let src = (lpn.0 < self.lpns).then(|| self.map.get(lpn)).flatten();
-                match src {
-                    Some(src) => {
-                        metas.push(self.read_for_copy(core, lpn, src, buf));
-                        moves.push((lpn, src, self.slot_psa(dst, off)));
-                    }
-                    None => {
-                        buf.fill(0);
-                        metas.push(SlotMeta::PAD);
+        let mut programs: Vec<Completion> = Vec::new();
+        let mut staged: VecDeque<StagedPage> = VecDeque::with_capacity(READ_AHEAD);
+        let mut spare: Vec<Vec<u8>> = Vec::new();
+        let mut next = from;
+        loop {
+            // Read ahead.
+            while next <= last && staged.len() < READ_AHEAD {
+                let mut data = spare
+                    .pop()
+                    .unwrap_or_else(|| vec![0u8; layout.page_size as usize]);
+                let mut metas = Vec::with_capacity(sps as usize);
+                let mut reads = Vec::new();
+                for i in 0..sps {
+                    let off = next * sps + i;
+                    let lpn = Lpn(lbn * self.spb + off);
+                    let buf =
+                        &mut data[(i as usize) * LOGICAL_PAGE..(i as usize + 1) * LOGICAL_PAGE];
+                    let src = (lpn.0 < self.lpns).then(|| self.map.get(lpn)).flatten();
+                    match src {
+                        Some(src) => {
+                            let (meta, read) = self.read_for_copy(core, lpn, src, buf);
+                            metas.push(meta);
+                            reads.extend(read);
+                            moves.push((lpn, src, self.slot_psa(dst, off)));
+                        }
+                        None => {
+                            buf.fill(0);
+                            metas.push(SlotMeta::PAD);
+                        }
                     }
                 }
+                staged.push_back(StagedPage {
+                    page: next,
+                    data,
+                    metas,
+                    reads,
+                });
+                next += 1;
             }
-            oob::encode_data(&mut oob_buf, &metas);
+            let Some(st) = staged.pop_front() else {
+                break;
+            };
+            for r in st.reads {
+                r.wait();
+            }
+            oob::encode_data(&mut oob_buf, &st.metas);
             let addr = PageAddr {
                 block: dst_addr,
-                page: p,
+                page: st.page,
             };
-            match core.nand.program(addr, &data, &oob_buf) {
+            let result = core.nand.program(addr, &st.data, &oob_buf);
+            spare.push(st.data);
+            match result {
                 Ok(c) => {
                     core.counters
                         .gc_page_programs
                         .fetch_add(1, Ordering::Relaxed);
-                    pending.push(c);
+                    programs.push(c);
                 }
                 Err(e) if e.is_fault() => {
                     tracing::warn!("merge program at {addr:?} failed: {e}; retiring the block");
                     core.counters
                         .program_failures
                         .fetch_add(1, Ordering::Relaxed);
-                    for c in pending {
+                    for c in programs {
                         c.wait();
                     }
                     return Err(ProgramFailed);
@@ -223,7 +287,9 @@ impl HybridScheme {
                 }
             }
         }
-        for c in pending {
+        // The copies must be on flash before the map points at them and the sources can be
+        // erased.
+        for c in programs {
             c.wait();
         }
         // Publish: a page trimmed meanwhile keeps its trim (its copy is garbage).
@@ -239,9 +305,16 @@ impl HybridScheme {
     }
 
     /// Reads the slot at `src` (current version of `lpn`) into `buf` and returns the metadata
-    /// its copy carries. Data that fails its check on every retry is copied as read, with its
-    /// original CRC, so that it stays detectably bad.
-    fn read_for_copy(&self, core: &Core, lpn: Lpn, src: Psa, buf: &mut [u8]) -> SlotMeta {
+    /// its copy carries, with the read's completion to wait for before programming the copy
+    /// (`None`: already waited). Data that fails its check on every retry is copied as read,
+    /// with its original CRC, so that it stays detectably bad.
+    fn read_for_copy(
+        &self,
+        core: &Core,
+        lpn: Lpn,
+        src: Psa,
+        buf: &mut [u8],
+    ) -> (SlotMeta, Option<Completion>) {
         let (page, slot) = self.layout.split(src);
         let mut oob_buf = vec![0u8; oob::slot_entry_len(slot)];
         let mut entry = None;
@@ -251,13 +324,14 @@ impl HybridScheme {
                 .read(page, slot * LOGICAL_PAGE as u32, buf, Some(&mut oob_buf))
             {
                 Ok(c) => {
-                    c.wait();
                     entry = oob::slot_entry(&oob_buf, slot);
-                    if entry.is_some_and(|m| {
+                    if let Some(m) = entry.filter(|m| {
                         m.kind == SlotKind::Data && m.lpn == lpn && m.crc == crc32fast::hash(buf)
                     }) {
-                        return entry.unwrap_or(SlotMeta::PAD);
+                        return (m, Some(c));
                     }
+                    // A retry is a new read after this one.
+                    c.wait();
                     core.counters.crc_errors.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(NandError::Uncorrectable { .. }) => buf.fill(0),
@@ -275,7 +349,7 @@ impl HybridScheme {
         core.count_uncorrectable(page.block.bank.0);
         // The entry names the page and its sequence number if it is readable; the CRC is made
         // to fail when the original is unknown.
-        match entry.filter(|m| m.kind == SlotKind::Data && m.lpn == lpn) {
+        let meta = match entry.filter(|m| m.kind == SlotKind::Data && m.lpn == lpn) {
             Some(m) => m,
             None => SlotMeta {
                 kind: SlotKind::Data,
@@ -283,7 +357,8 @@ impl HybridScheme {
                 seq: 0,
                 crc: !crc32fast::hash(buf),
             },
-        }
+        };
+        (meta, None)
     }
 
     /// Erases a block that holds nothing current any more (or marks it bad with `bad`) and

@@ -3,6 +3,7 @@
 //!
 //! | module | job |
 //! |---|---|
+//! | `banks` | which bank a new log block or merge destination goes to (`same`/`spread`) |
 //! | `locks` | one lock per logical block, and the rule that keeps them free of cycles |
 //! | `logs` | the log-block pool and the journal blocks of trim records |
 //! | `place` | where a sealed page goes: BAST's and FAST's log rules |
@@ -39,6 +40,7 @@
 //! until its record is on flash, as with `page`: a merge erases a block only when none of its
 //! slots is still held.
 
+pub mod banks;
 mod locks;
 mod logs;
 mod merge;
@@ -52,6 +54,7 @@ use std::thread::JoinHandle;
 use nand_model::PageAddr;
 use parking_lot::Mutex;
 
+use self::banks::BankPlan;
 use self::locks::LbnLocks;
 use self::logs::{Journal, Logs};
 use self::merge::MergeKind;
@@ -117,10 +120,20 @@ pub struct HybridScheme {
     logs: Mutex<Logs>,
     journal: Mutex<Journal>,
     merges: [MergeCounters; 3],
+    /// Where new blocks go.
+    plan: BankPlan,
+    /// Random-write log blocks opened so far (FAST), to deal them over the banks.
+    rw_opened: AtomicU32,
 }
 
 impl HybridScheme {
-    pub fn new(policy: LogPolicy, layout: Layout, lpns: u32, log_blocks: u32) -> HybridScheme {
+    pub fn new(
+        policy: LogPolicy,
+        layout: Layout,
+        lpns: u32,
+        log_blocks: u32,
+        plan: BankPlan,
+    ) -> HybridScheme {
         let spb = layout.slots_per_block();
         let lbns = lpns.div_ceil(spb);
         HybridScheme {
@@ -136,6 +149,8 @@ impl HybridScheme {
             logs: Mutex::new(Logs::default()),
             journal: Mutex::new(Journal::default()),
             merges: Default::default(),
+            plan,
+            rw_opened: AtomicU32::new(0),
         }
     }
 
@@ -148,6 +163,16 @@ impl HybridScheme {
 
     fn set_data_block(&self, lbn: u32, b: Option<BlockIdx>) {
         self.data[lbn as usize].store(b.map_or(NO_BLOCK, |b| b.0), Ordering::Release);
+    }
+
+    fn bank_of(&self, b: BlockIdx) -> u32 {
+        self.layout.block_addr(b).bank.0
+    }
+
+    /// The bank a new log block of `lbn` should go to (`banks.rs`).
+    fn log_bank(&self, lbn: u32) -> u32 {
+        let data = self.data_block(lbn).map(|d| self.bank_of(d));
+        self.plan.log_bank(data, self.plan.home(lbn))
     }
 
     fn lbn_of(&self, lpn: Lpn) -> u32 {
@@ -326,6 +351,7 @@ impl Scheme for HybridScheme {
             full: self.counters(MergeKind::Full).summary(),
             log_blocks: self.log_limit,
             log_blocks_in_use: self.logs.lock().blocks.len() as u32,
+            log_placement: self.plan.placement().to_string(),
         })
     }
 }

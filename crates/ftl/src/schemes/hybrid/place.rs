@@ -187,10 +187,7 @@ impl HybridPlacer {
             if logs.in_use() < s.log_limit {
                 logs.reserved += 1;
                 drop(logs);
-                // `same` placement: the log block goes to its data block's bank.
-                let bank = s
-                    .data_block(lbn)
-                    .map_or(lbn % s.layout.banks, |d| s.layout.block_addr(d).bank.0);
+                let bank = s.log_bank(lbn);
                 if let Some(b) = self.new_log(core, bank) {
                     let mut logs = s.logs.lock();
                     logs.blocks
@@ -260,7 +257,7 @@ impl HybridPlacer {
                 if logs.in_use() < s.log_limit {
                     logs.reserved += 1;
                     drop(logs);
-                    if let Some(b) = self.new_log(core, lbn % s.layout.banks) {
+                    if let Some(b) = self.new_log(core, s.log_bank(lbn)) {
                         let mut logs = s.logs.lock();
                         logs.blocks
                             .insert(b, LogBlock::new(b, Some(lbn), s.spb, now));
@@ -290,7 +287,8 @@ impl HybridPlacer {
                 if logs.in_use() < s.log_limit {
                     logs.reserved += 1;
                     drop(logs);
-                    let bank = (self.q as u32 + lbn) % s.layout.banks;
+                    let n = s.rw_opened.fetch_add(1, Ordering::Relaxed);
+                    let bank = s.plan.random_log_bank(n);
                     if let Some(b) = self.new_log(core, bank) {
                         let mut lb = LogBlock::new(b, None, s.spb, now);
                         lb.writer = Some(self.q);
