@@ -16,9 +16,12 @@
 #
 # Usage: benches/fio/run.sh [--smoke] [--size SIZE] [--runtime SECONDS] [--reps N]
 #                           [--ftld PATH] [--servers "ftld nbdkit qemu-nbd"]
-#                           [--overprovision FRACTION] [--ftl SCHEME]
+#                           [--overprovision FRACTION] [--ftl SCHEME[,SCHEME...]]
 #   --overprovision  format ftld's image with this over-provisioning (default: ftld's, 0.07)
-#   --ftl      format ftld's image with this FTL scheme (default: ftld's, page; `ftld presets`)
+#   --ftl      format ftld's image with this FTL scheme (default: ftld's, page; `ftld presets`);
+#              a list (e.g. page,bast,fast) runs one ftld per scheme, named ftld-SCHEME, all
+#              alternated with the peers on the same jobs; MERGES is then each hybrid's
+#              switch/partial/full merges during the job
 #   --smoke    64 MiB export, 1 s per job, 1 repetition: checks the script works (a test runs it)
 # Needs fio, nbdkit, qemu-utils (qemu-nbd, qemu-img), jq; builds ftld (cargo build --release)
 # unless --ftld is given.
@@ -43,7 +46,7 @@ while [ $# -gt 0 ]; do
         --overprovision) OP="$2"; shift ;;
         --ftl) SCHEME="$2"; shift ;;
         --servers) SERVERS="$2"; shift ;;
-        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -94,19 +97,21 @@ wait_socket() { # SOCKET PID NAME
     exit 1
 }
 
-start_server() { # NAME
+start_server() { # NAME (ftld, ftld-SCHEME, nbdkit, qemu-nbd)
     case "$1" in
-        ftld)
-            local cfg=()
+        ftld*)
+            local cfg=() scheme="${1#ftld}"
+            scheme="${scheme#-}"
+            [ -n "$scheme" ] || scheme="$SCHEME"
             if [ -n "$OP" ]; then
                 printf '[ftl]\noverprovision = %s\n' "$OP" >"$W/ftld.toml"
                 cfg=(--config "$W/ftld.toml")
             fi
-            if [ -n "$SCHEME" ]; then
-                cfg+=(--ftl "$SCHEME")
+            if [ -n "$scheme" ]; then
+                cfg+=(--ftl "$scheme")
             fi
-            "$FTLD" serve "${cfg[@]}" --timing off --capacity "$SIZE" --image "$W/ftld.img" \
-                --nbd-socket "$W/ftld.sock" --control-socket "$W/ftld.ctl" >"$W/ftld.log" 2>&1 &
+            "$FTLD" serve "${cfg[@]}" --timing off --capacity "$SIZE" --image "$W/$1.img" \
+                --nbd-socket "$W/$1.sock" --control-socket "$W/$1.ctl" >"$W/$1.log" 2>&1 &
             ;;
         nbdkit)
             nbdkit --foreground --unix "$W/nbdkit.sock" memory "$SIZE" >"$W/nbdkit.log" 2>&1 &
@@ -126,10 +131,12 @@ start_server() { # NAME
 # CPU time (user + system, clock ticks) a server process has used so far.
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
-# ftld's NAND page programs (host + GC) and host bytes written, from its control socket.
-ftld_writes() {
-    "$FTLD" stats --control-socket "$W/ftld.ctl" |
-        jq -r '.ftl | "\(.nand_page_programs + .gc_page_programs) \(.host_write_bytes)"'
+# An ftld's NAND page programs (host + GC), host bytes written and switch, partial and full
+# merges (0 for `page`), from its control socket.
+ftld_writes() { # NAME
+    "$FTLD" stats --control-socket "$W/$1.ctl" |
+        jq -r '.ftl | "\(.nand_page_programs + .gc_page_programs) \(.host_write_bytes) \(
+            .merges.switch.count // 0) \(.merges.partial.count // 0) \(.merges.full.count // 0)"'
 }
 
 uri() { echo "nbd+unix:///?socket=$W/$1.sock"; }
@@ -144,6 +151,20 @@ JOBS=(
 )
 
 read -r -a SERVER_LIST <<<"$SERVERS"
+# A list of schemes: one ftld per scheme in place of "ftld".
+if [[ "$SCHEME" == *,* ]]; then
+    expanded=()
+    for s in "${SERVER_LIST[@]}"; do
+        if [ "$s" = ftld ]; then
+            IFS=, read -r -a schemes <<<"$SCHEME"
+            for sc in "${schemes[@]}"; do expanded+=("ftld-$sc"); done
+        else
+            expanded+=("$s")
+        fi
+    done
+    SERVER_LIST=("${expanded[@]}")
+    SERVERS="${SERVER_LIST[*]}"
+fi
 for s in "${SERVER_LIST[@]}"; do
     start_server "$s"
     # Fill the whole export once (not measured).
@@ -152,11 +173,11 @@ for s in "${SERVER_LIST[@]}"; do
         { echo "filling $s failed:" >&2; cat "$W/fill-$s.out" >&2; exit 1; }
 done
 
-RESULTS="$W/results.tsv" # job server rep iops mean_us p99_us cpu_us_per_op waf
+RESULTS="$W/results.tsv" # job server rep iops mean_us p99_us cpu_us_per_op waf merges
 : >"$RESULTS"
 run_job() { # JOB_NAME ARGS SERVER REP
-    local out="$W/$1-$3-$4.json" dir cpu0 cpu1 w0=(0 0) w1=(0 0) waf=-
-    [ "$3" = ftld ] && read -r -a w0 < <(ftld_writes)
+    local out="$W/$1-$3-$4.json" dir cpu0 cpu1 w0=(0 0 0 0 0) w1=(0 0 0 0 0) waf=- merges=-
+    case "$3" in ftld*) read -r -a w0 < <(ftld_writes "$3") ;; esac
     cpu0=$(cpu_ticks "${SPID[$3]}")
     # shellcheck disable=SC2086 # $2 is a list of fio options
     if ! fio --name="$1" --ioengine=nbd --uri="$(uri "$3")" $2 --size="$SIZE" \
@@ -167,8 +188,9 @@ run_job() { # JOB_NAME ARGS SERVER REP
         exit 1
     fi
     cpu1=$(cpu_ticks "${SPID[$3]}")
-    if [ "$3" = ftld ]; then
-        read -r -a w1 < <(ftld_writes)
+    if [[ "$3" == ftld* ]]; then
+        read -r -a w1 < <(ftld_writes "$3")
+        merges="$((w1[2] - w0[2]))/$((w1[3] - w0[3]))/$((w1[4] - w0[4]))"
         # NAND bytes programmed per host byte written during the job (ramp included).
         if [ "${w1[1]}" -gt "${w0[1]}" ]; then
             waf=$(echo "${w1[0]} ${w0[0]} ${w1[1]} ${w0[1]}" |
@@ -181,13 +203,14 @@ run_job() { # JOB_NAME ARGS SERVER REP
     # by the requests fio counted in the measured part, scaled by (ramp + runtime) / runtime.
     jq -r --arg j "$1" --arg s "$3" --arg r "$4" --arg d "$dir" \
         --argjson ticks "$((cpu1 - cpu0))" --argjson hz "$TICK" --arg waf "$waf" \
+        --arg merges "$merges" \
         --argjson span "$(echo "$RAMP $RUNTIME" | awk '{ print ($1 + $2) / $2 }')" '
         .jobs[0] as $x | $x[$d] as $io |
         if $x.error != 0 then error("job error \($x.error)") else . end |
         [$j, $s, $r, $io.iops, ($io.clat_ns.mean / 1000),
          (($io.clat_ns.percentile["99.000000"] // 0) / 1000),
          (if $io.total_ios > 0 then $ticks / $hz * 1e6 / ($io.total_ios * $span) else 0 end),
-         $waf] | @tsv' "$out" >>"$RESULTS"
+         $waf, $merges] | @tsv' "$out" >>"$RESULTS"
 }
 
 for ((rep = 0; rep < REPS; rep++)); do
@@ -212,21 +235,30 @@ echo
 awk -F'\t' -v servers="$SERVERS" '
     { k = $1 SUBSEP $2; iops[k] += $4; mean[k] += $5; p99[k] += $6; cpu[k] += $7; n[k]++;
       if ($8 != "-") { waf[k] += $8; nw[k]++ }
+      if ($9 != "-") { split($9, m, "/"); ms[k] += m[1]; mp[k] += m[2]; mf[k] += m[3] }
       if (!($1 in seen)) { seen[$1] = 1; order[++jobs] = $1 } }
     END {
         ns = split(servers, sv, " ");
-        printf "%-20s %-9s %11s %11s %11s %12s %10s %6s\n", "job", "server", "IOPS", "mean us", "p99 us", "ftld/server", "cpu us/op", "WAF";
+        # Each ftld against each peer; with one ftld, the peers rows carry ftld/peer as before.
+        nf = 0;
+        for (i = 1; i <= ns; i++) if (sv[i] ~ /^ftld/) ftlds[++nf] = sv[i];
+        printf "%-20s %-10s %11s %11s %11s %-26s %10s %6s %s\n", "job", "server", "IOPS", "mean us", "p99 us", "IOPS ratio", "cpu us/op", "WAF", "merges s/p/f";
         for (j = 1; j <= jobs; j++) {
-            f = order[j] SUBSEP "ftld";
             for (i = 1; i <= ns; i++) {
                 k = order[j] SUBSEP sv[i];
                 if (!(k in n)) continue;
                 ratio = "";
-                if (sv[i] != "ftld" && (f in n) && iops[k] > 0)
-                    ratio = sprintf("%.2fx", (iops[f] / n[f]) / (iops[k] / n[k]));
+                if (sv[i] ~ /^ftld/) {
+                    for (p = 1; p <= ns; p++) {
+                        q = order[j] SUBSEP sv[p];
+                        if (sv[p] ~ /^ftld/ || !(q in n) || iops[q] <= 0) continue;
+                        ratio = ratio sprintf("%s%.2fx %s", ratio == "" ? "" : ", ", (iops[k] / n[k]) / (iops[q] / n[q]), sv[p]);
+                    }
+                }
                 w = (k in nw) ? sprintf("%.2f", waf[k] / nw[k]) : "";
-                printf "%-20s %-9s %11.0f %11.1f %11.1f %12s %10.1f %6s\n", order[j], sv[i],
-                    iops[k] / n[k], mean[k] / n[k], p99[k] / n[k], ratio, cpu[k] / n[k], w;
+                mg = (k in ms) && (ms[k] + mp[k] + mf[k] > 0) ? sprintf("%d/%d/%d", ms[k] / n[k], mp[k] / n[k], mf[k] / n[k]) : "";
+                printf "%-20s %-10s %11.0f %11.1f %11.1f %-26s %10.1f %6s %s\n", order[j], sv[i],
+                    iops[k] / n[k], mean[k] / n[k], p99[k] / n[k], ratio, cpu[k] / n[k], w, mg;
             }
         }
     }' "$RESULTS"

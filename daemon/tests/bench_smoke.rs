@@ -1,5 +1,6 @@
 //! `benches/fio/run.sh --smoke`: the end-to-end benchmark script runs every job against every
 //! server for a second each and prints a complete table, so the script cannot rot unnoticed.
+//! With a list of schemes it runs one ftld per scheme (`ftld-page`, `ftld-bast`).
 //! (The real benchmark is run by hand; see benches/README.md. No timing is judged here.)
 
 use std::path::Path;
@@ -27,9 +28,13 @@ fn fio_benchmark_script_smoke() {
         return;
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/fio/run.sh");
-    let out = run(std::process::Command::new("bash")
-        .arg(&script)
-        .args(["--smoke", "--ftld", FTLD, "--ftl", "page"]));
+    let out = run(std::process::Command::new("bash").arg(&script).args([
+        "--smoke",
+        "--ftld",
+        FTLD,
+        "--ftl",
+        "page,bast",
+    ]));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let text = format!(
         "{stdout}\n--- stderr\n{}",
@@ -38,7 +43,7 @@ fn fio_benchmark_script_smoke() {
     assert!(out.status.success(), "run.sh --smoke failed:\n{text}");
     assert!(stdout.contains("FTL scheme page"), "{text}");
     for job in JOBS {
-        for server in ["ftld", "nbdkit", "qemu-nbd"] {
+        for server in ["ftld-page", "ftld-bast", "nbdkit", "qemu-nbd"] {
             let row = stdout
                 .lines()
                 .find(|l| {
@@ -49,10 +54,18 @@ fn fio_benchmark_script_smoke() {
             let cols: Vec<&str> = row.split_whitespace().collect();
             let iops: f64 = cols[2].parse().unwrap_or(0.0);
             assert!(iops > 0.0, "no IOPS in {row:?}:\n{text}");
-            if server != "ftld" {
+            if server.starts_with("ftld") {
+                // "IOPS ratio": against nbdkit, then qemu-nbd.
                 assert!(
-                    cols.get(5).is_some_and(|r| r.ends_with('x')),
+                    cols.get(5).is_some_and(|r| r.ends_with('x')) && cols[6] == "nbdkit,",
                     "no ratio in {row:?}"
+                );
+            }
+            if server == "ftld-bast" && job == "randwrite-4k-qd32x4" {
+                let merges = cols.last().copied().unwrap_or("");
+                assert!(
+                    merges.split('/').count() == 3 && merges != "0/0/0",
+                    "no merges in {row:?}:\n{text}"
                 );
             }
         }

@@ -34,7 +34,8 @@
 //! The scheme boundary is `schemes` (the `Scheme` and `Placer` traits, `SchemeKind`; its doc
 //! says why a trait, and which call holds which lock). Each scheme is a folder under it:
 //! `schemes/page` (map, placement, GC, recovery rules of the page-mapping FTL) and
-//! `schemes/hybrid` (BAST and FAST: logical-block locks, log pool, log placement, merges,
+//! `schemes/hybrid` (BAST and FAST: bank choice `same`/`spread` for TMCD and PMCD devices,
+//! logical-block locks, log pool, log placement, merges,
 //! block roles after recovery).
 //!
 //! ## Design in one page

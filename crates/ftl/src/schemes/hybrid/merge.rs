@@ -94,7 +94,7 @@ impl HybridScheme {
                 }
             }
             None => {
-                self.full_copy(core, lbn);
+                self.full_copy(core, lbn, Some(MergeKind::Full));
                 if let Some(lb) = &log {
                     self.logs.lock().remove(lb.block);
                     self.release_block(core, lb.block, Some(MergeKind::Full), retire_log);
@@ -128,8 +128,9 @@ impl HybridScheme {
 
     /// Copies every current page of `lbn` into a fresh block, which becomes its data block
     /// (none if nothing of it is current). A destination whose program fails is retired and
-    /// another one taken.
-    fn full_copy(&self, core: &Core, lbn: u32) {
+    /// another one taken. `kind`: the merge whose counters it adds to (`None`: a wear-levelling
+    /// move).
+    fn full_copy(&self, core: &Core, lbn: u32, kind: Option<MergeKind>) {
         loop {
             if self.last_current_page(lbn).is_none() {
                 self.set_data_block(lbn, None);
@@ -143,14 +144,14 @@ impl HybridScheme {
                 Ok(copied) => {
                     self.set_block_state(core, dst, BlockState::Full);
                     self.set_data_block(lbn, Some(dst));
-                    self.counters(MergeKind::Full)
-                        .copied
-                        .fetch_add(copied, Ordering::Relaxed);
+                    if let Some(k) = kind {
+                        self.counters(k).copied.fetch_add(copied, Ordering::Relaxed);
+                    }
                     return;
                 }
                 Err(ProgramFailed) => {
                     // Nothing in `dst` was published: it goes bad at once.
-                    self.release_block(core, dst, Some(MergeKind::Full), true);
+                    self.release_block(core, dst, kind, true);
                     if core.read_only_reason().is_some() {
                         return;
                     }
@@ -425,6 +426,63 @@ impl HybridScheme {
             }
         }
         None
+    }
+
+    /// Static wear levelling (from the maintenance tick): when the erase-count spread of the
+    /// device passes `wear_level_spread`, the logical block whose data block is the least worn
+    /// (cold data keeps a young block out of circulation) is copied to a fresh block and its
+    /// old block erased, so the young block goes back to the free list, where the least-worn
+    /// block is the next one taken. One move per call; a logical block with a log block of its
+    /// own, or busy, waits for a later tick (its merge moves it anyway).
+    pub(super) fn level_wear(&self, core: &Core) {
+        let spread = core.cfg.wear_level_spread;
+        if spread == 0 {
+            return;
+        }
+        let layout = self.layout;
+        let mut wear: Vec<Vec<u32>> = Vec::with_capacity(layout.banks as usize);
+        let mut max = 0;
+        for b in 0..layout.banks {
+            let a = core.bank(b).alloc.lock();
+            max = a
+                .state
+                .iter()
+                .zip(&a.erase_count)
+                .filter(|(s, _)| !matches!(s, BlockState::Bad | BlockState::Reserved))
+                .map(|(_, e)| *e)
+                .fold(max, u32::max);
+            wear.push(a.erase_count.clone());
+        }
+        let erases = |d: BlockIdx| {
+            let addr = layout.block_addr(d);
+            wear[addr.bank.0 as usize][addr.block as usize]
+        };
+        let Some((lbn, young)) = (0..self.lbns)
+            .filter_map(|l| self.data_block(l).map(|d| (l, erases(d))))
+            .min_by_key(|&(_, e)| e)
+        else {
+            return;
+        };
+        if max - young <= spread
+            || self.logs.lock().owned(lbn).is_some()
+            || !self.locks.try_lock(lbn)
+        {
+            return;
+        }
+        // Under the lock: nothing of `lbn` is in flight, and no merge runs on it.
+        if self.logs.lock().owned(lbn).is_none() {
+            if let Some(old) = self.data_block(lbn) {
+                let _gc = core.gc_gate.read();
+                self.full_copy(core, lbn, None);
+                if self.data_block(lbn) != Some(old) {
+                    self.release_block(core, old, None, false);
+                    core.counters
+                        .wear_level_moves
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        self.locks.unlock(lbn);
     }
 
     /// BAST: merges the least recently used log block whose logical block is not locked.

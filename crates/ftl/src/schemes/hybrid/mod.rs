@@ -31,6 +31,12 @@
 //! into it), otherwise a **full** merge into a fresh block. FAST merges its oldest RW log by a
 //! full merge of every logical block with a current page in it.
 //!
+//! # Wear levelling
+//! Dynamic: every new block is the least-worn free one of its bank. Static: when the device's
+//! erase-count spread passes `wear_level_spread`, the maintenance tick copies the logical block
+//! on the least-worn data block to a fresh block, so cold data stops pinning a young block
+//! (`merge.rs`, `level_wear`; counted in `wear_level_moves`).
+//!
 //! # Crash safety
 //! Data slots carry (logical page, sequence number) and merges keep the sequence number, so
 //! recovery resolves versions with the page scheme's rules (`page::recover::resolve`); the
@@ -220,7 +226,12 @@ impl Scheme for HybridScheme {
         Ok(Vec::new())
     }
 
-    fn tick(&self, _core: &Core) {}
+    /// Static wear levelling (`merge.rs`: one move per tick at most).
+    fn tick(&self, core: &Core) {
+        if core.read_only_reason().is_none() && !core.writers_gone() {
+            self.level_wear(core);
+        }
+    }
 
     fn prefers_full_checkpoint(&self) -> bool {
         self.map.prefers_full_checkpoint()
