@@ -85,12 +85,12 @@ trap cleanup EXIT
 wait_socket() { # SOCKET PID NAME
     local i
     for i in $(seq 1 600); do
-        [ -S "$1" ] && return 0
         if ! kill -0 "$2" 2>/dev/null; then
             echo "$3 exited before listening; its log:" >&2
             cat "$W/$3.log" >&2
             exit 1
         fi
+        [ -S "$1" ] && return 0
         sleep 0.1
     done
     echo "$3 did not create $1 in 60 s" >&2
@@ -157,7 +157,13 @@ if [[ "$SCHEME" == *,* ]]; then
     for s in "${SERVER_LIST[@]}"; do
         if [ "$s" = ftld ]; then
             IFS=, read -r -a schemes <<<"$SCHEME"
-            for sc in "${schemes[@]}"; do expanded+=("ftld-$sc"); done
+            for sc in "${schemes[@]}"; do
+                if [ -z "$sc" ] || [[ " ${expanded[*]} " == *" ftld-$sc "* ]]; then
+                    echo "--ftl $SCHEME: empty or repeated scheme name" >&2
+                    exit 2
+                fi
+                expanded+=("ftld-$sc")
+            done
         else
             expanded+=("$s")
         fi
@@ -239,9 +245,7 @@ awk -F'\t' -v servers="$SERVERS" '
       if (!($1 in seen)) { seen[$1] = 1; order[++jobs] = $1 } }
     END {
         ns = split(servers, sv, " ");
-        # Each ftld against each peer; with one ftld, the peers rows carry ftld/peer as before.
-        nf = 0;
-        for (i = 1; i <= ns; i++) if (sv[i] ~ /^ftld/) ftlds[++nf] = sv[i];
+        # Each ftld row: its IOPS over that of each peer on the same job.
         printf "%-20s %-10s %11s %11s %11s %-26s %10s %6s %s\n", "job", "server", "IOPS", "mean us", "p99 us", "IOPS ratio", "cpu us/op", "WAF", "merges s/p/f";
         for (j = 1; j <= jobs; j++) {
             for (i = 1; i <= ns; i++) {

@@ -102,7 +102,12 @@ pub fn check_interconnect(
     };
     let have = info.nand.interconnect;
     let want = interconnect_of(asked, info.nand.geometry.channels);
-    if have != want {
+    // `pmcd` without a count (its default is for new images) accepts any PMCD image.
+    let agrees = match (asked, have) {
+        ((InterconnectKind::Pmcd, None), Interconnect::Pmcd { .. }) => true,
+        _ => have == want,
+    };
+    if !agrees {
         return Err(UsageError(format!(
             "image {} has interconnect {have}, but the options ask for {want} (an existing image \
              keeps the device it was created with; drop the option, or recreate the image with \

@@ -212,6 +212,38 @@ fn the_interconnect_is_chosen_at_format_and_kept() {
             "{extra:?}: {err}"
         );
     }
+    // `pmcd` without a count agrees with any PMCD image (the default is for new images).
+    let sock = dir.path().join("p.sock");
+    let mut serve = Command::new(FTLD)
+        .args([
+            "serve",
+            "--timing",
+            "off",
+            "--interconnect",
+            "pmcd",
+            "--image",
+            &image,
+        ])
+        .arg("--nbd-socket")
+        .arg(&sock)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn ftld serve");
+    let t0 = std::time::Instant::now();
+    while !sock.exists() && t0.elapsed() < Duration::from_secs(30) {
+        if let Ok(Some(status)) = serve.try_wait() {
+            panic!("ftld serve --interconnect pmcd refused a pmcd image: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let served = sock.exists();
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert!(
+        served,
+        "ftld serve --interconnect pmcd did not start on a pmcd image"
+    );
     let (code, err) = run_to_exit(Command::new(FTLD).args([
         "format",
         "--image",

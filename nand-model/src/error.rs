@@ -220,7 +220,7 @@ pub enum ImageError {
         computed: u32,
     },
     /// The image was written by another format version.
-    #[error("image {}: unsupported format version {found} (this build reads {supported})", path.display())]
+    #[error("image {}: unsupported format version {found} (this build reads {supported} and {}, the latter for PMCD devices)", path.display(), supported + 1)]
     UnsupportedVersion {
         /// The image path.
         path: PathBuf,

@@ -6,11 +6,11 @@
 //! | offset | size | field |
 //! |---:|---:|---|
 //! | 0 | 8 | magic `FTLDNAND` |
-//! | 8 | 4 | format version (2; 1 had no frame table) |
+//! | 8 | 4 | format version (2, or 3 for a PMCD device; 1 had no frame table) |
 //! | 12 | 4 | header size (4096) |
 //! | 16 | 4 x 6 | channels, banks_per_channel, blocks_per_bank, pages_per_block, page_size, oob_size |
 //! | 40 | 4 | endurance (P/E cycles) |
-//! | 44 | 4 | interconnect: 0 = TMCD, n = PMCD with n controllers |
+//! | 44 | 4 | interconnect: 0 = TMCD, n = PMCD with n controllers (version 3; 0 in version 2) |
 //! | 48 | 8 x 4 | t_read, t_prog, t_erase (ns), channel bytes/s |
 //! | 80 | 16 | uuid |
 //! | 96 | 8 | creation time, ns since the Unix epoch |
@@ -32,8 +32,11 @@ use crate::timing::{dur_ns, Timing};
 pub(crate) const HEADER_SIZE: usize = 4096;
 /// `b"FTLDNAND"`.
 pub(crate) const MAGIC: [u8; 8] = *b"FTLDNAND";
-/// The only format version this build reads and writes.
+/// The format version of a TMCD device's image (and the oldest this build reads).
 pub(crate) const FORMAT_VERSION: u32 = 2;
+/// The format version of a PMCD device's image: builds that predate the interconnect would
+/// ignore bytes 44..48 and time it as TMCD, so they must refuse it instead.
+pub(crate) const FORMAT_VERSION_PMCD: u32 = 3;
 /// Bytes of one block-table entry: erase_count, flags, programmed_pages, reserved (u32 each).
 pub(crate) const BLOCK_ENTRY_SIZE: u64 = 16;
 /// Bytes of one frame-table entry (see `bankmem.rs`).
@@ -115,7 +118,11 @@ pub(crate) fn encode(h: &Header) -> Vec<u8> {
     let t = &h.config.timing;
     let mut w = Writer(&mut buf);
     w.put(0, &MAGIC);
-    w.put(8, &FORMAT_VERSION.to_le_bytes());
+    let version = match h.config.interconnect {
+        Interconnect::Tmcd => FORMAT_VERSION,
+        Interconnect::Pmcd { .. } => FORMAT_VERSION_PMCD,
+    };
+    w.put(8, &version.to_le_bytes());
     w.put(12, &(HEADER_SIZE as u32).to_le_bytes());
     let counts = [
         g.channels,
@@ -168,7 +175,7 @@ pub(crate) fn decode(b: &[u8]) -> Result<Header, HeaderError> {
         return Err(HeaderError::BadMagic);
     }
     let version = u32_at(b, 8);
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != FORMAT_VERSION_PMCD {
         return Err(HeaderError::Version { found: version });
     }
     let stored = u32_at(b, CRC_OFFSET);
@@ -188,7 +195,12 @@ pub(crate) fn decode(b: &[u8]) -> Result<Header, HeaderError> {
         oob_size: u32_at(b, 36),
     };
     geometry.validate().map_err(HeaderError::Geometry)?;
-    let interconnect = Interconnect::from_raw(u32_at(b, 44));
+    // Version 2 has no interconnect (TMCD); version 3 is PMCD only.
+    let interconnect = match (version, u32_at(b, 44)) {
+        (FORMAT_VERSION, _) => Interconnect::Tmcd,
+        (_, 0) => Interconnect::Pmcd { controllers: 0 },
+        (_, raw) => Interconnect::from_raw(raw),
+    };
     interconnect.validate().map_err(HeaderError::Geometry)?;
     let timing = Timing {
         t_read: Duration::from_nanos(u64_at(b, 48)),
@@ -237,9 +249,19 @@ mod tests {
         let mut h = sample();
         h.config.interconnect = Interconnect::Pmcd { controllers: 3 };
         assert_eq!(decode(&encode(&h)), Ok(h.clone()));
+        assert_eq!(u32_at(&encode(&h), 8), FORMAT_VERSION_PMCD);
+        assert_eq!(u32_at(&encode(&sample()), 8), FORMAT_VERSION);
         // A hostile count with a valid CRC is refused.
         let mut bytes = encode(&h);
         bytes[44..48].copy_from_slice(&u32::MAX.to_le_bytes());
+        let crc = crc32fast::hash(&bytes[..CRC_OFFSET]);
+        bytes[CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            decode(&bytes),
+            Err(HeaderError::Geometry(GeometryError::Controllers { .. }))
+        ));
+        // Version 3 (PMCD) with no controllers is refused too.
+        bytes[44..48].copy_from_slice(&0u32.to_le_bytes());
         let crc = crc32fast::hash(&bytes[..CRC_OFFSET]);
         bytes[CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
         assert!(matches!(

@@ -58,14 +58,14 @@
 //!
 //! - read: the bank is busy `t_read`, then `data.len() + oob.len()` bytes cross the channel
 //!   (column reads move only what is asked for); the bank stays busy until the transfer ends.
-//! - program: page + OOB cross the channel (when both bank and channel are free), then the bank
-//!   is busy `t_prog`.
+//! - program: page + OOB cross the channel (when both the bank and a controller are free), then
+//!   the bank is busy `t_prog`.
 //! - erase: the bank is busy `t_erase`.
 //! - copyback (a page moved to another page of the same bank through the page register): the
 //!   bank is busy `t_read`, the OOB bytes asked for cross the channel, then the bank is busy
 //!   `t_prog`; the page data never crosses the channel.
 //!
-//! Banks run in parallel; a channel carries one transfer at a time. Transfer time is
+//! Banks run in parallel; a controller carries one transfer at a time (TMCD: one per channel). Transfer time is
 //! `bytes / channel_bytes_per_sec`, rounded up to the nanosecond. The data effect happens at
 //! submission; the returned [`Completion`] carries the modelled completion time. With
 //! [`TimingMode::Real`] `Completion::wait` sleeps until it (absolute `clock_nanosleep` with the

@@ -66,6 +66,20 @@ impl BankAlloc {
             .push(Reverse((self.erase_count[block as usize], block)));
     }
 
+    /// The erase count of the most-worn free block.
+    pub fn most_worn_free(&self) -> Option<u32> {
+        self.free.iter().map(|Reverse((e, _))| *e).max()
+    }
+
+    /// Takes the most-worn free block, marking it open (a destination for cold data: static
+    /// wear levelling). O(free blocks).
+    pub fn pop_most_worn(&mut self) -> Option<u32> {
+        let Reverse((e, b)) = *self.free.iter().max_by_key(|Reverse(k)| *k)?;
+        self.free.retain(|Reverse(k)| *k != (e, b));
+        self.state[b as usize] = BlockState::Open;
+        Some(b)
+    }
+
     /// Takes the least-worn free block, marking it open.
     pub fn pop_free(&mut self) -> Option<u32> {
         let Reverse((_, b)) = self.free.pop()?;

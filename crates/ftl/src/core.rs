@@ -235,6 +235,18 @@ impl Core {
         Some(blk)
     }
 
+    /// Takes bank `b`'s most-worn free block if it has more than the writers' floor and its
+    /// erase count is above `above` (static wear levelling's destination for cold data).
+    pub fn alloc_most_worn(&self, b: u32, above: u32) -> Option<u32> {
+        let mut a = self.bank(b).alloc.lock();
+        if a.free_len() <= GC_RESERVE || a.most_worn_free()? <= above {
+            return None;
+        }
+        let blk = a.pop_most_worn()?;
+        self.update_free(b, a.free_len());
+        Some(blk)
+    }
+
     /// A read of bank `b` failed every retry: counted device-wide and per bank.
     pub fn count_uncorrectable(&self, b: u32) {
         self.counters.uncorrectable.fetch_add(1, Ordering::Relaxed);

@@ -102,7 +102,10 @@ impl BankPlan {
         }
     }
 
-    /// Whether a transfer to `a` and one to `b` can use different controllers.
+    /// Whether work on `a` and on `b` can overlap as far as the device allows: different
+    /// controllers (another channel under TMCD, another bank under PMCD), or on a one-channel
+    /// TMCD device, with a single controller, at least different banks (their array times
+    /// overlap).
     fn apart(&self, a: u32, b: u32) -> bool {
         if self.any_controller || self.channels == 1 {
             a != b

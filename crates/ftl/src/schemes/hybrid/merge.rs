@@ -94,7 +94,7 @@ impl HybridScheme {
                 }
             }
             None => {
-                self.full_copy(core, lbn, Some(MergeKind::Full));
+                self.full_copy(core, lbn);
                 if let Some(lb) = &log {
                     self.logs.lock().remove(lb.block);
                     self.release_block(core, lb.block, Some(MergeKind::Full), retire_log);
@@ -128,9 +128,8 @@ impl HybridScheme {
 
     /// Copies every current page of `lbn` into a fresh block, which becomes its data block
     /// (none if nothing of it is current). A destination whose program fails is retired and
-    /// another one taken. `kind`: the merge whose counters it adds to (`None`: a wear-levelling
-    /// move).
-    fn full_copy(&self, core: &Core, lbn: u32, kind: Option<MergeKind>) {
+    /// another one taken.
+    fn full_copy(&self, core: &Core, lbn: u32) {
         loop {
             if self.last_current_page(lbn).is_none() {
                 self.set_data_block(lbn, None);
@@ -140,22 +139,30 @@ impl HybridScheme {
                 core.set_read_only(format!("no free block for a merge of logical block {lbn}"));
                 return;
             };
-            match self.copy_pages(core, lbn, dst, 0) {
-                Ok(copied) => {
-                    self.set_block_state(core, dst, BlockState::Full);
-                    self.set_data_block(lbn, Some(dst));
-                    if let Some(k) = kind {
-                        self.counters(k).copied.fetch_add(copied, Ordering::Relaxed);
-                    }
-                    return;
+            if self.copy_into(core, lbn, dst, Some(MergeKind::Full))
+                || core.read_only_reason().is_some()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Copies every current page of `lbn` into `dst`, which becomes its data block. False if
+    /// a program failed: `dst` is retired (nothing in it was published). `kind`: the merge
+    /// whose counters it adds to (`None`: a wear-levelling move).
+    fn copy_into(&self, core: &Core, lbn: u32, dst: BlockIdx, kind: Option<MergeKind>) -> bool {
+        match self.copy_pages(core, lbn, dst, 0) {
+            Ok(copied) => {
+                self.set_block_state(core, dst, BlockState::Full);
+                self.set_data_block(lbn, Some(dst));
+                if let Some(k) = kind {
+                    self.counters(k).copied.fetch_add(copied, Ordering::Relaxed);
                 }
-                Err(ProgramFailed) => {
-                    // Nothing in `dst` was published: it goes bad at once.
-                    self.release_block(core, dst, kind, true);
-                    if core.read_only_reason().is_some() {
-                        return;
-                    }
-                }
+                true
+            }
+            Err(ProgramFailed) => {
+                self.release_block(core, dst, kind, true);
+                false
             }
         }
     }
@@ -430,10 +437,12 @@ impl HybridScheme {
 
     /// Static wear levelling (from the maintenance tick): when the erase-count spread of the
     /// device passes `wear_level_spread`, the logical block whose data block is the least worn
-    /// (cold data keeps a young block out of circulation) is copied to a fresh block and its
-    /// old block erased, so the young block goes back to the free list, where the least-worn
-    /// block is the next one taken. One move per call; a logical block with a log block of its
-    /// own, or busy, waits for a later tick (its merge moves it anyway).
+    /// (cold data keeps a young block out of circulation) is copied to the most-worn free block
+    /// (cold data wears nothing), and its young block erased and freed for hot data. One move
+    /// per call, and only into a free block worn at least `spread / 2` more than the young one
+    /// and above the writers' floor: a move never takes the merge reserve and never makes the
+    /// device read-only. A logical block with a log block of its own, or busy, waits for a
+    /// later tick (its merge moves it anyway).
     pub(super) fn level_wear(&self, core: &Core) {
         let spread = core.cfg.wear_level_spread;
         if spread == 0 {
@@ -470,11 +479,19 @@ impl HybridScheme {
             return;
         }
         // Under the lock: nothing of `lbn` is in flight, and no merge runs on it.
-        if self.logs.lock().owned(lbn).is_none() {
-            if let Some(old) = self.data_block(lbn) {
-                let _gc = core.gc_gate.read();
-                self.full_copy(core, lbn, None);
-                if self.data_block(lbn) != Some(old) {
+        if let (None, Some(old)) = (self.logs.lock().owned(lbn), self.data_block(lbn)) {
+            let _gc = core.gc_gate.read();
+            let worn = young.saturating_add(spread / 2);
+            let dst = (0..layout.banks).find_map(|b| {
+                core.alloc_most_worn(b, worn).map(|block| {
+                    layout.block_idx(BlockAddr {
+                        bank: nand_model::BankId(b),
+                        block,
+                    })
+                })
+            });
+            if let Some(dst) = dst {
+                if self.copy_into(core, lbn, dst, None) {
                     self.release_block(core, old, None, false);
                     core.counters
                         .wear_level_moves

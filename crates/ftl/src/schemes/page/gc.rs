@@ -799,7 +799,9 @@ pub fn worker(scheme: Arc<PageScheme>, core: Arc<Core>, idx: usize, adaptive: bo
             if !needs && !scheme.wear_level_due(&core, b) {
                 continue;
             }
-            let busy = core.nand.bank_load(BankId(b)).inflight > 0;
+            // In flight, or still working off an erase nobody waits for (`erase_or_retire`).
+            let load = core.nand.bank_load(BankId(b));
+            let busy = load.inflight > 0 || load.busy_until.is_some();
             candidates.push((!needs, busy, core.bank(b).free.load(Ordering::Acquire), b));
         }
         if candidates.is_empty() {
