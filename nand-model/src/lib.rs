@@ -166,6 +166,15 @@ mod error;
 mod faults;
 mod geometry;
 mod header;
+#[doc(hidden)]
+pub mod fuzzing {
+    //! Entry points for the fuzz targets in `fuzz/` (cargo-fuzz). Not an API.
+
+    /// The image header decoder: magic, version, CRC, geometry and interconnect checks.
+    pub fn header(bytes: &[u8]) {
+        let _ = crate::header::decode(bytes);
+    }
+}
 mod image;
 mod interconnect;
 mod presets;

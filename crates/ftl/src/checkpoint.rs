@@ -205,31 +205,39 @@ pub fn read_superblock(nand: &NandDevice) -> Result<SuperBlock> {
         Some(PageOob::Superblock { crc }) if crc == crc32fast::hash(&data) => {}
         _ => return Err(fail("no FTL superblock (the NAND image was never formatted by ftld, or its superblock is corrupt)")),
     }
-    if &data[0..8] != SUPER_MAGIC {
-        return Err(fail("superblock magic mismatch"));
+    SuperBlock::decode(&data, geo).map_err(|e| fail(&e))
+}
+
+impl SuperBlock {
+    /// Decodes and validates superblock page bytes (whose OOB CRC already matched) for a
+    /// device of geometry `geo`. Never panics on any input (fuzzed: `fuzz/`).
+    pub fn decode(data: &[u8], geo: &nand_model::Geometry) -> std::result::Result<Self, String> {
+        if data.get(0..8) != Some(&SUPER_MAGIC[..]) {
+            return Err("superblock magic mismatch".into());
+        }
+        let version = get32(data, 8).unwrap_or(0);
+        if version != VERSION {
+            return Err(format!(
+                "FTL format version {version} is not supported (this build reads version {VERSION})"
+            ));
+        }
+        let code = get32(data, 32).unwrap_or(0);
+        let Some(scheme) = crate::schemes::SchemeKind::from_code(code) else {
+            return Err(format!(
+                "the superblock names FTL scheme {code}, which this build does not know"
+            ));
+        };
+        let sb = SuperBlock {
+            scheme,
+            lpns: get32(data, 12).unwrap_or(0),
+            ckpt_blocks: get32(data, 16).unwrap_or(0),
+            max_queues: get32(data, 20).unwrap_or(1),
+            overprovision: f64::from_bits(get64(data, 24).unwrap_or(0)),
+            log_blocks: get32(data, 36).unwrap_or(0),
+        };
+        sb.validate(geo)?;
+        Ok(sb)
     }
-    let version = get32(&data, 8).unwrap_or(0);
-    if version != VERSION {
-        return Err(fail(&format!(
-            "FTL format version {version} is not supported (this build reads version {VERSION})"
-        )));
-    }
-    let code = get32(&data, 32).unwrap_or(0);
-    let Some(scheme) = crate::schemes::SchemeKind::from_code(code) else {
-        return Err(fail(&format!(
-            "the superblock names FTL scheme {code}, which this build does not know"
-        )));
-    };
-    let sb = SuperBlock {
-        scheme,
-        lpns: get32(&data, 12).unwrap_or(0),
-        ckpt_blocks: get32(&data, 16).unwrap_or(0),
-        max_queues: get32(&data, 20).unwrap_or(1),
-        overprovision: f64::from_bits(get64(&data, 24).unwrap_or(0)),
-        log_blocks: get32(&data, 36).unwrap_or(0),
-    };
-    sb.validate(geo).map_err(|e| fail(&e))?;
-    Ok(sb)
 }
 
 impl SuperBlock {
@@ -376,6 +384,11 @@ fn encode(s: &Snapshot) -> Vec<u8> {
     out
 }
 
+/// [`decode`] for the fuzz targets (`crate::fuzzing`).
+pub fn fuzz_decode(b: &[u8]) -> std::result::Result<(), String> {
+    decode(b).map(drop)
+}
+
 fn decode(b: &[u8]) -> std::result::Result<Snapshot, String> {
     if b.len() < HEADER || &b[0..8] != CKPT_MAGIC {
         return Err("bad checkpoint magic".into());
@@ -406,6 +419,15 @@ fn decode(b: &[u8]) -> std::result::Result<Snapshot, String> {
         .ok_or("checkpoint shorter than its header says")?;
     if crc32fast::hash(body) != crc {
         return Err("checkpoint payload checksum mismatch".into());
+    }
+    // Counts are bounded by the body before anything is sized by them (a hostile count with
+    // a valid CRC must not allocate: found by the `checkpoint` fuzz target).
+    let fits = |count: usize, size: usize| count.checked_mul(size).is_some_and(|n| n <= len);
+    if !fits(chunks, 4) || !fits(blocks, 8) || !fits(trims, 12) || (kind == 0 && !fits(lpns, 4)) {
+        return Err(format!(
+            "checkpoint counts exceed its {len}-byte body (lpns {lpns}, chunks {chunks}, \
+             blocks {blocks}, trims {trims})"
+        ));
     }
     let word = |o: usize| get32(body, o).ok_or("checkpoint body too short");
     let mut o = 0;
@@ -854,6 +876,36 @@ pub fn maintenance(core: std::sync::Arc<Core>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counts in a checkpoint header that its body cannot hold are refused before anything is
+    /// sized by them (the `checkpoint` fuzz target found a 64 GiB allocation here).
+    #[test]
+    fn checkpoint_counts_are_bounded_by_the_body() {
+        let snap = Snapshot {
+            id: 1,
+            sc: 10,
+            prev_sc: 5,
+            lpns: 8,
+            map: MapImage::Delta(vec![(0, vec![1, 2, 3, 4, 5, 6, 7, 8])]),
+            blocks: vec![(1, 2)],
+            trims: vec![(Psa(3), 4)],
+        };
+        let good = encode(&snap);
+        assert!(decode(&good).is_ok());
+        for (offset, value) in [
+            (52, u32::MAX),
+            (44, u32::MAX),
+            (48, 1 << 30),
+            (40, u32::MAX),
+        ] {
+            let mut bad = good.clone();
+            bad[offset..offset + 4].copy_from_slice(&value.to_le_bytes());
+            assert!(
+                decode(&bad).is_err(),
+                "field at {offset} = {value} accepted"
+            );
+        }
+    }
 
     /// A superblock whose CRC is good but whose fields are out of range (a scheme this build
     /// does not know, zero or absurd queue counts, sizes past the device, NaN) is refused,

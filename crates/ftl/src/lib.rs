@@ -81,6 +81,8 @@ mod checkpoint;
 mod config;
 mod core;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod gate;
 mod io;
 pub mod layout;

@@ -184,6 +184,27 @@ impl<B: BlockBackend> NbdServer<B> {
         .await
     }
 
+    /// Serves one connection over any byte stream to its end (the peer's EOF, disconnect or a
+    /// protocol error), as `serve_unix` serves each accepted socket: for streams that are not
+    /// sockets (in-memory tests, the fuzz target in `fuzz/`).
+    pub async fn serve_stream<R, W>(&self, r: R, w: W, peer: &str)
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        // Kept alive to the end: a dropped sender reads as shutdown.
+        let (_down_tx, down_rx) = watch::channel(false);
+        let ctx = ConnContext {
+            backend: Arc::clone(&self.backend),
+            config: Arc::clone(&self.config),
+            stats: Arc::clone(&self.stats),
+            id: self.next_id.fetch_add(1, Relaxed),
+            peer: peer.to_string(),
+        };
+        let _active = ActiveGuard::new(Arc::clone(&self.stats));
+        serve_connection(ctx, r, w, ShutdownSignal(down_rx)).await;
+    }
+
     /// The accept loop shared by both socket kinds.
     async fn serve<A, AF, R, W>(
         &self,
