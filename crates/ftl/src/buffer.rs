@@ -82,6 +82,8 @@ pub struct OpenPage {
     zombies: Vec<Psa>,
     /// Slots unmapped by the trim-log slots already in `slots`.
     page_zombies: Vec<Psa>,
+    /// When the last host page was buffered (the idle flush's clock).
+    last_write: Option<std::time::Instant>,
 }
 
 /// A write queue: its open page, its writer's inbox and its progress counters.
@@ -152,9 +154,31 @@ impl Core {
             self.seal_locked(queue, &mut open);
         }
         open.slots.push((meta, Some(data)));
+        open.last_write = Some(std::time::Instant::now());
         if open.slots.len() == self.layout.slots_per_page as usize {
             self.seal_locked(queue, &mut open);
         }
+    }
+
+    /// LFTL's idle flush (paper 001 §3.2.1): a data queue whose partly filled page has seen
+    /// no write for `idle` has the page sealed (padded) and programmed, so buffered writes do
+    /// not sit in RAM indefinitely on pages larger than 4 KiB. Returns the pages sealed.
+    pub(crate) fn seal_idle_queues(&self, idle: std::time::Duration) -> u64 {
+        let mut sealed = 0;
+        for q in 0..self.trim_queue() {
+            let queue = &self.queues[q];
+            let mut open = queue.open.lock();
+            if !open.slots.is_empty() && open.last_write.is_some_and(|t| t.elapsed() >= idle) {
+                self.seal_locked(queue, &mut open);
+                sealed += 1;
+            }
+        }
+        if sealed > 0 {
+            self.counters
+                .idle_flushes
+                .fetch_add(sealed, Ordering::Relaxed);
+        }
+        sealed
     }
 
     /// Adds a trim record to queue `q`'s buffer.

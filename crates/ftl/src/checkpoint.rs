@@ -851,6 +851,9 @@ pub fn maintenance(core: std::sync::Arc<Core>) {
         let now = std::time::Instant::now();
         if now >= next_gauge {
             core.scheme.tick(&core);
+            if core.cfg.idle_flush_ms > 0 && core.read_only_reason().is_none() {
+                core.seal_idle_queues(std::time::Duration::from_millis(core.cfg.idle_flush_ms));
+            }
             next_gauge = now + TICK;
         }
         // Write out batched trim records: the slots they unmapped are held until then. Only the

@@ -87,6 +87,11 @@ pub struct FtlConfig {
     /// (`same` bank, or `spread` over channels/banks so merges run in parallel: thesis ch. 4).
     /// A running policy, not part of the image.
     pub log_placement: crate::schemes::LogPlacement,
+    /// LFTL's idle flush (paper 001 §3.2.1): a write queue's partly filled NAND page is
+    /// programmed once the queue has seen no write for this long (0: never; LFTL uses 60 s).
+    /// Matters on presets with pages larger than 4 KiB, where a page fills only with several
+    /// writes; FLUSH and FUA make data durable at once regardless.
+    pub idle_flush_ms: u64,
 }
 
 impl Default for FtlConfig {
@@ -108,6 +113,7 @@ impl Default for FtlConfig {
             read_retries: 3,
             log_blocks: 0,
             log_placement: Default::default(),
+            idle_flush_ms: 60_000,
         }
     }
 }

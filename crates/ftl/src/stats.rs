@@ -32,6 +32,8 @@ pub struct Counters {
     pub gc_steps: CachePadded<AtomicU64>,
     pub foreground_gc: AtomicU64,
     pub wear_level_moves: AtomicU64,
+    /// Partly filled pages programmed by the idle flush (`[ftl] idle_flush_ms`).
+    pub idle_flushes: AtomicU64,
     pub program_failures: AtomicU64,
     pub erase_failures: AtomicU64,
     pub read_retries: AtomicU64,
@@ -193,6 +195,8 @@ pub struct FtlStats {
     pub gc_steps: u64,
     pub foreground_gc: u64,
     pub wear_level_moves: u64,
+    /// Partly filled pages programmed by the idle flush (`[ftl] idle_flush_ms`).
+    pub idle_flushes: u64,
     /// NAND bytes programmed for host data and GC / host bytes written.
     pub waf: f64,
     pub program_failures: u64,
@@ -287,6 +291,7 @@ impl Core {
             gc_steps: ld(&c.gc_steps),
             foreground_gc: ld(&c.foreground_gc),
             wear_level_moves: ld(&c.wear_level_moves),
+            idle_flushes: ld(&c.idle_flushes),
             waf: if host_bytes == 0 {
                 0.0
             } else {

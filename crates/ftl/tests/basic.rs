@@ -3,7 +3,9 @@
 mod common;
 
 use common::*;
-use ftl::{FtlError, GcPolicy, RecoveryMode};
+use std::time::Duration;
+
+use ftl::{FtlConfig, FtlError, GcPolicy, RecoveryMode};
 
 #[test]
 fn write_read_roundtrip_and_reopen() {
@@ -92,4 +94,47 @@ fn timing_real_uses_writer_threads() {
             assert_eq!(check_stamp(l, &buf), Some(3), "page {l} after crash");
         }
     });
+}
+
+/// LFTL's idle flush: with 16 KiB pages a lone 4 KiB write leaves its page partly filled in
+/// RAM; after `idle_flush_ms` without writes the maintenance tick programs it (padded). With
+/// the idle flush off it stays buffered until a flush.
+#[test]
+fn idle_flush_programs_a_partly_filled_page() {
+    for idle_ms in [100u64, 0] {
+        let dir = tempfile::tempdir().unwrap();
+        let ftl = create(
+            &dir.path().join("i.img"),
+            &small_nand(16384, 16),
+            FtlConfig {
+                idle_flush_ms: idle_ms,
+                ..small_cfg(GcPolicy::Adaptive)
+            },
+        );
+        block_on(ftl.write(0, 5 * 4096, &stamped(5, 1), false)).unwrap();
+        assert!(ftl.physical_slot(5).is_none(), "buffered at first");
+        let start = std::time::Instant::now();
+        // Off: well past the 50 ms maintenance tick and what 100 ms would have needed.
+        let bound = Duration::from_millis(if idle_ms > 0 { 5000 } else { 600 });
+        while ftl.physical_slot(5).is_none() && start.elapsed() < bound {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut buf = vec![0u8; 4096];
+        block_on(ftl.read(5 * 4096, &mut buf)).unwrap();
+        assert_eq!(check_stamp(5, &buf), Some(1));
+        if idle_ms > 0 {
+            assert!(
+                ftl.physical_slot(5).is_some(),
+                "programmed after {idle_ms} ms idle"
+            );
+            assert_eq!(ftl.stats().idle_flushes, 1);
+        } else {
+            assert!(
+                ftl.physical_slot(5).is_none(),
+                "no idle flush when it is off"
+            );
+            assert_eq!(ftl.stats().idle_flushes, 0);
+        }
+        ftl.check_invariants().unwrap();
+    }
 }
