@@ -199,3 +199,41 @@ fn wear_out(scheme: SchemeKind) {
         ));
     });
 }
+
+/// Placement follows each bank's capacity: after half of bank 0's blocks went bad, bank 0
+/// gets about half the share of writes of each intact bank (timing off: every bank is idle,
+/// so the share alone decides), instead of an equal share that would wear its spare faster.
+#[test]
+fn writes_follow_each_banks_usable_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.img");
+    let nand = small_nand(4096, 32);
+    let cfg = small_cfg(GcPolicy::Adaptive);
+    create(&path, &nand, cfg.clone()).close().unwrap();
+    {
+        let dev = ftl::nand_model::NandDevice::open(&path, None, ftl::nand_model::TimingMode::Off)
+            .unwrap();
+        for block in 16..32 {
+            dev.mark_bad(ftl::nand_model::BlockAddr::new(0, block))
+                .unwrap();
+        }
+    }
+    let ftl = open(&path, cfg);
+    let pages = ftl.capacity() / 4096 / 2;
+    for l in 0..pages {
+        block_on(ftl.write(0, l * 4096, &stamped(l, 1), false)).unwrap();
+    }
+    block_on(ftl.flush()).unwrap();
+    let mut per_bank = [0u64; 4];
+    for l in 0..pages {
+        let (addr, _) = ftl.physical_slot(l as u32).expect("flushed");
+        per_bank[addr.block.bank.0 as usize] += 1;
+    }
+    let others = per_bank[1..].iter().sum::<u64>() as f64 / 3.0;
+    let ratio = per_bank[0] as f64 / others;
+    assert!(
+        (0.3..0.7).contains(&ratio),
+        "bank 0 got {per_bank:?}: {ratio:.2} of an intact bank's share"
+    );
+    ftl.check_invariants().unwrap();
+}

@@ -12,6 +12,7 @@ use std::time::Instant;
 use nand_model::{BankId, BlockAddr, PageAddr};
 
 use super::PageScheme;
+use crate::blocks::BlockState;
 use crate::buffer::SealedPage;
 use crate::config::GcPolicy;
 use crate::core::{Core, GC_RESERVE};
@@ -24,11 +25,23 @@ pub struct Frontier {
     pub next: u32,
 }
 
-/// A queue's write frontiers and its round-robin start.
+/// Pages placed between two readings of the banks' usable blocks.
+const WEIGHT_REFRESH: u32 = 4096;
+
+/// A queue's write frontiers and its share of writes per bank.
 pub struct PagePlacer {
     scheme: Arc<PageScheme>,
     frontiers: Vec<Option<Frontier>>,
     rr: u32,
+    /// Pages this placer sent to each bank.
+    placed: Vec<u64>,
+    /// Each bank's usable blocks (neither bad nor reserved), re-read every `WEIGHT_REFRESH`
+    /// pages: the bank's share of writes.
+    weight: Vec<u64>,
+    /// Every bank has the same weight: round-robin over idle banks gives equal shares, and
+    /// the first idle bank found will do (no scan of every bank per page).
+    uniform: bool,
+    until_refresh: u32,
 }
 
 impl PagePlacer {
@@ -37,13 +50,44 @@ impl PagePlacer {
             scheme,
             frontiers: vec![None; banks as usize],
             rr: q as u32,
+            placed: vec![0; banks as usize],
+            weight: vec![1; banks as usize],
+            uniform: true,
+            until_refresh: 0,
         }
     }
 
-    /// Picks a bank for the next page: idle first, then the one that frees up soonest; banks
-    /// under exclusive GC only if nothing else can take the page.
+    fn refresh_weights(&mut self, core: &Core) {
+        for (b, w) in self.weight.iter_mut().enumerate() {
+            let a = core.bank(b as u32).alloc.lock();
+            let usable = a
+                .state
+                .iter()
+                .filter(|s| !matches!(s, BlockState::Bad | BlockState::Reserved))
+                .count();
+            *w = (usable as u64).max(1);
+        }
+        self.uniform = self.weight.windows(2).all(|w| w[0] == w[1]);
+        self.until_refresh = WEIGHT_REFRESH;
+    }
+
+    /// Whether bank `a` has had fewer pages than bank `b` for its capacity.
+    fn behind(&self, a: u32, b: u32) -> bool {
+        let (a, b) = (a as usize, b as usize);
+        u128::from(self.placed[a]) * u128::from(self.weight[b])
+            < u128::from(self.placed[b]) * u128::from(self.weight[a])
+    }
+
+    /// Picks a bank for the next page: idle first, then the one that frees up soonest; among
+    /// equals, the one furthest behind its share of writes; banks under exclusive GC only if
+    /// nothing else can take the page.
     fn choose_bank(&mut self, core: &Core, may_use_reserve: bool) -> Option<u32> {
         let n = core.layout.banks;
+        if self.until_refresh == 0 {
+            self.refresh_weights(core);
+        }
+        self.until_refresh -= 1;
+        let now = Instant::now();
         let mut best: Option<(bool, Option<Instant>, u32)> = None;
         for i in 0..n {
             let b = (self.rr + i) % n;
@@ -55,21 +99,25 @@ impl PagePlacer {
             }
             let exclusive = core.bank(b).exclusive_gc.load(Ordering::Acquire);
             let load = core.nand.bank_load(BankId(b));
-            let busy = load.busy_until.filter(|t| *t > Instant::now());
+            let busy = load.busy_until.filter(|t| *t > now);
             let key = (exclusive, busy, b);
             let better = match &best {
                 None => true,
-                Some((be, bb, _)) => (exclusive, busy) < (*be, *bb),
+                Some((be, bb, bbank)) => {
+                    (exclusive, busy) < (*be, *bb)
+                        || (exclusive, busy) == (*be, *bb) && self.behind(b, *bbank)
+                }
             };
             if better {
                 best = Some(key);
             }
-            if !exclusive && busy.is_none() {
+            if self.uniform && !exclusive && busy.is_none() {
                 break;
             }
         }
         let b = best?.2;
         self.rr = (b + 1) % n;
+        self.placed[b as usize] += 1;
         Some(b)
     }
 }
