@@ -10,7 +10,7 @@
 //! | 12 | 4 | header size (4096) |
 //! | 16 | 4 x 6 | channels, banks_per_channel, blocks_per_bank, pages_per_block, page_size, oob_size |
 //! | 40 | 4 | endurance (P/E cycles) |
-//! | 44 | 4 | interconnect: 0 = TMCD, n = PMCD with n controllers (version 3; 0 in version 2) |
+//! | 44 | 4 | version 3 (PMCD): the number of controllers; version 2 (TMCD): 0 |
 //! | 48 | 8 x 4 | t_read, t_prog, t_erase (ns), channel bytes/s |
 //! | 80 | 16 | uuid |
 //! | 96 | 8 | creation time, ns since the Unix epoch |
@@ -136,7 +136,9 @@ pub(crate) fn encode(h: &Header) -> Vec<u8> {
     for (i, v) in counts.iter().enumerate() {
         w.put(16 + 4 * i, &v.to_le_bytes());
     }
-    w.put(44, &h.config.interconnect.to_raw().to_le_bytes());
+    if let Interconnect::Pmcd { controllers } = h.config.interconnect {
+        w.put(44, &controllers.to_le_bytes());
+    }
     let times = [
         dur_ns(t.t_read),
         dur_ns(t.t_prog),
@@ -195,11 +197,13 @@ pub(crate) fn decode(b: &[u8]) -> Result<Header, HeaderError> {
         oob_size: u32_at(b, 36),
     };
     geometry.validate().map_err(HeaderError::Geometry)?;
-    // Version 2 has no interconnect (TMCD); version 3 is PMCD only.
-    let interconnect = match (version, u32_at(b, 44)) {
-        (FORMAT_VERSION, _) => Interconnect::Tmcd,
-        (_, 0) => Interconnect::Pmcd { controllers: 0 },
-        (_, raw) => Interconnect::from_raw(raw),
+    // Version 2 has no interconnect (TMCD); version 3 is PMCD, with its controller count here.
+    let interconnect = if version == FORMAT_VERSION {
+        Interconnect::Tmcd
+    } else {
+        Interconnect::Pmcd {
+            controllers: u32_at(b, 44),
+        }
     };
     interconnect.validate().map_err(HeaderError::Geometry)?;
     let timing = Timing {

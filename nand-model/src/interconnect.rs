@@ -54,38 +54,6 @@ impl Interconnect {
             }
         }
     }
-
-    /// Number of controllers on a device of geometry `g`.
-    pub fn controllers(&self, g: &Geometry) -> u32 {
-        match *self {
-            Interconnect::Tmcd => g.channels,
-            Interconnect::Pmcd { controllers } => controllers,
-        }
-    }
-
-    /// The name, `tmcd` or `pmcd`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Interconnect::Tmcd => "tmcd",
-            Interconnect::Pmcd { .. } => "pmcd",
-        }
-    }
-
-    /// The header's encoding: 0 for TMCD, else the PMCD controller count.
-    pub(crate) fn to_raw(self) -> u32 {
-        match self {
-            Interconnect::Tmcd => 0,
-            Interconnect::Pmcd { controllers } => controllers,
-        }
-    }
-
-    /// The inverse of [`Interconnect::to_raw`] (unvalidated).
-    pub(crate) fn from_raw(raw: u32) -> Interconnect {
-        match raw {
-            0 => Interconnect::Tmcd,
-            controllers => Interconnect::Pmcd { controllers },
-        }
-    }
 }
 
 impl std::fmt::Display for Interconnect {
@@ -188,13 +156,12 @@ mod tests {
     }
 
     #[test]
-    fn raw_encoding_and_validation() {
+    fn validation() {
         for i in [
             Interconnect::Tmcd,
             Interconnect::Pmcd { controllers: 1 },
             Interconnect::Pmcd { controllers: 4 },
         ] {
-            assert_eq!(Interconnect::from_raw(i.to_raw()), i);
             assert_eq!(i.validate(), Ok(()));
         }
         assert!(Interconnect::Pmcd {
@@ -202,7 +169,6 @@ mod tests {
         }
         .validate()
         .is_err());
-        assert_eq!(Interconnect::Tmcd.controllers(&geometry()), 2);
         let v = serde_json::to_value(Interconnect::Pmcd { controllers: 4 }).unwrap();
         assert_eq!(v, serde_json::json!({"kind": "pmcd", "controllers": 4}));
     }

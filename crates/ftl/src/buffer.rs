@@ -82,8 +82,6 @@ pub struct OpenPage {
     zombies: Vec<Psa>,
     /// Slots unmapped by the trim-log slots already in `slots`.
     page_zombies: Vec<Psa>,
-    /// When the last host page was buffered (the idle flush's clock).
-    last_write: Option<std::time::Instant>,
 }
 
 /// A write queue: its open page, its writer's inbox and its progress counters.
@@ -154,7 +152,6 @@ impl Core {
             self.seal_locked(queue, &mut open);
         }
         open.slots.push((meta, Some(data)));
-        open.last_write = Some(std::time::Instant::now());
         if open.slots.len() == self.layout.slots_per_page as usize {
             self.seal_locked(queue, &mut open);
         }
@@ -162,15 +159,33 @@ impl Core {
 
     /// LFTL's idle flush (paper 001 §3.2.1): a data queue whose partly filled page has seen
     /// no write for `idle` has the page sealed (padded) and programmed, so buffered writes do
-    /// not sit in RAM indefinitely on pages larger than 4 KiB. Returns the pages sealed.
-    pub(crate) fn seal_idle_queues(&self, idle: std::time::Duration) -> u64 {
+    /// not sit in RAM indefinitely on pages larger than 4 KiB. Called from the maintenance
+    /// tick, which keeps `seen` (per data queue: the newest buffered slot's sequence number and
+    /// when the tick first saw it), so the write path reads no clock. Returns the pages sealed.
+    pub(crate) fn seal_idle_queues(
+        &self,
+        idle: std::time::Duration,
+        seen: &mut Vec<Option<(u64, std::time::Instant)>>,
+    ) -> u64 {
+        let now = std::time::Instant::now();
+        seen.resize(self.trim_queue(), None);
         let mut sealed = 0;
-        for q in 0..self.trim_queue() {
+        for (q, seen) in seen.iter_mut().enumerate() {
             let queue = &self.queues[q];
             let mut open = queue.open.lock();
-            if !open.slots.is_empty() && open.last_write.is_some_and(|t| t.elapsed() >= idle) {
-                self.seal_locked(queue, &mut open);
-                sealed += 1;
+            let Some(newest) = open.slots.last().map(|(m, _)| m.seq) else {
+                *seen = None;
+                continue;
+            };
+            match *seen {
+                Some((seq, since)) if seq == newest => {
+                    if now.duration_since(since) >= idle {
+                        self.seal_locked(queue, &mut open);
+                        *seen = None;
+                        sealed += 1;
+                    }
+                }
+                _ => *seen = Some((newest, now)),
             }
         }
         if sealed > 0 {

@@ -384,12 +384,7 @@ fn encode(s: &Snapshot) -> Vec<u8> {
     out
 }
 
-/// [`decode`] for the fuzz targets (`crate::fuzzing`).
-pub fn fuzz_decode(b: &[u8]) -> std::result::Result<(), String> {
-    decode(b).map(drop)
-}
-
-fn decode(b: &[u8]) -> std::result::Result<Snapshot, String> {
+pub(crate) fn decode(b: &[u8]) -> std::result::Result<Snapshot, String> {
     if b.len() < HEADER || &b[0..8] != CKPT_MAGIC {
         return Err("bad checkpoint magic".into());
     }
@@ -834,6 +829,8 @@ impl Core {
 pub fn maintenance(core: std::sync::Arc<Core>) {
     const TICK: std::time::Duration = std::time::Duration::from_millis(50);
     let mut next_gauge = std::time::Instant::now() + TICK;
+    // The idle flush's view of each data queue (`Core::seal_idle_queues`).
+    let mut idle_seen = Vec::new();
     while !core.stopping.load(Ordering::Acquire) {
         let l = core.maint_wake.listen();
         if core.stopping.load(Ordering::Acquire) {
@@ -852,7 +849,8 @@ pub fn maintenance(core: std::sync::Arc<Core>) {
         if now >= next_gauge {
             core.scheme.tick(&core);
             if core.cfg.idle_flush_ms > 0 && core.read_only_reason().is_none() {
-                core.seal_idle_queues(std::time::Duration::from_millis(core.cfg.idle_flush_ms));
+                let idle = std::time::Duration::from_millis(core.cfg.idle_flush_ms);
+                core.seal_idle_queues(idle, &mut idle_seen);
             }
             next_gauge = now + TICK;
         }

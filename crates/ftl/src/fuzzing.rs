@@ -22,7 +22,7 @@ pub fn superblock(data: &[u8]) {
 
 /// The checkpoint body decoder (header, map chunks, block table, trim records).
 pub fn checkpoint(data: &[u8]) {
-    let _ = crate::checkpoint::fuzz_decode(data);
+    let _ = crate::checkpoint::decode(data);
 }
 
 /// The OOB record decoder (data slots, checkpoint and superblock pages) and the per-slot

@@ -449,19 +449,28 @@ impl HybridScheme {
             return;
         }
         let layout = self.layout;
-        let mut wear: Vec<Vec<u32>> = Vec::with_capacity(layout.banks as usize);
-        let mut max = 0;
+        // Cheap test first (every tick): the spread between the most-worn usable block and the
+        // least-worn full one (data blocks are full blocks) bounds the one that matters.
+        let (mut max, mut min_full) = (0, u32::MAX);
         for b in 0..layout.banks {
             let a = core.bank(b).alloc.lock();
-            max = a
-                .state
-                .iter()
-                .zip(&a.erase_count)
-                .filter(|(s, _)| !matches!(s, BlockState::Bad | BlockState::Reserved))
-                .map(|(_, e)| *e)
-                .fold(max, u32::max);
-            wear.push(a.erase_count.clone());
+            for (s, &e) in a.state.iter().zip(&a.erase_count) {
+                match s {
+                    BlockState::Bad | BlockState::Reserved => {}
+                    BlockState::Full => {
+                        max = max.max(e);
+                        min_full = min_full.min(e);
+                    }
+                    _ => max = max.max(e),
+                }
+            }
         }
+        if min_full == u32::MAX || max - min_full <= spread {
+            return;
+        }
+        let wear: Vec<Vec<u32>> = (0..layout.banks)
+            .map(|b| core.bank(b).alloc.lock().erase_count.clone())
+            .collect();
         let erases = |d: BlockIdx| {
             let addr = layout.block_addr(d);
             wear[addr.bank.0 as usize][addr.block as usize]

@@ -25,9 +25,6 @@ pub struct Frontier {
     pub next: u32,
 }
 
-/// Pages placed between two readings of the banks' usable blocks.
-const WEIGHT_REFRESH: u32 = 4096;
-
 /// A queue's write frontiers and its share of writes per bank.
 pub struct PagePlacer {
     scheme: Arc<PageScheme>,
@@ -35,13 +32,13 @@ pub struct PagePlacer {
     rr: u32,
     /// Pages this placer sent to each bank.
     placed: Vec<u64>,
-    /// Each bank's usable blocks (neither bad nor reserved), re-read every `WEIGHT_REFRESH`
-    /// pages: the bank's share of writes.
+    /// Each bank's usable blocks (neither bad nor reserved): the bank's share of writes.
+    /// Re-read when the device's bad-block count moves (`seen_bad`), the only way it changes.
     weight: Vec<u64>,
     /// Every bank has the same weight: round-robin over idle banks gives equal shares, and
     /// the first idle bank found will do (no scan of every bank per page).
     uniform: bool,
-    until_refresh: u32,
+    seen_bad: Option<u64>,
 }
 
 impl PagePlacer {
@@ -53,7 +50,7 @@ impl PagePlacer {
             placed: vec![0; banks as usize],
             weight: vec![1; banks as usize],
             uniform: true,
-            until_refresh: 0,
+            seen_bad: None,
         }
     }
 
@@ -68,7 +65,6 @@ impl PagePlacer {
             *w = (usable as u64).max(1);
         }
         self.uniform = self.weight.windows(2).all(|w| w[0] == w[1]);
-        self.until_refresh = WEIGHT_REFRESH;
     }
 
     /// Whether bank `a` has had fewer pages than bank `b` for its capacity.
@@ -83,10 +79,13 @@ impl PagePlacer {
     /// nothing else can take the page.
     fn choose_bank(&mut self, core: &Core, may_use_reserve: bool) -> Option<u32> {
         let n = core.layout.banks;
-        if self.until_refresh == 0 {
+        // Blocks turn bad at open (before any placement) and in `erase_or_retire`, which counts
+        // them: a changed count is the one reason to re-read the weights.
+        let bad = core.counters.bad_blocks.load(Ordering::Relaxed);
+        if self.seen_bad != Some(bad) {
+            self.seen_bad = Some(bad);
             self.refresh_weights(core);
         }
-        self.until_refresh -= 1;
         let now = Instant::now();
         let mut best: Option<(bool, Option<Instant>, u32)> = None;
         for i in 0..n {
