@@ -49,6 +49,71 @@ pub enum Command {
     Stats(StatsArgs),
     /// List the NAND presets and the FTL schemes.
     Presets(PresetsArgs),
+    /// Replay a block trace or a synthetic workload on the FTL in simulated (virtual) time and
+    /// write latency, WAF and GC figures, a per-request log and plots.
+    Replay(ReplayArgs),
+}
+
+/// `--timing` of `ftld replay`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ReplayTiming {
+    /// Simulated time: every NAND operation takes its modelled time on a simulated clock,
+    /// nothing sleeps, and the run is deterministic.
+    Virtual,
+}
+
+/// `ftld replay`.
+#[derive(Args, Debug, Clone)]
+#[command(group = clap::ArgGroup::new("source").required(true).args(["trace", "workload"]))]
+pub struct ReplayArgs {
+    /// The trace file (MSR, UMass/SPC, blkparse text, fio iolog v2/v3, DiskSim ASCII).
+    #[arg(value_name = "TRACE")]
+    pub trace: Option<PathBuf>,
+    /// The trace's format [default: guessed from its first line].
+    #[arg(long, value_name = "FORMAT", value_parser = ["msr", "umass", "blkparse", "fio", "disksim"])]
+    pub format: Option<String>,
+    /// A synthetic workload instead of a trace, e.g. `random,requests=1e6,bs=4k,read=30` or
+    /// `hotcold,hot=80/20`, `seq`, `thinktime,think=1ms,every=64,long=100ms`,
+    /// `periodic,period=10ms` (keys: see the replay section of the README).
+    #[arg(long, value_name = "SPEC", conflicts_with_all = ["trace", "format"])]
+    pub workload: Option<String>,
+    /// The image to replay on (it is changed, as by a served device). Without it a scratch
+    /// image is made from --preset/--capacity/--ftl and removed afterwards.
+    #[command(flatten)]
+    pub image: ImageArgs,
+    /// Garbage-collection scheduling: in-path, parallel or adaptive [default: adaptive].
+    #[arg(long, value_name = "POLICY")]
+    pub gc_policy: Option<GcPolicy>,
+    /// Hybrid schemes: log placement, same or spread [default: spread].
+    #[arg(long, value_name = "POLICY")]
+    pub log_placement: Option<LogPlacement>,
+    /// How time passes [default: virtual].
+    #[arg(long, value_enum, default_value = "virtual")]
+    pub timing: ReplayTiming,
+    /// Closed loop: N requests outstanding, each sent when one completes (trace times are
+    /// ignored). Without it, requests arrive at their trace times (open loop).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub queue_depth: Option<u32>,
+    /// Open loop: replay X times faster than the trace's own times.
+    #[arg(long, value_name = "X", default_value_t = 1.0)]
+    pub speed: f64,
+    /// Age the device first: fill this percentage of it, then overwrite it at random until GC
+    /// is in steady state.
+    #[arg(long, value_name = "PCT")]
+    pub precondition: Option<f64>,
+    /// Seed of the synthetic workload and the precondition's random writes.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+    /// Output directory: summary.json, requests.csv, timeseries.csv and SVG plots [default:
+    /// only the summary, on stdout].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Requests past the device end: wrap them into it, or refuse (skip) them; both counted.
+    #[arg(long, value_name = "WAY", default_value = "wrap", value_parser = ["wrap", "refuse"])]
+    pub out_of_range: String,
+    /// Time-series interval in simulated milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000.0)]
+    pub interval_ms: f64,
 }
 
 /// Which frontend exports the device.

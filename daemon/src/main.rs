@@ -10,6 +10,7 @@
 //! | `backend` | the FTL as an NBD backend; FTL error → NBD error mapping |
 //! | `control` | the control socket (JSON lines) and its client for `ftld stats` |
 //! | `image` | creating/opening images, checking flags against an existing image |
+//! | `replay` | `ftld replay`: a trace or workload in virtual time (`ftl-replay`) |
 //! | `format`, `info`, `presets` | the other subcommands |
 //! | `units` | sizes and listen addresses |
 //!
@@ -42,6 +43,7 @@ mod image;
 mod info;
 mod notify;
 mod presets;
+mod replay;
 mod serve;
 mod ublk;
 mod units;
@@ -85,6 +87,7 @@ fn main() -> ExitCode {
         Command::Info(a) => info::run(&a.image, a.json),
         Command::Stats(a) => stats(a),
         Command::Presets(a) => presets::print(a.json),
+        Command::Replay(a) => replay::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,6 +7,7 @@
 //! pair (an `Instant` and a `clock_gettime` reading taken back to back; skew well below 1 us).
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,37 @@ pub(crate) fn timespec(ns: u64) -> libc::timespec {
     libc::timespec {
         tv_sec: (ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    }
+}
+
+/// The simulated clock of a device with [`crate::TimingMode::Virtual`]: nanoseconds since the
+/// simulation began.
+///
+/// It is "the time the caller acts at": a NAND operation submitted now starts no earlier than
+/// it, and waiting on a [`crate::Completion`] moves it forward to the deadline instead of
+/// sleeping. A simulation driver sets it before each actor's step (a host request at its
+/// arrival, a background worker at its own time), so it may move backwards between steps: the
+/// bank and controller timelines, not this clock, keep the device's resources in order.
+/// Nothing here reads the host's clock, which is what makes a virtual run deterministic.
+#[derive(Debug, Default)]
+pub struct SimClock {
+    now: AtomicU64,
+}
+
+impl SimClock {
+    /// The current simulated time in nanoseconds.
+    pub fn now_ns(&self) -> u64 {
+        self.now.load(Ordering::Acquire)
+    }
+
+    /// Sets the simulated time (the driver's choice of who acts when).
+    pub fn set_ns(&self, ns: u64) {
+        self.now.store(ns, Ordering::Release);
+    }
+
+    /// Moves the clock forward to `ns` if it is earlier (a wait for a completion).
+    pub fn advance_to(&self, ns: u64) {
+        self.now.fetch_max(ns, Ordering::AcqRel);
     }
 }
 

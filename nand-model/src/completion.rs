@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use crate::clock::{now_ns, sleep_until, to_instant, ALREADY_DONE};
+use crate::clock::{now_ns, sleep_until, to_instant, SimClock, ALREADY_DONE};
 use crate::stats::BankCounters;
 use crate::timer::{register, WakerSlot};
 
@@ -31,32 +31,54 @@ impl Drop for InflightGuard {
 #[must_use = "a Completion says when the operation finishes; wait on it or drop it deliberately"]
 pub struct Completion {
     deadline_ns: u64,
+    /// The device's simulated clock with timing `virtual`: waiting moves it instead of sleeping.
+    sim: Option<Arc<SimClock>>,
     _inflight: InflightGuard,
 }
 
 impl Completion {
-    pub(crate) fn new(deadline_ns: u64, bank: Arc<BankCounters>) -> Completion {
+    pub(crate) fn new(
+        deadline_ns: u64,
+        bank: Arc<BankCounters>,
+        sim: Option<&Arc<SimClock>>,
+    ) -> Completion {
         bank.submit();
         Completion {
             deadline_ns,
+            sim: sim.cloned(),
             _inflight: InflightGuard(bank),
         }
     }
 
-    /// When the operation completes on the modelled device (with timing off, a time already past).
+    /// When the operation completes on the modelled device (with timing off, a time already past;
+    /// with timing `virtual` meaningless: see [`Completion::deadline_ns`]).
     pub fn deadline(&self) -> Instant {
         to_instant(self.deadline_ns)
     }
 
-    /// True once the deadline has passed.
+    /// The completion time on the device's clock in nanoseconds: the simulated clock with
+    /// timing `virtual`, `CLOCK_MONOTONIC` with `real`, 0 with `off`.
+    pub fn deadline_ns(&self) -> u64 {
+        self.deadline_ns
+    }
+
+    /// True once the deadline has passed (on the simulated clock with timing `virtual`).
     pub fn is_complete(&self) -> bool {
-        self.deadline_ns == ALREADY_DONE || now_ns() >= self.deadline_ns
+        self.deadline_ns == ALREADY_DONE
+            || match &self.sim {
+                Some(c) => c.now_ns() >= self.deadline_ns,
+                None => now_ns() >= self.deadline_ns,
+            }
     }
 
     /// Blocks the calling thread until the deadline (absolute `clock_nanosleep` with 1 ns timer
     /// slack for this thread). Returns at once with timing off or when the deadline has passed.
+    /// With timing `virtual` it moves the simulated clock to the deadline (if it is earlier)
+    /// and returns at once.
     pub fn wait(self) {
-        if self.deadline_ns != ALREADY_DONE {
+        if let Some(c) = &self.sim {
+            c.advance_to(self.deadline_ns);
+        } else if self.deadline_ns != ALREADY_DONE {
             sleep_until(self.deadline_ns);
         }
     }
@@ -102,6 +124,11 @@ impl Future for CompletionFuture {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         let deadline = this.completion.deadline_ns;
+        // Simulated time never waits for the host: the clock moves to the deadline.
+        if let Some(c) = &this.completion.sim {
+            c.advance_to(deadline);
+            return Poll::Ready(());
+        }
         if this.completion.is_complete() {
             return Poll::Ready(());
         }

@@ -16,12 +16,12 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
 use crate::bankmem::{BankMem, BlockState};
-use crate::clock::{now_ns, to_instant, ALREADY_DONE};
+use crate::clock::{SimClock, ALREADY_DONE};
 use crate::completion::Completion;
 use crate::config::NandConfig;
 use crate::error::{BufferKind, ImageError, NandError};
@@ -37,9 +37,9 @@ use crate::timing::TimingMode;
 pub struct BankLoad {
     /// Operations submitted to the bank whose `Completion` is not yet waited or dropped.
     pub inflight: u32,
-    /// When the bank's modelled timeline frees up; `None` if it is idle now (always `None` with
-    /// timing off).
-    pub busy_until: Option<Instant>,
+    /// How long until the bank's modelled timeline frees up (on the simulated clock with timing
+    /// `virtual`); `None` if it is idle now (always `None` with timing off).
+    pub busy_for: Option<Duration>,
 }
 
 struct BankState {
@@ -153,6 +153,21 @@ impl NandDevice {
         self.timeline.mode()
     }
 
+    /// The simulated clock, with timing `virtual` (`None` otherwise).
+    pub fn sim_clock(&self) -> Option<&SimClock> {
+        self.timeline.sim().map(|c| &**c)
+    }
+
+    /// When every bank and controller is idle: the latest end of any timeline, on the device's
+    /// clock in nanoseconds (0 with timing off).
+    pub fn idle_at_ns(&self) -> u64 {
+        self.banks
+            .iter()
+            .map(|b| b.counters.busy_until.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Random identity given to the image at creation.
     pub fn uuid(&self) -> [u8; 16] {
         self.image.header.uuid
@@ -183,14 +198,17 @@ impl NandDevice {
         let Some(b) = self.banks.get(bank.0 as usize) else {
             return BankLoad {
                 inflight: 0,
-                busy_until: None,
+                busy_for: None,
             };
         };
         let until = b.counters.busy_until.load(Ordering::Relaxed);
+        let now = match self.timing_mode() {
+            TimingMode::Off => u64::MAX,
+            TimingMode::Real | TimingMode::Virtual => self.timeline.now(),
+        };
         BankLoad {
             inflight: b.counters.inflight.load(Ordering::Relaxed),
-            busy_until: (self.timing_mode() == TimingMode::Real && until > now_ns())
-                .then(|| to_instant(until)),
+            busy_for: (until > now).then(|| Duration::from_nanos(until - now)),
         }
     }
 
@@ -310,7 +328,11 @@ impl NandDevice {
             return Err(NandError::Uncorrectable { page: addr });
         }
         st.ops.bytes_read += bytes;
-        Ok(Completion::new(deadline, Arc::clone(&bank.counters)))
+        Ok(Completion::new(
+            deadline,
+            Arc::clone(&bank.counters),
+            self.timeline.sim(),
+        ))
     }
 
     /// Programs a whole page: `data.len()` must equal `page_size`, `oob.len()` at most `oob_size`
@@ -343,7 +365,11 @@ impl NandDevice {
         }
         let power = self.faults.power();
         if power == Power::Off {
-            return Ok(Completion::new(ALREADY_DONE, Arc::clone(&bank.counters)));
+            return Ok(Completion::new(
+                ALREADY_DONE,
+                Arc::clone(&bank.counters),
+                self.timeline.sim(),
+            ));
         }
         let mut st = bank.state.lock();
         let mut blk = self.programmable(&st.mem, addr)?;
@@ -374,7 +400,11 @@ impl NandDevice {
             return Err(NandError::ProgramFailed { page: addr });
         }
         st.ops.bytes_programmed += bytes;
-        Ok(Completion::new(deadline, Arc::clone(&bank.counters)))
+        Ok(Completion::new(
+            deadline,
+            Arc::clone(&bank.counters),
+            self.timeline.sim(),
+        ))
     }
 
     /// Copyback: moves page `src` to page `dst` of the same bank through the die's page
@@ -416,7 +446,11 @@ impl NandDevice {
             if let Some(o) = oob {
                 o.fill(0xFF);
             }
-            return Ok(Completion::new(ALREADY_DONE, Arc::clone(&bank.counters)));
+            return Ok(Completion::new(
+                ALREADY_DONE,
+                Arc::clone(&bank.counters),
+                self.timeline.sim(),
+            ));
         }
         let mut st = bank.state.lock();
         let from = st.mem.block(src.block.block);
@@ -477,7 +511,11 @@ impl NandDevice {
             return Err(NandError::ProgramFailed { page: dst });
         }
         ops.bytes_programmed += u64::from(g.page_size + g.oob_size);
-        Ok(Completion::new(deadline, Arc::clone(c)))
+        Ok(Completion::new(
+            deadline,
+            Arc::clone(c),
+            self.timeline.sim(),
+        ))
     }
 
     /// Erases a block: its pages read as 0xFF afterwards, `programmed_pages` becomes 0 and
@@ -488,7 +526,11 @@ impl NandDevice {
         if self.faults.power() != Power::On {
             // An erase the power cut interrupts leaves the block as it was (its pages still
             // program-once: the FTL will not be running to use it).
-            return Ok(Completion::new(ALREADY_DONE, Arc::clone(&bank.counters)));
+            return Ok(Completion::new(
+                ALREADY_DONE,
+                Arc::clone(&bank.counters),
+                self.timeline.sim(),
+            ));
         }
         let mut st = bank.state.lock();
         let mut blk = st.mem.block(block.block);
@@ -522,7 +564,11 @@ impl NandDevice {
             st.ops.faults += 1;
             return Err(e);
         }
-        Ok(Completion::new(deadline, Arc::clone(&bank.counters)))
+        Ok(Completion::new(
+            deadline,
+            Arc::clone(&bank.counters),
+            self.timeline.sim(),
+        ))
     }
 
     /// The state of `addr`'s block if `addr` may be programmed now: the block is not bad and

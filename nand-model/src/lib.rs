@@ -73,6 +73,10 @@
 //! by a crate-global timer thread (`FUTEX_WAIT_BITSET` with an absolute monotonic deadline, also
 //! 1 ns slack) — never early, runtime-agnostic, no tokio. With [`TimingMode::Off`] deadlines are
 //! "now" and waits return at once; busy time is still accounted with the modelled durations.
+//! With [`TimingMode::Virtual`] the timeline is the same but "now" is the device's [`SimClock`]
+//! (simulated nanoseconds, set by a simulation driver) and waiting moves that clock to the
+//! deadline instead of sleeping: a run takes as long as its CPU work, and as nothing reads the
+//! host's clock, the same submissions give the same times on any machine.
 //! Faults take their modelled time on the timeline too (the chip did run the operation), but the
 //! error is returned at once; rule violations never reach the timeline.
 //!
@@ -184,6 +188,7 @@ mod timer;
 mod timing;
 
 pub use bankmem::BlockState;
+pub use clock::SimClock;
 pub use completion::{Completion, CompletionFuture};
 pub use config::{NandConfig, MIN_SCALED_BLOCKS_PER_BANK};
 pub use device::{BankLoad, NandDevice};

@@ -17,12 +17,16 @@
 //!          + xfer(oob); ctrl.free_at = sensed)   end = sensed + t_prog; bank.free_at = end
 //! ```
 //!
+//! "now" is the host's monotonic clock with timing `real` and the device's [`SimClock`] with
+//! timing `virtual`; nothing else differs between the two.
+//!
 //! With timing off no timeline is kept: the deadline is "now", but busy time is still accounted
 //! with the modelled durations so utilisation figures stay meaningful.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use crate::clock::{now_ns, ALREADY_DONE};
+use crate::clock::{now_ns, SimClock, ALREADY_DONE};
 use crate::geometry::{BankId, Geometry};
 use crate::interconnect::{Controllers, Interconnect};
 use crate::stats::{BankCounters, OpCounters};
@@ -31,6 +35,8 @@ use crate::timing::{dur_ns, Timing, TimingMode};
 /// Timing parameters plus the controller timelines.
 pub(crate) struct Timeline {
     mode: TimingMode,
+    /// The simulated clock (timing `virtual` only).
+    sim: Option<Arc<SimClock>>,
     timing: Timing,
     t_read: u64,
     t_prog: u64,
@@ -47,6 +53,7 @@ impl Timeline {
     ) -> Timeline {
         Timeline {
             mode,
+            sim: (mode == TimingMode::Virtual).then(Arc::default),
             timing,
             t_read: dur_ns(timing.t_read),
             t_prog: dur_ns(timing.t_prog),
@@ -57,6 +64,19 @@ impl Timeline {
 
     pub(crate) fn mode(&self) -> TimingMode {
         self.mode
+    }
+
+    /// The simulated clock, with timing `virtual`.
+    pub(crate) fn sim(&self) -> Option<&Arc<SimClock>> {
+        self.sim.as_ref()
+    }
+
+    /// "Now" on the timeline: the simulated clock with timing `virtual`, else the host's.
+    pub(crate) fn now(&self) -> u64 {
+        match &self.sim {
+            Some(c) => c.now_ns(),
+            None => now_ns(),
+        }
     }
 
     fn account_xfer(ops: &mut OpCounters, bytes: u64, ns: u64) {
@@ -86,7 +106,7 @@ impl Timeline {
             ops.busy_ns += self.t_read + xfer;
             return ALREADY_DONE;
         }
-        let now = now_ns();
+        let now = self.now();
         let start = now.max(*free_at);
         let sensed = start.saturating_add(self.t_read);
         let (_, end) = self.controllers.transfer(bank, sensed, xfer);
@@ -109,7 +129,7 @@ impl Timeline {
             ops.busy_ns += xfer + self.t_prog;
             return ALREADY_DONE;
         }
-        let now = now_ns();
+        let now = self.now();
         let (start, xfer_end) = self.controllers.transfer(bank, now.max(*free_at), xfer);
         let end = xfer_end.saturating_add(self.t_prog);
         Self::finish(ops, live, free_at, start, end);
@@ -137,7 +157,7 @@ impl Timeline {
             ops.busy_ns += self.t_read + xfer + self.t_prog;
             return ALREADY_DONE;
         }
-        let now = now_ns();
+        let now = self.now();
         let start = now.max(*free_at);
         let mut sensed = start.saturating_add(self.t_read);
         if oob_bytes > 0 {
@@ -159,7 +179,7 @@ impl Timeline {
             ops.busy_ns += self.t_erase;
             return ALREADY_DONE;
         }
-        let now = now_ns();
+        let now = self.now();
         let start = now.max(*free_at);
         let end = start.saturating_add(self.t_erase);
         Self::finish(ops, live, free_at, start, end);

@@ -53,6 +53,10 @@ pub enum TimingMode {
     Off,
     /// An operation completes no earlier than its modelled completion time.
     Real,
+    /// Simulated time ([`crate::SimClock`]): operations take their modelled time on a clock the
+    /// caller drives, nothing sleeps, and a run takes as long as the CPU work. The timeline is
+    /// the same as with `real`; only "now" and "wait" differ.
+    Virtual,
 }
 
 /// Serde for a `Duration` as a number of microseconds (fractional where it has nanoseconds).

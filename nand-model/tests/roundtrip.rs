@@ -124,6 +124,6 @@ fn inflight_counts_undropped_completions() {
     assert_eq!(dev.bank_load(b.bank).inflight, 1);
     drop(fut);
     assert_eq!(dev.bank_load(b.bank).inflight, 0);
-    assert_eq!(dev.bank_load(b.bank).busy_until, None);
+    assert_eq!(dev.bank_load(b.bank).busy_for, None);
     assert_eq!(dev.stats().banks[2].max_inflight, 2);
 }

@@ -1,4 +1,4 @@
-//! Timing mode Real: modelled completion times, bank parallelism, serialization on a bank and on
+//! Timing modes Real and Virtual: modelled completion times, bank parallelism, serialization on a bank and on
 //! a channel, and waiting by blocking and through futures.
 
 mod common;
@@ -38,7 +38,7 @@ fn program_completes_after_transfer_and_program_time() {
     assert!(!c.is_complete());
     let load = dev.bank_load(BankId(0));
     assert_eq!(load.inflight, 1);
-    assert!(load.busy_until.is_some());
+    assert!(load.busy_for.is_some());
     let deadline = c.deadline();
     c.wait();
     assert!(Instant::now() >= deadline);
@@ -47,7 +47,7 @@ fn program_completes_after_transfer_and_program_time() {
         dev.bank_load(BankId(0)),
         nand_model::BankLoad {
             inflight: 0,
-            busy_until: None
+            busy_for: None
         }
     );
 }
@@ -112,7 +112,7 @@ fn same_bank_serializes() {
         b.deadline() - a.deadline()
     );
     // The FTL can see the bank is busy until the second op finishes.
-    let until = dev.bank_load(BankId(3)).busy_until.unwrap();
+    let until = Instant::now() + dev.bank_load(BankId(3)).busy_for.unwrap();
     let skew = if until > b.deadline() {
         until - b.deadline()
     } else {
@@ -241,7 +241,7 @@ fn timing_off_completes_immediately() {
     assert!(c.is_complete());
     assert!(c.deadline() <= Instant::now());
     block_on(c.into_future());
-    assert_eq!(dev.bank_load(BankId(0)).busy_until, None);
+    assert_eq!(dev.bank_load(BankId(0)).busy_for, None);
 }
 
 /// PMCD (thesis ch. 4): any controller reaches any bank, so two banks of one channel transfer
@@ -293,4 +293,84 @@ fn a_controller_count_out_of_range_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("controllers must be from 1"), "{err}");
+}
+
+fn virt() -> Fixture {
+    Fixture::new(&small_config(), TimingMode::Virtual)
+}
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos() as u64
+}
+
+/// Simulated time: a QD1 read completes exactly t_read + transfer after it is submitted, a
+/// program exactly transfer + t_prog, an erase t_erase; waiting moves the clock, not the host.
+#[test]
+fn virtual_time_takes_exactly_the_modelled_time() {
+    let f = virt();
+    let dev = f.dev();
+    let clock = dev.sim_clock().expect("virtual mode has a clock");
+    assert_eq!(clock.now_ns(), 0);
+    let t = small_config().timing;
+    clock.set_ns(1_000);
+    let c = dev
+        .program(PageAddr::new(0, 0, 0), &PAGE, &[0; 16])
+        .unwrap();
+    assert_eq!(c.deadline_ns(), 1_000 + ns(xfer(4096 + 16)) + ns(t.t_prog));
+    assert!(!c.is_complete());
+    let wall = Instant::now();
+    let deadline = c.deadline_ns();
+    c.wait();
+    assert!(wall.elapsed() < t.t_prog, "a virtual wait must not sleep");
+    assert_eq!(clock.now_ns(), deadline);
+    // QD1 read right after: the bank is free, so exactly t_read + transfer.
+    let mut buf = [0u8; 4096];
+    let start = clock.now_ns();
+    let r = dev.read(PageAddr::new(0, 0, 0), 0, &mut buf, None).unwrap();
+    assert_eq!(r.deadline_ns() - start, ns(t.t_read) + ns(xfer(4096)));
+    block_on(r.into_future());
+    assert_eq!(clock.now_ns(), start + ns(t.t_read) + ns(xfer(4096)));
+    assert_eq!(buf, PAGE);
+    // The bank's load is seen on the simulated clock.
+    let e = dev
+        .erase(BlockAddr {
+            bank: BankId(1),
+            block: 0,
+        })
+        .unwrap();
+    assert_eq!(e.deadline_ns() - clock.now_ns(), ns(t.t_erase));
+    assert_eq!(dev.bank_load(BankId(1)).busy_for, Some(t.t_erase));
+    assert_eq!(dev.idle_at_ns(), e.deadline_ns());
+    e.wait();
+    assert_eq!(dev.bank_load(BankId(1)).busy_for, None);
+}
+
+/// The timeline is the same as with `real`: two banks of two channels overlap, one bank
+/// serialises, and a submission at an earlier simulated time still queues behind the bank's
+/// earlier work.
+#[test]
+fn virtual_time_keeps_bank_and_channel_order() {
+    let f = virt();
+    let dev = f.dev();
+    let clock = dev.sim_clock().unwrap();
+    let one = ns(xfer(4096)) + ns(t_prog());
+    let a = dev.program(PageAddr::new(0, 0, 0), &PAGE, &[]).unwrap();
+    let b = dev.program(PageAddr::new(2, 0, 0), &PAGE, &[]).unwrap();
+    assert_eq!(a.deadline_ns(), one);
+    assert_eq!(
+        b.deadline_ns(),
+        one,
+        "banks 0 and 2 are on different channels"
+    );
+    let c = dev.program(PageAddr::new(0, 0, 1), &PAGE, &[]).unwrap();
+    assert_eq!(
+        c.deadline_ns(),
+        2 * one,
+        "bank 0 is busy until its first program ends"
+    );
+    c.wait();
+    clock.set_ns(10);
+    let d = dev.program(PageAddr::new(0, 0, 2), &PAGE, &[]).unwrap();
+    assert_eq!(d.deadline_ns(), 3 * one);
+    drop((a, b, d));
 }

@@ -161,13 +161,13 @@ impl Core {
     /// no write for `idle` has the page sealed (padded) and programmed, so buffered writes do
     /// not sit in RAM indefinitely on pages larger than 4 KiB. Called from the maintenance
     /// tick, which keeps `seen` (per data queue: the newest buffered slot's sequence number and
-    /// when the tick first saw it), so the write path reads no clock. Returns the pages sealed.
+    /// when the tick first saw it, in [`Core::now_ns`]), so the write path reads no clock. Returns the pages sealed.
     pub(crate) fn seal_idle_queues(
         &self,
-        idle: std::time::Duration,
-        seen: &mut Vec<Option<(u64, std::time::Instant)>>,
+        idle_ns: u64,
+        now: u64,
+        seen: &mut Vec<Option<(u64, u64)>>,
     ) -> u64 {
-        let now = std::time::Instant::now();
         seen.resize(self.trim_queue(), None);
         let mut sealed = 0;
         for (q, seen) in seen.iter_mut().enumerate() {
@@ -179,7 +179,7 @@ impl Core {
             };
             match *seen {
                 Some((seq, since)) if seq == newest => {
-                    if now.duration_since(since) >= idle {
+                    if now.saturating_sub(since) >= idle_ns {
                         self.seal_locked(queue, &mut open);
                         *seen = None;
                         sealed += 1;
@@ -262,8 +262,24 @@ impl Core {
         queue.sealed.load(Ordering::Acquire)
     }
 
+    /// With timing `virtual`, moves the caller's simulated time to when everything queue `q`
+    /// has programmed so far is durable, and returns true; false with other timing modes.
+    /// (Its inline writer commits every page at once; the commit times are kept instead.)
+    pub(crate) fn sim_wait_durable(&self, q: usize) -> bool {
+        let Some(clock) = self.nand.sim_clock() else {
+            return false;
+        };
+        if let Some(w) = &self.queues[q].inline {
+            clock.advance_to(w.lock().sim().durable_at());
+        }
+        true
+    }
+
     /// Waits until queue `q` has committed `target` pages.
     pub(crate) async fn wait_committed(&self, q: usize, target: u64) {
+        if self.sim_wait_durable(q) {
+            return;
+        }
         let queue = &self.queues[q];
         loop {
             if queue.committed.load(Ordering::Acquire) >= target || self.writers_gone() {
@@ -280,6 +296,15 @@ impl Core {
     /// Waits while queue `q` has too many sealed pages in flight (backpressure).
     pub(crate) async fn wait_room(&self, q: usize) {
         let queue = &self.queues[q];
+        if let (Some(clock), Some(w)) = (self.nand.sim_clock(), &queue.inline) {
+            // Virtual time: the host waits (in simulated time) for the oldest pending program.
+            let at = w
+                .lock()
+                .sim()
+                .room_at(clock.now_ns(), self.cfg.max_pending_pages);
+            clock.set_ns(at);
+            return;
+        }
         let max = self.cfg.max_pending_pages as u64;
         while queue.pending() >= max && !self.writers_gone() {
             let l = queue.progress.listen();

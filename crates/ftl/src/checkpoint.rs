@@ -825,34 +825,50 @@ impl Core {
     }
 }
 
-/// Background maintenance: periodic checkpoints and the adaptive GC gauge.
-pub fn maintenance(core: std::sync::Arc<Core>) {
-    const TICK: std::time::Duration = std::time::Duration::from_millis(50);
-    let mut next_gauge = std::time::Instant::now() + TICK;
-    // The idle flush's view of each data queue (`Core::seal_idle_queues`).
-    let mut idle_seen = Vec::new();
-    while !core.stopping.load(Ordering::Acquire) {
-        let l = core.maint_wake.listen();
-        if core.stopping.load(Ordering::Acquire) {
-            break;
+/// Background maintenance: periodic checkpoints, the scheme's tick (adaptive GC gauge, the
+/// hybrids' wear levelling), the idle flush and trim-record sealing. Run by the maintenance
+/// thread, or with timing `virtual` as an actor of the simulation (`sim.rs`).
+pub(crate) struct Maintenance {
+    /// When the next tick is due ([`Core::now_ns`]).
+    next_tick: u64,
+    /// The idle flush's view of each data queue (`Core::seal_idle_queues`).
+    idle_seen: Vec<Option<(u64, u64)>>,
+}
+
+/// The maintenance tick.
+pub(crate) const TICK_NS: u64 = 50_000_000;
+
+impl Maintenance {
+    pub(crate) fn new(core: &Core) -> Maintenance {
+        Maintenance {
+            next_tick: core.now_ns() + TICK_NS,
+            idle_seen: Vec::new(),
         }
-        // GC waiting for trim records may have asked while the previous round ran (a
-        // checkpoint, say), when nobody listened: then go on at once.
-        if !core.flush_requested.load(Ordering::Acquire) {
-            l.wait_deadline(next_gauge);
-        }
-        if core.stopping.load(Ordering::Acquire) {
-            break;
-        }
+    }
+
+    /// When the next tick is due.
+    pub(crate) fn next_tick(&self) -> u64 {
+        self.next_tick
+    }
+
+    /// Whether someone asked for work before the next tick (GC waits for trim records, a
+    /// scheme wants a checkpoint).
+    pub(crate) fn requested(core: &Core) -> bool {
+        core.flush_requested.load(Ordering::Acquire)
+            || core.checkpoint_requested.load(Ordering::Acquire)
+    }
+
+    /// One round: the tick if it is due, then whatever was requested.
+    pub(crate) fn round(&mut self, core: &Core) {
         // The gauge measures host operations per tick: only on the tick, not on early wakes.
-        let now = std::time::Instant::now();
-        if now >= next_gauge {
-            core.scheme.tick(&core);
+        let now = core.now_ns();
+        if now >= self.next_tick {
+            core.scheme.tick(core);
             if core.cfg.idle_flush_ms > 0 && core.read_only_reason().is_none() {
-                let idle = std::time::Duration::from_millis(core.cfg.idle_flush_ms);
-                core.seal_idle_queues(idle, &mut idle_seen);
+                let idle = core.cfg.idle_flush_ms.saturating_mul(1_000_000);
+                core.seal_idle_queues(idle, now, &mut self.idle_seen);
             }
-            next_gauge = now + TICK;
+            self.next_tick = now + TICK_NS;
         }
         // Write out batched trim records: the slots they unmapped are held until then. Only the
         // trim queue, whose writer never waits for a data queue.
@@ -871,6 +887,26 @@ pub fn maintenance(core: std::sync::Arc<Core>) {
                 tracing::warn!("periodic checkpoint failed: {e}");
             }
         }
+    }
+}
+
+/// The maintenance thread.
+pub fn maintenance(core: std::sync::Arc<Core>) {
+    let mut m = Maintenance::new(&core);
+    while !core.stopping.load(Ordering::Acquire) {
+        let l = core.maint_wake.listen();
+        if core.stopping.load(Ordering::Acquire) {
+            break;
+        }
+        // GC waiting for trim records may have asked while the previous round ran (a
+        // checkpoint, say), when nobody listened: then go on at once.
+        if !core.flush_requested.load(Ordering::Acquire) {
+            l.wait_deadline(core.instant_at(m.next_tick()));
+        }
+        if core.stopping.load(Ordering::Acquire) {
+            break;
+        }
+        m.round(&core);
     }
 }
 

@@ -82,6 +82,8 @@ pub struct Core {
     pub ckpt_lock: Mutex<()>,
     pub latencies: crate::stats::Latencies,
     pub recovery: Mutex<crate::recovery::RecoveryReport>,
+    /// Origin of [`Core::now_ns`] with timing `off` and `real`.
+    epoch: std::time::Instant,
 }
 
 impl Core {
@@ -125,7 +127,43 @@ impl Core {
             ckpt_lock: Mutex::new(()),
             latencies: crate::stats::Latencies::default(),
             recovery: Mutex::new(crate::recovery::RecoveryReport::default()),
+            epoch: std::time::Instant::now(),
         }
+    }
+
+    /// The FTL's clock in nanoseconds: simulated time with timing `virtual` (so latencies,
+    /// idle times and ticks are simulated ones), else the host's monotonic clock since open.
+    pub fn now_ns(&self) -> u64 {
+        match self.nand.sim_clock() {
+            Some(c) => c.now_ns(),
+            None => u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// A writer that found no space gives the other threads a moment (other writers' open
+    /// blocks may commit, the maintenance thread may write the trim records GC waits for).
+    /// With timing `virtual` there are no other threads: the trim records are sealed here,
+    /// unless the caller is the trim queue's own writer (its open page is held).
+    pub(crate) fn wait_for_others(&self) {
+        if self.nand.sim_clock().is_none() {
+            std::thread::sleep(std::time::Duration::from_micros(500));
+            return;
+        }
+        let tq = self.trim_queue();
+        if self.flush_requested.load(Ordering::Acquire) && !self.queues[tq].open.is_locked() {
+            self.flush_requested.store(false, Ordering::Release);
+            self.force_seal(tq);
+        }
+    }
+
+    /// Time since an earlier [`Core::now_ns`] reading.
+    pub fn since(&self, t: u64) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.now_ns().saturating_sub(t))
+    }
+
+    /// The host `Instant` of a [`Core::now_ns`] reading (timing `off` and `real`).
+    pub fn instant_at(&self, ns: u64) -> std::time::Instant {
+        self.epoch + std::time::Duration::from_nanos(ns)
     }
 
     /// A fresh sequence number (callers that order per page hold its stripe lock).

@@ -314,6 +314,9 @@ impl Core {
     pub(crate) fn flush_all_blocking(&self) {
         let targets: Vec<u64> = (0..self.queues.len()).map(|q| self.force_seal(q)).collect();
         for (q, t) in targets.into_iter().enumerate() {
+            if self.sim_wait_durable(q) {
+                continue;
+            }
             let queue = &self.queues[q];
             while queue.committed.load(Ordering::Acquire) < t && !self.writers_gone() {
                 let l = queue.progress.listen();
@@ -328,6 +331,9 @@ impl Core {
     /// the trim records that hold its blocks).
     pub(crate) fn flush_queue_blocking(&self, q: usize) {
         let target = self.force_seal(q);
+        if self.sim_wait_durable(q) {
+            return;
+        }
         let queue = &self.queues[q];
         while queue.committed.load(Ordering::Acquire) < target && !self.writers_gone() {
             let l = queue.progress.listen();

@@ -89,6 +89,7 @@ pub mod layout;
 mod oob;
 mod recovery;
 pub mod schemes;
+mod sim;
 mod stats;
 mod writer;
 
@@ -96,7 +97,6 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
 
 pub use bytes::Bytes;
 use nand_model::{NandConfig, NandDevice, TimingMode};
@@ -123,6 +123,9 @@ pub struct Ftl {
     core: Arc<Core>,
     writers: Mutex<Vec<JoinHandle<()>>>,
     helpers: Mutex<Vec<JoinHandle<()>>>,
+    /// With timing `virtual`: the background work, run by [`Ftl::advance_to`] instead of
+    /// threads.
+    background: Option<Mutex<sim::Background>>,
 }
 
 /// What formatting an image decided.
@@ -302,8 +305,12 @@ impl Ftl {
             cfg.queues = sb.max_queues as usize;
         }
         // With timing off a program completes at once: a queue's writer then runs on the
-        // thread that seals a page instead of costing a thread hand-off per page.
-        let inline = nand.timing_mode() == TimingMode::Off;
+        // thread that seals a page instead of costing a thread hand-off per page. With timing
+        // virtual nothing may depend on thread scheduling: writers run inline, on their own
+        // simulated time (`writer::SimWriter`), and the background work is run by the caller
+        // (`sim.rs`).
+        let virtual_time = nand.timing_mode() == TimingMode::Virtual;
+        let inline = nand.timing_mode() == TimingMode::Off || virtual_time;
         let plan = schemes::BankPlan::new(
             cfg.log_placement,
             nand.geometry(),
@@ -393,7 +400,31 @@ impl Ftl {
                 writer::run(c, q, rx)
             })?);
         }
-        let mut helpers = scheme.spawn_workers(&core)?;
+        let workers = scheme.workers(&core);
+        if virtual_time {
+            let background = sim::Background::new(&core, workers);
+            return Ok(Ftl {
+                core,
+                writers: Mutex::new(writers),
+                helpers: Mutex::new(Vec::new()),
+                background: Some(Mutex::new(background)),
+            });
+        }
+        let mut helpers = Vec::new();
+        for mut w in workers {
+            let c = core.clone();
+            helpers.push(spawn(w.name(), move || {
+                writer::precise_timers();
+                while !c.stopping.load(Ordering::Acquire) {
+                    if let Some(d) = w.round(&c, u32::MAX) {
+                        let l = c.gc_wake.listen();
+                        if !c.stopping.load(Ordering::Acquire) {
+                            event_listener::Listener::wait_timeout(l, d);
+                        }
+                    }
+                }
+            })?);
+        }
         let c = core.clone();
         helpers.push(spawn("ftl-maint".into(), move || {
             checkpoint::maintenance(c)
@@ -402,6 +433,7 @@ impl Ftl {
             core,
             writers: Mutex::new(writers),
             helpers: Mutex::new(helpers),
+            background: None,
         })
     }
 
@@ -420,6 +452,26 @@ impl Ftl {
         &self.core.nand
     }
 
+    /// Timing `virtual`: runs the background work (GC workers, maintenance) due before `t_ns`
+    /// in simulated-time order, then sets the simulated clock to `t_ns`, where the caller's
+    /// next request starts (see `sim.rs`). A simulation driver calls it before each request with
+    /// the request's arrival time. Other timing modes: an error.
+    pub fn advance_to(&self, t_ns: u64) -> Result<()> {
+        let Some(bg) = &self.background else {
+            return Err(FtlError::Config(
+                "advance_to needs an FTL opened with timing virtual".into(),
+            ));
+        };
+        bg.lock().advance_to(&self.core, t_ns);
+        Ok(())
+    }
+
+    /// The FTL's clock in nanoseconds: simulated time with timing `virtual`, else the host's
+    /// monotonic clock since the FTL was opened.
+    pub fn now_ns(&self) -> u64 {
+        self.core.now_ns()
+    }
+
     /// Whether writes are refused (spare blocks exhausted or a fatal NAND error).
     pub fn read_only_reason(&self) -> Option<String> {
         self.core.read_only_reason()
@@ -427,14 +479,14 @@ impl Ftl {
 
     /// Reads `buf.len()` bytes at `offset` (both multiples of 512).
     pub async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let t = Instant::now();
+        let t = self.core.now_ns();
         self.core.check_range(offset, buf.len() as u64)?;
         self.core.read_at(offset, buf).await?;
         let c = &self.core.counters;
         c.host_reads.fetch_add(1, Ordering::Relaxed);
         c.host_read_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
-        self.core.latencies.record(OpKind::Read, t.elapsed());
+        self.core.latencies.record(OpKind::Read, self.core.since(t));
         Ok(())
     }
 
@@ -454,20 +506,22 @@ impl Ftl {
         data: Bytes,
         fua: bool,
     ) -> Result<()> {
-        let t = Instant::now();
+        let t = self.core.now_ns();
         self.core.check_range(offset, data.len() as u64)?;
         let len = data.len() as u64;
         self.core.write_at(queue, offset, data, fua).await?;
         let c = &self.core.counters;
         c.host_writes.fetch_add(1, Ordering::Relaxed);
         c.host_write_bytes.fetch_add(len, Ordering::Relaxed);
-        self.core.latencies.record(OpKind::Write, t.elapsed());
+        self.core
+            .latencies
+            .record(OpKind::Write, self.core.since(t));
         Ok(())
     }
 
     /// Makes every write, trim and write-zeroes acknowledged so far durable.
     pub async fn flush(&self) -> Result<()> {
-        let t = Instant::now();
+        let t = self.core.now_ns();
         if self.core.writers_gone() {
             return Err(FtlError::Closed);
         }
@@ -476,21 +530,23 @@ impl Ftl {
             .counters
             .host_flushes
             .fetch_add(1, Ordering::Relaxed);
-        self.core.latencies.record(OpKind::Flush, t.elapsed());
+        self.core
+            .latencies
+            .record(OpKind::Flush, self.core.since(t));
         Ok(())
     }
 
     /// Discards a range: it reads as zeroes afterwards (durably once flushed, or at once with
     /// `fua`). Partial 4 KiB pages at the ends are zeroed by writing.
     pub async fn trim(&self, queue: usize, offset: u64, len: u64, fua: bool) -> Result<()> {
-        let t = Instant::now();
+        let t = self.core.now_ns();
         self.core.check_range(offset, len)?;
         self.core.unmap(queue, offset, len, fua).await?;
         self.core
             .counters
             .host_trims
             .fetch_add(1, Ordering::Relaxed);
-        self.core.latencies.record(OpKind::Trim, t.elapsed());
+        self.core.latencies.record(OpKind::Trim, self.core.since(t));
         Ok(())
     }
 
@@ -507,6 +563,18 @@ impl Ftl {
     /// A statistics snapshot.
     pub fn stats(&self) -> FtlStats {
         self.core.stats()
+    }
+
+    /// The two sides of WAF, read without locks: host bytes written, and NAND bytes programmed
+    /// for host data and GC (what [`FtlStats::waf`] divides).
+    pub fn waf_counters(&self) -> (u64, u64) {
+        let c = &self.core.counters;
+        let programs =
+            c.page_programs.load(Ordering::Relaxed) + c.gc_page_programs.load(Ordering::Relaxed);
+        (
+            c.host_write_bytes.load(Ordering::Relaxed),
+            programs * self.core.layout.page_size as u64,
+        )
     }
 
     /// How the image was opened.

@@ -27,14 +27,80 @@ struct InFlight {
 }
 
 /// A queue's writer: its placer and its in-flight programs. Owned by the queue's writer
-/// thread (timing `real`) or, with timing `off` where programs complete at once, kept in the
-/// queue and run by whichever thread seals a page (under the queue's open-page lock).
+/// thread (timing `real`) or, with timing `off` or `virtual`, kept in the queue and run by
+/// whichever thread seals a page (under the queue's open-page lock).
 pub struct Writer {
     q: usize,
     placer: Box<dyn Placer>,
     inflight: VecDeque<InFlight>,
     data: Vec<u8>,
     oob: Vec<u8>,
+    /// The writer's clock with timing `virtual`.
+    sim: SimWriter,
+    /// Programs a writer keeps in flight before it waits for the oldest.
+    max_inflight: usize,
+}
+
+/// The writer as an actor of a virtual-time run (timing `virtual`).
+///
+/// The writer thread of a served device programs sealed pages on its own time: it waits for
+/// its oldest program when `max_inflight` are in flight, and does in-path and foreground GC,
+/// while the host goes on. The inline writer of a simulation keeps that time here: it places a
+/// page at `max(host's time, free_at)` and restores the host's clock afterwards, so a host
+/// write is acknowledged when buffered, as on the served device. Pages commit at once (their
+/// data effect happened at submission); what the served writer's in-flight queue decides —
+/// when a queue's pages are durable, how many are pending — is kept as commit times.
+#[derive(Debug, Default)]
+pub(crate) struct SimWriter {
+    /// When the writer has placed its last page (it may have waited or cleaned meanwhile).
+    free_at: u64,
+    /// Commit times of the programs not yet committed at the last look, oldest first. A page
+    /// commits once it and every page sealed before it are programmed, so the times are
+    /// non-decreasing.
+    commits: VecDeque<u64>,
+}
+
+impl SimWriter {
+    /// Forgets the programs committed by `now`.
+    fn retire(&mut self, now: u64) {
+        while self.commits.front().is_some_and(|&t| t <= now) {
+            self.commits.pop_front();
+        }
+    }
+
+    /// When the writer may submit another program at `at` or later: once fewer than `max`
+    /// of its programs are still in flight. The commit times stay (the host's view of what is
+    /// pending, [`SimWriter::room_at`], is behind the writer's).
+    fn submit_at(&self, at: u64, max: usize) -> u64 {
+        let max = max.max(1);
+        let in_flight = self.commits.len() - self.commits.partition_point(|&t| t <= at);
+        if in_flight < max {
+            return at;
+        }
+        // Non-decreasing: after the (len - max)-th commit, at most max - 1 remain in flight.
+        self.commits[self.commits.len() - max].max(at)
+    }
+
+    /// The host's time at which fewer than `max` pages of the queue are pending (sealed and
+    /// not yet committed), seen from `now`.
+    pub(crate) fn room_at(&mut self, now: u64, max: usize) -> u64 {
+        self.retire(now);
+        let mut at = now;
+        while self.commits.len() >= max.max(1) {
+            at = at.max(self.commits.pop_front().unwrap_or(at));
+        }
+        at
+    }
+
+    /// When everything this queue has programmed so far is durable.
+    pub(crate) fn durable_at(&self) -> u64 {
+        self.commits.back().copied().unwrap_or(0)
+    }
+
+    fn programmed(&mut self, deadline: u64) {
+        let t = deadline.max(self.commits.back().copied().unwrap_or(0));
+        self.commits.push_back(t);
+    }
 }
 
 /// Lowers this thread's timer slack so deadline waits wake within microseconds, not 50 us.
@@ -54,7 +120,14 @@ impl Writer {
             inflight: VecDeque::new(),
             data: vec![0; layout.page_size as usize],
             oob: vec![0; layout.oob_size as usize],
+            sim: SimWriter::default(),
+            max_inflight: layout.banks as usize * 2,
         }
+    }
+
+    /// The writer's virtual-time state.
+    pub(crate) fn sim(&mut self) -> &mut SimWriter {
+        &mut self.sim
     }
 }
 
@@ -63,7 +136,7 @@ pub fn run(core: Arc<Core>, q: usize, rx: Receiver<WriterMsg>) {
     precise_timers();
     let layout = core.layout;
     let mut w = Writer::new(&layout, q, core.scheme.clone().placer(q));
-    let max_inflight = layout.banks as usize * 2;
+    let max_inflight = w.max_inflight;
     loop {
         w.commit_done(&core, false);
         let msg = match w.inflight.front() {
@@ -122,7 +195,22 @@ impl Writer {
 
     /// Programs `page` where the placer says (again elsewhere after a program failure) and
     /// commits it, at once if nothing is in flight and the program is done, else in turn.
+    /// With timing `virtual`, on the writer's own simulated time (see [`SimWriter`]).
     pub fn place(&mut self, core: &Core, page: SealedPage) {
+        let Some(clock) = core.nand.sim_clock() else {
+            return self.place_now(core, page);
+        };
+        let host = clock.now_ns();
+        let at = self
+            .sim
+            .submit_at(host.max(self.sim.free_at), self.max_inflight);
+        clock.set_ns(at);
+        self.place_now(core, page);
+        self.sim.free_at = clock.now_ns();
+        clock.set_ns(host);
+    }
+
+    fn place_now(&mut self, core: &Core, page: SealedPage) {
         self.fill(core, &page);
         loop {
             if core.writers_gone() {
@@ -149,7 +237,12 @@ impl Writer {
             match core.nand.program(addr, bytes, &self.oob) {
                 Ok(done) => {
                     core.counters.page_programs.fetch_add(1, Ordering::Relaxed);
-                    if done.is_complete() && self.inflight.is_empty() {
+                    if core.nand.sim_clock().is_some() {
+                        // Virtual time: the commit time is kept, the page commits now.
+                        self.sim.programmed(done.deadline_ns());
+                        drop(done);
+                        self.commit(core, page, addr);
+                    } else if done.is_complete() && self.inflight.is_empty() {
                         self.commit(core, page, addr);
                     } else {
                         self.inflight.push_back(InFlight { page, addr, done });

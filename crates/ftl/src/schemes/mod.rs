@@ -35,7 +35,6 @@
 //! | `Scheme::check` | tests, quiesced | checkpoint lock, `gc_gate` exclusive |
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use nand_model::PageAddr;
 use serde::{Deserialize, Serialize};
@@ -193,8 +192,9 @@ pub(crate) trait Scheme: Send + Sync {
     /// versions of their pages (unless a newer write or a trim superseded them).
     fn commit(&self, core: &Core, page: &SealedPage, addr: PageAddr);
 
-    /// Starts the scheme's background threads (GC workers).
-    fn spawn_workers(self: Arc<Self>, core: &Arc<Core>) -> Result<Vec<JoinHandle<()>>>;
+    /// The scheme's background workers (GC): each runs on its own thread, or with timing
+    /// `virtual` as an actor of the simulation.
+    fn workers(self: Arc<Self>, core: &Core) -> Vec<Box<dyn BackgroundWorker>>;
 
     /// The maintenance thread's tick (every 50 ms).
     fn tick(&self, core: &Core);
@@ -251,6 +251,17 @@ pub(crate) trait Scheme: Send + Sync {
     fn merge_stats(&self) -> Option<crate::stats::MergeStats> {
         None
     }
+}
+
+/// A scheme's background worker, cut into rounds so that a thread (`Ftl::start`) and the
+/// virtual-time simulation (`sim.rs`) run the same code.
+pub(crate) trait BackgroundWorker: Send {
+    /// The thread's name.
+    fn name(&self) -> String;
+
+    /// One round of work of at most `max_steps` steps. `Some(d)`: there was nothing to do;
+    /// look again after `d`, or when woken (`Core::gc_wake`).
+    fn round(&mut self, core: &Core, max_steps: u32) -> Option<std::time::Duration>;
 }
 
 /// What recovery hands a scheme: the blocks' state now and the scan of everything programmed

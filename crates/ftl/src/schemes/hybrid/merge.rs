@@ -17,7 +17,6 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use nand_model::{BlockAddr, Completion, NandError, PageAddr};
 
@@ -56,7 +55,7 @@ impl HybridScheme {
     /// no program of it in flight. With `retire_log` the block's own log block had a program
     /// fail: it is marked bad instead of erased, and only a full merge is used.
     pub(super) fn merge_lbn(&self, core: &Core, lbn: u32, retire_log: bool) -> MergeKind {
-        let t0 = Instant::now();
+        let t0 = core.now_ns();
         let _gc = core.gc_gate.read();
         let log = {
             let logs = self.logs.lock();
@@ -107,7 +106,7 @@ impl HybridScheme {
         }
         let c = self.counters(kind);
         c.count.fetch_add(1, Ordering::Relaxed);
-        c.latency.record(t0.elapsed());
+        c.latency.record(core.since(t0));
         kind
     }
 

@@ -57,7 +57,6 @@ mod recover;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use nand_model::PageAddr;
 use parking_lot::Mutex;
@@ -75,7 +74,9 @@ use crate::error::Result;
 use crate::layout::{BlockIdx, Layout, Lpn, Psa};
 use crate::recovery::Resolved;
 use crate::schemes::page::map::PageMap;
-use crate::schemes::{CheckpointPayload, Placer, RecoverInput, Scheme, SchemeKind};
+use crate::schemes::{
+    BackgroundWorker, CheckpointPayload, Placer, RecoverInput, Scheme, SchemeKind,
+};
 use crate::stats::{LatencyHistogram, MergeKindStats, MergeStats};
 
 /// Which hybrid: how log blocks are associated with data blocks.
@@ -223,9 +224,9 @@ impl Scheme for HybridScheme {
         self.map.commit_page(core, self.layout, page, addr);
     }
 
-    fn spawn_workers(self: Arc<Self>, _core: &Arc<Core>) -> Result<Vec<JoinHandle<()>>> {
+    fn workers(self: Arc<Self>, _core: &Core) -> Vec<Box<dyn BackgroundWorker>> {
         // Merges run where a log block is needed, as the papers define them.
-        Ok(Vec::new())
+        Vec::new()
     }
 
     /// Static wear levelling (`merge.rs`: one move per tick at most).

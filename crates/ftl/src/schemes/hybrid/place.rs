@@ -22,7 +22,6 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use nand_model::PageAddr;
 
@@ -148,7 +147,7 @@ impl HybridPlacer {
                 if self.no_space_rounds > 2000 {
                     core.set_read_only("no free block for a log block".into());
                 }
-                std::thread::sleep(Duration::from_micros(500));
+                core.wait_for_others();
                 None
             }
         }

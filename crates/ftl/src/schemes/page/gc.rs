@@ -32,9 +32,8 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use event_listener::Listener;
 use nand_model::{BankId, BlockAddr, NandError, PageAddr};
 
 use super::place::Frontier;
@@ -44,6 +43,7 @@ use crate::config::VictimPolicy;
 use crate::core::{Core, GC_RESERVE};
 use crate::layout::{Psa, LOGICAL_PAGE};
 use crate::oob::{self, PageOob, SlotKind, SlotMeta};
+use crate::schemes::BackgroundWorker;
 
 /// GC steps a writer does per page in the in-path policy: cleaning a block of utilisation `u`
 /// costs about `(1 + u) / (1 - u)` steps per page the host can then write, 7 at `u = 0.75`.
@@ -779,74 +779,89 @@ impl PageScheme {
     }
 }
 
-/// A background GC worker (parallel and adaptive policies).
-pub fn worker(scheme: Arc<PageScheme>, core: Arc<Core>, idx: usize, adaptive: bool) {
-    crate::writer::precise_timers();
-    let nb = core.layout.banks;
-    let mut rr = idx as u32;
-    let mut candidates: Vec<(bool, bool, u32, u32)> = Vec::with_capacity(nb as usize);
-    while !core.stopping.load(Ordering::Acquire) {
-        let urgent = (0..nb).any(|b| core.bank(b).exclusive_gc.load(Ordering::Acquire));
-        if adaptive && !urgent && idx >= scheme.gc_load.allowed.load(Ordering::Acquire) {
-            idle_wait(&core, Duration::from_millis(5));
-            continue;
-        }
-        // Banks most in need first; idle banks before busy ones (PLLGC cleans idle banks).
-        candidates.clear();
-        for i in 0..nb {
-            let b = (rr + i) % nb;
-            let needs = scheme.needs_gc(&core, b);
-            if !needs && !scheme.wear_level_due(&core, b) {
-                continue;
-            }
-            // In flight, or still working off an erase nobody waits for (`erase_or_retire`).
-            let load = core.nand.bank_load(BankId(b));
-            let busy = load.inflight > 0 || load.busy_until.is_some();
-            candidates.push((!needs, busy, core.bank(b).free.load(Ordering::Acquire), b));
-        }
-        if candidates.is_empty() {
-            idle_wait(&core, Duration::from_millis(20));
-            continue;
-        }
-        candidates.sort_unstable();
-        // A bank whose cleaner is busy (another worker, or a writer cleaning in the
-        // foreground) is skipped rather than spun on.
-        let Some((b, mut g)) = candidates
-            .iter()
-            .find_map(|c| scheme.gc[c.3 as usize].try_lock().map(|g| (c.3, g)))
-        else {
-            idle_wait(&core, Duration::from_millis(1));
-            continue;
-        };
-        rr = (b + 1) % nb;
-        let start = Instant::now();
-        let mut steps = 0u32;
-        loop {
-            if core.stopping.load(Ordering::Acquire) {
-                break;
-            }
-            let step = scheme.gc_step(&core, b, &mut g, false);
-            if step == Step::Idle {
-                drop(g);
-                idle_wait(&core, Duration::from_millis(5));
-                break;
-            }
-            // Give the bank back to host I/O after a freed block, unless it is urgent.
-            if step == Step::Freed && !scheme.needs_gc(&core, b) {
-                break;
-            }
-            // The clock is read every 16 steps only: in a VM a read can cost as much as a step.
-            steps += 1;
-            if steps.is_multiple_of(16) && start.elapsed() > Duration::from_millis(50) {
-                break;
-            }
+/// A background GC worker (parallel and adaptive policies): run on its own thread, or with
+/// timing `virtual` as an actor of the simulation (`sim.rs`).
+pub(crate) struct GcWorker {
+    scheme: Arc<PageScheme>,
+    idx: usize,
+    adaptive: bool,
+    /// Where the next scan of the banks starts (workers spread out).
+    rr: u32,
+    candidates: Vec<(bool, bool, u32, u32)>,
+}
+
+impl GcWorker {
+    pub(crate) fn new(scheme: Arc<PageScheme>, idx: usize, adaptive: bool) -> GcWorker {
+        GcWorker {
+            scheme,
+            idx,
+            adaptive,
+            rr: idx as u32,
+            candidates: Vec::new(),
         }
     }
 }
 
-fn idle_wait(core: &Core, d: Duration) {
-    let l = core.gc_wake.listen();
-    if !core.stopping.load(Ordering::Acquire) {
-        l.wait_timeout(d);
+impl BackgroundWorker for GcWorker {
+    fn name(&self) -> String {
+        format!("ftl-gc-{}", self.idx)
+    }
+
+    fn round(&mut self, core: &Core, max_steps: u32) -> Option<Duration> {
+        let scheme = &self.scheme;
+        let nb = core.layout.banks;
+        let urgent = (0..nb).any(|b| core.bank(b).exclusive_gc.load(Ordering::Acquire));
+        if self.adaptive && !urgent && self.idx >= scheme.gc_load.allowed.load(Ordering::Acquire) {
+            return Some(Duration::from_millis(5));
+        }
+        // Banks most in need first; idle banks before busy ones (PLLGC cleans idle banks).
+        self.candidates.clear();
+        for i in 0..nb {
+            let b = (self.rr + i) % nb;
+            let needs = scheme.needs_gc(core, b);
+            if !needs && !scheme.wear_level_due(core, b) {
+                continue;
+            }
+            // In flight, or still working off an erase nobody waits for (`erase_or_retire`).
+            let load = core.nand.bank_load(BankId(b));
+            let busy = load.inflight > 0 || load.busy_for.is_some();
+            self.candidates
+                .push((!needs, busy, core.bank(b).free.load(Ordering::Acquire), b));
+        }
+        if self.candidates.is_empty() {
+            return Some(Duration::from_millis(20));
+        }
+        self.candidates.sort_unstable();
+        // A bank whose cleaner is busy (another worker, or a writer cleaning in the
+        // foreground) is skipped rather than spun on.
+        let Some((b, mut g)) = self
+            .candidates
+            .iter()
+            .find_map(|c| scheme.gc[c.3 as usize].try_lock().map(|g| (c.3, g)))
+        else {
+            return Some(Duration::from_millis(1));
+        };
+        self.rr = (b + 1) % nb;
+        let start = core.now_ns();
+        let mut steps = 0u32;
+        while steps < max_steps {
+            if core.stopping.load(Ordering::Acquire) {
+                break;
+            }
+            let step = scheme.gc_step(core, b, &mut g, false);
+            if step == Step::Idle {
+                return Some(Duration::from_millis(5));
+            }
+            // Give the bank back to host I/O after a freed block, unless it is urgent.
+            if step == Step::Freed && !scheme.needs_gc(core, b) {
+                break;
+            }
+            // The clock is read every 16 steps only: in a VM a read can cost as much as a step.
+            steps += 1;
+            if steps.is_multiple_of(16) && core.now_ns() - start > 50_000_000 {
+                break;
+            }
+        }
+        None
     }
 }

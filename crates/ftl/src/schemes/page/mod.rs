@@ -18,7 +18,6 @@ mod place;
 pub(crate) mod recover;
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use nand_model::PageAddr;
 use parking_lot::Mutex;
@@ -36,7 +35,9 @@ use crate::error::Result;
 use crate::layout::{Layout, Lpn, Psa};
 use crate::oob;
 use crate::recovery::Resolved;
-use crate::schemes::{CheckpointPayload, Placer, RecoverInput, Scheme, SchemeKind};
+use crate::schemes::{
+    BackgroundWorker, CheckpointPayload, Placer, RecoverInput, Scheme, SchemeKind,
+};
 
 /// The page scheme's state.
 pub struct PageScheme {
@@ -91,19 +92,16 @@ impl Scheme for PageScheme {
         }
     }
 
-    fn spawn_workers(self: Arc<Self>, core: &Arc<Core>) -> Result<Vec<JoinHandle<()>>> {
-        let mut handles = Vec::new();
+    fn workers(self: Arc<Self>, core: &Core) -> Vec<Box<dyn BackgroundWorker>> {
         if core.cfg.gc_policy == GcPolicy::InPath {
-            return Ok(handles);
+            return Vec::new();
         }
         let adaptive = core.cfg.gc_policy == GcPolicy::Adaptive;
-        for i in 0..core.cfg.gc_threads.max(1) {
-            let (s, c) = (self.clone(), core.clone());
-            handles.push(crate::spawn(format!("ftl-gc-{i}"), move || {
-                gc::worker(s, c, i, adaptive)
-            })?);
-        }
-        Ok(handles)
+        (0..core.cfg.gc_threads.max(1))
+            .map(|i| {
+                Box::new(gc::GcWorker::new(self.clone(), i, adaptive)) as Box<dyn BackgroundWorker>
+            })
+            .collect()
     }
 
     fn tick(&self, core: &Core) {

@@ -7,7 +7,6 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use nand_model::{BankId, BlockAddr, PageAddr};
 
@@ -86,8 +85,7 @@ impl PagePlacer {
             self.seen_bad = Some(bad);
             self.refresh_weights(core);
         }
-        let now = Instant::now();
-        let mut best: Option<(bool, Option<Instant>, u32)> = None;
+        let mut best: Option<(bool, Option<std::time::Duration>, u32)> = None;
         for i in 0..n {
             let b = (self.rr + i) % n;
             let floor = if may_use_reserve { 0 } else { GC_RESERVE };
@@ -98,7 +96,7 @@ impl PagePlacer {
             }
             let exclusive = core.bank(b).exclusive_gc.load(Ordering::Acquire);
             let load = core.nand.bank_load(BankId(b));
-            let busy = load.busy_until.filter(|t| *t > now);
+            let busy = load.busy_for;
             let key = (exclusive, busy, b);
             let better = match &best {
                 None => true,
@@ -140,7 +138,7 @@ impl Placer for PagePlacer {
                     if stuck > 2000 {
                         core.set_read_only("no free blocks left and nothing to reclaim".into());
                     }
-                    std::thread::sleep(std::time::Duration::from_micros(500));
+                    core.wait_for_others();
                 }
                 continue;
             };

@@ -1,0 +1,127 @@
+//! Virtual time (timing `virtual`): the background work a served device does on its own
+//! threads — the scheme's workers (page GC) and the maintenance thread — runs here as actors of
+//! a discrete-event simulation on the caller's thread, with the same code (`BackgroundWorker`,
+//! `Maintenance`).
+//!
+//! Every actor has its own simulated time. [`Background::advance_to`] runs the actor whose time
+//! is earliest (ties in a fixed order: workers by index, then maintenance) until every actor's
+//! time is at or past the target; each round sets the device's [`nand_model::SimClock`] to the
+//! actor's time, so its NAND operations start then, and its waits move the clock on. The queue
+//! writers are actors too, kept inside each queue's inline writer (`writer::SimWriter`).
+//! Host requests are the driver's business (the `replay` crate): it calls
+//! [`crate::Ftl::advance_to`] with a request's arrival time, then runs the request.
+//!
+//! What replaces the threads' wake-ups: a worker that found nothing to do sleeps for the time
+//! its thread would, but is woken early by any host activity since its last look (on a served
+//! device a host write that drains a bank wakes the workers); maintenance runs on its 50 ms tick
+//! and as soon as GC or a scheme asks for it. Nothing here reads the host's clock or depends on
+//! thread scheduling, so the same calls give the same simulated times on any machine.
+
+use crate::checkpoint::Maintenance;
+use crate::core::Core;
+use crate::schemes::BackgroundWorker;
+
+enum Work {
+    Worker(Box<dyn BackgroundWorker>),
+    Maintenance(Maintenance),
+}
+
+struct Actor {
+    /// When the actor acts next (simulated ns).
+    at: u64,
+    /// It found nothing to do: host activity wakes it before `at`.
+    idle: bool,
+    work: Work,
+}
+
+/// The background actors of a virtual-time FTL.
+pub(crate) struct Background {
+    actors: Vec<Actor>,
+}
+
+impl Background {
+    pub(crate) fn new(core: &Core, workers: Vec<Box<dyn BackgroundWorker>>) -> Background {
+        let now = core.now_ns();
+        let mut actors: Vec<Actor> = workers
+            .into_iter()
+            .map(|w| Actor {
+                at: now,
+                idle: false,
+                work: Work::Worker(w),
+            })
+            .collect();
+        let m = Maintenance::new(core);
+        actors.push(Actor {
+            at: m.next_tick(),
+            idle: false,
+            work: Work::Maintenance(m),
+        });
+        Background { actors }
+    }
+
+    /// Runs the background work due before `t` (simulated ns), earliest first, and leaves the
+    /// clock at `t`. The clock's value on entry is when the host last acted (the previous
+    /// request's completion, or `t` itself if that is later).
+    pub(crate) fn advance_to(&mut self, core: &Core, t: u64) {
+        let Some(clock) = core.nand.sim_clock() else {
+            return;
+        };
+        let woken = clock.now_ns().min(t);
+        let requested = Maintenance::requested(core);
+        for a in &mut self.actors {
+            match a.work {
+                Work::Worker(_) if a.idle && a.at > woken => a.at = woken,
+                Work::Maintenance(_) if requested && a.at > woken => a.at = woken,
+                _ => {}
+            }
+        }
+        while let Some(i) = self
+            .actors
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.at < t)
+            .min_by_key(|(i, a)| (a.at, *i))
+            .map(|(i, _)| i)
+        {
+            if core.stopping.load(std::sync::atomic::Ordering::Acquire) {
+                break;
+            }
+            let a = &mut self.actors[i];
+            let start = a.at;
+            clock.set_ns(start);
+            let (idle, next) = match &mut a.work {
+                Work::Worker(w) => match w.round(core, 1) {
+                    Some(d) => {
+                        let end = clock.now_ns().max(start);
+                        let wait = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+                        (true, end.saturating_add(wait))
+                    }
+                    None => (false, clock.now_ns().max(start + 1)),
+                },
+                Work::Maintenance(m) => {
+                    m.round(core);
+                    let end = clock.now_ns().max(start + 1);
+                    let next = if Maintenance::requested(core) {
+                        end
+                    } else {
+                        m.next_tick().max(end)
+                    };
+                    (false, next)
+                }
+            };
+            a.idle = idle;
+            a.at = next;
+            // Work one actor did (a trim GC waits for, a checkpoint asked for) may be the
+            // maintenance actor's business at once.
+            if Maintenance::requested(core) {
+                let now = clock.now_ns().min(t);
+                for a in &mut self.actors {
+                    if matches!(a.work, Work::Maintenance(_)) && a.at > now {
+                        a.at = now;
+                    }
+                }
+            }
+        }
+        clock.set_ns(t);
+    }
+}

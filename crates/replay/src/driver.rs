@@ -1,0 +1,296 @@
+//! The virtual-time driver: feeds requests to an FTL opened with timing `virtual`, each at its
+//! arrival time on the simulated clock, and records when each completes.
+//!
+//! **Arrivals.** Open loop (no queue depth): a request arrives at its trace time divided by
+//! `speed` ([`Arrival::At`]), or, for a request that follows its predecessor
+//! ([`Arrival::After`]), that long after the previous request completed. Closed loop (`queue
+//! depth N`): N streams; each sends its next request when its previous one completed (plus the
+//! request's think time), trace times are ignored. Requests are handed to the FTL in arrival
+//! order; a trace time earlier than the previous request's is moved up to it (counted as
+//! `reordered`).
+//!
+//! **A request** runs whole when it arrives: `Ftl::advance_to(arrival)` first runs the
+//! background work due before then (GC, maintenance: `ftl::sim`), then the request's FTL call
+//! runs on the simulated clock — its NAND operations start no earlier than the arrival and queue
+//! behind earlier work on their bank and channel, and waiting for them moves the clock. The
+//! completion time is the clock when the call returns: a write acknowledged from the write
+//! buffer completes at once (unless the buffer is full), a FUA write or flush when durable, a
+//! read when its data crossed the channel — as the served device answers. Every FTL future
+//! must be ready on its first poll (nothing else runs to wake it); one that is not is a bug,
+//! reported as [`ReplayError::WouldBlock`] rather than a hang.
+//!
+//! **Addresses.** Offsets and lengths are widened to 512-byte sectors (`unaligned`). A request
+//! past the device end is wrapped (its offset taken modulo the capacity, or moved back to end
+//! at the capacity) or refused, as [`OutOfRange`] says; both are counted.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::future::Future;
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
+use ftl::{Ftl, FtlError};
+use serde::Serialize;
+
+use crate::record::Recorder;
+use crate::request::{Arrival, Op, Request};
+use crate::trace::TraceError;
+
+/// What to do with a request past the device end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutOfRange {
+    Wrap,
+    Refuse,
+}
+
+impl std::str::FromStr for OutOfRange {
+    type Err = String;
+    fn from_str(s: &str) -> Result<OutOfRange, String> {
+        match s {
+            "wrap" => Ok(OutOfRange::Wrap),
+            "refuse" => Ok(OutOfRange::Refuse),
+            _ => Err(format!("{s:?}: wrap or refuse")),
+        }
+    }
+}
+
+/// How requests are issued.
+#[derive(Clone, Debug)]
+pub struct DriverOptions {
+    /// Closed loop with this many streams; `None`: open loop at trace times.
+    pub queue_depth: Option<usize>,
+    /// Open loop: trace time is divided by this.
+    pub speed: f64,
+    pub out_of_range: OutOfRange,
+}
+
+impl Default for DriverOptions {
+    fn default() -> DriverOptions {
+        DriverOptions {
+            queue_depth: None,
+            speed: 1.0,
+            out_of_range: OutOfRange::Wrap,
+        }
+    }
+}
+
+/// Requests the driver changed or left out, by reason.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Adjusted {
+    /// Past the device end, wrapped into it.
+    pub wrapped: u64,
+    /// Past the device end, not replayed (`--out-of-range refuse`), or longer than the device.
+    pub refused: u64,
+    /// Offset or length not a multiple of 512, widened to whole sectors.
+    pub unaligned: u64,
+    /// Trace time earlier than the previous request's, moved up to it.
+    pub reordered: u64,
+    /// Reads or writes of zero bytes, not replayed.
+    pub empty: u64,
+}
+
+/// Why a replay stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error("the FTL: {0}")]
+    Ftl(#[from] FtlError),
+    #[error("the device turned read-only at request {request}: {reason}")]
+    ReadOnly { request: u64, reason: String },
+    #[error("a {op} request would block in virtual time (an FTL future was not ready on its first poll): a bug")]
+    WouldBlock { op: &'static str },
+    #[error("writing {what}: {source}")]
+    Output {
+        what: String,
+        source: std::io::Error,
+    },
+}
+
+/// Polls a future once: in virtual time every FTL call completes without waiting.
+fn ready<F: Future>(f: F, op: Op) -> Result<F::Output, ReplayError> {
+    let mut f = std::pin::pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        Poll::Ready(v) => Ok(v),
+        Poll::Pending => Err(ReplayError::WouldBlock { op: op.name() }),
+    }
+}
+
+/// Feeds requests to an FTL in virtual time.
+pub struct Driver<'a> {
+    ftl: &'a Ftl,
+    opts: DriverOptions,
+    capacity: u64,
+    queues: usize,
+    /// Write payload: requests take slices of it (no copy per request).
+    data: Bytes,
+    buf: Vec<u8>,
+    pub adjusted: Adjusted,
+    /// Requests the FTL failed (an uncorrectable read, say), by op.
+    pub errors: u64,
+    /// When the replay began (simulated ns).
+    pub start_ns: u64,
+    issued: u64,
+}
+
+impl<'a> Driver<'a> {
+    /// A driver over `ftl`, which must run with timing `virtual`. The replay starts when the
+    /// device is idle (after whatever ran before, a precondition say).
+    pub fn new(ftl: &'a Ftl, opts: DriverOptions) -> Result<Driver<'a>, ReplayError> {
+        if ftl.nand().sim_clock().is_none() {
+            return Err(ReplayError::Ftl(FtlError::Config(
+                "the replay driver needs an FTL opened with timing virtual".into(),
+            )));
+        }
+        let start_ns = ftl.now_ns().max(ftl.nand().idle_at_ns());
+        Ok(Driver {
+            ftl,
+            capacity: ftl.capacity(),
+            queues: ftl.queues(),
+            opts,
+            data: Bytes::from(patterned(1 << 20)),
+            buf: Vec::new(),
+            adjusted: Adjusted::default(),
+            errors: 0,
+            start_ns,
+            issued: 0,
+        })
+    }
+
+    /// Replays every request, recording each in `rec`; `progress` is called with the count
+    /// of requests done every 4096 requests.
+    pub fn run(
+        &mut self,
+        requests: impl Iterator<Item = Result<Request, TraceError>>,
+        rec: &mut Recorder,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(), ReplayError> {
+        let t0 = self.start_ns;
+        let mut prev_arrival = t0;
+        let mut prev_done = t0;
+        // Closed loop: streams by the time they are free (ties: lower stream first).
+        let mut streams: BinaryHeap<Reverse<(u64, usize)>> = self
+            .opts
+            .queue_depth
+            .map(|n| (0..n.max(1)).map(|s| Reverse((t0, s))).collect())
+            .unwrap_or_default();
+        for r in requests {
+            let r = r?;
+            let (mut at, stream) = match self.opts.queue_depth {
+                Some(_) => {
+                    let Some(Reverse((free, s))) = streams.pop() else {
+                        unreachable!("a closed loop has at least one stream")
+                    };
+                    let think = match r.arrival {
+                        Arrival::After(d) => d,
+                        Arrival::At(_) => 0,
+                    };
+                    (free.saturating_add(think), s)
+                }
+                None => {
+                    let at = match r.arrival {
+                        Arrival::At(t) => t0.saturating_add((t as f64 / self.opts.speed) as u64),
+                        Arrival::After(d) => prev_done.saturating_add(d),
+                    };
+                    (at, self.issued as usize)
+                }
+            };
+            if at < prev_arrival {
+                if matches!(r.arrival, Arrival::At(_)) && self.opts.queue_depth.is_none() {
+                    self.adjusted.reordered += 1;
+                }
+                at = prev_arrival;
+            }
+            prev_arrival = at;
+            let done = self.execute(at, r, stream % self.queues)?;
+            prev_done = done.unwrap_or(at);
+            if self.opts.queue_depth.is_some() {
+                streams.push(Reverse((prev_done, stream)));
+            }
+            if let Some(done) = done {
+                rec.record(self.ftl, at - t0, r.op, r.offset, r.len, done - at);
+            }
+            self.issued += 1;
+            if self.issued.is_multiple_of(4096) {
+                progress(self.issued);
+            }
+        }
+        progress(self.issued);
+        Ok(())
+    }
+
+    /// Runs one request arriving at `at` through write queue `q`; its completion time, or
+    /// `None` if it was not replayed.
+    fn execute(&mut self, at: u64, mut r: Request, q: usize) -> Result<Option<u64>, ReplayError> {
+        if r.op != Op::Flush {
+            if r.len == 0 {
+                self.adjusted.empty += 1;
+                return Ok(None);
+            }
+            let start = r.offset / 512 * 512;
+            let end = r.offset.saturating_add(r.len).div_ceil(512) * 512;
+            if (start, end) != (r.offset, r.offset + r.len) {
+                self.adjusted.unaligned += 1;
+            }
+            let len = end - start;
+            let mut off = start;
+            if end > self.capacity {
+                if len > self.capacity || self.opts.out_of_range == OutOfRange::Refuse {
+                    self.adjusted.refused += 1;
+                    return Ok(None);
+                }
+                self.adjusted.wrapped += 1;
+                off = off % self.capacity / 512 * 512;
+                if off + len > self.capacity {
+                    off = self.capacity - len;
+                }
+            }
+            r.offset = off;
+            r.len = len;
+        }
+        self.ftl.advance_to(at)?;
+        let ftl = self.ftl;
+        let result = match r.op {
+            Op::Read => {
+                let len = r.len as usize;
+                if self.buf.len() < len {
+                    self.buf.resize(len, 0);
+                }
+                ready(ftl.read(r.offset, &mut self.buf[..len]), r.op)?
+            }
+            Op::Write => {
+                let len = r.len as usize;
+                if self.data.len() < len {
+                    self.data = Bytes::from(patterned(len.next_power_of_two()));
+                }
+                ready(
+                    ftl.write_bytes(q, r.offset, self.data.slice(..len), r.fua),
+                    r.op,
+                )?
+            }
+            Op::Flush => ready(ftl.flush(), r.op)?,
+            Op::Trim => ready(ftl.trim(q, r.offset, r.len, r.fua), r.op)?,
+        };
+        if let Err(e) = result {
+            if let Some(reason) = ftl.read_only_reason() {
+                return Err(ReplayError::ReadOnly {
+                    request: self.issued,
+                    reason,
+                });
+            }
+            // Counted, not fatal: the summary reports `errors` (an uncorrectable read, say).
+            let _ = e;
+            self.errors += 1;
+        }
+        Ok(Some(ftl.now_ns()))
+    }
+}
+
+/// Write payload: not all one byte, so pages differ as real data does.
+fn patterned(n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3])
+        .collect()
+}

@@ -1,0 +1,258 @@
+//! What a replay measures: per-op latency histograms, one line per request
+//! (`requests.csv`), a time series per interval, and the points the plots draw.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+use ftl::Ftl;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::request::Op;
+
+/// Latency figures of one kind of request, in microseconds.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct OpSummary {
+    pub count: u64,
+    pub bytes: u64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+}
+
+/// One interval of the time series.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Interval {
+    /// Start of the interval, seconds since the replay began.
+    pub start_s: f64,
+    pub requests: u64,
+    pub read_mb_s: f64,
+    pub write_mb_s: f64,
+    pub mean_latency_us: f64,
+    pub p99_latency_us: f64,
+    pub max_latency_us: f64,
+    /// WAF of the writes in this interval (NAND bytes programmed / host bytes written), 0 when
+    /// nothing was written.
+    pub waf: f64,
+    /// WAF since the replay began.
+    pub cumulative_waf: f64,
+}
+
+fn hist() -> Histogram<u64> {
+    // Nanoseconds, 3 significant digits; grows as needed.
+    Histogram::new(3).unwrap_or_else(|_| unreachable!("3 significant digits are valid"))
+}
+
+fn summary(h: &Histogram<u64>, bytes: u64) -> OpSummary {
+    let us = |ns: u64| ns as f64 / 1000.0;
+    if h.is_empty() {
+        return OpSummary::default();
+    }
+    OpSummary {
+        count: h.len(),
+        bytes,
+        mean_us: h.mean() / 1000.0,
+        p50_us: us(h.value_at_quantile(0.5)),
+        p99_us: us(h.value_at_quantile(0.99)),
+        p999_us: us(h.value_at_quantile(0.999)),
+        max_us: us(h.max()),
+    }
+}
+
+struct Open {
+    start: u64,
+    requests: u64,
+    read_bytes: u64,
+    write_bytes: u64,
+    latency_sum: u128,
+    hist: Histogram<u64>,
+    waf_at_start: (u64, u64),
+}
+
+/// Collects a replay's measurements.
+pub struct Recorder {
+    hists: [Histogram<u64>; 4],
+    bytes: [u64; 4],
+    csv: Option<BufWriter<File>>,
+    interval_ns: u64,
+    open: Option<Open>,
+    pub intervals: Vec<Interval>,
+    waf_origin: (u64, u64),
+    /// (arrival s, latency us, op) for the latency-over-time plot: every `stride`-th request,
+    /// the stride doubling whenever `MAX_POINTS` are kept (deterministic thinning).
+    pub points: Vec<(f64, f64, Op)>,
+    stride: u64,
+    seen: u64,
+    /// The last request's arrival (ns since the replay began).
+    pub last_arrival_ns: u64,
+    /// The latest completion (ns since the replay began).
+    pub last_done_ns: u64,
+    line: String,
+}
+
+const MAX_POINTS: usize = 20_000;
+
+fn idx(op: Op) -> usize {
+    match op {
+        Op::Read => 0,
+        Op::Write => 1,
+        Op::Flush => 2,
+        Op::Trim => 3,
+    }
+}
+
+impl Recorder {
+    /// A recorder writing `requests.csv` to `csv` (if given), with a time-series interval of
+    /// `interval_ns`; `ftl`'s WAF counters now are the baseline.
+    pub fn new(ftl: &Ftl, csv: Option<&Path>, interval_ns: u64) -> std::io::Result<Recorder> {
+        let csv = match csv {
+            Some(p) => {
+                let mut w = BufWriter::with_capacity(1 << 20, File::create(p)?);
+                writeln!(w, "arrival_us,op,offset,length,latency_us")?;
+                Some(w)
+            }
+            None => None,
+        };
+        Ok(Recorder {
+            hists: [hist(), hist(), hist(), hist()],
+            bytes: [0; 4],
+            csv,
+            interval_ns: interval_ns.max(1),
+            open: None,
+            intervals: Vec::new(),
+            waf_origin: ftl.waf_counters(),
+            points: Vec::new(),
+            stride: 1,
+            seen: 0,
+            last_arrival_ns: 0,
+            last_done_ns: 0,
+            line: String::new(),
+        })
+    }
+
+    /// Records one request: it arrived `arrival` ns after the replay began and took
+    /// `latency` ns.
+    pub fn record(&mut self, ftl: &Ftl, arrival: u64, op: Op, offset: u64, len: u64, latency: u64) {
+        let i = idx(op);
+        // `record` only fails for values past the histogram's range, which auto-resize grows.
+        let _ = self.hists[i].record(latency.max(1));
+        self.bytes[i] += len;
+        self.last_arrival_ns = arrival;
+        self.last_done_ns = self.last_done_ns.max(arrival + latency);
+        if let Some(w) = &mut self.csv {
+            use std::fmt::Write as _;
+            self.line.clear();
+            let _ = writeln!(
+                self.line,
+                "{}.{:03},{},{offset},{len},{}.{:03}",
+                arrival / 1000,
+                arrival % 1000,
+                op.name(),
+                latency / 1000,
+                latency % 1000
+            );
+            if w.write_all(self.line.as_bytes()).is_err() {
+                // Reported by `finish`, which flushes and sees the same error.
+            }
+        }
+        self.seen += 1;
+        if self.seen.is_multiple_of(self.stride) {
+            self.points
+                .push((arrival as f64 / 1e9, latency as f64 / 1000.0, op));
+            if self.points.len() >= MAX_POINTS {
+                self.stride *= 2;
+                let mut k = 0;
+                self.points.retain(|_| {
+                    k += 1;
+                    k % 2 == 0
+                });
+            }
+        }
+        let slot = arrival / self.interval_ns * self.interval_ns;
+        if self.open.as_ref().is_none_or(|o| o.start != slot) {
+            self.close_interval(ftl);
+            self.open = Some(Open {
+                start: slot,
+                requests: 0,
+                read_bytes: 0,
+                write_bytes: 0,
+                latency_sum: 0,
+                hist: hist(),
+                waf_at_start: ftl.waf_counters(),
+            });
+        }
+        if let Some(o) = &mut self.open {
+            o.requests += 1;
+            match op {
+                Op::Read => o.read_bytes += len,
+                Op::Write => o.write_bytes += len,
+                _ => {}
+            }
+            o.latency_sum += u128::from(latency);
+            let _ = o.hist.record(latency.max(1));
+        }
+    }
+
+    fn close_interval(&mut self, ftl: &Ftl) {
+        let Some(o) = self.open.take() else {
+            return;
+        };
+        let (h1, n1) = ftl.waf_counters();
+        let (h0, n0) = o.waf_at_start;
+        let ratio = |n: u64, h: u64| if h == 0 { 0.0 } else { n as f64 / h as f64 };
+        let secs = self.interval_ns as f64 / 1e9;
+        self.intervals.push(Interval {
+            start_s: o.start as f64 / 1e9,
+            requests: o.requests,
+            read_mb_s: o.read_bytes as f64 / 1e6 / secs,
+            write_mb_s: o.write_bytes as f64 / 1e6 / secs,
+            mean_latency_us: if o.requests == 0 {
+                0.0
+            } else {
+                o.latency_sum as f64 / o.requests as f64 / 1000.0
+            },
+            p99_latency_us: o.hist.value_at_quantile(0.99) as f64 / 1000.0,
+            max_latency_us: o.hist.max() as f64 / 1000.0,
+            waf: ratio(n1 - n0, h1 - h0),
+            cumulative_waf: ratio(n1 - self.waf_origin.1, h1 - self.waf_origin.0),
+        });
+    }
+
+    /// Closes the last interval and flushes `requests.csv`.
+    pub fn finish(&mut self, ftl: &Ftl) -> std::io::Result<()> {
+        self.close_interval(ftl);
+        if let Some(w) = &mut self.csv {
+            w.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Latency figures of `op`.
+    pub fn op_summary(&self, op: Op) -> OpSummary {
+        summary(&self.hists[idx(op)], self.bytes[idx(op)])
+    }
+
+    /// The latency histogram of `op` (ns), for the CDF plot.
+    pub fn histogram(&self, op: Op) -> &Histogram<u64> {
+        &self.hists[idx(op)]
+    }
+
+    /// Requests recorded.
+    pub fn requests(&self) -> u64 {
+        self.hists.iter().map(Histogram::len).sum()
+    }
+
+    /// WAF since the recorder was made.
+    pub fn waf(&self, ftl: &Ftl) -> f64 {
+        let (h, n) = ftl.waf_counters();
+        let dh = h - self.waf_origin.0;
+        if dh == 0 {
+            0.0
+        } else {
+            (n - self.waf_origin.1) as f64 / dh as f64
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! blkparse's default text output: `MAJ,MIN CPU SEQ TIME PID ACTION RWBS SECTOR + COUNT [PROC]`.
+//! Only `D` (issued to the device) events become requests; other actions are skipped, and the
+//! summary blkparse prints at the end ends the trace.
+
+use super::{parse_decimal_ns, parse_u64, Parsed};
+use crate::request::{Op, Request};
+
+#[derive(Default)]
+pub(super) struct State {
+    /// `Q` events seen (for the hint when a trace has no `D` events).
+    pub queued: u64,
+    /// The closing summary was reached.
+    pub summary: bool,
+}
+
+/// Whether `line` has the shape of an event line (used to guess the format).
+pub(super) fn is_event(line: &str) -> bool {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    f.len() >= 7
+        && f[0]
+            .split_once(',')
+            .is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok())
+        && f[1].parse::<u32>().is_ok()
+        && f[2].parse::<u64>().is_ok()
+        && parse_decimal_ns(f[3], 1_000_000_000, "time").is_ok()
+}
+
+impl State {
+    pub(super) fn parse(&mut self, line: &str) -> Result<Parsed, String> {
+        let t = line.trim_start();
+        if t.starts_with("CPU") || t.starts_with("Total") {
+            self.summary = true;
+            return Ok(Parsed::Skip);
+        }
+        if !is_event(line) {
+            return Err(
+                "not a blkparse event line (MAJ,MIN CPU SEQ TIME PID ACTION RWBS ...)".into(),
+            );
+        }
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let action = f[5];
+        if action == "Q" {
+            self.queued += 1;
+        }
+        if action != "D" {
+            return Ok(Parsed::Skip);
+        }
+        let at = parse_decimal_ns(f[3], 1_000_000_000, "time")?;
+        let rwbs = f[6];
+        let preflush = rwbs.starts_with('F');
+        let rest = rwbs.trim_start_matches('F');
+        let op = match rest.chars().next() {
+            Some('R') => Some(Op::Read),
+            Some('W') => Some(Op::Write),
+            Some('D') => Some(Op::Trim),
+            // `N`: no data (a pure flush when preflush is set).
+            Some('N') | None => None,
+            Some(c) => return Err(format!("RWBS {rwbs:?}: unknown operation {c:?}")),
+        };
+        let fua = rest.len() > 1 && rest[1..].contains('F');
+        let (sector, count) = if f.len() >= 10 && f[8] == "+" {
+            (parse_u64(f[7], "sector")?, parse_u64(f[9], "sector count")?)
+        } else {
+            (0, 0)
+        };
+        let flush = Request::new(at, Op::Flush, 0, 0);
+        let data = op.filter(|_| count > 0).map(|op| {
+            let mut r = Request::new(at, op, sector * 512, count * 512);
+            r.fua = fua && op == Op::Write;
+            r
+        });
+        Ok(match (preflush, data) {
+            (true, Some(d)) => Parsed::Two(flush, d),
+            (true, None) => Parsed::One(flush),
+            (false, Some(d)) => Parsed::One(d),
+            (false, None) => Parsed::Skip,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(s: &mut State, l: &str) -> Request {
+        match s.parse(l).unwrap() {
+            Parsed::One(r) => r,
+            _ => panic!("not one request: {l}"),
+        }
+    }
+
+    #[test]
+    fn lines() {
+        let mut s = State::default();
+        assert!(matches!(
+            s.parse("  8,0    3        1     0.000000000  697  Q  WS 3417048 + 8 [kjournald]"),
+            Ok(Parsed::Skip)
+        ));
+        let r = one(
+            &mut s,
+            "  8,0    3        2     0.000002500  697  D  WS 3417048 + 8 [kjournald]",
+        );
+        assert_eq!(
+            (r.op, r.offset, r.len, r.fua),
+            (Op::Write, 3_417_048 * 512, 4096, false)
+        );
+        assert_eq!(r.arrival, crate::request::Arrival::At(2500));
+        let r = one(&mut s, "  8,0    0        3     1.5  1  D  WFS 8 + 8 [x]");
+        assert!(r.fua);
+        assert!(matches!(
+            s.parse("  8,0 0 4 2.0 1 D FWS 16 + 8 [x]"),
+            Ok(Parsed::Two(..))
+        ));
+        let r = one(&mut s, "  8,0 0 5 2.0 1 D FN [x]");
+        assert_eq!(r.op, Op::Flush);
+        assert_eq!(one(&mut s, "  8,0 0 6 2.0 1 D DS 64 + 64 [x]").op, Op::Trim);
+        assert!(s.parse("  8,0 0 7 2.0 1 D XS 64 + 64 [x]").is_err());
+        assert!(s.parse("garbage").is_err());
+        assert!(matches!(s.parse("CPU0 (8,0):"), Ok(Parsed::Skip)));
+        assert!(s.summary);
+    }
+}

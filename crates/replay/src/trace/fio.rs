@@ -1,0 +1,104 @@
+//! fio's I/O logs (`write_iolog`, `read_iolog`): version 2 (`FILE ACTION [OFFSET LENGTH]`, no
+//! times: requests arrive together, `FILE wait USEC` adds a pause) and version 3
+//! (`MSEC FILE ACTION [OFFSET LENGTH]`). File actions (`add`, `open`, `close`) are skipped;
+//! `sync`/`datasync` are flushes.
+
+use super::{parse_u64, Parsed};
+use crate::request::{Op, Request};
+
+#[derive(Default)]
+pub(super) struct State {
+    version: Option<u8>,
+    /// Version 2: the time the `wait` lines added up to (ns).
+    now: u64,
+}
+
+impl State {
+    pub(super) fn parse(&mut self, line: &str, n: u64) -> Result<Parsed, String> {
+        let Some(version) = self.version else {
+            self.version = match line.trim() {
+                "fio version 2 iolog" => Some(2),
+                "fio version 3 iolog" => Some(3),
+                _ => {
+                    return Err(format!(
+                        "line {n}: a fio iolog starts with \"fio version 2 iolog\" or \"fio version 3 iolog\""
+                    ))
+                }
+            };
+            return Ok(Parsed::Skip);
+        };
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (at, rest) = if version == 3 {
+            let Some((t, rest)) = f.split_first() else {
+                return Err("empty line".into());
+            };
+            let ms = parse_u64(t, "timestamp (ms)")?;
+            (ms.saturating_mul(1_000_000), rest)
+        } else {
+            (self.now, &f[..])
+        };
+        if rest.len() < 2 {
+            return Err("a fio iolog line names a file and an action".into());
+        }
+        let action = rest[1];
+        let op = match action {
+            "read" => Op::Read,
+            "write" => Op::Write,
+            "trim" => Op::Trim,
+            "sync" | "datasync" => return Ok(Parsed::One(Request::new(at, Op::Flush, 0, 0))),
+            "add" | "open" | "close" => return Ok(Parsed::Skip),
+            "wait" if version == 2 => {
+                let us = parse_u64(rest.get(2).copied().unwrap_or(""), "wait (us)")?;
+                self.now = self.now.saturating_add(us.saturating_mul(1000));
+                return Ok(Parsed::Skip);
+            }
+            a => return Err(format!("unknown action {a:?}")),
+        };
+        if rest.len() != 4 {
+            return Err(format!("{action} needs an offset and a length"));
+        }
+        let offset = parse_u64(rest[2], "offset")?;
+        let len = parse_u64(rest[3], "length")?;
+        Ok(Parsed::One(Request::new(at, op, offset, len)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v2_and_v3() {
+        let mut s = State::default();
+        assert!(matches!(
+            s.parse("fio version 2 iolog", 1),
+            Ok(Parsed::Skip)
+        ));
+        assert!(matches!(s.parse("/dev/nbd0 add", 2), Ok(Parsed::Skip)));
+        assert!(matches!(
+            s.parse("/dev/nbd0 wait 1500", 3),
+            Ok(Parsed::Skip)
+        ));
+        let Ok(Parsed::One(r)) = s.parse("/dev/nbd0 write 8192 4096", 4) else {
+            panic!()
+        };
+        assert_eq!((r.op, r.offset, r.len), (Op::Write, 8192, 4096));
+        assert_eq!(r.arrival, crate::request::Arrival::At(1_500_000));
+        assert!(s.parse("/dev/nbd0 write 8192", 5).is_err());
+        assert!(s.parse("/dev/nbd0 fly 1 2", 6).is_err());
+        let mut s = State::default();
+        assert!(s.parse("/dev/nbd0 add", 1).is_err());
+        s.parse("fio version 3 iolog", 1).ok();
+        let Ok(Parsed::One(r)) = s.parse("12 /dev/sdb read 0 65536", 2) else {
+            panic!()
+        };
+        assert_eq!(
+            (r.op, r.arrival),
+            (Op::Read, crate::request::Arrival::At(12_000_000))
+        );
+        let Ok(Parsed::One(r)) = s.parse("13 /dev/sdb sync", 3) else {
+            panic!()
+        };
+        assert_eq!(r.op, Op::Flush);
+    }
+}

@@ -1,0 +1,364 @@
+//! Trace files: the five formats, guessing the format from the content, and a streaming
+//! reader that names the file and line of anything it cannot use.
+//!
+//! | format | a line | time | offset, size |
+//! |---|---|---|---|
+//! | `msr` (MSR Cambridge) | `Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime` | Windows filetime (100 ns ticks) | bytes |
+//! | `umass` (UMass / SPC: Financial, WebSearch) | `ASU,LBA,Size,Opcode,Timestamp[,...]` | seconds | LBA in 512-byte sectors, size in bytes |
+//! | `blkparse` (blktrace's text output) | `8,0 1 5 0.000123 4162 D WS 2048 + 8 [fio]` | seconds | sectors |
+//! | `fio` (iolog v2 and v3) | `fio version 2 iolog` then `FILE read OFFSET LEN`; v3 `MS FILE read OFFSET LEN` | v2: none (all at 0, `wait` lines add up); v3 ms | bytes |
+//! | `disksim` (DiskSim ASCII) | `TIME DEVNO BLKNO SIZE FLAGS` | ms | sectors; flag bit 0 set = read |
+//!
+//! Times are made relative to the first request's. UMass ASUs are ignored (every ASU's LBAs
+//! address the one device), as FlashSim and DiskSim-based FTL studies do. blkparse: the `D`
+//! (issued to the device) events are used, other actions are skipped; an RWBS with `F` first
+//! is a flush before the request, `F` after the operation letter a FUA write; `D` in the
+//! operation position is a discard (trim).
+
+mod blkparse;
+mod disksim;
+mod fio;
+mod msr;
+mod umass;
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use crate::request::Request;
+
+/// A trace format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Msr,
+    Umass,
+    Blkparse,
+    Fio,
+    Disksim,
+}
+
+impl Format {
+    pub const ALL: [Format; 5] = [
+        Format::Msr,
+        Format::Umass,
+        Format::Blkparse,
+        Format::Fio,
+        Format::Disksim,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Msr => "msr",
+            Format::Umass => "umass",
+            Format::Blkparse => "blkparse",
+            Format::Fio => "fio",
+            Format::Disksim => "disksim",
+        }
+    }
+
+    /// Whether `line` (not blank, not a comment) looks like a line of this format.
+    fn fits(self, line: &str) -> bool {
+        match self {
+            Format::Msr => msr::parse(line).is_ok(),
+            Format::Umass => umass::parse(line).is_ok(),
+            Format::Blkparse => blkparse::is_event(line),
+            Format::Fio => {
+                line.starts_with("fio version 2 iolog") || line.starts_with("fio version 3 iolog")
+            }
+            Format::Disksim => disksim::parse(line).is_ok(),
+        }
+    }
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Format, String> {
+        Format::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown trace format {s:?} (one of: {})",
+                    Format::ALL.map(Format::name).join(", ")
+                )
+            })
+    }
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a trace cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {reason}")]
+    Line {
+        path: PathBuf,
+        line: u64,
+        reason: String,
+    },
+    #[error("{path}: no request in the trace{hint}")]
+    Empty { path: PathBuf, hint: String },
+}
+
+/// A line's parse: a request, several (a blkparse flush before a write), or nothing to replay.
+pub(crate) enum Parsed {
+    One(Request),
+    Two(Request, Request),
+    Skip,
+}
+
+fn is_blank_or_comment(line: &str) -> bool {
+    let t = line.trim();
+    t.is_empty() || t.starts_with('#')
+}
+
+/// Guesses the format from the first line that is not blank or a comment.
+pub fn detect(path: &Path, reader: &mut impl BufRead) -> Result<Format, TraceError> {
+    let io = |source| TraceError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut n = 0u64;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).map_err(io)? == 0 {
+            return Err(TraceError::Empty {
+                path: path.to_path_buf(),
+                hint: String::new(),
+            });
+        }
+        n += 1;
+        if is_blank_or_comment(&line) {
+            continue;
+        }
+        let l = line.trim_end();
+        // Order matters: a UMass line is also a plausible 5-field CSV of other shapes, an MSR
+        // line has 7 fields with a textual type.
+        for f in [
+            Format::Fio,
+            Format::Msr,
+            Format::Umass,
+            Format::Blkparse,
+            Format::Disksim,
+        ] {
+            if f.fits(l) {
+                return Ok(f);
+            }
+        }
+        return Err(TraceError::Line {
+            path: path.to_path_buf(),
+            line: n,
+            reason: format!(
+                "fits no trace format ({}): {:?}; name one with --format",
+                Format::ALL.map(Format::name).join(", "),
+                truncate(l)
+            ),
+        });
+    }
+}
+
+fn truncate(l: &str) -> &str {
+    match l.char_indices().nth(80) {
+        Some((i, _)) => &l[..i],
+        None => l,
+    }
+}
+
+/// Reads requests from a trace, one line at a time.
+pub struct TraceReader<R> {
+    path: PathBuf,
+    format: Format,
+    reader: R,
+    line: String,
+    n: u64,
+    /// The first request's time: every time is made relative to it.
+    origin: Option<u64>,
+    pending: Option<Request>,
+    fio: fio::State,
+    blk: blkparse::State,
+    requests: u64,
+    done: bool,
+}
+
+impl<R: BufRead> TraceReader<R> {
+    pub fn new(path: &Path, format: Format, reader: R) -> TraceReader<R> {
+        TraceReader {
+            path: path.to_path_buf(),
+            format,
+            reader,
+            line: String::new(),
+            n: 0,
+            origin: None,
+            pending: None,
+            fio: fio::State::default(),
+            blk: blkparse::State::default(),
+            requests: 0,
+            done: false,
+        }
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    fn rebase(&mut self, mut r: Request) -> Request {
+        if let crate::request::Arrival::At(t) = r.arrival {
+            let origin = *self.origin.get_or_insert(t);
+            r.arrival = crate::request::Arrival::At(t.saturating_sub(origin));
+        }
+        r
+    }
+
+    fn next_request(&mut self) -> Result<Option<Request>, TraceError> {
+        if let Some(r) = self.pending.take() {
+            return Ok(Some(r));
+        }
+        loop {
+            self.line.clear();
+            let read = self
+                .reader
+                .read_line(&mut self.line)
+                .map_err(|source| TraceError::Io {
+                    path: self.path.clone(),
+                    source,
+                })?;
+            if read == 0 {
+                if self.requests == 0 {
+                    let hint = match self.format {
+                        Format::Blkparse if self.blk.queued > 0 => format!(
+                            " ({} Q events but no D (issue) events: was the trace recorded with the device's queue?)",
+                            self.blk.queued
+                        ),
+                        _ => String::new(),
+                    };
+                    return Err(TraceError::Empty {
+                        path: self.path.clone(),
+                        hint,
+                    });
+                }
+                return Ok(None);
+            }
+            self.n += 1;
+            if is_blank_or_comment(&self.line) {
+                continue;
+            }
+            let line = self.line.trim_end();
+            let parsed = match self.format {
+                Format::Msr => msr::parse(line).map(Parsed::One),
+                Format::Umass => umass::parse(line).map(Parsed::One),
+                Format::Disksim => disksim::parse(line).map(Parsed::One),
+                Format::Blkparse => self.blk.parse(line),
+                Format::Fio => self.fio.parse(line, self.n),
+            };
+            let parsed = parsed.map_err(|reason| TraceError::Line {
+                path: self.path.clone(),
+                line: self.n,
+                reason: format!("{reason}: {:?}", truncate(line)),
+            })?;
+            match parsed {
+                Parsed::Skip => {
+                    if self.format == Format::Blkparse && self.blk.summary {
+                        // blkparse's closing summary: the events are over.
+                        self.done = true;
+                        return Ok(None);
+                    }
+                }
+                Parsed::One(r) => {
+                    self.requests += 1;
+                    return Ok(Some(self.rebase(r)));
+                }
+                Parsed::Two(a, b) => {
+                    self.requests += 2;
+                    let b = self.rebase(b);
+                    self.pending = Some(b);
+                    return Ok(Some(self.rebase(a)));
+                }
+            }
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for TraceReader<R> {
+    type Item = Result<Request, TraceError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.next_request() {
+            Ok(Some(r)) => Some(Ok(r)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// Parses a decimal number of seconds (or milliseconds, with `scale` 1e6) into nanoseconds
+/// without going through a float, so times are exact.
+pub(crate) fn parse_decimal_ns(s: &str, ns_per_unit: u64, field: &str) -> Result<u64, String> {
+    let bad = || format!("{field} {s:?} is not a non-negative decimal number");
+    let (int, frac) = match s.split_once('.') {
+        Some((i, f)) => (i, f),
+        None => (s, ""),
+    };
+    if int.is_empty() && frac.is_empty() {
+        return Err(bad());
+    }
+    let int: u64 = if int.is_empty() {
+        0
+    } else {
+        int.parse().map_err(|_| bad())?
+    };
+    let mut frac_ns = 0u64;
+    let mut unit = ns_per_unit;
+    for c in frac.chars() {
+        let d = c.to_digit(10).ok_or_else(bad)? as u64;
+        unit /= 10;
+        frac_ns += d * unit;
+        if unit == 0 {
+            break;
+        }
+    }
+    int.checked_mul(ns_per_unit)
+        .and_then(|v| v.checked_add(frac_ns))
+        .ok_or_else(|| format!("{field} {s:?} is too large"))
+}
+
+pub(crate) fn parse_u64(s: &str, field: &str) -> Result<u64, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("{field} {:?} is not a non-negative integer", s.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimal_times_are_exact() {
+        assert_eq!(
+            parse_decimal_ns("0.551706", 1_000_000_000, "t"),
+            Ok(551_706_000)
+        );
+        assert_eq!(parse_decimal_ns("12", 1_000_000, "t"), Ok(12_000_000));
+        assert_eq!(parse_decimal_ns("1.5", 1_000_000, "t"), Ok(1_500_000));
+        assert_eq!(parse_decimal_ns(".25", 1_000_000_000, "t"), Ok(250_000_000));
+        assert!(parse_decimal_ns("-1", 1, "t").is_err());
+        assert!(parse_decimal_ns("1e3", 1, "t").is_err());
+        assert!(parse_decimal_ns("", 1, "t").is_err());
+    }
+}
