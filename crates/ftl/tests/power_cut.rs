@@ -9,6 +9,11 @@
 //! Timing `off` and in-path GC keep the operation order nearly the same from run to run (no
 //! background GC thread, periodic checkpoints off; only the maintenance thread's 50 ms trim
 //! tick is on the wall clock, so a few crash points at the end may not be reached in a run).
+//!
+//! Timing `virtual` makes it exact: the same workload replayed at seeded arrival times, with
+//! background GC workers and periodic checkpoints run as simulation actors, performs the same
+//! operations in the same order on every run, so every crash point is reached
+//! (deterministic simulation testing).
 
 mod common;
 
@@ -16,7 +21,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use common::*;
-use ftl::nand_model::NandConfig;
+use ftl::nand_model::{NandConfig, TimingMode};
 use ftl::{Ftl, FtlConfig, GcPolicy, SchemeKind};
 
 const PAGE: usize = 4096;
@@ -132,7 +137,22 @@ fn bytes_for(op_index: usize, len: usize) -> Vec<u8> {
 /// Returns the number of ops run.
 fn run(ftl: &Ftl, ops: &[Op], model: &mut Model) -> usize {
     let cut = || ftl.nand().faults().power_cut_reached();
+    // Virtual time: the ops arrive at seeded times (0 to 400 us apart), the background work
+    // due before each runs first.
+    let mut arrival = 0u64;
+    let mut x = 0x0a11_4a1e_u64;
     for (i, op) in ops.iter().enumerate() {
+        if ftl.nand().sim_clock().is_some() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            arrival += x % 400_000;
+            ftl.advance_to(arrival).expect("advance");
+            // The cut may fall on the background work (GC, a checkpoint) before the op.
+            if cut() {
+                return i.max(1);
+            }
+        }
         // What an op made durable counts only if the power was still on when it returned.
         match *op {
             Op::Write { off, len, fua } => {
@@ -170,16 +190,27 @@ fn run(ftl: &Ftl, ops: &[Op], model: &mut Model) -> usize {
     ops.len()
 }
 
-fn config(scheme: SchemeKind) -> FtlConfig {
+fn config(scheme: SchemeKind, timing: TimingMode) -> FtlConfig {
+    let virt = timing == TimingMode::Virtual;
+    // Virtual time runs background GC workers and periodic checkpoints deterministically.
+    let policy = if virt {
+        GcPolicy::Parallel
+    } else {
+        GcPolicy::InPath
+    };
     FtlConfig {
         scheme,
         // The hybrid schemes with a small pool: merges of every kind within the workload.
         log_blocks: if scheme.has_log_blocks() { 3 } else { 0 },
         queues: 2,
-        gc_policy: GcPolicy::InPath,
-        checkpoint_interval_bytes: 0,
-        ..small_cfg(GcPolicy::InPath)
+        gc_policy: policy,
+        checkpoint_interval_bytes: if virt { 96 * 1024 } else { 0 },
+        ..small_cfg(policy)
     }
+}
+
+fn create_with(path: &Path, nand: &NandConfig, scheme: SchemeKind, timing: TimingMode) -> Ftl {
+    Ftl::create(path, nand, timing, config(scheme, timing), None).expect("create FTL image")
 }
 
 /// One crash point: a fresh image, the workload with the power cut at medium operation `n`
@@ -190,11 +221,12 @@ fn crash_at(
     dir: &Path,
     nand: &NandConfig,
     scheme: SchemeKind,
+    timing: TimingMode,
     ops: &[Op],
     n: u64,
 ) -> Option<ftl::RecoveryReport> {
     let path = dir.join(format!("p{n}.img"));
-    let ftl = create(&path, nand, config(scheme));
+    let ftl = create_with(&path, nand, scheme, timing);
     let cap = ftl.capacity() as usize;
     let mut model = Model::new(cap);
     ftl.nand().faults().power_cut_after(n);
@@ -205,7 +237,7 @@ fn crash_at(
         return None;
     }
     ftl.simulate_power_loss();
-    let ftl = Ftl::open(&path, ftl::nand_model::TimingMode::Off, config(scheme))
+    let ftl = Ftl::open(&path, timing, config(scheme, timing))
         .unwrap_or_else(|e| panic!("cut {n} (after op {ran}): reopen failed: {e}"));
     let mut buf = vec![0u8; PAGE];
     for p in 0..cap / PAGE {
@@ -237,17 +269,26 @@ fn crash_at(
 #[test]
 fn every_medium_operation_of_a_workload_is_a_safe_crash_point() {
     for scheme in SchemeKind::ALL {
-        sweep(scheme);
+        sweep(scheme, TimingMode::Off);
     }
 }
 
-fn sweep(scheme: SchemeKind) {
+/// The replay in virtual time: background GC and periodic checkpoints in the simulation,
+/// every crash point reached, each safe.
+#[test]
+fn every_crash_point_of_a_virtual_time_replay_is_reached_and_safe() {
+    for scheme in [SchemeKind::Page, SchemeKind::Fast] {
+        sweep(scheme, TimingMode::Virtual);
+    }
+}
+
+fn sweep(scheme: SchemeKind, timing: TimingMode) {
     for page_size in [4096u32, 8192] {
         let dir = tempfile::tempdir().unwrap();
         let nand = small_nand(page_size, 14);
         // The run without a cut counts the workload's operations.
         let path = dir.path().join("count.img");
-        let ftl = create(&path, &nand, config(scheme));
+        let ftl = create_with(&path, &nand, scheme, timing);
         let cap = ftl.capacity() as usize;
         let ops = workload(cap, 0x5eed ^ u64::from(page_size));
         ftl.nand().faults().power_cut_after(u64::MAX);
@@ -262,7 +303,7 @@ fn sweep(scheme: SchemeKind) {
 
         let (mut torn, mut roll, mut skipped) = (0, 0, 0);
         for n in 0..total {
-            match crash_at(dir.path(), &nand, scheme, &ops, n) {
+            match crash_at(dir.path(), &nand, scheme, timing, &ops, n) {
                 Some(r) => {
                     torn += r.torn_slots;
                     roll += u64::from(r.mode == ftl::RecoveryMode::RollForward);
@@ -271,16 +312,21 @@ fn sweep(scheme: SchemeKind) {
             }
         }
         eprintln!(
-            "{scheme}, page size {page_size}: {total} crash points ({skipped} not reached), {torn} torn slots ignored, {roll} roll-forward opens"
+            "{scheme} ({timing:?}), page size {page_size}: {total} crash points ({skipped} not reached), {torn} torn slots ignored, {roll} roll-forward opens"
         );
         assert!(total > 200, "only {total} operations");
-        // Timing `off` orders every operation but one: the maintenance thread's 50 ms tick may
-        // seal a trim record between two host operations in one run and not in another, which
-        // shifts the count a little (virtual time will make it exact).
-        assert!(
-            skipped * 10 <= total,
-            "{skipped} of {total} crash points not reached"
-        );
+        if timing == TimingMode::Virtual {
+            // Deterministic: every run performs the same operations.
+            assert_eq!(skipped, 0, "virtual time: a crash point was not reached");
+        } else {
+            // Timing `off` orders every operation but one: the maintenance thread's 50 ms
+            // tick may seal a trim record between two host operations in one run and not in
+            // another, which shifts the count a little.
+            assert!(
+                skipped * 10 <= total,
+                "{skipped} of {total} crash points not reached"
+            );
+        }
         assert!(
             torn > 0,
             "no crash point tore a slot the recovery had to ignore"
