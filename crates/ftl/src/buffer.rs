@@ -269,8 +269,11 @@ impl Core {
         let Some(clock) = self.nand.sim_clock() else {
             return false;
         };
-        if let Some(w) = &self.queues[q].inline {
-            clock.advance_to(w.lock().sim().durable_at());
+        // `try_lock`: the caller may be this queue's writer itself (a merge waiting for trim
+        // records runs inside a writer); then its own pages are placed in turn anyway.
+        if let Some(mut w) = self.queues[q].inline.as_ref().and_then(|w| w.try_lock()) {
+            let durable = w.sim_drain(self);
+            clock.advance_to(durable);
         }
         true
     }
@@ -300,8 +303,7 @@ impl Core {
             // Virtual time: the host waits (in simulated time) for the oldest pending program.
             let at = w
                 .lock()
-                .sim()
-                .room_at(clock.now_ns(), self.cfg.max_pending_pages);
+                .sim_room_at(self, clock.now_ns(), self.cfg.max_pending_pages);
             clock.set_ns(at);
             return;
         }

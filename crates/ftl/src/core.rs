@@ -153,6 +153,7 @@ impl Core {
         if self.flush_requested.load(Ordering::Acquire) && !self.queues[tq].open.is_locked() {
             self.flush_requested.store(false, Ordering::Release);
             self.force_seal(tq);
+            self.sim_wait_durable(tq);
         }
     }
 

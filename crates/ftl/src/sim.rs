@@ -7,7 +7,8 @@
 //! is earliest (ties in a fixed order: workers by index, then maintenance) until every actor's
 //! time is at or past the target; each round sets the device's [`nand_model::SimClock`] to the
 //! actor's time, so its NAND operations start then, and its waits move the clock on. The queue
-//! writers are actors too, kept inside each queue's inline writer (`writer::SimWriter`).
+//! writers are actors too (their state is in each queue's inline writer, `writer::SimWriter`):
+//! a writer's time is when it would place the next page of its inbox.
 //! Host requests are the driver's business (the `replay` crate): it calls
 //! [`crate::Ftl::advance_to`] with a request's arrival time, then runs the request.
 //!
@@ -75,17 +76,33 @@ impl Background {
                 _ => {}
             }
         }
-        while let Some(i) = self
-            .actors
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| a.at < t)
-            .min_by_key(|(i, a)| (a.at, *i))
-            .map(|(i, _)| i)
-        {
+        loop {
             if core.stopping.load(std::sync::atomic::Ordering::Acquire) {
                 break;
             }
+            // The earliest actor: queue writers (their time is their next page's), then the
+            // workers and maintenance; ties in that order.
+            let writer = core
+                .queues
+                .iter()
+                .enumerate()
+                .filter_map(|(q, queue)| {
+                    let w = queue.inline.as_ref()?.lock();
+                    w.sim_next_at().map(|at| (at, q))
+                })
+                .min();
+            let other = self.actors.iter().enumerate().map(|(i, a)| (a.at, i)).min();
+            match (writer, other) {
+                (Some((wt, q)), o) if wt < t && o.is_none_or(|(at, _)| wt <= at) => {
+                    if let Some(w) = &core.queues[q].inline {
+                        w.lock().sim_place_next(core);
+                    }
+                    continue;
+                }
+                (_, Some((at, _))) if at < t => {}
+                _ => break,
+            }
+            let Some((_, i)) = other else { break };
             let a = &mut self.actors[i];
             let start = a.at;
             clock.set_ns(start);

@@ -43,19 +43,24 @@ pub struct Writer {
 
 /// The writer as an actor of a virtual-time run (timing `virtual`).
 ///
-/// The writer thread of a served device programs sealed pages on its own time: it waits for
-/// its oldest program when `max_inflight` are in flight, and does in-path and foreground GC,
-/// while the host goes on. The inline writer of a simulation keeps that time here: it places a
-/// page at `max(host's time, free_at)` and restores the host's clock afterwards, so a host
-/// write is acknowledged when buffered, as on the served device. Pages commit at once (their
-/// data effect happened at submission); what the served writer's in-flight queue decides —
-/// when a queue's pages are durable, how many are pending — is kept as commit times.
-#[derive(Debug, Default)]
+/// The writer thread of a served device programs sealed pages on its own time: it takes them
+/// from its inbox in seal order, waits for its oldest program when `max_inflight` are in
+/// flight, and does in-path and foreground GC, while the host goes on. Here a sealed page waits
+/// in `inbox` with its seal time, and the simulation (`sim.rs`) runs the writer as an actor:
+/// it places the next page at `max(seal time, free_at, when a program slot frees)`. A host
+/// that must wait for the writer — a flush, a FUA write, a full buffer — has it place what it
+/// needs at once ([`Writer::sim_place_next`]), on the writer's time. Pages commit as soon as
+/// they are programmed (their data effect happened at submission); the served writer's
+/// in-flight queue, which decides when a queue's pages are durable and how many are pending,
+/// is kept as commit times.
+#[derive(Default)]
 pub(crate) struct SimWriter {
+    /// Sealed pages not yet placed, with their seal times.
+    inbox: VecDeque<(u64, SealedPage)>,
     /// When the writer has placed its last page (it may have waited or cleaned meanwhile).
     free_at: u64,
-    /// Commit times of the programs not yet committed at the last look, oldest first. A page
-    /// commits once it and every page sealed before it are programmed, so the times are
+    /// Commit times of the programs not yet committed at the host's last look, oldest first.
+    /// A page commits once it and every page sealed before it are programmed, so the times are
     /// non-decreasing.
     commits: VecDeque<u64>,
 }
@@ -70,7 +75,7 @@ impl SimWriter {
 
     /// When the writer may submit another program at `at` or later: once fewer than `max`
     /// of its programs are still in flight. The commit times stay (the host's view of what is
-    /// pending, [`SimWriter::room_at`], is behind the writer's).
+    /// pending is behind the writer's).
     fn submit_at(&self, at: u64, max: usize) -> u64 {
         let max = max.max(1);
         let in_flight = self.commits.len() - self.commits.partition_point(|&t| t <= at);
@@ -79,17 +84,6 @@ impl SimWriter {
         }
         // Non-decreasing: after the (len - max)-th commit, at most max - 1 remain in flight.
         self.commits[self.commits.len() - max].max(at)
-    }
-
-    /// The host's time at which fewer than `max` pages of the queue are pending (sealed and
-    /// not yet committed), seen from `now`.
-    pub(crate) fn room_at(&mut self, now: u64, max: usize) -> u64 {
-        self.retire(now);
-        let mut at = now;
-        while self.commits.len() >= max.max(1) {
-            at = at.max(self.commits.pop_front().unwrap_or(at));
-        }
-        at
     }
 
     /// When everything this queue has programmed so far is durable.
@@ -123,11 +117,6 @@ impl Writer {
             sim: SimWriter::default(),
             max_inflight: layout.banks as usize * 2,
         }
-    }
-
-    /// The writer's virtual-time state.
-    pub(crate) fn sim(&mut self) -> &mut SimWriter {
-        &mut self.sim
     }
 }
 
@@ -195,19 +184,62 @@ impl Writer {
 
     /// Programs `page` where the placer says (again elsewhere after a program failure) and
     /// commits it, at once if nothing is in flight and the program is done, else in turn.
-    /// With timing `virtual`, on the writer's own simulated time (see [`SimWriter`]).
+    /// With timing `virtual` the page waits in the writer's inbox for the simulation (see
+    /// [`SimWriter`]).
     pub fn place(&mut self, core: &Core, page: SealedPage) {
-        let Some(clock) = core.nand.sim_clock() else {
-            return self.place_now(core, page);
+        match core.nand.sim_clock() {
+            None => self.place_now(core, page),
+            Some(clock) => self.sim.inbox.push_back((clock.now_ns(), page)),
+        }
+    }
+
+    /// Virtual time: when the writer would place its next page (`None`: its inbox is empty).
+    pub(crate) fn sim_next_at(&self) -> Option<u64> {
+        let (sealed, _) = self.sim.inbox.front()?;
+        Some(
+            self.sim
+                .submit_at((*sealed).max(self.sim.free_at), self.max_inflight),
+        )
+    }
+
+    /// Virtual time: places the next page of the inbox on the writer's time, leaving the
+    /// simulated clock as it found it. False if the inbox is empty.
+    pub(crate) fn sim_place_next(&mut self, core: &Core) -> bool {
+        let (Some(clock), Some(at)) = (core.nand.sim_clock(), self.sim_next_at()) else {
+            return false;
         };
-        let host = clock.now_ns();
-        let at = self
-            .sim
-            .submit_at(host.max(self.sim.free_at), self.max_inflight);
+        let Some((_, page)) = self.sim.inbox.pop_front() else {
+            return false;
+        };
+        let caller = clock.now_ns();
         clock.set_ns(at);
         self.place_now(core, page);
         self.sim.free_at = clock.now_ns();
-        clock.set_ns(host);
+        clock.set_ns(caller);
+        true
+    }
+
+    /// Virtual time: the host at `now` waits until fewer than `max` of the queue's pages are
+    /// pending (unplaced, or programmed but not committed); the writer places what that takes.
+    /// Returns the host's time afterwards.
+    pub(crate) fn sim_room_at(&mut self, core: &Core, mut now: u64, max: usize) -> u64 {
+        let max = max.max(1);
+        loop {
+            self.sim.retire(now);
+            if self.sim.inbox.len() + self.sim.commits.len() < max {
+                return now;
+            }
+            if !self.sim_place_next(core) {
+                now = now.max(self.sim.commits.pop_front().unwrap_or(now));
+            }
+        }
+    }
+
+    /// Virtual time: places every page of the inbox; returns when all the queue's pages are
+    /// durable.
+    pub(crate) fn sim_drain(&mut self, core: &Core) -> u64 {
+        while self.sim_place_next(core) {}
+        self.sim.durable_at()
     }
 
     fn place_now(&mut self, core: &Core, page: SealedPage) {

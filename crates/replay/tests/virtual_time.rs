@@ -1,0 +1,196 @@
+//! Virtual time end to end: a QD1 read takes exactly the model's t_read + transfer, a FUA
+//! write exactly transfer + t_prog, a buffered write nothing; and a replay with GC, background
+//! workers and checkpoints gives byte-identical outputs twice, once with the machine loaded.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ftl::nand_model::{Geometry, NandConfig, Timing, TimingMode};
+use ftl::{Ftl, FtlConfig, GcPolicy};
+use ftl_replay::{
+    replay, DriverOptions, ReplayConfig, Request, TraceError, Workload, WorkloadSpec,
+};
+
+fn nand() -> NandConfig {
+    NandConfig {
+        geometry: Geometry {
+            channels: 2,
+            banks_per_channel: 2,
+            blocks_per_bank: 24,
+            pages_per_block: 16,
+            page_size: 4096,
+            oob_size: 128,
+        },
+        timing: Timing {
+            t_read: Duration::from_micros(25),
+            t_prog: Duration::from_micros(200),
+            t_erase: Duration::from_micros(1500),
+            channel_bytes_per_sec: 81_920_000,
+        },
+        endurance: 100_000,
+        interconnect: Default::default(),
+    }
+}
+
+fn cfg() -> FtlConfig {
+    FtlConfig {
+        queues: 2,
+        gc_policy: GcPolicy::Parallel,
+        gc_threads: 2,
+        checkpoint_interval_bytes: 256 * 1024,
+        ..FtlConfig::default()
+    }
+}
+
+fn channel_bytes(ftl: &Ftl) -> u64 {
+    ftl.nand().stats().channels.iter().map(|c| c.bytes).sum()
+}
+
+fn now<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    match f
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+    {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => panic!("an FTL call blocked in virtual time"),
+    }
+}
+
+#[test]
+fn qd1_latencies_are_exactly_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = nand();
+    let t = n.timing;
+    let ftl = Ftl::create(
+        &dir.path().join("v.img"),
+        &n,
+        TimingMode::Virtual,
+        cfg(),
+        None,
+    )
+    .unwrap();
+    // Start when every bank is idle (formatting programmed a checkpoint).
+    let mut at = ftl.nand().idle_at_ns() + 1_000_000;
+    ftl.advance_to(at).unwrap();
+    // A buffered write is acknowledged at once.
+    now(ftl.write(0, 0, &[7u8; 4096], false)).unwrap();
+    assert_eq!(ftl.now_ns(), at);
+    // A FUA write on an idle device: its page's transfer (page + OOB) and t_prog. (The
+    // buffered write before it sealed a whole 4 KiB page already, programmed in the meantime.)
+    at += 1_000_000;
+    ftl.advance_to(at).unwrap();
+    let b0 = channel_bytes(&ftl);
+    now(ftl.write(0, 4096, &[8u8; 4096], true)).unwrap();
+    let bytes = channel_bytes(&ftl) - b0;
+    assert_eq!(bytes, 4096 + 128, "one page and its OOB");
+    assert_eq!(
+        ftl.now_ns() - at,
+        t.xfer_ns(bytes) + t.t_prog.as_nanos() as u64,
+        "FUA write latency"
+    );
+    // A QD1 read of a programmed page on an idle device: t_read + transfer, exactly.
+    at += 10_000_000;
+    ftl.advance_to(at).unwrap();
+    let b0 = channel_bytes(&ftl);
+    let mut buf = [0u8; 4096];
+    now(ftl.read(4096, &mut buf)).unwrap();
+    let moved = channel_bytes(&ftl) - b0;
+    assert_eq!(buf, [8u8; 4096]);
+    assert!(moved >= 4096, "the read moved {moved} bytes");
+    assert_eq!(
+        ftl.now_ns() - at,
+        t.t_read.as_nanos() as u64 + t.xfer_ns(moved),
+        "QD1 read latency"
+    );
+    ftl.close().unwrap();
+}
+
+/// Runs a GC-heavy workload (overwrites of a full device, reads, flushes, background GC and
+/// periodic checkpoints) and returns the output files' bytes (summary less its wall-clock
+/// figures).
+fn run_once(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let ftl = Ftl::create(
+        &dir.join("d.img"),
+        &nand(),
+        TimingMode::Virtual,
+        cfg(),
+        None,
+    )
+    .unwrap();
+    let spec: WorkloadSpec = "random,requests=20000,bs=4k,read=30,flush_every=500"
+        .parse()
+        .unwrap();
+    let w = Workload::new(spec, ftl.capacity(), 7).unwrap();
+    let out = dir.join("out");
+    let cfg = ReplayConfig {
+        driver: DriverOptions {
+            queue_depth: Some(4),
+            ..DriverOptions::default()
+        },
+        interval_ns: 50_000_000,
+        out: Some(out.clone()),
+        config: serde_json::Value::Null,
+    };
+    let s = replay(&ftl, w.map(Ok::<Request, TraceError>), &cfg, &mut |_| {}).unwrap();
+    assert!(s.gc.erases > 0 && s.gc.checkpoints > 0, "{s:?}");
+    assert!(s.flush.count > 0);
+    assert_eq!(s.requests, 20000 + s.flush.count);
+    ftl.close().unwrap();
+    let mut files = Vec::new();
+    for name in [
+        "summary.json",
+        "requests.csv",
+        "timeseries.csv",
+        "latency_cdf.svg",
+        "waf_time.svg",
+    ] {
+        let mut bytes = std::fs::read(out.join(name)).unwrap();
+        if name == "summary.json" {
+            let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            for k in ["wall_seconds", "requests_per_second", "nand_ops_per_second"] {
+                v.as_object_mut().unwrap().remove(k);
+            }
+            bytes = serde_json::to_vec(&v).unwrap();
+        }
+        files.push((name.to_string(), bytes));
+    }
+    files
+}
+
+#[test]
+fn a_replay_is_deterministic_under_load() {
+    let a = tempfile::tempdir().unwrap();
+    let first = run_once(a.path());
+    // Load the machine: busy threads on every core while the second run goes.
+    let stop = Arc::new(AtomicBool::new(false));
+    let burners: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 1u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    std::hint::black_box(x);
+                }
+            })
+        })
+        .collect();
+    let b = tempfile::tempdir().unwrap();
+    let second = run_once(b.path());
+    stop.store(true, Ordering::Relaxed);
+    for t in burners {
+        t.join().unwrap();
+    }
+    for ((name, x), (_, y)) in first.iter().zip(&second) {
+        assert!(x == y, "{name} differs between two runs");
+    }
+    let csv = String::from_utf8(first[1].1.clone()).unwrap();
+    let summary: serde_json::Value = serde_json::from_slice(&first[0].1).unwrap();
+    assert_eq!(
+        csv.lines().count() as u64,
+        1 + summary["requests"].as_u64().unwrap()
+    );
+}
