@@ -13,6 +13,11 @@
 //! timer thread and by the FTL's own threads, so they run under tokio, under a ublk queue's
 //! executor or under `futures::executor::block_on` alike.
 //!
+//! With timing `virtual` the same code runs as a deterministic simulation: no thread is
+//! started, every `async fn` is ready on its first poll, writers, GC workers and maintenance
+//! are actors on the NAND model's simulated clock (`sim`), and a driver (the `ftl-replay`
+//! crate) calls [`Ftl::advance_to`] with each request's arrival time before running it.
+//!
 //! ## Where things are
 //! Shared machinery, used by every scheme (top-level modules):
 //!
@@ -30,6 +35,7 @@
 //! | `recovery` | loading a checkpoint, the OOB scan, block states after an open |
 //! | `oob` | the spare-area record of every page |
 //! | `stats` | counters, WAF, wear, latency histograms |
+//! | `sim` | timing `virtual`: background work as actors of a discrete-event simulation |
 //!
 //! The scheme boundary is `schemes` (the `Scheme` and `Placer` traits, `SchemeKind`; its doc
 //! says why a trait, and which call holds which lock). Each scheme is a folder under it:
