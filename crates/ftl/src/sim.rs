@@ -68,14 +68,12 @@ impl Background {
             return;
         };
         let woken = clock.now_ns().min(t);
-        let requested = Maintenance::requested(core);
         for a in &mut self.actors {
-            match a.work {
-                Work::Worker(_) if a.idle && a.at > woken => a.at = woken,
-                Work::Maintenance(_) if requested && a.at > woken => a.at = woken,
-                _ => {}
+            if matches!(a.work, Work::Worker(_)) && a.idle && a.at > woken {
+                a.at = woken;
             }
         }
+        self.wake_maintenance_if_asked(core, woken);
         loop {
             if core.stopping.load(std::sync::atomic::Ordering::Acquire) {
                 break;
@@ -97,6 +95,8 @@ impl Background {
                     if let Some(w) = &core.queues[q].inline {
                         w.lock().sim_place_next(core);
                     }
+                    // A writer stuck for space may have asked for the trim records.
+                    self.wake_maintenance_if_asked(core, clock.now_ns().min(t));
                     continue;
                 }
                 (_, Some((at, _))) if at < t => {}
@@ -130,15 +130,21 @@ impl Background {
             a.at = next;
             // Work one actor did (a trim GC waits for, a checkpoint asked for) may be the
             // maintenance actor's business at once.
-            if Maintenance::requested(core) {
-                let now = clock.now_ns().min(t);
-                for a in &mut self.actors {
-                    if matches!(a.work, Work::Maintenance(_)) && a.at > now {
-                        a.at = now;
-                    }
-                }
-            }
+            self.wake_maintenance_if_asked(core, clock.now_ns().min(t));
         }
         clock.set_ns(t);
+    }
+
+    /// If GC or a scheme asked for maintenance (`Maintenance::requested`), it runs at `now`
+    /// rather than on its next tick (the served device's `maint_wake`).
+    fn wake_maintenance_if_asked(&mut self, core: &Core, now: u64) {
+        if !Maintenance::requested(core) {
+            return;
+        }
+        for a in &mut self.actors {
+            if matches!(a.work, Work::Maintenance(_)) && a.at > now {
+                a.at = now;
+            }
+        }
     }
 }

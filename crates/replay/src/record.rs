@@ -86,11 +86,11 @@ pub struct Recorder {
     pub points: Vec<(f64, f64, Op)>,
     stride: u64,
     seen: u64,
-    /// The last request's arrival (ns since the replay began).
-    pub last_arrival_ns: u64,
     /// The latest completion (ns since the replay began).
     pub last_done_ns: u64,
     line: String,
+    /// The first failed write to `requests.csv`, returned by `finish`.
+    csv_error: Option<std::io::Error>,
 }
 
 const MAX_POINTS: usize = 20_000;
@@ -127,9 +127,9 @@ impl Recorder {
             points: Vec::new(),
             stride: 1,
             seen: 0,
-            last_arrival_ns: 0,
             last_done_ns: 0,
             line: String::new(),
+            csv_error: None,
         })
     }
 
@@ -140,7 +140,6 @@ impl Recorder {
         // `record` only fails for values past the histogram's range, which auto-resize grows.
         let _ = self.hists[i].record(latency.max(1));
         self.bytes[i] += len;
-        self.last_arrival_ns = arrival;
         self.last_done_ns = self.last_done_ns.max(arrival + latency);
         if let Some(w) = &mut self.csv {
             use std::fmt::Write as _;
@@ -154,8 +153,8 @@ impl Recorder {
                 latency / 1000,
                 latency % 1000
             );
-            if w.write_all(self.line.as_bytes()).is_err() {
-                // Reported by `finish`, which flushes and sees the same error.
+            if let Err(e) = w.write_all(self.line.as_bytes()) {
+                self.csv_error.get_or_insert(e);
             }
         }
         self.seen += 1;
@@ -224,6 +223,9 @@ impl Recorder {
     /// Closes the last interval and flushes `requests.csv`.
     pub fn finish(&mut self, ftl: &Ftl) -> std::io::Result<()> {
         self.close_interval(ftl);
+        if let Some(e) = self.csv_error.take() {
+            return Err(e);
+        }
         if let Some(w) = &mut self.csv {
             w.flush()?;
         }

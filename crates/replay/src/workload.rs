@@ -273,11 +273,6 @@ impl Workload {
         })
     }
 
-    /// Whether the workload sets its own arrival times (open loop).
-    pub fn open_loop(&self) -> bool {
-        self.spec.iops.is_some() || self.spec.kind == Kind::Periodic
-    }
-
     fn block(&mut self) -> u64 {
         let s = &self.spec;
         let seq = matches!(s.kind, Kind::Seq)
