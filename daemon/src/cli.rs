@@ -60,6 +60,9 @@ pub enum ReplayTiming {
     /// Simulated time: every NAND operation takes its modelled time on a simulated clock,
     /// nothing sleeps, and the run is deterministic.
     Virtual,
+    /// The host's clock: the emulated device (or --target) runs as when served, requests are
+    /// sent by threads at their trace times.
+    Real,
 }
 
 /// `ftld replay`.
@@ -87,9 +90,17 @@ pub struct ReplayArgs {
     /// Hybrid schemes: log placement, same or spread [default: spread].
     #[arg(long, value_name = "POLICY")]
     pub log_placement: Option<LogPlacement>,
-    /// How time passes [default: virtual].
-    #[arg(long, value_enum, default_value = "virtual")]
-    pub timing: ReplayTiming,
+    /// How time passes [default: virtual; real with --target].
+    #[arg(long, value_enum)]
+    pub timing: Option<ReplayTiming>,
+    /// Replay in real time against this device instead of an image: an NBD URI
+    /// (`nbd://HOST[:PORT]/EXPORT`, `nbd+unix:///EXPORT?socket=PATH`) or a block device or
+    /// file (`/dev/nvme0n1`: a real SSD too). Its data is overwritten.
+    #[arg(long, value_name = "URI|DEVICE")]
+    pub target: Option<String>,
+    /// With a device or file --target: open it O_DIRECT (bypass the page cache).
+    #[arg(long, requires = "target")]
+    pub direct: bool,
     /// Closed loop: N requests outstanding, each sent when one completes (trace times are
     /// ignored). Without it, requests arrive at their trace times (open loop).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]

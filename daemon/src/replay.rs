@@ -1,18 +1,23 @@
-//! `ftld replay`: a trace or a synthetic workload replayed on the FTL in virtual time
-//! (`ftl-replay`), on a given image or a scratch one made from the image options.
+//! `ftld replay`: a trace or a synthetic workload replayed (`ftl-replay`) on the FTL — in
+//! virtual time or in real time, on a given image or a scratch one made from the image
+//! options — or in real time against another device (`--target`: an NBD export, a block
+//! device or file).
 
 use std::fs::File;
 use std::io::{BufReader, IsTerminal, Seek};
 use std::path::PathBuf;
 
 use anyhow::Context;
+use ftl::Ftl;
+use ftl_replay::target::FtlTarget;
 use ftl_replay::{
-    DriverOptions, Format, ReplayConfig, Request, TraceError, TraceReader, Workload, WorkloadSpec,
+    DriverOptions, Format, ReplayConfig, Request, Summary, Target, TraceError, TraceReader,
+    Workload, WorkloadSpec,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use nand_model::TimingMode;
 
-use crate::cli::ReplayArgs;
+use crate::cli::{ReplayArgs, ReplayTiming};
 use crate::config::{self, FileConfig};
 use crate::image;
 use crate::UsageError;
@@ -46,13 +51,85 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let workload: Option<WorkloadSpec> = match &args.workload {
-        Some(w) => Some(
-            w.parse()
-                .map_err(|e| UsageError(format!("--workload {w:?}: {e}")))?,
-        ),
-        None => None,
+    // Checked before any device is opened; parsed again where the capacity is known.
+    if let Some(w) = &args.workload {
+        w.parse::<WorkloadSpec>()
+            .map_err(|e| UsageError(format!("--workload {w:?}: {e}")))?;
+    }
+    let timing = match (args.timing, &args.target) {
+        (Some(ReplayTiming::Virtual), Some(_)) => {
+            return Err(UsageError(
+                "--target replays in real time (virtual time needs the FTL in this process)".into(),
+            )
+            .into())
+        }
+        (Some(t), _) => t,
+        (None, Some(_)) => ReplayTiming::Real,
+        (None, None) => ReplayTiming::Virtual,
     };
+    let mut cfg_json = serde_json::json!({
+        "timing": match timing { ReplayTiming::Virtual => "virtual", ReplayTiming::Real => "real" },
+        "queue_depth": args.queue_depth,
+        "speed": args.speed,
+        "seed": args.seed,
+        "out_of_range": args.out_of_range,
+    });
+    let opts = DriverOptions {
+        queue_depth: args.queue_depth.map(|n| n as usize),
+        speed: args.speed,
+        out_of_range: args
+            .out_of_range
+            .parse()
+            .map_err(|e: String| UsageError(format!("--out-of-range: {e}")))?,
+    };
+    let summary = match &args.target {
+        Some(spec) => {
+            let i = &args.image;
+            if i.image.is_some()
+                || i.preset.is_some()
+                || i.ftl.is_some()
+                || i.capacity.is_some()
+                || i.interconnect.is_some()
+                || i.controllers.is_some()
+                || i.queues.is_some()
+                || i.config.is_some()
+                || args.gc_policy.is_some()
+                || args.log_placement.is_some()
+            {
+                return Err(UsageError(
+                    "--target replays against an existing device: the image options (--image, --preset, --ftl, --capacity, --gc-policy, ...) do not apply".into(),
+                )
+                .into());
+            }
+            let target = ftl_replay::target::open(spec, args.direct)
+                .map_err(|e| anyhow::anyhow!("--target {spec}: {e}"))?;
+            cfg_json["target"] = target.describe().into();
+            cfg_json["capacity_bytes"] = target.capacity().into();
+            if let Some(p) = args.precondition.filter(|&p| p > 0.0) {
+                eprintln!("preconditioning {p} % of {} ...", target.describe());
+                let r = ftl_replay::precondition_real(target.as_ref(), p, args.seed)?;
+                eprintln!(
+                    "preconditioned: {:.0} MiB filled, {:.0} MiB overwritten in {:.1} s",
+                    r.fill_bytes as f64 / 1048576.0,
+                    r.overwrite_bytes as f64 / 1048576.0,
+                    r.wall_seconds
+                );
+                cfg_json["precondition"] = serde_json::to_value(&r)?;
+            }
+            replay_on(args, &opts, Device::Real(target.as_ref(), None), cfg_json)?
+        }
+        None => replay_image(args, timing, &opts, cfg_json)?,
+    };
+    report(args, &summary)
+}
+
+/// Replays on an image (given or scratch), in virtual or real time.
+fn replay_image(
+    args: &ReplayArgs,
+    timing: ReplayTiming,
+    opts: &DriverOptions,
+    mut cfg_json: serde_json::Value,
+) -> anyhow::Result<Summary> {
     let file = FileConfig::load_opt(args.image.config.as_deref())?;
     let mut settings = config::resolve_image(&args.image, &file)?;
     if let Some(p) = args.gc_policy {
@@ -70,7 +147,9 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     } else {
         None
     };
-    let ftl = match &scratch {
+    // Preconditioning always runs in virtual time (fast, and the same aged state either way);
+    // a real-time replay then reopens the image with timing real.
+    let mut ftl = match &scratch {
         Some(_) => image::create(&settings, TimingMode::Virtual)?,
         None => image::open_or_create(&settings, TimingMode::Virtual)?,
     };
@@ -82,7 +161,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
                 "preconditioned: {:.0} MiB filled, {:.0} MiB overwritten, steady WAF {:.2}, {:.1} s simulated in {:.1} s",
                 r.fill_bytes as f64 / 1048576.0,
                 r.overwrite_bytes as f64 / 1048576.0,
-                r.steady_waf,
+                r.steady_waf.unwrap_or(0.0),
                 r.simulated_seconds,
                 r.wall_seconds
             );
@@ -90,28 +169,59 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    if timing == ReplayTiming::Real {
+        ftl.close()
+            .map_err(|e| image::describe(e, &settings.path).context("closing the image"))?;
+        drop(ftl);
+        ftl = image::open_or_create(&settings, TimingMode::Real)?;
+    }
     let stats = ftl.stats();
-    let mut cfg_json = serde_json::json!({
-        "timing": "virtual",
-        "image": if scratch.is_some() { serde_json::Value::Null } else { settings.path.display().to_string().into() },
-        "preset": settings.preset.clone().unwrap_or_else(|| image::DEFAULT_PRESET.into()),
-        "capacity_bytes": ftl.capacity(),
-        "ftl": stats.scheme,
-        "gc_policy": stats.gc_policy,
-        "queues": ftl.queues(),
-        "queue_depth": args.queue_depth,
-        "speed": args.speed,
-        "seed": args.seed,
-        "out_of_range": args.out_of_range,
-        "precondition": precondition,
-    });
-    let opts = DriverOptions {
-        queue_depth: args.queue_depth.map(|n| n as usize),
-        speed: args.speed,
-        out_of_range: args
-            .out_of_range
-            .parse()
-            .map_err(|e: String| UsageError(format!("--out-of-range: {e}")))?,
+    cfg_json["image"] = if scratch.is_some() {
+        serde_json::Value::Null
+    } else {
+        settings.path.display().to_string().into()
+    };
+    cfg_json["preset"] = settings
+        .preset
+        .clone()
+        .unwrap_or_else(|| image::DEFAULT_PRESET.into())
+        .into();
+    cfg_json["capacity_bytes"] = ftl.capacity().into();
+    cfg_json["ftl"] = stats.scheme.into();
+    cfg_json["gc_policy"] = serde_json::to_value(stats.gc_policy)?;
+    cfg_json["queues"] = ftl.queues().into();
+    cfg_json["precondition"] = serde_json::to_value(&precondition)?;
+    let summary = match timing {
+        ReplayTiming::Virtual => replay_on(args, opts, Device::Virtual(&ftl), cfg_json)?,
+        ReplayTiming::Real => {
+            let target = FtlTarget::new(&ftl);
+            replay_on(args, opts, Device::Real(&target, Some(&ftl)), cfg_json)?
+        }
+    };
+    ftl.close()
+        .map_err(|e| image::describe(e, &settings.path).context("closing the image"))?;
+    drop(scratch);
+    Ok(summary)
+}
+
+/// What a replay runs on.
+enum Device<'a> {
+    /// The FTL in this process, in virtual time.
+    Virtual(&'a Ftl),
+    /// A target in real time, and the FTL behind it when it is in this process.
+    Real(&'a dyn Target, Option<&'a Ftl>),
+}
+
+/// Replays the trace or workload of `args` on `dev`.
+fn replay_on(
+    args: &ReplayArgs,
+    opts: &DriverOptions,
+    dev: Device<'_>,
+    mut cfg_json: serde_json::Value,
+) -> anyhow::Result<Summary> {
+    let capacity = match dev {
+        Device::Virtual(f) => f.capacity(),
+        Device::Real(t, _) => t.capacity(),
     };
     let bar = progress_bar();
     let mut tick = |n: u64| {
@@ -119,21 +229,19 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
             b.set_position(n);
         }
     };
-    let cfg = |v: serde_json::Value| ReplayConfig {
-        driver: opts.clone(),
-        interval_ns: (args.interval_ms * 1e6) as u64,
-        out: args.out.clone(),
-        config: v,
-    };
-    let summary = if let Some(spec) = workload {
-        cfg_json["workload"] = args.workload.clone().into();
-        let w = Workload::new(spec, ftl.capacity(), args.seed)
+    let requests: Box<dyn Iterator<Item = Result<Request, TraceError>> + Send> = if let Some(w) =
+        &args.workload
+    {
+        let spec: WorkloadSpec = w
+            .parse()
+            .map_err(|e| UsageError(format!("--workload {w:?}: {e}")))?;
+        cfg_json["workload"] = w.clone().into();
+        let w = Workload::new(spec, capacity, args.seed)
             .map_err(|e| UsageError(format!("--workload: {e}")))?;
         if let Some(b) = &bar {
             b.set_length(w.size_hint().1.unwrap_or(0) as u64);
         }
-        let requests = w.map(Ok::<Request, TraceError>);
-        ftl_replay::replay(&ftl, requests, &cfg(cfg_json), &mut tick)?
+        Box::new(w.map(Ok::<Request, TraceError>))
     } else {
         let path = args.trace.clone().context("a trace or --workload")?;
         let f = File::open(&path).with_context(|| format!("opening trace {}", path.display()))?;
@@ -150,41 +258,78 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         };
         cfg_json["trace"] = path.display().to_string().into();
         cfg_json["format"] = format.name().into();
-        let requests = TraceReader::new(&path, format, reader);
-        ftl_replay::replay(&ftl, requests, &cfg(cfg_json), &mut tick)?
+        Box::new(TraceReader::new(&path, format, reader))
+    };
+    let cfg = ReplayConfig {
+        driver: opts.clone(),
+        interval_ns: (args.interval_ms * 1e6) as u64,
+        out: args.out.clone(),
+        config: cfg_json,
+    };
+    let summary = match dev {
+        Device::Virtual(ftl) => ftl_replay::replay(ftl, requests, &cfg, &mut tick)?,
+        Device::Real(target, ftl) => {
+            ftl_replay::replay_real(target, ftl, requests, &cfg, &mut tick)?
+        }
     };
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
-    ftl.close()
-        .map_err(|e| image::describe(e, &settings.path).context("closing the image"))?;
-    drop(scratch);
-    let json = serde_json::to_string_pretty(&summary)?;
-    if args.out.is_none() {
+    Ok(summary)
+}
+
+/// Prints the summary: all of it as JSON without `--out`, else the main figures.
+fn report(args: &ReplayArgs, summary: &Summary) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(summary)?;
+    let Some(dir) = &args.out else {
         out!("{json}");
+        return Ok(());
+    };
+    let o = |s: &ftl_replay::OpSummary| {
+        format!(
+            "{} requests, mean {:.1} us, p99 {:.1} us, max {:.1} us",
+            s.count, s.mean_us, s.p99_us, s.max_us
+        )
+    };
+    let clock = if summary.timing == "virtual" {
+        "simulated"
     } else {
-        let o = |s: &ftl_replay::OpSummary| {
-            format!(
-                "{} requests, mean {:.1} us, p99 {:.1} us, max {:.1} us",
-                s.count, s.mean_us, s.p99_us, s.max_us
-            )
-        };
-        out!("replayed {} requests: {:.3} s simulated in {:.2} s ({:.0} requests/s, {:.0} NAND ops/s)",
-            summary.requests, summary.simulated_seconds, summary.wall_seconds,
-            summary.requests_per_second, summary.nand_ops_per_second);
-        out!("  read:  {}", o(&summary.read));
-        out!("  write: {}", o(&summary.write));
-        out!(
-            "  WAF {:.3}, GC erases {}, adjusted {:?}, errors {}",
-            summary.waf,
-            summary.gc.erases,
-            summary.adjusted,
-            summary.errors
-        );
-        if let Some(d) = &args.out {
-            out!("  outputs in {}", d.display());
-        }
+        "elapsed"
+    };
+    out!(
+        "replayed {} requests: {:.3} s {clock} in {:.2} s ({:.0} requests/s)",
+        summary.requests,
+        summary.simulated_seconds,
+        summary.wall_seconds,
+        summary.requests_per_second
+    );
+    out!("  read:  {}", o(&summary.read));
+    out!("  write: {}", o(&summary.write));
+    let waf = summary
+        .waf
+        .map_or_else(|| "unknown".to_string(), |w| format!("{w:.3}"));
+    let erases = summary
+        .gc
+        .as_ref()
+        .map_or_else(|| "unknown".to_string(), |g| g.erases.to_string());
+    out!(
+        "  WAF {waf}, GC erases {erases}, adjusted {:?}, errors {}",
+        summary.adjusted,
+        summary.errors
+    );
+    if let Some(e) = &summary.first_error {
+        out!("  first error: {e}");
     }
+    if let Some(d) = &summary.dispatch {
+        out!(
+            "  dispatch late: p50 {:.1} us, p99 {:.1} us, max {:.1} us ({} workers)",
+            d.late_p50_us,
+            d.late_p99_us,
+            d.late_max_us,
+            d.workers
+        );
+    }
+    out!("  outputs in {}", dir.display());
     Ok(())
 }
 

@@ -153,3 +153,224 @@ fn bad_input_gets_a_clear_error() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/trace.csv"));
 }
+
+/// The replay's write payload: byte `i` of every request is this (see `driver::patterned`).
+fn payload_byte(i: usize) -> u8 {
+    (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3]
+}
+
+fn summary(dir: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn real_time_replay_on_the_emulated_device() {
+    // Fill 8 MiB, then read it at random: each read of a mapped page takes at least the
+    // model's t_read (36 us) + transfer (4 KiB at 200 MB/s: 20.5 us) on the host's clock.
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("x.img");
+    let base = [
+        "--image",
+        img.to_str().unwrap(),
+        "--preset",
+        "slc-small-004",
+        "--capacity",
+        "64M",
+        "--timing",
+        "real",
+    ];
+    let fill = dir.path().join("fill");
+    let o = ftld(
+        &[
+            &base[..],
+            &[
+                "--workload",
+                "seq,bs=128k,span=8M,requests=64",
+                "--queue-depth",
+                "4",
+            ],
+            &["--out", fill.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let s = summary(&fill);
+    assert_eq!(s["timing"], "real");
+    assert_eq!(s["write"]["count"], 64);
+    assert!(s["waf"].is_number() && s["gc"]["erases"].is_number(), "{s}");
+    // Most of the 2048 pages are programmed by now; the rest wait in the write buffer.
+    assert!(s["nand"]["programs"].as_u64().unwrap() >= 1024, "{s}");
+    let read = dir.path().join("read");
+    let o = ftld(
+        &[
+            &base[..],
+            &[
+                "--workload",
+                "random,bs=4k,span=8M,requests=400,read=100,iops=2000",
+            ],
+            &["--out", read.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let s = summary(&read);
+    assert_eq!(s["read"]["count"], 400);
+    assert!(s["read"]["p50_us"].as_f64().unwrap() >= 56.0, "{s}");
+    assert!(s["dispatch"]["workers"].as_u64().unwrap() >= 1, "{s}");
+    // Open loop at 2000/s: 400 requests take about 0.2 s of host time.
+    assert!(s["simulated_seconds"].as_f64().unwrap() >= 0.19, "{s}");
+}
+
+#[test]
+fn replay_against_a_served_device_through_nbd() {
+    let mut d = e2e::Daemon::start_with(
+        FTLD,
+        e2e::DaemonOpts {
+            timing: "real".into(),
+            ..Default::default()
+        },
+    );
+    let out = d.dir().join("out");
+    let o = ftld(&[
+        "--workload",
+        "seq,bs=64k,span=4M,requests=64",
+        "--target",
+        &d.uri(),
+        "--queue-depth",
+        "4",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = summary(&out);
+    assert_eq!(s["timing"], "real");
+    assert_eq!(s["write"]["count"], 64);
+    assert!(s["write"]["mean_us"].as_f64().unwrap() > 0.0);
+    assert!(
+        s["waf"].is_null() && s["gc"].is_null(),
+        "not known over NBD: {s}"
+    );
+    assert!(s["config"]["target"]
+        .as_str()
+        .unwrap()
+        .contains("NBD export"));
+    // The daemon served them, and the data is where the workload put it.
+    assert!(
+        d.stats()["ftl"]["host_writes"].as_u64().unwrap() >= 64,
+        "{}",
+        d.stats()
+    );
+    let mut c = e2e::nbd::Client::connect(&d.socket()).unwrap();
+    let data = c.read(0, 4 << 20).unwrap();
+    for (k, chunk) in data.chunks(64 << 10).enumerate() {
+        assert!(
+            chunk.iter().enumerate().all(|(i, &b)| b == payload_byte(i)),
+            "64 KiB block {k} is not the workload's payload"
+        );
+    }
+    drop(c);
+    // A trace through NBD, open loop: every request sent, the one past the end wrapped.
+    let o = ftld(&[
+        fixture("msr.csv").to_str().unwrap(),
+        "--target",
+        &d.uri(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = summary(&out);
+    assert_eq!(s["requests"], 4, "{s}");
+    assert_eq!(s["adjusted"]["wrapped"], 1, "{s}");
+    // The server going away mid-replay ends it with an error naming the connection, not a hang.
+    let mut child = Command::new(FTLD)
+        .args([
+            "replay",
+            "--workload",
+            "random,requests=100000,iops=500",
+            "--target",
+        ])
+        .arg(d.uri())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    d.kill9();
+    let status = e2e::daemon::wait_timeout(&mut child, std::time::Duration::from_secs(30))
+        .expect("the replay hung after its server died");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("NBD connection"), "{err}");
+}
+
+#[test]
+fn replay_against_a_file_with_o_direct() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk");
+    std::fs::write(&disk, vec![0xaau8; 16 << 20]).unwrap();
+    // blkparse fixture: reads, writes, a discard and flushes, on a file opened O_DIRECT.
+    let out = dir.path().join("out");
+    let o = ftld(&[
+        fixture("blkparse.txt").to_str().unwrap(),
+        "--target",
+        disk.to_str().unwrap(),
+        "--direct",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = summary(&out);
+    assert_eq!(s["requests"], 5, "{s}");
+    assert_eq!(s["errors"], 0, "{s}");
+    assert!(s["config"]["target"].as_str().unwrap().contains("O_DIRECT"));
+    let o = ftld(&[
+        "--workload",
+        "seq,bs=32k,span=1M,requests=32",
+        "--target",
+        disk.to_str().unwrap(),
+        "--direct",
+        "--queue-depth",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let data = std::fs::read(&disk).unwrap();
+    for chunk in data[..1 << 20].chunks(32 << 10) {
+        assert!(chunk.iter().enumerate().all(|(i, &b)| b == payload_byte(i)));
+    }
+    assert!(
+        data[9 << 20..].iter().all(|&b| b == 0xaa),
+        "untouched beyond the workload"
+    );
+    // Image options do not apply to a target; virtual time needs the FTL in this process.
+    let o = ftld(&[
+        "--workload",
+        "random,requests=1",
+        "--target",
+        disk.to_str().unwrap(),
+        "--ftl",
+        "fast",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = ftld(&[
+        "--workload",
+        "random,requests=1",
+        "--target",
+        disk.to_str().unwrap(),
+        "--timing",
+        "virtual",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = ftld(&[
+        "--workload",
+        "random,requests=1",
+        "--target",
+        "nbd+unix:///",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("socket"),
+        "{}",
+        text(&o)
+    );
+}

@@ -142,6 +142,16 @@ pub(crate) fn sleep_until(deadline_ns: u64) {
     }
 }
 
+/// Sleeps until `deadline` as precisely as the model's own waits (1 ns timer slack, an
+/// absolute deadline): for drivers that must send requests on time (`ftld replay --timing
+/// real`).
+pub fn precise_sleep_until(deadline: Instant) {
+    let now = Instant::now();
+    if deadline > now {
+        sleep_until(now_ns() + (deadline - now).as_nanos() as u64);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,5 +171,9 @@ mod tests {
         sleep_until(start + 2_000_000);
         assert!(now_ns() >= start + 2_000_000);
         sleep_until(0);
+        let d = Instant::now() + Duration::from_millis(2);
+        precise_sleep_until(d);
+        assert!(Instant::now() >= d);
+        precise_sleep_until(d - Duration::from_millis(1));
     }
 }

@@ -188,7 +188,7 @@ mod timer;
 mod timing;
 
 pub use bankmem::BlockState;
-pub use clock::SimClock;
+pub use clock::{precise_sleep_until, SimClock};
 pub use completion::{Completion, CompletionFuture};
 pub use config::{NandConfig, MIN_SCALED_BLOCKS_PER_BANK};
 pub use device::{BankLoad, NandDevice};

@@ -20,6 +20,8 @@
 //!   `FAST_ZERO`), `CACHE`, `DISC`; `FUA` on every command; simple or structured replies; many
 //!   requests in flight per connection, replies in completion order; `CAN_MULTI_CONN`.
 //!
+//! [`client`] is a blocking client for any NBD server (`ftld replay --target` uses it).
+//!
 //! Not implemented: TLS, metadata contexts / `NBD_CMD_BLOCK_STATUS`, extended headers, resize,
 //! more than one export.
 //!
@@ -63,6 +65,7 @@
 //! ```
 
 pub mod backend;
+pub mod client;
 mod connection;
 pub mod error;
 mod handshake;

@@ -101,6 +101,8 @@ pub enum ReplayError {
     ReadOnly { request: u64, reason: String },
     #[error("a {op} request would block in virtual time (an FTL future was not ready on its first poll): a bug")]
     WouldBlock { op: &'static str },
+    #[error("the target: {0}")]
+    Target(String),
     #[error("writing {what}: {source}")]
     Output {
         what: String,
@@ -223,33 +225,10 @@ impl<'a> Driver<'a> {
 
     /// Runs one request arriving at `at` through write queue `q`; its completion time, or
     /// `None` if it was not replayed.
-    fn execute(&mut self, at: u64, mut r: Request, q: usize) -> Result<Option<u64>, ReplayError> {
-        if r.op != Op::Flush {
-            if r.len == 0 {
-                self.adjusted.empty += 1;
-                return Ok(None);
-            }
-            let start = r.offset / 512 * 512;
-            let end = r.offset.saturating_add(r.len).div_ceil(512) * 512;
-            if (start, end) != (r.offset, r.offset + r.len) {
-                self.adjusted.unaligned += 1;
-            }
-            let len = end - start;
-            let mut off = start;
-            if end > self.capacity {
-                if len > self.capacity || self.opts.out_of_range == OutOfRange::Refuse {
-                    self.adjusted.refused += 1;
-                    return Ok(None);
-                }
-                self.adjusted.wrapped += 1;
-                off = off % self.capacity / 512 * 512;
-                if off + len > self.capacity {
-                    off = self.capacity - len;
-                }
-            }
-            r.offset = off;
-            r.len = len;
-        }
+    fn execute(&mut self, at: u64, r: Request, q: usize) -> Result<Option<u64>, ReplayError> {
+        let Some(r) = fit(&mut self.adjusted, r, self.capacity, self.opts.out_of_range) else {
+            return Ok(None);
+        };
         self.ftl.advance_to(at)?;
         let ftl = self.ftl;
         let result = match r.op {
@@ -288,8 +267,47 @@ impl<'a> Driver<'a> {
     }
 }
 
+/// Fits a request to a device of `capacity` bytes: widened to 512-byte sectors, wrapped or
+/// refused past the end, as `out_of_range` says; `None` when it is not replayed (empty or
+/// refused). Every change is counted in `adjusted`.
+pub fn fit(
+    adjusted: &mut Adjusted,
+    mut r: Request,
+    capacity: u64,
+    out_of_range: OutOfRange,
+) -> Option<Request> {
+    if r.op == Op::Flush {
+        return Some(r);
+    }
+    if r.len == 0 {
+        adjusted.empty += 1;
+        return None;
+    }
+    let start = r.offset / 512 * 512;
+    let end = r.offset.saturating_add(r.len).div_ceil(512) * 512;
+    if (start, end) != (r.offset, r.offset + r.len) {
+        adjusted.unaligned += 1;
+    }
+    let len = end - start;
+    let mut off = start;
+    if end > capacity {
+        if len > capacity || out_of_range == OutOfRange::Refuse {
+            adjusted.refused += 1;
+            return None;
+        }
+        adjusted.wrapped += 1;
+        off = off % capacity / 512 * 512;
+        if off + len > capacity {
+            off = capacity - len;
+        }
+    }
+    r.offset = off;
+    r.len = len;
+    Some(r)
+}
+
 /// Write payload: not all one byte, so pages differ as real data does.
-fn patterned(n: usize) -> Vec<u8> {
+pub(crate) fn patterned(n: usize) -> Vec<u8> {
     (0..n)
         .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3])
         .collect()

@@ -7,10 +7,13 @@
 //! | `trace` | the trace formats (MSR, UMass/SPC, blkparse, fio iolog, DiskSim), format guessing |
 //! | `workload` | synthetic workloads (`--workload`) |
 //! | `driver` | the virtual-time driver: arrivals (open/closed loop), address fitting, completion times |
+//! | `realtime` | the real-time driver: threads sending requests to a target on the host's clock |
+//! | `target` | real-time targets: the FTL in this process, an NBD export, a block device or file |
 //! | `record` | latency histograms, `requests.csv`, the time series |
 //! | `plot` | SVG plots |
 //!
-//! [`replay`] runs a whole replay and writes its outputs; [`precondition`] ages a device first.
+//! [`replay`] runs a whole replay in virtual time and writes its outputs; [`replay_real`] does
+//! the same in real time against a [`Target`]; [`precondition`] ages a device first.
 //! Determinism: with timing `virtual` nothing reads the host's clock or depends on thread
 //! scheduling (see `ftl`'s `sim` module), so the same trace, configuration and seed give the
 //! same `summary.json` (less `wall_seconds` and the rates derived from it), `requests.csv` and
@@ -18,8 +21,10 @@
 
 pub mod driver;
 pub mod plot;
+pub mod realtime;
 pub mod record;
 pub mod request;
+pub mod target;
 pub mod trace;
 pub mod workload;
 
@@ -30,8 +35,10 @@ use ftl::Ftl;
 use serde::Serialize;
 
 pub use crate::driver::{Adjusted, Driver, DriverOptions, OutOfRange, ReplayError};
-pub use crate::record::{Interval, OpSummary, Recorder};
+pub use crate::realtime::Dispatch;
+pub use crate::record::{Interval, NoWaf, OpSummary, Recorder, WafSource};
 pub use crate::request::{Arrival, Op, Request};
+pub use crate::target::{Target, TargetError};
 pub use crate::trace::{detect, Format, TraceError, TraceReader};
 pub use crate::workload::{Workload, WorkloadSpec};
 
@@ -69,27 +76,36 @@ pub struct MergeCounts {
     pub full: u64,
 }
 
-/// `summary.json`.
+/// `summary.json`. Figures a target cannot give (WAF, GC and NAND counts of an NBD export or
+/// a block device) are `null`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
+    /// `virtual` or `real`.
+    pub timing: &'static str,
     pub requests: u64,
     pub read: OpSummary,
     pub write: OpSummary,
     pub flush: OpSummary,
     pub trim: OpSummary,
     /// NAND bytes programmed (host data and GC) / host bytes written, during the replay.
-    pub waf: f64,
-    pub gc: GcSummary,
-    /// From the first arrival to the last completion.
+    pub waf: Option<f64>,
+    pub gc: Option<GcSummary>,
+    /// From the replay's start to the last completion, on the replay's clock: simulated with
+    /// timing `virtual`, the host's with `real`.
     pub simulated_seconds: f64,
-    pub nand: NandOps,
+    pub nand: Option<NandOps>,
     pub adjusted: Adjusted,
-    /// Requests the FTL failed (e.g. an uncorrectable read).
+    /// Requests the device failed (e.g. an uncorrectable read).
     pub errors: u64,
-    /// Host time the replay took; the only figure that differs between identical runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+    /// Real timing, open loop: how late requests were sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dispatch: Option<Dispatch>,
+    /// Host time the replay took; the only figure that differs between identical virtual runs.
     pub wall_seconds: f64,
     pub requests_per_second: f64,
-    pub nand_ops_per_second: f64,
+    pub nand_ops_per_second: Option<f64>,
     pub config: serde_json::Value,
 }
 
@@ -158,6 +174,104 @@ fn output(what: &Path, source: std::io::Error) -> ReplayError {
     }
 }
 
+/// Counters of an FTL before a replay, to report what the replay did.
+struct Before {
+    gc: GcSummary,
+    nand: NandOps,
+}
+
+impl Before {
+    fn of(ftl: &Ftl) -> Before {
+        Before {
+            gc: gc_counts(&ftl.stats()),
+            nand: nand_ops(ftl),
+        }
+    }
+
+    fn since(&self, ftl: &Ftl) -> (GcSummary, NandOps) {
+        let n = nand_ops(ftl);
+        let nand = NandOps {
+            reads: n.reads - self.nand.reads,
+            programs: n.programs - self.nand.programs,
+            erases: n.erases - self.nand.erases,
+            copybacks: n.copybacks - self.nand.copybacks,
+            total: n.total - self.nand.total,
+        };
+        (minus(&gc_counts(&ftl.stats()), &self.gc), nand)
+    }
+}
+
+fn recorder(
+    cfg: &ReplayConfig,
+    waf: &dyn WafSource,
+) -> Result<(Recorder, Option<PathBuf>), ReplayError> {
+    if let Some(dir) = &cfg.out {
+        std::fs::create_dir_all(dir).map_err(|e| output(dir, e))?;
+    }
+    let csv = cfg.out.as_ref().map(|d| d.join("requests.csv"));
+    let rec = Recorder::new(waf, csv.as_deref(), cfg.interval_ns)
+        .map_err(|e| output(csv.as_deref().unwrap_or(Path::new("requests.csv")), e))?;
+    Ok((rec, csv))
+}
+
+/// What a driver reports besides the recorder.
+struct Outcome {
+    adjusted: Adjusted,
+    errors: u64,
+    first_error: Option<String>,
+    dispatch: Option<Dispatch>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    timing: &'static str,
+    mut rec: Recorder,
+    csv: Option<PathBuf>,
+    waf: &dyn WafSource,
+    ftl: Option<(&Ftl, Before)>,
+    outcome: Outcome,
+    wall: Instant,
+    cfg: &ReplayConfig,
+) -> Result<Summary, ReplayError> {
+    rec.finish(waf)
+        .map_err(|e| output(csv.as_deref().unwrap_or(Path::new("requests.csv")), e))?;
+    let (gc, nand) = match ftl {
+        Some((ftl, before)) => {
+            let (g, n) = before.since(ftl);
+            (Some(g), Some(n))
+        }
+        None => (None, None),
+    };
+    let wall_seconds = wall.elapsed().as_secs_f64();
+    let requests = rec.requests();
+    let summary = Summary {
+        timing,
+        requests,
+        read: rec.op_summary(Op::Read),
+        write: rec.op_summary(Op::Write),
+        flush: rec.op_summary(Op::Flush),
+        trim: rec.op_summary(Op::Trim),
+        waf: rec.waf(waf),
+        gc,
+        simulated_seconds: rec.last_done_ns as f64 / 1e9,
+        adjusted: outcome.adjusted,
+        errors: outcome.errors,
+        first_error: outcome.first_error,
+        dispatch: outcome.dispatch,
+        requests_per_second: requests as f64 / wall_seconds.max(1e-9),
+        nand_ops_per_second: nand
+            .as_ref()
+            .map(|n| n.total as f64 / wall_seconds.max(1e-9)),
+        nand,
+        wall_seconds,
+        config: cfg.config.clone(),
+    };
+    if let Some(dir) = &cfg.out {
+        write_outputs(dir, &rec, &summary)?;
+    }
+    Ok(summary)
+}
+
 /// Replays `requests` on `ftl` (timing `virtual`) and writes, in `cfg.out`: `summary.json`,
 /// `requests.csv`, `timeseries.csv`, and the plots `latency_cdf.svg`, `latency_time.svg`,
 /// `waf_time.svg`.
@@ -168,50 +282,54 @@ pub fn replay(
     progress: &mut dyn FnMut(u64),
 ) -> Result<Summary, ReplayError> {
     let wall = Instant::now();
-    if let Some(dir) = &cfg.out {
-        std::fs::create_dir_all(dir).map_err(|e| output(dir, e))?;
-    }
-    let csv = cfg.out.as_ref().map(|d| d.join("requests.csv"));
-    let mut rec = Recorder::new(ftl, csv.as_deref(), cfg.interval_ns)
-        .map_err(|e| output(csv.as_deref().unwrap_or(Path::new("requests.csv")), e))?;
-    let gc0 = gc_counts(&ftl.stats());
-    let nand0 = nand_ops(ftl);
+    let (mut rec, csv) = recorder(cfg, ftl)?;
+    let before = Before::of(ftl);
     let mut driver = Driver::new(ftl, cfg.driver.clone())?;
     driver.run(requests, &mut rec, progress)?;
-    rec.finish(ftl)
-        .map_err(|e| output(csv.as_deref().unwrap_or(Path::new("requests.csv")), e))?;
-    let gc1 = gc_counts(&ftl.stats());
-    let nand1 = nand_ops(ftl);
-    let nand = NandOps {
-        reads: nand1.reads - nand0.reads,
-        programs: nand1.programs - nand0.programs,
-        erases: nand1.erases - nand0.erases,
-        copybacks: nand1.copybacks - nand0.copybacks,
-        total: nand1.total - nand0.total,
-    };
-    let wall_seconds = wall.elapsed().as_secs_f64();
-    let requests = rec.requests();
-    let summary = Summary {
-        requests,
-        read: rec.op_summary(Op::Read),
-        write: rec.op_summary(Op::Write),
-        flush: rec.op_summary(Op::Flush),
-        trim: rec.op_summary(Op::Trim),
-        waf: rec.waf(ftl),
-        gc: minus(&gc1, &gc0),
-        simulated_seconds: rec.last_done_ns as f64 / 1e9,
+    let outcome = Outcome {
         adjusted: driver.adjusted.clone(),
         errors: driver.errors,
-        requests_per_second: requests as f64 / wall_seconds.max(1e-9),
-        nand_ops_per_second: nand.total as f64 / wall_seconds.max(1e-9),
-        nand,
-        wall_seconds,
-        config: cfg.config.clone(),
+        first_error: None,
+        dispatch: None,
     };
-    if let Some(dir) = &cfg.out {
-        write_outputs(dir, &rec, &summary)?;
-    }
-    Ok(summary)
+    finish(
+        "virtual",
+        rec,
+        csv,
+        ftl,
+        Some((ftl, before)),
+        outcome,
+        wall,
+        cfg,
+    )
+}
+
+/// Replays `requests` on `target` in real time (see [`realtime`]) and writes the same outputs
+/// as [`replay`]. `ftl`: the FTL behind the target when it runs in this process, for WAF, GC
+/// and NAND counts.
+pub fn replay_real(
+    target: &dyn Target,
+    ftl: Option<&Ftl>,
+    requests: impl Iterator<Item = Result<Request, TraceError>> + Send,
+    cfg: &ReplayConfig,
+    progress: &mut (dyn FnMut(u64) + Send),
+) -> Result<Summary, ReplayError> {
+    let wall = Instant::now();
+    let waf: &(dyn WafSource + Sync) = match ftl {
+        Some(f) => f,
+        None => &NoWaf,
+    };
+    let (mut rec, csv) = recorder(cfg, waf)?;
+    let before = ftl.map(Before::of);
+    let o = realtime::run(target, waf, &cfg.driver, requests, &mut rec, progress)?;
+    let outcome = Outcome {
+        adjusted: o.adjusted,
+        errors: o.errors,
+        first_error: o.first_error,
+        dispatch: o.dispatch,
+    };
+    let ftl = ftl.zip(before);
+    finish("real", rec, csv, waf, ftl, outcome, wall, cfg)
 }
 
 fn write_outputs(dir: &Path, rec: &Recorder, summary: &Summary) -> Result<(), ReplayError> {
@@ -267,8 +385,9 @@ pub struct PreconditionReport {
     pub percent: f64,
     pub fill_bytes: u64,
     pub overwrite_bytes: u64,
-    /// WAF of the last overwrite round (the steady state reached).
-    pub steady_waf: f64,
+    /// WAF of the last overwrite round (the steady state reached); `None` for a target that
+    /// cannot tell.
+    pub steady_waf: Option<f64>,
     pub simulated_seconds: f64,
     pub wall_seconds: f64,
 }
@@ -299,7 +418,7 @@ pub fn precondition(ftl: &Ftl, percent: f64, seed: u64) -> Result<PreconditionRe
         percent,
         fill_bytes: 0,
         overwrite_bytes: 0,
-        steady_waf: 0.0,
+        steady_waf: None,
         simulated_seconds: 0.0,
         wall_seconds: 0.0,
     };
@@ -318,7 +437,7 @@ pub fn precondition(ftl: &Ftl, percent: f64, seed: u64) -> Result<PreconditionRe
             let (h1, n1) = ftl.waf_counters();
             report.overwrite_bytes += round * 4096;
             let waf = (n1 - n0) as f64 / (h1 - h0).max(1) as f64;
-            report.steady_waf = waf;
+            report.steady_waf = Some(waf);
             let steady = prev.is_some_and(|p| (waf - p).abs() <= 0.02 * waf.max(p));
             if i >= 7 && steady {
                 break;
@@ -328,5 +447,51 @@ pub fn precondition(ftl: &Ftl, percent: f64, seed: u64) -> Result<PreconditionRe
     }
     report.simulated_seconds = ftl.now_ns().saturating_sub(t0) as f64 / 1e9;
     report.wall_seconds = wall.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// [`precondition`] for a target in real time, which cannot tell when GC is in steady state:
+/// fills the first `percent` of it sequentially in 128 KiB writes (4 in flight), then
+/// overwrites that span once with uniform random 4 KiB writes (32 in flight), as SNIA's
+/// performance test specification ages a drive.
+pub fn precondition_real(
+    target: &dyn Target,
+    percent: f64,
+    seed: u64,
+) -> Result<PreconditionReport, ReplayError> {
+    let wall = Instant::now();
+    let span = (target.capacity() as f64 * percent / 100.0) as u64 / 4096 * 4096;
+    let run = |spec: String, qd: usize| -> Result<(), ReplayError> {
+        let spec: WorkloadSpec = spec
+            .parse()
+            .map_err(|e: String| ReplayError::Ftl(ftl::FtlError::Config(e)))?;
+        let w = Workload::new(spec, target.capacity(), seed)
+            .map_err(|e| ReplayError::Ftl(ftl::FtlError::Config(e)))?;
+        let mut rec =
+            Recorder::new(&NoWaf, None, u64::MAX).map_err(|e| output(Path::new("-"), e))?;
+        let opts = DriverOptions {
+            queue_depth: Some(qd),
+            ..DriverOptions::default()
+        };
+        realtime::run(target, &NoWaf, &opts, w.map(Ok), &mut rec, &mut |_| {}).map(drop)
+    };
+    let mut report = PreconditionReport {
+        percent,
+        fill_bytes: 0,
+        overwrite_bytes: 0,
+        steady_waf: None,
+        simulated_seconds: 0.0,
+        wall_seconds: 0.0,
+    };
+    if span >= 128 << 10 {
+        let n = span / (128 << 10);
+        run(format!("seq,bs=128k,span={span},requests={n}"), 4)?;
+        report.fill_bytes = n * (128 << 10);
+        let m = span / 4096;
+        run(format!("random,bs=4k,span={span},requests={m}"), 32)?;
+        report.overwrite_bytes = m * 4096;
+    }
+    report.wall_seconds = wall.elapsed().as_secs_f64();
+    report.simulated_seconds = report.wall_seconds;
     Ok(report)
 }

@@ -11,6 +11,27 @@ use serde::Serialize;
 
 use crate::request::Op;
 
+/// Where write amplification comes from: (host bytes written, NAND bytes programmed), or
+/// `None` for a device that cannot tell (an NBD export, a block device).
+pub trait WafSource {
+    fn waf_counters(&self) -> Option<(u64, u64)>;
+}
+
+impl WafSource for Ftl {
+    fn waf_counters(&self) -> Option<(u64, u64)> {
+        Some(Ftl::waf_counters(self))
+    }
+}
+
+/// A device without WAF counters.
+pub struct NoWaf;
+
+impl WafSource for NoWaf {
+    fn waf_counters(&self) -> Option<(u64, u64)> {
+        None
+    }
+}
+
 /// Latency figures of one kind of request, in microseconds.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct OpSummary {
@@ -69,7 +90,7 @@ struct Open {
     write_bytes: u64,
     latency_sum: u128,
     hist: Histogram<u64>,
-    waf_at_start: (u64, u64),
+    waf_at_start: Option<(u64, u64)>,
 }
 
 /// Collects a replay's measurements.
@@ -80,7 +101,7 @@ pub struct Recorder {
     interval_ns: u64,
     open: Option<Open>,
     pub intervals: Vec<Interval>,
-    waf_origin: (u64, u64),
+    waf_origin: Option<(u64, u64)>,
     /// (arrival s, latency us, op) for the latency-over-time plot: every `stride`-th request,
     /// the stride doubling whenever `MAX_POINTS` are kept (deterministic thinning).
     pub points: Vec<(f64, f64, Op)>,
@@ -106,8 +127,12 @@ fn idx(op: Op) -> usize {
 
 impl Recorder {
     /// A recorder writing `requests.csv` to `csv` (if given), with a time-series interval of
-    /// `interval_ns`; `ftl`'s WAF counters now are the baseline.
-    pub fn new(ftl: &Ftl, csv: Option<&Path>, interval_ns: u64) -> std::io::Result<Recorder> {
+    /// `interval_ns`; `waf`'s counters now are the baseline.
+    pub fn new(
+        waf: &dyn WafSource,
+        csv: Option<&Path>,
+        interval_ns: u64,
+    ) -> std::io::Result<Recorder> {
         let csv = match csv {
             Some(p) => {
                 let mut w = BufWriter::with_capacity(1 << 20, File::create(p)?);
@@ -123,7 +148,7 @@ impl Recorder {
             interval_ns: interval_ns.max(1),
             open: None,
             intervals: Vec::new(),
-            waf_origin: ftl.waf_counters(),
+            waf_origin: waf.waf_counters(),
             points: Vec::new(),
             stride: 1,
             seen: 0,
@@ -134,8 +159,17 @@ impl Recorder {
     }
 
     /// Records one request: it arrived `arrival` ns after the replay began and took
-    /// `latency` ns.
-    pub fn record(&mut self, ftl: &Ftl, arrival: u64, op: Op, offset: u64, len: u64, latency: u64) {
+    /// `latency` ns. Requests come in arrival order; one that arrived before the interval
+    /// now open (a real-time replay's streams race) is counted in that interval.
+    pub fn record(
+        &mut self,
+        waf: &dyn WafSource,
+        arrival: u64,
+        op: Op,
+        offset: u64,
+        len: u64,
+        latency: u64,
+    ) {
         let i = idx(op);
         // `record` only fails for values past the histogram's range, which auto-resize grows.
         let _ = self.hists[i].record(latency.max(1));
@@ -170,9 +204,12 @@ impl Recorder {
                 });
             }
         }
-        let slot = arrival / self.interval_ns * self.interval_ns;
+        let mut slot = arrival / self.interval_ns * self.interval_ns;
+        if let Some(o) = &self.open {
+            slot = slot.max(o.start);
+        }
         if self.open.as_ref().is_none_or(|o| o.start != slot) {
-            self.close_interval(ftl);
+            self.close_interval(waf);
             self.open = Some(Open {
                 start: slot,
                 requests: 0,
@@ -180,7 +217,7 @@ impl Recorder {
                 write_bytes: 0,
                 latency_sum: 0,
                 hist: hist(),
-                waf_at_start: ftl.waf_counters(),
+                waf_at_start: waf.waf_counters(),
             });
         }
         if let Some(o) = &mut self.open {
@@ -195,12 +232,15 @@ impl Recorder {
         }
     }
 
-    fn close_interval(&mut self, ftl: &Ftl) {
+    fn close_interval(&mut self, waf: &dyn WafSource) {
         let Some(o) = self.open.take() else {
             return;
         };
-        let (h1, n1) = ftl.waf_counters();
-        let (h0, n0) = o.waf_at_start;
+        // Without counters both ratios are 0 ("nothing known"), as for an interval without
+        // writes.
+        let (h1, n1) = waf.waf_counters().unwrap_or_default();
+        let (h0, n0) = o.waf_at_start.unwrap_or((h1, n1));
+        let (ho, no) = self.waf_origin.unwrap_or((h1, n1));
         let ratio = |n: u64, h: u64| if h == 0 { 0.0 } else { n as f64 / h as f64 };
         let secs = self.interval_ns as f64 / 1e9;
         self.intervals.push(Interval {
@@ -216,13 +256,13 @@ impl Recorder {
             p99_latency_us: o.hist.value_at_quantile(0.99) as f64 / 1000.0,
             max_latency_us: o.hist.max() as f64 / 1000.0,
             waf: ratio(n1 - n0, h1 - h0),
-            cumulative_waf: ratio(n1 - self.waf_origin.1, h1 - self.waf_origin.0),
+            cumulative_waf: ratio(n1 - no, h1 - ho),
         });
     }
 
     /// Closes the last interval and flushes `requests.csv`.
-    pub fn finish(&mut self, ftl: &Ftl) -> std::io::Result<()> {
-        self.close_interval(ftl);
+    pub fn finish(&mut self, waf: &dyn WafSource) -> std::io::Result<()> {
+        self.close_interval(waf);
         if let Some(e) = self.csv_error.take() {
             return Err(e);
         }
@@ -247,14 +287,16 @@ impl Recorder {
         self.hists.iter().map(Histogram::len).sum()
     }
 
-    /// WAF since the recorder was made.
-    pub fn waf(&self, ftl: &Ftl) -> f64 {
-        let (h, n) = ftl.waf_counters();
-        let dh = h - self.waf_origin.0;
-        if dh == 0 {
+    /// WAF since the recorder was made (0 when nothing was written), or `None` when the
+    /// device has no counters.
+    pub fn waf(&self, waf: &dyn WafSource) -> Option<f64> {
+        let (h, n) = waf.waf_counters()?;
+        let (h0, n0) = self.waf_origin?;
+        let dh = h - h0;
+        Some(if dh == 0 {
             0.0
         } else {
-            (n - self.waf_origin.1) as f64 / dh as f64
-        }
+            (n - n0) as f64 / dh as f64
+        })
     }
 }

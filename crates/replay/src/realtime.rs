@@ -1,0 +1,455 @@
+//! The real-time driver: sends requests to a [`Target`] on the host's clock, from threads that
+//! each block on one request at a time (a synchronous I/O engine), and records when each
+//! completes.
+//!
+//! **Closed loop** (`queue depth N`): N threads; each takes the next request, waits its think
+//! time after its previous completion, sends it, and waits for it. The arrival is when it was
+//! sent.
+//!
+//! **Open loop**: this thread dispatches each request at its trace time divided by `speed`
+//! (one that follows its predecessor, [`Arrival::After`], that long after every earlier
+//! request completed) to a pool of worker threads that grows while all are busy, up to
+//! [`MAX_OUTSTANDING`]. A request's arrival is its *scheduled* time, so its latency includes
+//! any wait for the dispatcher or a free worker — the response time the trace's host would
+//! have seen (no coordinated omission). How late the dispatcher was is reported
+//! ([`Dispatch`]).
+//!
+//! Completions reach the recorder thread in completion order and are recorded in issue order
+//! (a reorder buffer), so `requests.csv` lists requests as they were sent.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::driver::{fit, patterned, Adjusted, DriverOptions, ReplayError};
+use crate::record::{Recorder, WafSource};
+use crate::request::{Arrival, Op, Request};
+use crate::target::{Target, TargetError};
+use crate::trace::TraceError;
+
+/// Open loop: at most this many requests in flight (worker threads).
+pub const MAX_OUTSTANDING: usize = 256;
+
+/// How far behind schedule the open-loop dispatcher sent requests (the tool's own timing
+/// error, included in the latencies it reports).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Dispatch {
+    pub late_p50_us: f64,
+    pub late_p99_us: f64,
+    pub late_max_us: f64,
+    /// Worker threads the pool grew to.
+    pub workers: usize,
+}
+
+/// What a real-time run reports besides the recorder's figures.
+#[derive(Clone, Debug, Default)]
+pub struct RealOutcome {
+    pub adjusted: Adjusted,
+    /// Requests the target failed.
+    pub errors: u64,
+    /// The first failed request's message.
+    pub first_error: Option<String>,
+    /// Open loop only.
+    pub dispatch: Option<Dispatch>,
+}
+
+/// A request handed to a worker.
+struct Job {
+    seq: u64,
+    /// Scheduled arrival, ns since the start.
+    at: u64,
+    r: Request,
+}
+
+/// A finished request, to the recorder.
+struct Done {
+    seq: u64,
+    at: u64,
+    r: Request,
+    latency: u64,
+    error: Option<TargetError>,
+}
+
+/// A 4 KiB-aligned buffer (for `O_DIRECT`), without `unsafe`: a larger vector, used from its
+/// first aligned byte.
+struct AlignedBuf {
+    v: Vec<u8>,
+    off: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    /// `len` bytes, the write payload (`patterned`, from its first byte on) or zeroes.
+    fn new(len: usize, payload: bool) -> AlignedBuf {
+        let mut v = vec![0; len + 4096];
+        let off = v.as_ptr().align_offset(4096);
+        if payload {
+            v[off..off + len].copy_from_slice(&patterned(len));
+        }
+        AlignedBuf { v, off, len }
+    }
+
+    fn slice(&mut self, len: usize) -> &mut [u8] {
+        &mut self.v[self.off..self.off + len.min(self.len)]
+    }
+}
+
+/// A worker's buffers: read data lands in `read`, writes send a slice of `write`.
+struct Buffers {
+    read: AlignedBuf,
+    write: AlignedBuf,
+}
+
+impl Buffers {
+    fn new() -> Buffers {
+        Buffers {
+            read: AlignedBuf::new(1 << 20, false),
+            write: AlignedBuf::new(1 << 20, true),
+        }
+    }
+
+    fn fit(&mut self, len: usize) {
+        if self.read.len < len {
+            self.read = AlignedBuf::new(len.next_power_of_two(), false);
+            self.write = AlignedBuf::new(len.next_power_of_two(), true);
+        }
+    }
+}
+
+/// Runs one request on `target`.
+fn execute(
+    target: &dyn Target,
+    stream: usize,
+    r: &Request,
+    b: &mut Buffers,
+) -> Result<(), TargetError> {
+    let len = r.len as usize;
+    b.fit(len);
+    match r.op {
+        Op::Read => target.read(stream, r.offset, b.read.slice(len)),
+        Op::Write => target.write(stream, r.offset, b.write.slice(len), r.fua),
+        Op::Flush => target.flush(),
+        Op::Trim => target.trim(stream, r.offset, r.len, r.fua),
+    }
+}
+
+/// Requests in flight, for [`Arrival::After`]: the dispatcher waits until none is left.
+#[derive(Default)]
+struct InFlight {
+    count: u64,
+    /// The latest completion, ns since the start.
+    last_done: u64,
+}
+
+/// State the threads share.
+struct Shared<'a> {
+    target: &'a dyn Target,
+    start: Instant,
+    /// Set when the replay must end early (a fatal target error, a bad trace line).
+    stop: AtomicBool,
+    inflight: Mutex<InFlight>,
+    drained: Condvar,
+}
+
+impl Shared<'_> {
+    fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    fn sleep_until(&self, at_ns: u64) {
+        nand_model::precise_sleep_until(self.start + Duration::from_nanos(at_ns));
+    }
+
+    fn begin(&self) {
+        self.inflight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .count += 1;
+    }
+
+    fn end(&self, done_ns: u64) {
+        let mut f = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        f.count -= 1;
+        f.last_done = f.last_done.max(done_ns);
+        if f.count == 0 {
+            self.drained.notify_all();
+        }
+    }
+
+    /// Waits until nothing is in flight; the latest completion time.
+    fn drain(&self) -> u64 {
+        let mut f = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        while f.count > 0 {
+            f = self.drained.wait(f).unwrap_or_else(|e| e.into_inner());
+        }
+        f.last_done
+    }
+
+    /// Runs a job and reports it.
+    fn run(&self, job: Job, stream: usize, b: &mut Buffers, done: &Sender<Done>) {
+        let error = execute(self.target, stream, &job.r, b).err();
+        let t = self.now_ns();
+        self.end(t);
+        if matches!(error, Some(TargetError::Fatal(_))) {
+            self.stop.store(true, Ordering::Release);
+        }
+        let _ = done.send(Done {
+            seq: job.seq,
+            at: job.at,
+            r: job.r,
+            latency: t.saturating_sub(job.at),
+            error,
+        });
+    }
+}
+
+/// The next request that fits the device, or the end (or a trace error).
+fn next_request(
+    requests: &mut dyn Iterator<Item = Result<Request, TraceError>>,
+    adjusted: &mut Adjusted,
+    opts: &DriverOptions,
+    capacity: u64,
+) -> Option<Result<Request, TraceError>> {
+    loop {
+        match requests.next()? {
+            Err(e) => return Some(Err(e)),
+            Ok(r) => {
+                if let Some(r) = fit(adjusted, r, capacity, opts.out_of_range) {
+                    return Some(Ok(r));
+                }
+            }
+        }
+    }
+}
+
+/// Replays `requests` on `target` in real time, recording each in `rec` (WAF from `waf`);
+/// `progress` is called with the count of requests done every 1024 requests.
+pub fn run(
+    target: &dyn Target,
+    waf: &(dyn WafSource + Sync),
+    opts: &DriverOptions,
+    requests: impl Iterator<Item = Result<Request, TraceError>> + Send,
+    rec: &mut Recorder,
+    progress: &mut (dyn FnMut(u64) + Send),
+) -> Result<RealOutcome, ReplayError> {
+    let shared = Shared {
+        target,
+        start: Instant::now(),
+        stop: AtomicBool::new(false),
+        inflight: Mutex::new(InFlight::default()),
+        drained: Condvar::new(),
+    };
+    let capacity = target.capacity();
+    let (done_tx, done_rx) = unbounded::<Done>();
+    std::thread::scope(|s| {
+        let recorder = s.spawn(move || record(done_rx, rec, waf, progress));
+        let fed = match opts.queue_depth {
+            Some(n) => closed_loop(&shared, opts, capacity, n.max(1), requests, &done_tx),
+            None => open_loop(&shared, opts, capacity, requests, &done_tx),
+        };
+        drop(done_tx);
+        // Workers are joined by the scope before it returns; the recorder ends when the last
+        // sender (each worker's clone) is gone.
+        let recorded = recorder.join();
+        let (mut outcome, fatal) = match recorded {
+            Ok(r) => r,
+            Err(p) => std::panic::resume_unwind(p),
+        };
+        let (adjusted, dispatch) = fed?;
+        outcome.adjusted = adjusted;
+        outcome.dispatch = dispatch;
+        match fatal {
+            Some(reason) => Err(ReplayError::Target(reason)),
+            None => Ok(outcome),
+        }
+    })
+}
+
+type Fed = Result<(Adjusted, Option<Dispatch>), ReplayError>;
+
+fn closed_loop(
+    shared: &Shared<'_>,
+    opts: &DriverOptions,
+    capacity: u64,
+    streams: usize,
+    requests: impl Iterator<Item = Result<Request, TraceError>> + Send,
+    done: &Sender<Done>,
+) -> Fed {
+    struct Feed<I> {
+        requests: I,
+        adjusted: Adjusted,
+        seq: u64,
+        error: Option<TraceError>,
+    }
+    let feed = Mutex::new(Feed {
+        requests,
+        adjusted: Adjusted::default(),
+        seq: 0,
+        error: None,
+    });
+    std::thread::scope(|s| {
+        for stream in 0..streams {
+            let done = done.clone();
+            let feed = &feed;
+            s.spawn(move || {
+                let mut b = Buffers::new();
+                let mut free_at = shared.now_ns();
+                while !shared.stop.load(Ordering::Acquire) {
+                    let (seq, r) = {
+                        let mut f = feed.lock().unwrap_or_else(|e| e.into_inner());
+                        let f = &mut *f;
+                        match next_request(&mut f.requests, &mut f.adjusted, opts, capacity) {
+                            None => return,
+                            Some(Err(e)) => {
+                                f.error.get_or_insert(e);
+                                shared.stop.store(true, Ordering::Release);
+                                return;
+                            }
+                            Some(Ok(r)) => {
+                                f.seq += 1;
+                                (f.seq - 1, r)
+                            }
+                        }
+                    };
+                    if let Arrival::After(think) = r.arrival {
+                        shared.sleep_until(free_at + think);
+                    }
+                    shared.begin();
+                    let at = shared.now_ns();
+                    shared.run(Job { seq, at, r }, stream, &mut b, &done);
+                    free_at = shared.now_ns();
+                }
+            });
+        }
+    });
+    let f = feed.into_inner().unwrap_or_else(|e| e.into_inner());
+    match f.error {
+        Some(e) => Err(e.into()),
+        None => Ok((f.adjusted, None)),
+    }
+}
+
+fn open_loop(
+    shared: &Shared<'_>,
+    opts: &DriverOptions,
+    capacity: u64,
+    mut requests: impl Iterator<Item = Result<Request, TraceError>>,
+    done: &Sender<Done>,
+) -> Fed {
+    let idle = AtomicUsize::new(0);
+    let mut adjusted = Adjusted::default();
+    let mut late = Histogram::<u64>::new(3).unwrap_or_else(|_| unreachable!("3 digits are valid"));
+    let mut workers = 0usize;
+    let result = std::thread::scope(|s| {
+        let (job_tx, job_rx) = bounded::<Job>(0);
+        let idle = &idle;
+        let spawn = |n: usize, job_rx: Receiver<Job>, done: Sender<Done>| {
+            s.spawn(move || {
+                let mut b = Buffers::new();
+                loop {
+                    idle.fetch_add(1, Ordering::AcqRel);
+                    let Ok(job) = job_rx.recv() else {
+                        return;
+                    };
+                    idle.fetch_sub(1, Ordering::AcqRel);
+                    shared.run(job, n, &mut b, &done);
+                }
+            });
+        };
+        let mut prev_at = 0u64;
+        let mut seq = 0u64;
+        while !shared.stop.load(Ordering::Acquire) {
+            let r = match next_request(&mut requests, &mut adjusted, opts, capacity) {
+                None => break,
+                Some(Err(e)) => return Err(e),
+                Some(Ok(r)) => r,
+            };
+            let mut at = match r.arrival {
+                Arrival::At(t) => (t as f64 / opts.speed) as u64,
+                Arrival::After(d) => shared.drain().saturating_add(d),
+            };
+            if at < prev_at {
+                if matches!(r.arrival, Arrival::At(_)) {
+                    adjusted.reordered += 1;
+                }
+                at = prev_at;
+            }
+            prev_at = at;
+            shared.sleep_until(at);
+            if idle.load(Ordering::Acquire) == 0 && workers < MAX_OUTSTANDING {
+                spawn(workers, job_rx.clone(), done.clone());
+                workers += 1;
+            }
+            shared.begin();
+            let _ = late.record(shared.now_ns().saturating_sub(at).max(1));
+            if job_tx.send(Job { seq, at, r }).is_err() {
+                break;
+            }
+            seq += 1;
+        }
+        Ok(())
+        // `job_tx` is dropped here: idle workers see the channel closed and end; the scope
+        // waits for the busy ones.
+    });
+    result?;
+    let us = |ns: u64| ns as f64 / 1000.0;
+    Ok((
+        adjusted,
+        Some(Dispatch {
+            late_p50_us: us(late.value_at_quantile(0.5)),
+            late_p99_us: us(late.value_at_quantile(0.99)),
+            late_max_us: us(late.max()),
+            workers,
+        }),
+    ))
+}
+
+/// The recorder thread: records finished requests in issue order. Returns the error counts
+/// and the first fatal error.
+fn record(
+    done: Receiver<Done>,
+    rec: &mut Recorder,
+    waf: &dyn WafSource,
+    progress: &mut (dyn FnMut(u64) + Send),
+) -> (RealOutcome, Option<String>) {
+    let mut out = RealOutcome::default();
+    let mut fatal = None;
+    let mut waiting: BTreeMap<u64, Done> = BTreeMap::new();
+    let mut next = 0u64;
+    let mut take = |d: Done, out: &mut RealOutcome, fatal: &mut Option<String>| {
+        match d.error {
+            Some(TargetError::Fatal(m)) => {
+                fatal.get_or_insert(m);
+                return;
+            }
+            Some(TargetError::Request(m)) => {
+                out.errors += 1;
+                out.first_error.get_or_insert(m);
+            }
+            None => {}
+        }
+        rec.record(waf, d.at, d.r.op, d.r.offset, d.r.len, d.latency);
+    };
+    for d in done {
+        waiting.insert(d.seq, d);
+        while let Some(d) = waiting.remove(&next) {
+            next += 1;
+            take(d, &mut out, &mut fatal);
+            if next.is_multiple_of(1024) {
+                progress(next);
+            }
+        }
+    }
+    // Requests after a gap (a worker that never reported): recorded all the same.
+    for (_, d) in std::mem::take(&mut waiting) {
+        next += 1;
+        take(d, &mut out, &mut fatal);
+    }
+    progress(next);
+    (out, fatal)
+}

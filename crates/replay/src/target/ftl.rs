@@ -1,0 +1,58 @@
+//! The FTL in this process, opened with timing `real`, as a replay target: the same calls a
+//! frontend makes, each blocking the issuing thread until the FTL's future completes (the
+//! NAND model's timer thread wakes it when the modelled time has passed).
+
+use ftl::Ftl;
+
+use super::{Target, TargetError};
+
+/// An FTL in this process.
+pub struct FtlTarget<'a> {
+    ftl: &'a Ftl,
+}
+
+impl<'a> FtlTarget<'a> {
+    /// Drives `ftl` (best opened with timing `real`; with `off` every request is instant).
+    pub fn new(ftl: &'a Ftl) -> FtlTarget<'a> {
+        FtlTarget { ftl }
+    }
+
+    fn error(&self, e: ftl::FtlError) -> TargetError {
+        match self.ftl.read_only_reason() {
+            Some(reason) => TargetError::Fatal(format!("the device turned read-only: {reason}")),
+            None => TargetError::Request(e.to_string()),
+        }
+    }
+}
+
+impl Target for FtlTarget<'_> {
+    fn describe(&self) -> String {
+        format!("the {} FTL in this process", self.ftl.stats().scheme)
+    }
+
+    fn capacity(&self) -> u64 {
+        self.ftl.capacity()
+    }
+
+    fn read(&self, _stream: usize, offset: u64, buf: &mut [u8]) -> Result<(), TargetError> {
+        futures::executor::block_on(self.ftl.read(offset, buf)).map_err(|e| self.error(e))
+    }
+
+    fn write(&self, stream: usize, offset: u64, data: &[u8], fua: bool) -> Result<(), TargetError> {
+        futures::executor::block_on(self.ftl.write(stream, offset, data, fua))
+            .map_err(|e| self.error(e))
+    }
+
+    fn flush(&self) -> Result<(), TargetError> {
+        futures::executor::block_on(self.ftl.flush()).map_err(|e| self.error(e))
+    }
+
+    fn trim(&self, stream: usize, offset: u64, len: u64, fua: bool) -> Result<(), TargetError> {
+        futures::executor::block_on(self.ftl.trim(stream, offset, len, fua))
+            .map_err(|e| self.error(e))
+    }
+
+    fn waf_counters(&self) -> Option<(u64, u64)> {
+        Some(self.ftl.waf_counters())
+    }
+}
