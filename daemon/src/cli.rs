@@ -63,6 +63,9 @@ pub enum ReplayTiming {
     /// The host's clock: the emulated device (or --target) runs as when served, requests are
     /// sent by threads at their trace times.
     Real,
+    /// The host's clock with NAND operations instant: what the FTL itself costs in CPU and
+    /// locking (as a DRAM-backed emulator measures it).
+    Off,
 }
 
 /// `ftld replay`.

@@ -57,10 +57,15 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
             .map_err(|e| UsageError(format!("--workload {w:?}: {e}")))?;
     }
     let timing = match (args.timing, &args.target) {
-        (Some(ReplayTiming::Virtual), Some(_)) => {
-            return Err(UsageError(
-                "--target replays in real time (virtual time needs the FTL in this process)".into(),
-            )
+        (Some(t @ (ReplayTiming::Virtual | ReplayTiming::Off)), Some(_)) => {
+            return Err(UsageError(format!(
+                "--target replays in real time (--timing {} needs the FTL in this process)",
+                if t == ReplayTiming::Off {
+                    "off"
+                } else {
+                    "virtual"
+                }
+            ))
             .into())
         }
         (Some(t), _) => t,
@@ -68,7 +73,11 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         (None, None) => ReplayTiming::Virtual,
     };
     let mut cfg_json = serde_json::json!({
-        "timing": match timing { ReplayTiming::Virtual => "virtual", ReplayTiming::Real => "real" },
+        "timing": match timing {
+            ReplayTiming::Virtual => "virtual",
+            ReplayTiming::Real => "real",
+            ReplayTiming::Off => "off",
+        },
         "queue_depth": args.queue_depth,
         "speed": args.speed,
         "seed": args.seed,
@@ -169,11 +178,16 @@ fn replay_image(
         }
         _ => None,
     };
-    if timing == ReplayTiming::Real {
+    if timing != ReplayTiming::Virtual {
         ftl.close()
             .map_err(|e| image::describe(e, &settings.path).context("closing the image"))?;
         drop(ftl);
-        ftl = image::open_or_create(&settings, TimingMode::Real)?;
+        let mode = if timing == ReplayTiming::Off {
+            TimingMode::Off
+        } else {
+            TimingMode::Real
+        };
+        ftl = image::open_or_create(&settings, mode)?;
     }
     let stats = ftl.stats();
     cfg_json["image"] = if scratch.is_some() {
@@ -193,7 +207,7 @@ fn replay_image(
     cfg_json["precondition"] = serde_json::to_value(&precondition)?;
     let summary = match timing {
         ReplayTiming::Virtual => replay_on(args, opts, Device::Virtual(&ftl), cfg_json)?,
-        ReplayTiming::Real => {
+        ReplayTiming::Real | ReplayTiming::Off => {
             let target = FtlTarget::new(&ftl);
             replay_on(args, opts, Device::Real(&target, Some(&ftl)), cfg_json)?
         }

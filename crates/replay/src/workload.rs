@@ -6,14 +6,15 @@
 //! | `hotcold` | `hot=X/Y`: X % of requests go to the first Y % of the span (default 80/20) |
 //! | `seq` | sequential, wrapping at the end of the span |
 //! | `thinktime` | LFTL's application (paper 001 §4): one stream that pauses `think` after each write and `long` after every `every`-th write |
-//! | `periodic` | RFTL's periodic task (paper 002): one request every `period` (its L(p)) |
+//! | `periodic` | RFTL's periodic task (paper 004): one request every `period` (its L(p)) |
 //!
 //! Keys every kind takes: `requests=N` (default 100000), `bs=SIZE` (default 4k), `read=PCT`
 //! (share of reads, default 0), `span=PCT%|SIZE` (the part of the device used, from offset 0;
 //! default all of it), `iops=N` (open loop at that rate; without it requests are closed loop:
 //! each stream sends the next when its previous one completes, `--queue-depth` streams),
 //! `arrival=fixed|poisson` (with `iops`), `pattern=random|seq` (`thinktime` and `periodic`),
-//! `flush_every=N` (a flush after every N writes). Sizes take k/m/g suffixes (powers of 2).
+//! `flush_every=N` (a flush after every N writes), `fua=1` (every write is FUA: complete when
+//! durable, as a synchronous write). Sizes take k/m/g suffixes (powers of 2).
 //! The random choices come from `--seed`, so a workload is the same on every run.
 
 use rand::rngs::SmallRng;
@@ -50,6 +51,8 @@ pub struct WorkloadSpec {
     pub period_ns: u64,
     pub sequential: bool,
     pub flush_every: u64,
+    /// Every write is FUA.
+    pub fua: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -139,6 +142,7 @@ impl std::str::FromStr for WorkloadSpec {
             period_ns: 10_000_000,
             sequential: false,
             flush_every: 0,
+            fua: false,
         };
         for kv in parts {
             let (k, v) = kv
@@ -220,6 +224,13 @@ impl std::str::FromStr for WorkloadSpec {
                         .trim()
                         .parse()
                         .map_err(|_| format!("flush_every={v}: a count"))?
+                }
+                "fua" => {
+                    w.fua = match v.trim() {
+                        "1" | "true" => true,
+                        "0" | "false" => false,
+                        f => return Err(format!("fua={f}: 1 or 0")),
+                    }
                 }
                 k => return Err(format!("unknown workload key {k:?}")),
             }
@@ -358,7 +369,7 @@ impl Iterator for Workload {
             op,
             offset: block * self.spec.bs,
             len: self.spec.bs,
-            fua: false,
+            fua: !read && self.spec.fua,
         })
     }
 }

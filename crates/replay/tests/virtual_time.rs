@@ -195,3 +195,41 @@ fn a_replay_is_deterministic_under_load() {
         1 + summary["requests"].as_u64().unwrap()
     );
 }
+
+#[test]
+fn fua_workload_writes_complete_when_programmed() {
+    // `fua=1`: every write of a QD1 sequential workload waits for its own page: transfer of
+    // page + OOB, then t_prog, on an otherwise idle device.
+    let dir = tempfile::tempdir().unwrap();
+    let n = nand();
+    let t = n.timing;
+    let ftl = Ftl::create(
+        &dir.path().join("f.img"),
+        &n,
+        TimingMode::Virtual,
+        cfg(),
+        None,
+    )
+    .unwrap();
+    let spec: WorkloadSpec = "seq,requests=20,bs=4k,fua=1".parse().unwrap();
+    let w = Workload::new(spec, ftl.capacity(), 1).unwrap();
+    let out = dir.path().join("out");
+    let rc = ReplayConfig {
+        driver: DriverOptions {
+            queue_depth: Some(1),
+            ..DriverOptions::default()
+        },
+        interval_ns: 1_000_000_000,
+        out: Some(out.clone()),
+        config: serde_json::Value::Null,
+    };
+    let s = replay(&ftl, w.map(Ok::<Request, TraceError>), &rc, &mut |_| {}).unwrap();
+    assert_eq!(s.write.count, 20);
+    let expect = (t.xfer_ns(4096 + 128) + t.t_prog.as_nanos() as u64) as f64 / 1000.0;
+    let csv = std::fs::read_to_string(out.join("requests.csv")).unwrap();
+    for line in csv.lines().skip(1) {
+        let lat: f64 = line.rsplit(',').next().unwrap().parse().unwrap();
+        assert!((lat - expect).abs() < 0.002, "{line}: expected {expect} us");
+    }
+    ftl.close().unwrap();
+}

@@ -1,0 +1,130 @@
+//! The experiment scripts (`experiments/*.py`) in their reduced size (`--quick`), as
+//! `./scripts/test` promises: each runs `ftld replay` end to end and writes a result table
+//! whose every ftld figure is a positive number; a few shapes the model must show are checked.
+
+use std::path::Path;
+use std::process::Command;
+
+const FTLD: &str = env!("CARGO_BIN_EXE_ftld");
+
+/// Runs one script; its `results.json` tables.
+fn run(script: &str) -> serde_json::Map<String, serde_json::Value> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = tempfile::tempdir().unwrap();
+    let o = Command::new("python3")
+        .arg(root.join("experiments").join(script))
+        .args(["--quick", "--ftld", FTLD, "--out"])
+        .arg(out.path())
+        .output()
+        .expect("running python3");
+    assert!(
+        o.status.success(),
+        "{script}: {:?}\n{}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let md = std::fs::read_to_string(out.path().join("results.md")).unwrap();
+    assert!(md.contains("| ---") || md.contains("|---"), "{md}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
+    let tables = v.as_object().unwrap().clone();
+    for (title, t) in &tables {
+        let cols = t["columns"].as_array().unwrap();
+        let rows = t["rows"].as_array().unwrap();
+        assert!(!rows.is_empty(), "{title}: no rows");
+        for r in rows {
+            for c in cols {
+                let c = c.as_str().unwrap();
+                if c.starts_with("paper") {
+                    continue;
+                }
+                let v = &r[c];
+                assert!(
+                    v.as_f64().is_some_and(|x| x >= 0.0) || v.is_string(),
+                    "{title}: {c} = {v} in {r}"
+                );
+            }
+        }
+    }
+    tables
+}
+
+fn column(t: &serde_json::Value, c: &str) -> Vec<f64> {
+    t["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[c].as_f64().unwrap_or_else(|| panic!("{c} in {r}")))
+        .collect()
+}
+
+fn python() -> bool {
+    e2e::require_tool("python3", "python3")
+}
+
+#[test]
+fn lftl_table2() {
+    if !python() {
+        return;
+    }
+    let t = run("lftl_table2.py");
+    let t = t.values().next().unwrap();
+    // Synchronous (FUA) writers, one per queue: more queues keep more banks busy.
+    let w = column(t, "ftld write MB/s (FUA)");
+    assert_eq!(w.len(), 5);
+    assert!(w[4] > 2.0 * w[0], "16 queues vs 1: {w:?}");
+    assert!(column(t, "ftld read MB/s").iter().all(|&x| x > 0.0));
+}
+
+#[test]
+fn lftl_gc() {
+    if !python() {
+        return;
+    }
+    let t = run("lftl_gc.py");
+    let t5 = t.values().next().unwrap();
+    let elapsed = column(t5, "ftld elapsed s");
+    assert!(elapsed.iter().all(|&x| x > 0.0), "{elapsed:?}");
+    assert_eq!(t.len(), 2, "Table 5 and Fig. 6");
+}
+
+#[test]
+fn mtftl_fig6() {
+    if !python() {
+        return;
+    }
+    let t = run("mtftl_fig6.py");
+    let t = t.values().next().unwrap();
+    assert_eq!(column(t, "user threads"), [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]);
+    assert!(column(t, "shared buffer MB/s (queues 1)")
+        .iter()
+        .all(|&x| x > 0.0));
+}
+
+#[test]
+fn kim000_fig34() {
+    if !python() {
+        return;
+    }
+    let t = run("kim000_fig34.py");
+    let t = t.values().next().unwrap();
+    // Closed loop: a deeper queue waits longer on average.
+    let avg = column(t, "avg ms (1 worker)");
+    assert_eq!(avg.len(), 9);
+    assert!(avg[8] > avg[0], "{avg:?}");
+}
+
+#[test]
+fn thesis_table3() {
+    if !python() {
+        return;
+    }
+    let t = run("thesis_table3.py");
+    assert_eq!(t.len(), 2, "Table 3 and Fig. 16");
+    let merges = t.values().next().unwrap();
+    // Every stand-in trace overwrites a FAST device that is 80 % full: merges happen.
+    assert!(column(merges, "tmcd spread merges")
+        .iter()
+        .all(|&x| x > 0.0));
+}

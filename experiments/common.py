@@ -1,0 +1,114 @@
+"""Shared helpers of the experiment scripts: find (or build) ftld, run `ftld replay`, read its
+outputs, and write the result table (markdown and JSON) beside the paper's numbers.
+
+Every experiment script takes:
+  --quick        a reduced run (seconds; what ./scripts/test runs) instead of the full one
+  --ftld PATH    the ftld binary [default: $FTLD, else target/release/ftld, built if missing]
+  --out DIR      where results go [default: experiments/results/<experiment>]
+Only the Python standard library is used.
+"""
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def parse_args(name, description):
+    p = argparse.ArgumentParser(prog=name, description=description)
+    p.add_argument("--quick", action="store_true", help="a reduced run (seconds)")
+    p.add_argument("--ftld", help="the ftld binary")
+    p.add_argument("--out", help="output directory")
+    a = p.parse_args()
+    a.name = name
+    a.ftld = find_ftld(a.ftld)
+    a.out = Path(a.out) if a.out else ROOT / "experiments" / "results" / name
+    if a.out.exists():
+        shutil.rmtree(a.out)
+    a.out.mkdir(parents=True)
+    return a
+
+
+def find_ftld(given):
+    if given:
+        return str(Path(given).resolve())
+    if os.environ.get("FTLD"):
+        return os.environ["FTLD"]
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    exe = target / "release" / "ftld"
+    if not exe.exists():
+        print("building ftld (cargo build --release -p ftld) ...", file=sys.stderr)
+        subprocess.run(["cargo", "build", "--release", "-p", "ftld"], cwd=ROOT, check=True)
+    return str(exe)
+
+
+class ReplayFailed(Exception):
+    pass
+
+
+def replay(args, run_name, options):
+    """Runs `ftld replay OPTIONS --out OUT/runs/RUN_NAME`; returns (summary dict, run dir)."""
+    run_dir = args.out / "runs" / run_name
+    cmd = [args.ftld, "replay", *[str(o) for o in options], "--out", str(run_dir)]
+    t = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise ReplayFailed(f"{' '.join(cmd)}\nexit {p.returncode}\n{p.stderr}")
+    with open(run_dir / "summary.json") as f:
+        s = json.load(f)
+    (run_dir / "command.txt").write_text(" ".join(cmd) + "\n")
+    print(f"  {run_name}: {s['requests']} requests, {s['simulated_seconds']:.3f} s "
+          f"simulated in {time.monotonic() - t:.1f} s", file=sys.stderr)
+    return s, run_dir
+
+
+def latencies(run_dir, op=None):
+    """Latencies (us) from requests.csv, of one op or all."""
+    out = []
+    with open(run_dir / "requests.csv") as f:
+        for row in csv.DictReader(f):
+            if op is None or row["op"] == op:
+                out.append(float(row["latency_us"]))
+    return out
+
+
+def mb_per_s(summary, op):
+    """Bytes of `op` over the replay's simulated time, in MB/s (10^6 bytes)."""
+    secs = summary["simulated_seconds"]
+    return summary[op]["bytes"] / 1e6 / secs if secs > 0 else 0.0
+
+
+def fmt(v):
+    if isinstance(v, float):
+        if v != v:  # NaN
+            return "-"
+        return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+    return "-" if v is None else str(v)
+
+
+def write_table(args, title, columns, rows, notes=""):
+    """Prints a markdown table and writes it (and rows as JSON) to OUT/results.{md,json}."""
+    lines = [f"### {title}", ""]
+    if args.quick:
+        lines += ["*Reduced run (`--quick`): figures are not comparable with the paper's.*", ""]
+    lines.append("| " + " | ".join(columns) + " |")
+    lines.append("|" + "|".join("---:" if i else "---" for i in range(len(columns))) + "|")
+    for r in rows:
+        lines.append("| " + " | ".join(fmt(r.get(c)) for c in columns) + " |")
+    if notes:
+        lines += ["", notes]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(args.out / "results.md", "a") as f:
+        f.write(text + "\n")
+    path = args.out / "results.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[title] = {"columns": columns, "rows": rows, "quick": args.quick}
+    path.write_text(json.dumps(data, indent=2) + "\n")
