@@ -51,11 +51,14 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
-    // Checked before any device is opened; parsed again where the capacity is known.
-    if let Some(w) = &args.workload {
-        w.parse::<WorkloadSpec>()
-            .map_err(|e| UsageError(format!("--workload {w:?}: {e}")))?;
-    }
+    // Parsed before any device is opened; sized where the capacity is known.
+    let workload: Option<WorkloadSpec> = match &args.workload {
+        Some(w) => Some(
+            w.parse()
+                .map_err(|e| UsageError(format!("--workload {w:?}: {e}")))?,
+        ),
+        None => None,
+    };
     let timing = match (args.timing, &args.target) {
         (Some(t @ (ReplayTiming::Virtual | ReplayTiming::Off)), Some(_)) => {
             return Err(UsageError(format!(
@@ -125,9 +128,15 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
                 );
                 cfg_json["precondition"] = serde_json::to_value(&r)?;
             }
-            replay_on(args, &opts, Device::Real(target.as_ref(), None), cfg_json)?
+            replay_on(
+                args,
+                workload,
+                &opts,
+                Device::Real(target.as_ref(), None),
+                cfg_json,
+            )?
         }
-        None => replay_image(args, timing, &opts, cfg_json)?,
+        None => replay_image(args, workload, timing, &opts, cfg_json)?,
     };
     report(args, &summary)
 }
@@ -135,6 +144,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
 /// Replays on an image (given or scratch), in virtual or real time.
 fn replay_image(
     args: &ReplayArgs,
+    workload: Option<WorkloadSpec>,
     timing: ReplayTiming,
     opts: &DriverOptions,
     mut cfg_json: serde_json::Value,
@@ -206,10 +216,16 @@ fn replay_image(
     cfg_json["queues"] = ftl.queues().into();
     cfg_json["precondition"] = serde_json::to_value(&precondition)?;
     let summary = match timing {
-        ReplayTiming::Virtual => replay_on(args, opts, Device::Virtual(&ftl), cfg_json)?,
+        ReplayTiming::Virtual => replay_on(args, workload, opts, Device::Virtual(&ftl), cfg_json)?,
         ReplayTiming::Real | ReplayTiming::Off => {
             let target = FtlTarget::new(&ftl);
-            replay_on(args, opts, Device::Real(&target, Some(&ftl)), cfg_json)?
+            replay_on(
+                args,
+                workload,
+                opts,
+                Device::Real(&target, Some(&ftl)),
+                cfg_json,
+            )?
         }
     };
     ftl.close()
@@ -229,6 +245,7 @@ enum Device<'a> {
 /// Replays the trace or workload of `args` on `dev`.
 fn replay_on(
     args: &ReplayArgs,
+    workload: Option<WorkloadSpec>,
     opts: &DriverOptions,
     dev: Device<'_>,
     mut cfg_json: serde_json::Value,
@@ -243,13 +260,10 @@ fn replay_on(
             b.set_position(n);
         }
     };
-    let requests: Box<dyn Iterator<Item = Result<Request, TraceError>> + Send> = if let Some(w) =
-        &args.workload
+    let requests: Box<dyn Iterator<Item = Result<Request, TraceError>> + Send> = if let Some(spec) =
+        workload
     {
-        let spec: WorkloadSpec = w
-            .parse()
-            .map_err(|e| UsageError(format!("--workload {w:?}: {e}")))?;
-        cfg_json["workload"] = w.clone().into();
+        cfg_json["workload"] = args.workload.clone().into();
         let w = Workload::new(spec, capacity, args.seed)
             .map_err(|e| UsageError(format!("--workload: {e}")))?;
         if let Some(b) = &bar {

@@ -392,6 +392,26 @@ pub struct PreconditionReport {
     pub wall_seconds: f64,
 }
 
+impl PreconditionReport {
+    fn new(percent: f64) -> PreconditionReport {
+        PreconditionReport {
+            percent,
+            fill_bytes: 0,
+            overwrite_bytes: 0,
+            steady_waf: None,
+            simulated_seconds: 0.0,
+            wall_seconds: 0.0,
+        }
+    }
+}
+
+/// One of the preconditions' workloads (their specs are built here, so an error is a bug).
+fn aging_workload(spec: &str, capacity: u64, seed: u64) -> Result<Workload, ReplayError> {
+    let config = |e: String| ReplayError::Ftl(ftl::FtlError::Config(e));
+    let spec: WorkloadSpec = spec.parse().map_err(config)?;
+    Workload::new(spec, capacity, seed).map_err(config)
+}
+
 /// Ages the device (MQSim's preconditioning, LFTL's aging ioctl): writes the first `percent`
 /// of the device sequentially in 128 KiB requests, then overwrites it with uniform random
 /// 4 KiB writes in rounds of an eighth of that span until GC is in steady state (the WAF of two
@@ -406,22 +426,11 @@ pub fn precondition(ftl: &Ftl, percent: f64, seed: u64) -> Result<PreconditionRe
         ..DriverOptions::default()
     };
     let run = |spec: String, seed: u64| -> Result<(), ReplayError> {
-        let spec: WorkloadSpec = spec
-            .parse()
-            .map_err(|e: String| ReplayError::Ftl(ftl::FtlError::Config(e)))?;
-        let w = Workload::new(spec, ftl.capacity(), seed)
-            .map_err(|e| ReplayError::Ftl(ftl::FtlError::Config(e)))?;
+        let w = aging_workload(&spec, ftl.capacity(), seed)?;
         let mut rec = Recorder::new(ftl, None, u64::MAX).map_err(|e| output(Path::new("-"), e))?;
         Driver::new(ftl, opts.clone())?.run(w.map(Ok), &mut rec, &mut |_| {})
     };
-    let mut report = PreconditionReport {
-        percent,
-        fill_bytes: 0,
-        overwrite_bytes: 0,
-        steady_waf: None,
-        simulated_seconds: 0.0,
-        wall_seconds: 0.0,
-    };
+    let mut report = PreconditionReport::new(percent);
     if span >= 128 << 10 {
         let n = span / (128 << 10);
         run(format!("seq,bs=128k,span={span},requests={n}"), seed)?;
@@ -462,11 +471,7 @@ pub fn precondition_real(
     let wall = Instant::now();
     let span = (target.capacity() as f64 * percent / 100.0) as u64 / 4096 * 4096;
     let run = |spec: String, qd: usize| -> Result<(), ReplayError> {
-        let spec: WorkloadSpec = spec
-            .parse()
-            .map_err(|e: String| ReplayError::Ftl(ftl::FtlError::Config(e)))?;
-        let w = Workload::new(spec, target.capacity(), seed)
-            .map_err(|e| ReplayError::Ftl(ftl::FtlError::Config(e)))?;
+        let w = aging_workload(&spec, target.capacity(), seed)?;
         let mut rec =
             Recorder::new(&NoWaf, None, u64::MAX).map_err(|e| output(Path::new("-"), e))?;
         let opts = DriverOptions {
@@ -475,14 +480,7 @@ pub fn precondition_real(
         };
         realtime::run(target, &NoWaf, &opts, w.map(Ok), &mut rec, &mut |_| {}).map(drop)
     };
-    let mut report = PreconditionReport {
-        percent,
-        fill_bytes: 0,
-        overwrite_bytes: 0,
-        steady_waf: None,
-        simulated_seconds: 0.0,
-        wall_seconds: 0.0,
-    };
+    let mut report = PreconditionReport::new(percent);
     if span >= 128 << 10 {
         let n = span / (128 << 10);
         run(format!("seq,bs=128k,span={span},requests={n}"), 4)?;
