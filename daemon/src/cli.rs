@@ -14,6 +14,11 @@ use nand_model::TimingMode;
 use serde::Deserialize;
 
 use crate::units::{parse_listen, parse_size};
+use ftl_nbd::TlsMode;
+
+fn parse_tls_mode(s: &str) -> Result<TlsMode, String> {
+    s.parse()
+}
 
 /// `--ftl`: one of the scheme names, listed in `--help` and in the error for a wrong one.
 fn scheme_parser() -> impl clap::builder::TypedValueParser<Value = SchemeKind> {
@@ -208,6 +213,17 @@ pub struct ServeArgs {
     /// Export the device read-only.
     #[arg(long)]
     pub read_only: bool,
+    /// NBD over TLS: off, on (offered; clients may upgrade with STARTTLS) or require (nothing
+    /// but STARTTLS before TLS) [default: off]. Applies to every NBD socket.
+    #[arg(long, value_name = "MODE", value_parser = parse_tls_mode)]
+    pub tls: Option<TlsMode>,
+    /// Directory with server-cert.pem, server-key.pem and (for --tls-verify-peer) ca-cert.pem,
+    /// the layout nbdkit and qemu use.
+    #[arg(long, value_name = "DIR")]
+    pub tls_certificates: Option<PathBuf>,
+    /// Accept only TLS clients with a certificate signed by the directory's ca-cert.pem.
+    #[arg(long)]
+    pub tls_verify_peer: bool,
     /// Garbage-collection scheduling: in-path, parallel or adaptive [default: adaptive].
     #[arg(long, value_name = "POLICY")]
     pub gc_policy: Option<GcPolicy>,

@@ -29,6 +29,9 @@
 //! [nbd]
 //! export_name = "ftld"
 //! max_connections = 64
+//! tls = "require"            # off | on | require
+//! tls_certificates = "pki"   # server-cert.pem, server-key.pem, ca-cert.pem
+//! tls_verify_peer = true     # clients need a certificate signed by ca-cert.pem
 //!
 //! [ublk]
 //! id = 0                     # /dev/ublkb0; re-attached if left in recovery state
@@ -42,7 +45,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use ftl::FtlConfig;
-use ftl_nbd::ServerConfig;
+use ftl_nbd::{ServerConfig, TlsMode, TlsPolicy};
 use nand_model::TimingMode;
 use serde::Deserialize;
 
@@ -97,6 +100,9 @@ pub struct NbdFileConfig {
     pub export_name: Option<String>,
     pub description: Option<String>,
     pub max_connections: Option<usize>,
+    pub tls: Option<String>,
+    pub tls_certificates: Option<PathBuf>,
+    pub tls_verify_peer: Option<bool>,
 }
 
 /// A size written as a number of bytes or as a string like `"1G"`.
@@ -119,9 +125,15 @@ impl FileConfig {
             .and_then(|t| t.get("ftl")?.get("scheme").cloned())
             .is_some();
         let base = path.parent().unwrap_or(Path::new("."));
-        for p in [&mut cfg.image, &mut cfg.nbd_socket, &mut cfg.control_socket]
-            .into_iter()
-            .flatten()
+        let certs = cfg.nbd.as_mut().and_then(|n| n.tls_certificates.as_mut());
+        for p in [
+            cfg.image.as_mut(),
+            cfg.nbd_socket.as_mut(),
+            cfg.control_socket.as_mut(),
+            certs,
+        ]
+        .into_iter()
+        .flatten()
         {
             if p.is_relative() {
                 *p = base.join(&*p);
@@ -165,6 +177,8 @@ pub struct ServeSettings {
     pub read_only: bool,
     pub control_socket: PathBuf,
     pub nbd: ServerConfig,
+    /// TLS for every NBD socket (certificates already loaded).
+    pub tls: TlsPolicy,
     pub ublk: UblkSettings,
 }
 
@@ -299,6 +313,7 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
     }
     nbd.validate()
         .map_err(|e| UsageError(format!("[nbd] settings: {e}")))?;
+    let tls = resolve_tls(args, file.nbd.as_ref())?;
     let uf = file.ublk.as_ref();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let ublk = UblkSettings {
@@ -330,8 +345,43 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
         read_only: args.read_only || file.read_only.unwrap_or(false),
         control_socket,
         nbd,
+        tls,
         ublk,
     })
+}
+
+/// The TLS mode and certificates: flags over `[nbd]` over off. The certificates are read here,
+/// so a missing or unusable file is reported before the image is opened.
+fn resolve_tls(args: &ServeArgs, file: Option<&NbdFileConfig>) -> anyhow::Result<TlsPolicy> {
+    let mode = match (args.tls, file.and_then(|f| f.tls.as_deref())) {
+        (Some(m), _) => m,
+        (None, Some(m)) => m
+            .parse::<TlsMode>()
+            .map_err(|e| UsageError(format!("config file: [nbd] tls: {e}")))?,
+        (None, None) => TlsMode::Off,
+    };
+    let dir = args
+        .tls_certificates
+        .clone()
+        .or_else(|| file.and_then(|f| f.tls_certificates.clone()));
+    let verify_peer = args.tls_verify_peer || file.and_then(|f| f.tls_verify_peer).unwrap_or(false);
+    if mode == TlsMode::Off && (dir.is_some() || verify_peer) {
+        return Err(UsageError(
+            "--tls-certificates and --tls-verify-peer need --tls on or --tls require              (or [nbd] tls)"
+                .into(),
+        )
+        .into());
+    }
+    if mode != TlsMode::Off && dir.is_none() {
+        return Err(UsageError(format!(
+            "--tls {} needs --tls-certificates DIR (server-cert.pem, server-key.pem{})",
+            mode.name(),
+            if verify_peer { ", ca-cert.pem" } else { "" }
+        ))
+        .into());
+    }
+    TlsPolicy::new(mode, dir.as_deref(), verify_peer)
+        .map_err(|e| UsageError(format!("TLS certificates: {e}")).into())
 }
 
 /// `image` with its extension replaced by `ext` (`disk.img` -> `disk.sock`); if that would be

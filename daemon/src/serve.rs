@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use ftl::Ftl;
-use ftl_nbd::NbdServer;
+use ftl_nbd::{NbdServer, TlsMode};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
@@ -93,6 +93,14 @@ fn choose_frontend(s: &ServeSettings) -> anyhow::Result<Chosen> {
                 .into());
             }
             info!("frontend: NBD (asked for)");
+            Ok(Chosen::Nbd)
+        }
+        Frontend::Ublk if s.tls.mode() != TlsMode::Off => Err(UsageError(
+            "--tls applies to NBD; the ublk frontend is a local block device".into(),
+        )
+        .into()),
+        Frontend::Auto if s.tls.mode() != TlsMode::Off && !wants_ublk => {
+            info!("frontend: NBD (TLS asked for)");
             Ok(Chosen::Nbd)
         }
         Frontend::Ublk => match ftl_ublk::available() {
@@ -233,7 +241,7 @@ pub(crate) fn bind_unix(
 /// Serves NBD and the control socket until a signal (or a listener failure).
 async fn serve_all(ftl: Arc<Ftl>, s: &ServeSettings, mut signals: Signals) -> anyhow::Result<()> {
     let backend = Arc::new(FtlBackend::new(Arc::clone(&ftl), s.read_only));
-    let server = Arc::new(NbdServer::new(backend, s.nbd.clone()));
+    let server = Arc::new(NbdServer::new(backend, s.nbd.clone()).with_tls(s.tls.clone()));
     let mut files = SocketFiles::default();
     let unix = match &s.nbd_socket {
         Some(p) => Some(bind_unix(p, "NBD socket", &mut files)?),
@@ -329,20 +337,61 @@ fn print_connect_help(s: &ServeSettings, tcp: Option<std::net::SocketAddr>, capa
         if s.read_only { ", read-only" } else { "" }
     ));
     let mut uris = Vec::new();
+    // With TLS the URIs say so and where the client's certificates are (libnbd's syntax; a
+    // client without its own certificate can point at a directory holding just ca-cert.pem).
+    let (scheme, tls_query) = match s.tls.mode() {
+        TlsMode::Off => ("nbd", String::new()),
+        _ => ("nbds", "tls-certificates=CLIENT-PKI-DIR".to_string()),
+    };
     if let Some(p) = &s.nbd_socket {
-        uris.push(format!("nbd+unix:///?socket={}", abs(p).display()));
+        let q = [format!("socket={}", abs(p).display()), tls_query.clone()];
+        let q = q
+            .iter()
+            .filter(|x| !x.is_empty())
+            .cloned()
+            .collect::<Vec<_>>();
+        uris.push(format!("{scheme}+unix:///?{}", q.join("&")));
     }
     if let Some(a) = tcp {
-        uris.push(format!("nbd://{a}"));
+        if tls_query.is_empty() {
+            uris.push(format!("nbd://{a}"));
+        } else {
+            uris.push(format!("{scheme}://{a}/?{tls_query}"));
+        }
+    }
+    if s.tls.mode() != TlsMode::Off {
+        out.push_str(&format!(
+            "TLS: {}{}; clients verify the server against their ca-cert.pem.\n",
+            if s.tls.mode() == TlsMode::Require {
+                "required"
+            } else {
+                "offered"
+            },
+            if s.tls.verify_peer() {
+                ", client certificates required"
+            } else {
+                ""
+            }
+        ));
     }
     let Some(uri) = uris.first() else { return };
     out.push_str("\nInspect it:\n");
     for u in &uris {
         out.push_str(&format!("    nbdinfo '{u}'\n"));
     }
-    out.push_str(&format!(
-        "    qemu-io -f raw '{uri}' -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M'\n"
-    ));
+    match (s.tls.mode(), tcp) {
+        (TlsMode::Off, _) => out.push_str(&format!(
+            "    qemu-io -f raw '{uri}' -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M'\n"
+        )),
+        (_, Some(a)) => out.push_str(&format!(
+            "    qemu-io --object tls-creds-x509,id=tls0,endpoint=client,dir=CLIENT-PKI-DIR \\\n\
+             \x20       --image-opts driver=nbd,host={},port={},tls-creds=tls0 \\\n\
+             \x20       -c 'read 0 1M'\n",
+            a.ip(),
+            a.port()
+        )),
+        (_, None) => {}
+    }
     out.push_str(&format!(
         "\nPut a filesystem on it (as root; needs fuse3 and libnbd-bin):\n\
          \x20   mkdir -p /tmp/ftld-fuse /mnt/ftld\n\

@@ -100,12 +100,18 @@ fn wrong_magic_closes_only_that_connection() {
 fn unknown_options_get_unsup_and_go_still_works() {
     let f = Fixture::start();
     let mut c = Client::negotiating(&f.d.socket()).expect("connect");
-    // An unknown number, STARTTLS (5) and LIST_META_CONTEXT (9), which ftld does not do.
-    for opt in [0x1234_5678, 5, 9, 200] {
+    // An unknown number and LIST_META_CONTEXT (9), which ftld does not do.
+    for opt in [0x1234_5678, 9, 200] {
         c.send_option(opt, b"payload").expect("send");
         let (o, ty, msg) = c.option_reply().expect("reply");
         assert_eq!((o, ty), (opt, NBD_REP_ERR_UNSUP), "option {opt}");
         assert!(!msg.is_empty(), "error replies carry a message");
+    }
+    // STARTTLS (5) on a daemon without --tls: refused by policy; with a payload: invalid.
+    for (payload, expect) in [(&b""[..], NBD_REP_ERR_POLICY), (b"x", NBD_REP_ERR_INVALID)] {
+        c.send_option(5, payload).expect("send");
+        let (o, ty, _) = c.option_reply().expect("reply");
+        assert_eq!((o, ty), (5, expect), "STARTTLS with {payload:?}");
     }
     // A malformed GO (name length beyond the payload) is invalid, and negotiation goes on.
     c.send_option(NBD_OPT_GO, &[0, 0, 1, 0, 0, 0])

@@ -7,6 +7,10 @@
 use e2e::{require_tool, run, run_ok, tool, Daemon, DaemonOpts};
 use serde_json::Value;
 
+// The certificate generator shared with crates/nbd's TLS tests.
+#[path = "../../crates/nbd/tests/common/pki.rs"]
+mod pki;
+
 const FTLD: &str = env!("CARGO_BIN_EXE_ftld");
 
 /// Runs qemu-io commands against `uri` and fails on any pattern mismatch or error (qemu-io may
@@ -307,4 +311,178 @@ fn timing_real_serves_correct_data() {
         s["nand"]
     );
     assert!(d.stop().success(), "{}", d.log());
+}
+
+/// `ftld serve --tls require --tls-verify-peer` on TCP and the unix socket: libnbd and qemu with
+/// a client certificate get in, over both sockets; a client without a certificate, one that
+/// trusts another CA, and any cleartext client do not.
+#[test]
+fn tls_required_with_client_certificates() {
+    if !require_tool("nbdinfo", "libnbd-bin") || !require_tool("qemu-io", "qemu-utils") {
+        return;
+    }
+    let pki = pki::Pki::generate();
+    let server_dir = pki.server().display().to_string();
+    let d = Daemon::start_with(
+        FTLD,
+        DaemonOpts {
+            extra: vec![
+                "--nbd-listen".into(),
+                "127.0.0.1:0".into(),
+                "--tls".into(),
+                "require".into(),
+                "--tls-certificates".into(),
+                server_dir,
+                "--tls-verify-peer".into(),
+            ],
+            ..Default::default()
+        },
+    );
+    // The daemon prints nbds:// URIs with a placeholder for the client's directory.
+    let log = d.log();
+    let uri_for = |scheme: &str, certs: &std::path::Path| {
+        log.split_whitespace()
+            .map(|w| w.trim_matches('\''))
+            .find(|w| w.starts_with(scheme))
+            .unwrap_or_else(|| panic!("no {scheme} URI printed:\n{log}"))
+            .replace("CLIENT-PKI-DIR", &certs.display().to_string())
+    };
+    let tcp = uri_for("nbds://127.0.0.1:", &pki.client());
+    let v = nbdinfo_json(&tcp);
+    assert_eq!(v["TLS"], true, "{v:#}");
+    assert_eq!(v["exports"][0]["export-size"], 64u64 << 20, "{v:#}");
+
+    // qemu over TLS writes; libnbd over TLS on the unix socket reads it back.
+    let port = tcp
+        .trim_start_matches("nbds://127.0.0.1:")
+        .split('/')
+        .next()
+        .expect("port")
+        .to_string();
+    let qemu = |certs: &std::path::Path, cmds: &[&str]| {
+        let mut c = tool("qemu-io");
+        c.args([
+            "--object",
+            &format!(
+                "tls-creds-x509,id=tls0,endpoint=client,dir={}",
+                certs.display()
+            ),
+            "--image-opts",
+            &format!("driver=nbd,host=127.0.0.1,port={port},tls-creds=tls0"),
+        ]);
+        for cmd in cmds {
+            c.args(["-c", cmd]);
+        }
+        run(&mut c)
+    };
+    let out = qemu(&pki.client(), &["write -P 0x3c 4M 1M", "flush"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("wrote 1048576/1048576"),
+        "qemu-io over TLS:\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let copy = dir.path().join("copy");
+    let unix = uri_for("nbds+unix://", &pki.client());
+    run_ok(tool("nbdcopy").arg(&unix).arg(&copy).args(["--no-extents"]));
+    let data = std::fs::read(&copy).expect("copy");
+    assert!(data[4 << 20..5 << 20].iter().all(|&b| b == 0x3c));
+    assert!(data[..4 << 20].iter().all(|&b| b == 0));
+
+    // Refused: no client certificate, another CA, cleartext on either socket.
+    for certs in [pki.anonymous(), pki.wrong_ca()] {
+        let out = run(tool("nbdinfo").arg(uri_for("nbds://127.0.0.1:", &certs)));
+        assert!(
+            !out.status.success(),
+            "nbdinfo with {} got in",
+            certs.display()
+        );
+        let out = qemu(&certs, &["read 0 4k"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !text.contains("read 4096/4096"),
+            "qemu-io with {} read:\n{text}",
+            certs.display()
+        );
+    }
+    for clear in [format!("nbd://127.0.0.1:{port}"), d.uri()] {
+        let out = run(tool("nbdinfo").arg(&clear));
+        assert!(!out.status.success(), "cleartext {clear} got in");
+    }
+    let nbd = &d.stats()["nbd"];
+    assert!(nbd["tls_handshakes"].as_u64() >= Some(3), "{nbd:#}");
+    assert!(nbd["tls_failures"].as_u64() >= Some(2), "{nbd:#}");
+}
+
+/// TLS settings that cannot work are usage errors (exit 2) naming what is wrong, before the
+/// image is created.
+#[test]
+fn tls_settings_are_checked_before_serving() {
+    let pki = pki::Pki::generate();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let image = dir.path().join("x.img");
+    let serve = |args: &[&str]| {
+        let out = std::process::Command::new(FTLD)
+            .args([
+                "serve",
+                "--frontend",
+                "nbd",
+                "--timing",
+                "off",
+                "--capacity",
+                "16M",
+            ])
+            .arg("--image")
+            .arg(&image)
+            .args(args)
+            .output()
+            .expect("ftld");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let missing = dir.path().join("no-such-dir");
+    let missing = missing.display().to_string();
+    let anonymous = pki.anonymous().display().to_string();
+    let server = pki.server().display().to_string();
+    for (args, says) in [
+        (vec!["--tls", "require"], "--tls-certificates"),
+        (vec!["--tls", "maybe"], "off, on or require"),
+        (vec!["--tls-certificates", &server], "--tls on"),
+        (
+            vec!["--tls", "on", "--tls-certificates", &missing],
+            "no-such-dir/server-cert.pem",
+        ),
+        // A client's directory has no server certificate.
+        (
+            vec!["--tls", "on", "--tls-certificates", &anonymous],
+            "server-cert.pem",
+        ),
+    ] {
+        let (code, err) = serve(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?} should say {says:?}: {err}");
+    }
+    assert!(!image.exists(), "no image created for a bad TLS setting");
+    // The config file's [nbd] table: a relative directory is taken from the file's directory.
+    let cfg = dir.path().join("disk.toml");
+    std::fs::write(
+        &cfg,
+        "[nbd]\ntls = \"require\"\ntls_certificates = \"pki\"\n",
+    )
+    .expect("write");
+    let (code, err) = serve(&["--config", &cfg.display().to_string()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(
+            &dir.path()
+                .join("pki")
+                .join("server-cert.pem")
+                .display()
+                .to_string()
+        ),
+        "{err}"
+    );
 }

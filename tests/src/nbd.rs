@@ -36,6 +36,7 @@ pub const NBD_OPT_GO: u32 = 7;
 pub const NBD_REP_ACK: u32 = 1;
 pub const NBD_REP_INFO: u32 = 3;
 pub const NBD_REP_ERR_UNSUP: u32 = (1 << 31) | 1;
+pub const NBD_REP_ERR_POLICY: u32 = (1 << 31) | 2;
 pub const NBD_REP_ERR_INVALID: u32 = (1 << 31) | 3;
 pub const NBD_REP_ERR_TOO_BIG: u32 = (1 << 31) | 9;
 pub const NBD_INFO_EXPORT: u16 = 0;

@@ -36,11 +36,12 @@
 
 use crate::backend::BlockBackend;
 use crate::error::{ProtocolError, RequestError};
-use crate::handshake::{negotiate, ExportInfo, Negotiated, Outcome};
+use crate::handshake::{greet, negotiate, ExportInfo, Negotiated, Outcome};
 use crate::protocol::*;
 use crate::request::{error_reply, execute, validate, Command, ExportParams, Reply};
 use crate::server::{ServerConfig, ShutdownSignal};
 use crate::stats::Counters;
+use crate::tls::{TlsMode, TlsPolicy};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -48,7 +49,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::io::{BufReader, BufWriter};
+use tokio::io::{BufReader, BufWriter, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
@@ -70,6 +71,8 @@ pub(crate) struct ConnContext<B> {
     pub id: u64,
     /// Peer address for logs.
     pub peer: String,
+    /// How the server treats TLS.
+    pub tls: Arc<TlsPolicy>,
 }
 
 /// Why a connection ended without a protocol error.
@@ -94,8 +97,6 @@ pub(crate) async fn serve_connection<B, R, W>(
 {
     let (id, peer) = (ctx.id, ctx.peer.clone());
     info!(conn = id, %peer, "connection opened");
-    let mut r = BufReader::with_capacity(READ_BUFFER, r);
-    let mut w = BufWriter::with_capacity(WRITE_BUFFER, w);
     let size = ctx.backend.size() / u64::from(MIN_BLOCK_SIZE) * u64::from(MIN_BLOCK_SIZE);
     let export = ExportInfo {
         name: ctx.config.export_name.clone(),
@@ -106,7 +107,7 @@ pub(crate) async fn serve_connection<B, R, W>(
     let timeout = ctx.config.handshake_timeout;
     let grace = ctx.config.shutdown_grace;
     let hs_signal = shutdown.clone();
-    let negotiation = negotiate(&mut r, &mut w, &export, &hs_signal);
+    let negotiation = handshake(&ctx, r, w, &export, &hs_signal);
     let handshake = tokio::select! {
         res = tokio::time::timeout(timeout, negotiation) => {
             res.unwrap_or(Err(ProtocolError::HandshakeTimeout))
@@ -116,9 +117,9 @@ pub(crate) async fn serve_connection<B, R, W>(
             return;
         }
     };
-    let negotiated = match handshake {
-        Ok(Outcome::Transmission(n)) => n,
-        Ok(Outcome::Aborted) => {
+    let (negotiated, channel) = match handshake {
+        Ok(Some(agreed)) => agreed,
+        Ok(None) => {
             info!(conn = id, "connection closed: client aborted negotiation");
             return;
         }
@@ -131,6 +132,7 @@ pub(crate) async fn serve_connection<B, R, W>(
     info!(
         conn = id,
         structured = negotiated.structured,
+        tls = matches!(channel, Channel::Tls(..)),
         flags = format_args!("{:#x}", negotiated.flags),
         size,
         "transmission phase"
@@ -140,9 +142,85 @@ pub(crate) async fn serve_connection<B, R, W>(
         read_only: export.read_only,
         structured: negotiated.structured,
     };
-    match transmission(&ctx, r, w, params, negotiated, shutdown).await {
+    let ended = match channel {
+        Channel::Clear(r, w) => transmission(&ctx, r, w, params, negotiated, shutdown).await,
+        Channel::Tls(r, w) => transmission(&ctx, r, w, params, negotiated, shutdown).await,
+    };
+    match ended {
         Ok(end) => info!(conn = id, reason = ?end, "connection closed"),
         Err(e) => log_protocol_error(&ctx, "transmission", &e),
+    }
+}
+
+/// The stream a connection's TLS session runs on: the socket's two halves joined again.
+type TlsTransport<R, W> = tokio_rustls::server::TlsStream<tokio::io::Join<R, W>>;
+
+/// What the transmission phase reads from and writes to: the socket itself, or the TLS session
+/// on it (split into halves that share the session).
+enum Channel<R, W> {
+    Clear(BufReader<R>, BufWriter<W>),
+    Tls(
+        BufReader<ReadHalf<TlsTransport<R, W>>>,
+        BufWriter<WriteHalf<TlsTransport<R, W>>>,
+    ),
+}
+
+/// The handshake: greeting, options, and on `STARTTLS` the TLS handshake and the options that
+/// follow it. `None` if the client aborted.
+async fn handshake<B, R, W>(
+    ctx: &ConnContext<B>,
+    r: R,
+    w: W,
+    export: &ExportInfo,
+    shutdown: &ShutdownSignal,
+) -> Result<Option<(Negotiated, Channel<R, W>)>, ProtocolError>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let mut r = BufReader::with_capacity(READ_BUFFER, r);
+    let mut w = BufWriter::with_capacity(WRITE_BUFFER, w);
+    let acceptor = ctx.tls.acceptor();
+    let mode = if acceptor.is_some() {
+        ctx.tls.mode()
+    } else {
+        TlsMode::Off
+    };
+    let mut state = greet(&mut r, &mut w, mode).await?;
+    match negotiate(&mut r, &mut w, export, shutdown, &mut state).await? {
+        Outcome::Transmission(n) => return Ok(Some((n, Channel::Clear(r, w)))),
+        Outcome::Aborted => return Ok(None),
+        Outcome::StartTls => {}
+    }
+    // `negotiate` acknowledges STARTTLS only when the mode is not off, that is with an
+    // acceptor; the reply is flushed. A client must wait for that reply before its TLS
+    // handshake, so nothing can be buffered yet; anything that is was sent in the clear.
+    let acceptor = acceptor.ok_or_else(|| {
+        ProtocolError::TlsHandshake(std::io::Error::other("no TLS configuration"))
+    })?;
+    if !r.buffer().is_empty() {
+        return Err(ProtocolError::DataBeforeTls);
+    }
+    let socket = tokio::io::join(r.into_inner(), w.into_inner());
+    let session = match acceptor.accept(socket).await {
+        Ok(s) => s,
+        Err(e) => {
+            Counters::bump(&ctx.stats.tls_failures);
+            return Err(ProtocolError::TlsHandshake(e));
+        }
+    };
+    Counters::bump(&ctx.stats.tls_handshakes);
+    let (tr, tw) = tokio::io::split(session);
+    let mut r = BufReader::with_capacity(READ_BUFFER, tr);
+    let mut w = BufWriter::with_capacity(WRITE_BUFFER, tw);
+    state.tls_active = true;
+    match negotiate(&mut r, &mut w, export, shutdown, &mut state).await? {
+        Outcome::Transmission(n) => Ok(Some((n, Channel::Tls(r, w)))),
+        Outcome::Aborted => Ok(None),
+        // `negotiate` answers a second STARTTLS with NBD_REP_ERR_INVALID.
+        Outcome::StartTls => Err(ProtocolError::TlsHandshake(std::io::Error::other(
+            "STARTTLS acknowledged twice",
+        ))),
     }
 }
 
@@ -153,6 +231,9 @@ fn log_protocol_error<B>(ctx: &ConnContext<B>, phase: &str, e: &ProtocolError) {
             conn = ctx.id,
             phase, "connection closed: server shutting down"
         );
+    } else if let ProtocolError::TlsHandshake(err) = e {
+        // Counted in `tls_failures`: a client with the wrong CA or no certificate.
+        warn!(conn = ctx.id, peer = %ctx.peer, error = %err, "connection closed: TLS handshake failed");
     } else if eof {
         info!(
             conn = ctx.id,

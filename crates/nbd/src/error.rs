@@ -91,6 +91,17 @@ pub enum ProtocolError {
     /// `NBD_OPT_EXPORT_NAME` arrived while the server shuts down (it cannot be refused politely).
     #[error("server is shutting down")]
     ShuttingDown,
+    /// `NBD_OPT_EXPORT_NAME` in the clear on a server that requires TLS (it cannot be refused
+    /// politely, so the spec requires closing).
+    #[error("NBD_OPT_EXPORT_NAME without TLS on a server that requires TLS")]
+    TlsRequired,
+    /// After `STARTTLS` was acknowledged the client sent bytes before its TLS handshake could
+    /// start (they would have been read in the clear).
+    #[error("data sent after NBD_OPT_STARTTLS before the TLS handshake")]
+    DataBeforeTls,
+    /// The TLS handshake failed (wrong CA, no or bad client certificate, not TLS at all).
+    #[error("TLS handshake: {0}")]
+    TlsHandshake(std::io::Error),
 }
 
 #[cfg(test)]

@@ -1,9 +1,16 @@
 //! The fixed newstyle handshake: greeting, client flags, then option haggling until the client
 //! enters transmission (`NBD_OPT_GO` or `NBD_OPT_EXPORT_NAME`), aborts, or breaks the protocol.
 //!
-//! Supported options: `EXPORT_NAME`, `ABORT`, `LIST`, `INFO`, `GO`, `STRUCTURED_REPLY`. Every
-//! other option (including `STARTTLS` and the metadata-context options) gets
-//! `NBD_REP_ERR_UNSUP` and negotiation continues, as the spec's baseline requires.
+//! Supported options: `EXPORT_NAME`, `ABORT`, `LIST`, `INFO`, `GO`, `STRUCTURED_REPLY` and,
+//! when the server has a [`TlsPolicy`] other than off, `STARTTLS`. Every other option (the
+//! metadata-context options among them) gets `NBD_REP_ERR_UNSUP` and negotiation continues, as
+//! the spec's baseline requires.
+//!
+//! TLS (see [`crate::tls`] for the modes): [`negotiate`] returns [`Outcome::StartTls`] after
+//! acknowledging `STARTTLS`; the connection then runs the TLS handshake and calls
+//! [`negotiate`] again on the encrypted stream with `tls_active` set. No option state from
+//! before the upgrade survives it (the spec: a `STRUCTURED_REPLY` sent in the clear is
+//! forgotten); the option limit counts both halves together.
 //!
 //! One export exists. It is found under its configured name and under the empty name (the
 //! spec's "default export"); any other name gets `NBD_REP_ERR_UNKNOWN` (or, for
@@ -25,6 +32,7 @@
 use crate::error::ProtocolError;
 use crate::protocol::*;
 use crate::server::ShutdownSignal;
+use crate::tls::TlsMode;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
@@ -71,6 +79,29 @@ pub(crate) enum Outcome {
     Transmission(Negotiated),
     /// The client sent `NBD_OPT_ABORT`.
     Aborted,
+    /// `NBD_OPT_STARTTLS` was acknowledged: the next bytes are the client's TLS handshake.
+    StartTls,
+}
+
+/// Where a connection's option haggling stands, across the upgrade to TLS.
+#[derive(Debug)]
+pub(crate) struct Haggling {
+    /// The server's TLS mode (as it applies to this client: `Off` for one that did not
+    /// negotiate fixed newstyle, as the spec requires).
+    pub tls: TlsMode,
+    /// TLS has been initiated on this connection.
+    pub tls_active: bool,
+    /// Options received so far (bounded by [`MAX_OPTIONS`]).
+    pub options: usize,
+    /// The client set `NBD_FLAG_C_NO_ZEROES`.
+    pub no_zeroes: bool,
+}
+
+impl Haggling {
+    /// Before TLS is initiated in `require` mode, only `STARTTLS` and `ABORT` are served.
+    fn tls_required(&self) -> bool {
+        self.tls == TlsMode::Require && !self.tls_active
+    }
 }
 
 /// The transmission flags advertised for an export.
@@ -95,13 +126,12 @@ pub(crate) fn transmission_flags(read_only: bool, structured: bool) -> u16 {
     f
 }
 
-/// Runs the handshake on a fresh connection. The writer is flushed before every read.
-pub(crate) async fn negotiate<R, W>(
+/// Sends the greeting and reads the client's flags. `tls` is the server's mode.
+pub(crate) async fn greet<R, W>(
     r: &mut R,
     w: &mut W,
-    export: &ExportInfo,
-    shutdown: &ShutdownSignal,
-) -> Result<Outcome, ProtocolError>
+    tls: TlsMode,
+) -> Result<Haggling, ProtocolError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -116,15 +146,42 @@ where
     if client_flags & !(NBD_FLAG_C_FIXED_NEWSTYLE | NBD_FLAG_C_NO_ZEROES) != 0 {
         return Err(ProtocolError::UnknownClientFlags(client_flags));
     }
-    let no_zeroes = client_flags & NBD_FLAG_C_NO_ZEROES != 0;
-    if client_flags & NBD_FLAG_C_FIXED_NEWSTYLE == 0 {
+    let fixed = client_flags & NBD_FLAG_C_FIXED_NEWSTYLE != 0;
+    if !fixed {
         // The spec lets a server honour fixed newstyle anyway; old clients only ever send
         // NBD_OPT_EXPORT_NAME, which behaves the same in both dialects.
         debug!("client did not set NBD_FLAG_C_FIXED_NEWSTYLE");
     }
+    Ok(Haggling {
+        // TLS needs fixed newstyle; such a client gets NOTLS, except that `require` still
+        // refuses to serve it in the clear.
+        tls: if fixed || tls == TlsMode::Require {
+            tls
+        } else {
+            TlsMode::Off
+        },
+        tls_active: false,
+        options: 0,
+        no_zeroes: client_flags & NBD_FLAG_C_NO_ZEROES != 0,
+    })
+}
 
+/// Haggles over options until the client enters transmission, aborts, or asks for TLS. The
+/// writer is flushed before every read.
+pub(crate) async fn negotiate<R, W>(
+    r: &mut R,
+    w: &mut W,
+    export: &ExportInfo,
+    shutdown: &ShutdownSignal,
+    state: &mut Haggling,
+) -> Result<Outcome, ProtocolError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut structured = false;
-    for _ in 0..MAX_OPTIONS {
+    while state.options < MAX_OPTIONS {
+        state.options += 1;
         let mut hdr = [0u8; OPTION_HEADER_LEN];
         r.read_exact(&mut hdr).await?;
         let magic = be_u64(&hdr[0..8]);
@@ -142,7 +199,11 @@ where
             if shutdown.is_set() {
                 return Err(ProtocolError::ShuttingDown);
             }
-            return export_name(r, w, export, len, structured, no_zeroes).await;
+            if state.tls_required() {
+                // This option cannot answer with an error: the spec says to close.
+                return Err(ProtocolError::TlsRequired);
+            }
+            return export_name(r, w, export, len, structured, state.no_zeroes).await;
         }
         if len > MAX_DISCARD_OPTION_LEN {
             return Err(ProtocolError::TooLarge {
@@ -162,6 +223,11 @@ where
         if shutdown.is_set() && option != NBD_OPT_ABORT {
             let msg = b"server is shutting down";
             reply(w, option, NBD_REP_ERR_SHUTDOWN, msg).await?;
+            continue;
+        }
+        if state.tls_required() && option != NBD_OPT_STARTTLS && option != NBD_OPT_ABORT {
+            let msg = b"this server requires TLS: send NBD_OPT_STARTTLS first";
+            reply(w, option, NBD_REP_ERR_TLS_REQD, msg).await?;
             continue;
         }
         match option {
@@ -193,6 +259,21 @@ where
                 } else {
                     structured = true;
                     reply(w, option, NBD_REP_ACK, &[]).await?;
+                }
+            }
+            NBD_OPT_STARTTLS => {
+                if !data.is_empty() {
+                    let msg = b"NBD_OPT_STARTTLS takes no data";
+                    reply(w, option, NBD_REP_ERR_INVALID, msg).await?;
+                } else if state.tls_active {
+                    let msg = b"TLS is already active";
+                    reply(w, option, NBD_REP_ERR_INVALID, msg).await?;
+                } else if state.tls == TlsMode::Off {
+                    let msg = b"TLS is not enabled on this server (ftld --tls)";
+                    reply(w, option, NBD_REP_ERR_POLICY, msg).await?;
+                } else {
+                    reply(w, option, NBD_REP_ACK, &[]).await?;
+                    return Ok(Outcome::StartTls);
                 }
             }
             NBD_OPT_INFO | NBD_OPT_GO => {

@@ -14,15 +14,17 @@
 //!
 //! What the server speaks (details in each module):
 //! - handshake: fixed newstyle with `NBD_FLAG_NO_ZEROES`; options `GO`, `INFO`, `EXPORT_NAME`,
-//!   `LIST`, `ABORT`, `STRUCTURED_REPLY`; info `EXPORT`, `NAME`, `DESCRIPTION`, `BLOCK_SIZE`
-//!   (512 / 4096 / 32 MiB); everything else `NBD_REP_ERR_UNSUP`;
+//!   `LIST`, `ABORT`, `STRUCTURED_REPLY`, `STARTTLS`; info `EXPORT`, `NAME`, `DESCRIPTION`,
+//!   `BLOCK_SIZE` (512 / 4096 / 32 MiB); everything else `NBD_REP_ERR_UNSUP`;
+//! - TLS ([`tls`], rustls): off, offered (`on`) or required (`require`), with optional client
+//!   certificate verification; certificates in nbdkit's and qemu's directory layout;
 //! - transmission: `READ`, `WRITE`, `FLUSH`, `TRIM`, `WRITE_ZEROES` (with `NO_HOLE` and
 //!   `FAST_ZERO`), `CACHE`, `DISC`; `FUA` on every command; simple or structured replies; many
 //!   requests in flight per connection, replies in completion order; `CAN_MULTI_CONN`.
 //!
 //! [`client`] is a blocking client for any NBD server (`ftld replay --target` uses it).
 //!
-//! Not implemented: TLS, metadata contexts / `NBD_CMD_BLOCK_STATUS`, extended headers, resize,
+//! Not implemented: TLS with pre-shared keys, metadata contexts / `NBD_CMD_BLOCK_STATUS`, extended headers, resize,
 //! more than one export.
 //!
 //! # Decisions where the spec leaves a choice
@@ -46,7 +48,8 @@
 //!   failures are a single `NBD_REPLY_TYPE_ERROR` chunk with a message. Other commands answer
 //!   success with a simple reply and failure with an error chunk.
 //! - Option haggling: payloads over 8 KiB get `NBD_REP_ERR_TOO_BIG` (read and discarded up to
-//!   1 MiB, else the connection closes); at most 128 options per connection; `STARTTLS` and the
+//!   1 MiB, else the connection closes); at most 128 options per connection (before and after
+//!   `STARTTLS` together); `STARTTLS` on a server without TLS gets `NBD_REP_ERR_POLICY`; the
 //!   metadata-context options get `NBD_REP_ERR_UNSUP`; a repeated `STRUCTURED_REPLY` is
 //!   acknowledged again. Clients without `NBD_FLAG_C_FIXED_NEWSTYLE` are served too.
 //! - Replies to `NBD_OPT_LIST` carry the description after the name in `NBD_REP_SERVER`.
@@ -74,6 +77,7 @@ pub mod protocol;
 mod request;
 mod server;
 mod stats;
+pub mod tls;
 
 pub use backend::{BackendError, BlockBackend};
 pub use connection::WRITE_DISCARD_LIMIT;
@@ -82,3 +86,4 @@ pub use handshake::{MAX_DISCARD_OPTION_LEN, MAX_OPTIONS, MAX_OPTION_LEN};
 pub use mem::MemBackend;
 pub use server::{ConfigError, NbdServer, ServerConfig};
 pub use stats::{ErrorCounts, RequestCounts, ServerStats};
+pub use tls::{TlsError, TlsMode, TlsPolicy};

@@ -17,6 +17,7 @@ use crate::backend::BlockBackend;
 use crate::connection::{serve_connection, ConnContext};
 use crate::protocol::{MAX_PAYLOAD, MAX_STRING_LEN};
 use crate::stats::{Counters, ServerStats};
+use crate::tls::TlsPolicy;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -120,6 +121,7 @@ pub struct NbdServer<B: BlockBackend> {
     config: Arc<ServerConfig>,
     stats: Arc<Counters>,
     next_id: AtomicU64,
+    tls: Arc<TlsPolicy>,
 }
 
 impl<B: BlockBackend> NbdServer<B> {
@@ -130,7 +132,19 @@ impl<B: BlockBackend> NbdServer<B> {
             config: Arc::new(config),
             stats: Arc::new(Counters::default()),
             next_id: AtomicU64::new(0),
+            tls: Arc::new(TlsPolicy::off()),
         }
+    }
+
+    /// Serves with `tls` (see [`crate::tls`]) instead of no TLS, on every socket.
+    pub fn with_tls(mut self, tls: TlsPolicy) -> Self {
+        self.tls = Arc::new(tls);
+        self
+    }
+
+    /// The TLS policy.
+    pub fn tls(&self) -> &TlsPolicy {
+        &self.tls
     }
 
     /// The configuration.
@@ -200,6 +214,7 @@ impl<B: BlockBackend> NbdServer<B> {
             stats: Arc::clone(&self.stats),
             id: self.next_id.fetch_add(1, Relaxed),
             peer: peer.to_string(),
+            tls: Arc::clone(&self.tls),
         };
         let _active = ActiveGuard::new(Arc::clone(&self.stats));
         serve_connection(ctx, r, w, ShutdownSignal(down_rx)).await;
@@ -288,6 +303,7 @@ impl<B: BlockBackend> NbdServer<B> {
             stats: Arc::clone(&self.stats),
             id,
             peer,
+            tls: Arc::clone(&self.tls),
         };
         let stats = Arc::clone(&self.stats);
         let signal = signal.clone();

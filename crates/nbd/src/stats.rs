@@ -21,6 +21,10 @@ pub struct ServerStats {
     pub handshakes_completed: u64,
     /// Connections closed because the peer broke the protocol (bad magic, absurd lengths, ...).
     pub protocol_errors: u64,
+    /// TLS handshakes that succeeded (after `NBD_OPT_STARTTLS`).
+    pub tls_handshakes: u64,
+    /// TLS handshakes that failed (the connection was closed; not in `protocol_errors`).
+    pub tls_failures: u64,
     /// Requests received, by command.
     pub requests: RequestCounts,
     /// Error replies sent, by error code.
@@ -77,6 +81,8 @@ pub(crate) struct Counters {
     pub connections_rejected: AtomicU64,
     pub handshakes_completed: AtomicU64,
     pub protocol_errors: AtomicU64,
+    pub tls_handshakes: AtomicU64,
+    pub tls_failures: AtomicU64,
     read: AtomicU64,
     write: AtomicU64,
     flush: AtomicU64,
@@ -138,6 +144,8 @@ impl Counters {
             connections_rejected: l(&self.connections_rejected),
             handshakes_completed: l(&self.handshakes_completed),
             protocol_errors: l(&self.protocol_errors),
+            tls_handshakes: l(&self.tls_handshakes),
+            tls_failures: l(&self.tls_failures),
             requests: RequestCounts {
                 read: l(&self.read),
                 write: l(&self.write),

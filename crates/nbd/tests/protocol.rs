@@ -122,7 +122,6 @@ async fn unknown_options_get_unsup_then_go_works() {
     c.start().await;
     for opt in [
         0x1234_5678,
-        NBD_OPT_STARTTLS,
         NBD_OPT_SET_META_CONTEXT,
         NBD_OPT_LIST_META_CONTEXT,
         NBD_OPT_EXTENDED_HEADERS,

@@ -3,8 +3,10 @@
 //! `require_tool` guard for real clients.
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod pki;
+
 use ftl_nbd::protocol::*;
-use ftl_nbd::{BackendError, BlockBackend, MemBackend, NbdServer, ServerConfig};
+use ftl_nbd::{BackendError, BlockBackend, MemBackend, NbdServer, ServerConfig, TlsPolicy};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -33,6 +35,8 @@ pub struct TestServer<B: BlockBackend> {
     pub server: Arc<NbdServer<B>>,
     pub backend: Arc<B>,
     pub path: PathBuf,
+    /// The TCP address, for a server started with [`TestServer::start_tcp`].
+    pub addr: Option<std::net::SocketAddr>,
     _dir: tempfile::TempDir,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
@@ -40,11 +44,16 @@ pub struct TestServer<B: BlockBackend> {
 
 impl<B: BlockBackend> TestServer<B> {
     pub fn start(backend: B, config: ServerConfig) -> Self {
+        Self::start_tls(backend, config, TlsPolicy::off())
+    }
+
+    /// A server on a unix socket with a TLS policy.
+    pub fn start_tls(backend: B, config: ServerConfig, tls: TlsPolicy) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("nbd.sock");
         let listener = tokio::net::UnixListener::bind(&path).expect("bind");
         let backend = Arc::new(backend);
-        let server = Arc::new(NbdServer::new(Arc::clone(&backend), config));
+        let server = Arc::new(NbdServer::new(Arc::clone(&backend), config).with_tls(tls));
         let (tx, rx) = oneshot::channel::<()>();
         let s = Arc::clone(&server);
         let task = tokio::spawn(async move {
@@ -57,10 +66,51 @@ impl<B: BlockBackend> TestServer<B> {
             server,
             backend,
             path,
+            addr: None,
             _dir: dir,
             stop: Some(tx),
             task: Some(task),
         }
+    }
+
+    /// A server on a free TCP port of 127.0.0.1 with a TLS policy (real TLS clients check the
+    /// server's certificate against the host they connect to, which a unix socket has not).
+    pub async fn start_tcp(backend: B, config: ServerConfig, tls: TlsPolicy) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let backend = Arc::new(backend);
+        let server = Arc::new(NbdServer::new(Arc::clone(&backend), config).with_tls(tls));
+        let (tx, rx) = oneshot::channel::<()>();
+        let s = Arc::clone(&server);
+        let task = tokio::spawn(async move {
+            s.serve_tcp(listener, async {
+                let _ = rx.await;
+            })
+            .await
+        });
+        Self {
+            server,
+            backend,
+            path: dir.path().join("unused.sock"),
+            addr: Some(addr),
+            _dir: dir,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// libnbd's URI for the TCP server with TLS, the client's certificates in `certs`.
+    pub fn nbds_uri(&self, certs: &std::path::Path) -> String {
+        let a = self.addr.expect("a TCP server");
+        format!(
+            "nbds://{}:{}/{EXPORT}?tls-certificates={}",
+            a.ip(),
+            a.port(),
+            certs.display()
+        )
     }
 
     pub fn uri(&self) -> String {
@@ -542,4 +592,39 @@ pub fn require_tool(name: &str, debian_package: &str) -> bool {
         "\n*** SKIP: {name} not found; install the Debian package `{debian_package}` to run this test ***\n"
     );
     false
+}
+
+/// A rustls client for the TLS tests: trusts `dir/ca-cert.pem` and presents
+/// `dir/client-cert.pem` with `dir/client-key.pem` if they exist (the libnbd/qemu layout).
+pub fn tls_connector(dir: &std::path::Path) -> tokio_rustls::TlsConnector {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(dir.join("ca-cert.pem")).expect("ca-cert.pem") {
+        roots.add(c.expect("CA certificate")).expect("add CA");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots);
+    let cert = dir.join("client-cert.pem");
+    let config = if cert.exists() {
+        let chain = CertificateDer::pem_file_iter(&cert)
+            .expect("client-cert.pem")
+            .collect::<Result<Vec<_>, _>>()
+            .expect("client certificate");
+        let key = PrivateKeyDer::from_pem_file(dir.join("client-key.pem")).expect("client key");
+        builder
+            .with_client_auth_cert(chain, key)
+            .expect("client auth")
+    } else {
+        builder.with_no_client_auth()
+    };
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// The name the test server's certificate is issued for.
+pub fn server_name() -> rustls::pki_types::ServerName<'static> {
+    rustls::pki_types::ServerName::try_from("localhost").expect("name")
 }
