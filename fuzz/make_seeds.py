@@ -2,7 +2,8 @@
 """Writes the seed corpora of the fuzz targets into fuzz/corpus/<target>/.
 
 Medium seeds come from a real image that `ftld format` makes (header, superblock page, the
-first checkpoint page, their OOB records); the NBD seed is a client's byte stream: fixed
+first checkpoint page, their OOB records); frame-table seeds are written out (a fresh bank and
+one after copybacks); the NBD seed is a client's byte stream: fixed
 newstyle handshake with NBD_OPT_GO, then write, read, flush, trim, write-zeroes and disconnect.
 
 Usage: fuzz/make_seeds.py FTLD   (the ftld binary; run from anywhere)
@@ -84,8 +85,22 @@ def nbd_seed():
     put("nbd_connection", "export-name", legacy + req(0, 1, 0, 4096) + req(2, 2, 0, 0))
 
 
+def frame_table_seeds():
+    # Two bytes of page count - 1, then 4-byte little-endian entries (0 = own frame, else
+    # frame + 1): a fresh bank, and one after copybacks where pages share frames.
+    pages = 64
+    put("frame_table", "fresh", struct.pack("<H", pages - 1) + bytes(4 * pages))
+    entries = [0] * pages
+    for i in range(32, 48):
+        entries[i] = i - 32 + 1  # pages 32..47 copied back from pages 0..15
+    entries[50] = 1  # a third page sharing frame 0
+    put("frame_table", "copybacks",
+        struct.pack("<H", pages - 1) + b"".join(struct.pack("<I", e) for e in entries))
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     medium_seeds(sys.argv[1])
     nbd_seed()
+    frame_table_seeds()

@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(image_header superblock checkpoint oob nbd_connection)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(image_header superblock checkpoint oob frame_table nbd_connection)
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "fuzz/run.sh: installing cargo-fuzz from crates.io" >&2

@@ -75,6 +75,33 @@ pub(crate) fn frame_of_entry(entry: u32, page: usize, frames: usize) -> Option<u
     }
 }
 
+/// Adds the frame-table entries in `raw` (4 bytes each, little-endian; the first is page
+/// `first`'s) to `refs`, the count of pages referencing each of the bank's `refs.len()` frames.
+/// Fails with the page and the reason on an entry outside the bank or a frame that would be
+/// shared by more than 255 pages (what the counts can hold). `raw` past the bank's last page
+/// is refused too.
+pub(crate) fn count_frame_refs(
+    raw: &[u8],
+    first: usize,
+    refs: &mut [u8],
+) -> Result<(), (u64, &'static str)> {
+    let frames = refs.len();
+    for (k, e) in raw.chunks_exact(FRAME_ENTRY_SIZE as usize).enumerate() {
+        let i = first + k;
+        if i >= frames {
+            return Err((i as u64, "entry beyond the bank's last page"));
+        }
+        let entry = u32::from_le_bytes([e[0], e[1], e[2], e[3]]);
+        let f = frame_of_entry(entry, i, frames).ok_or((i as u64, "frame index out of range"))?;
+        let r = &mut refs[f];
+        if *r == u8::MAX {
+            return Err((i as u64, "more than 255 pages share its frame"));
+        }
+        *r += 1;
+    }
+    Ok(())
+}
+
 /// Why a bank's frame table was refused at open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FrameTableError {
@@ -153,22 +180,14 @@ impl BankMem {
                     page: (done / FRAME_ENTRY_SIZE as usize) as u64,
                     reason: "the frame table could not be read",
                 })?;
-                for (k, raw) in chunk[..n].chunks_exact(4).enumerate() {
-                    let i = done / FRAME_ENTRY_SIZE as usize + k;
-                    let err = |reason| FrameTableError {
+                let first = done / FRAME_ENTRY_SIZE as usize;
+                count_frame_refs(&chunk[..n], first, &mut mem.refs).map_err(|(page, reason)| {
+                    FrameTableError {
                         bank: bank as u32,
-                        page: i as u64,
+                        page,
                         reason,
-                    };
-                    let entry = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
-                    let f = frame_of_entry(entry, i, pages as usize)
-                        .ok_or_else(|| err("frame index out of range"))?;
-                    let r = &mut mem.refs[f];
-                    if *r == u8::MAX {
-                        return Err(err("more than 255 pages share its frame"));
                     }
-                    *r += 1;
-                }
+                })?;
                 done += n;
             }
             mem.pool = (0..pages as u32)

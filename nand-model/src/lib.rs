@@ -178,6 +178,34 @@ pub mod fuzzing {
     pub fn header(bytes: &[u8]) {
         let _ = crate::header::decode(bytes);
     }
+
+    /// A bank's frame table as read at open: the first two bytes give the bank's page count
+    /// (1..=65536), the rest are its entries. Checks what a table that passes guarantees:
+    /// every page's frame is inside the bank and no frame is shared more than 255 times.
+    pub fn frame_table(bytes: &[u8]) {
+        let Some((n, table)) = bytes.split_first_chunk::<2>() else {
+            return;
+        };
+        let pages = usize::from(u16::from_le_bytes(*n)) + 1;
+        let mut refs = vec![0u8; pages];
+        let whole = &table[..table.len() / 4 * 4];
+        // In two calls, as open reads the table in chunks.
+        let (a, b) = whole.split_at(whole.len() / 8 * 4);
+        let ok = crate::bankmem::count_frame_refs(a, 0, &mut refs)
+            .and_then(|()| crate::bankmem::count_frame_refs(b, a.len() / 4, &mut refs))
+            .is_ok();
+        if ok {
+            let entries = whole.len() / 4;
+            assert!(entries <= pages, "accepted entries beyond the last page");
+            let total: usize = refs.iter().map(|&r| usize::from(r)).sum();
+            assert_eq!(total, entries, "every entry references exactly one frame");
+            for (i, e) in whole.chunks_exact(4).enumerate() {
+                let e = u32::from_le_bytes([e[0], e[1], e[2], e[3]]);
+                let f = crate::bankmem::frame_of_entry(e, i, pages).expect("validated");
+                assert!(f < pages && refs[f] > 0);
+            }
+        }
+    }
 }
 mod image;
 mod interconnect;
