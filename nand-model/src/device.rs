@@ -252,6 +252,31 @@ impl NandDevice {
         Ok(st.mem.block(block.block))
     }
 
+    /// Copies page `addr`'s stored OOB into `oob` without an operation: no time passes, nothing
+    /// is counted, no fault is injected (for invariant checks and tools, not for an FTL's data
+    /// path). Returns false, leaving `oob` untouched, for an unprogrammed page or a bad block.
+    pub fn peek_oob(&self, addr: PageAddr, oob: &mut [u8]) -> Result<bool, NandError> {
+        let bank = self.bank_of_page(addr)?;
+        let g = self.geometry();
+        if oob.len() > g.oob_size as usize {
+            return Err(NandError::BufferSize {
+                page: addr,
+                buffer: BufferKind::Oob,
+                offset: 0,
+                len: oob.len(),
+                rule: "length must be at most oob_size",
+            });
+        }
+        let st = bank.state.lock();
+        let blk = st.mem.block(addr.block.block);
+        if blk.bad || addr.page >= blk.programmed_pages {
+            return Ok(false);
+        }
+        st.mem
+            .read_page(addr.block.block, addr.page, 0, &mut [], Some(oob));
+        Ok(true)
+    }
+
     /// Marks `block` bad (persisted). Idempotent. Every later operation on it is refused.
     pub fn mark_bad(&self, block: BlockAddr) -> Result<(), NandError> {
         let bank = self.bank_of(block)?;

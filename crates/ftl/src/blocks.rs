@@ -55,6 +55,11 @@ impl BankAlloc {
         }
     }
 
+    /// The free list as (erase count, block), in no order (for checks).
+    pub fn free_entries(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.free.iter().map(|Reverse(k)| *k)
+    }
+
     pub fn free_len(&self) -> u32 {
         self.free.len() as u32
     }

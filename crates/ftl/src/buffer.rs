@@ -84,6 +84,13 @@ pub struct OpenPage {
     page_zombies: Vec<Psa>,
 }
 
+impl OpenPage {
+    /// Slots unmapped by the trim records this page holds (still counted valid).
+    pub(crate) fn zombies(&self) -> impl Iterator<Item = Psa> + '_ {
+        self.zombies.iter().chain(&self.page_zombies).copied()
+    }
+}
+
 /// A write queue: its open page, its writer's inbox and its progress counters.
 pub struct QueueState {
     pub open: Mutex<OpenPage>,

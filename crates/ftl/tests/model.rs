@@ -8,7 +8,8 @@
 //! never torn, never another page's data. Seeds print on failure; rerun one with
 //! `FTL_MODEL_SEED=<seed> cargo test -p ftl --test model -- --nocapture`; `FTL_MODEL_TRACE=1`
 //! prints every step's operation, `FTL_MODEL_VERBOSE=1` each seed's geometry and configuration.
-//! A crash-check failure names the value found and the page's history of values.
+//! A crash-check failure names the value found and the page's history of values. After every
+//! step `Ftl::check_invariants` checks the design page's invariants without flushing.
 
 mod common;
 
@@ -292,6 +293,11 @@ fn run_seed(seed: u64, ops: usize, dir: &Path) {
                     model.apply((base + i) * PAGE, &bytes, false);
                 }
             }
+        }
+        // After every step, without flushing (buffered pages and trim records stay put).
+        if let Some(f) = &ftl {
+            f.check_invariants()
+                .unwrap_or_else(|e| panic!("seed {seed} step {step} (op {op}): {e}"));
         }
     }
     let f = ftl.take().unwrap();

@@ -14,6 +14,11 @@
 //! background GC workers and periodic checkpoints run as simulation actors, performs the same
 //! operations in the same order on every run, so every crash point is reached
 //! (deterministic simulation testing).
+//!
+//! Timing `real` (writer threads, background GC, programs in flight, completions on the timer
+//! thread; microsecond latencies) orders operations differently from run to run, so a sweep
+//! would not visit each point once: cut points are drawn at random instead (seeded; the seed
+//! prints, `FTL_POWER_CUT_SEED` replays it).
 
 mod common;
 
@@ -192,11 +197,12 @@ fn run(ftl: &Ftl, ops: &[Op], model: &mut Model) -> usize {
 
 fn config(scheme: SchemeKind, timing: TimingMode) -> FtlConfig {
     let virt = timing == TimingMode::Virtual;
-    // Virtual time runs background GC workers and periodic checkpoints deterministically.
-    let policy = if virt {
-        GcPolicy::Parallel
-    } else {
-        GcPolicy::InPath
+    // Virtual time runs background GC workers and periodic checkpoints deterministically;
+    // real time runs them as threads, beside GC in the write path.
+    let policy = match timing {
+        TimingMode::Virtual => GcPolicy::Parallel,
+        TimingMode::Real => GcPolicy::Adaptive,
+        _ => GcPolicy::InPath,
     };
     FtlConfig {
         scheme,
@@ -279,6 +285,53 @@ fn every_medium_operation_of_a_workload_is_a_safe_crash_point() {
 fn every_crash_point_of_a_virtual_time_replay_is_reached_and_safe() {
     for scheme in [SchemeKind::Page, SchemeKind::Fast] {
         sweep(scheme, TimingMode::Virtual);
+    }
+}
+
+/// Timing `real` with microsecond latencies: random cut points of every scheme, each safe.
+#[test]
+fn random_crash_points_with_timing_real_are_safe() {
+    use rand::{Rng, SeedableRng};
+    const CUTS: u64 = 64;
+    let seed = std::env::var("FTL_POWER_CUT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random::<u64>);
+    eprintln!("FTL_POWER_CUT_SEED={seed}");
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    for scheme in SchemeKind::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let mut nand = small_nand(4096, 14);
+        nand.timing = ftl::nand_model::Timing {
+            t_read: std::time::Duration::from_micros(2),
+            t_prog: std::time::Duration::from_micros(8),
+            t_erase: std::time::Duration::from_micros(25),
+            channel_bytes_per_sec: 2_000_000_000,
+        };
+        let timing = TimingMode::Real;
+        let path = dir.path().join("count.img");
+        let ftl = create_with(&path, &nand, scheme, timing);
+        let cap = ftl.capacity() as usize;
+        let ops = workload(cap, 0x5eed ^ seed);
+        ftl.nand().faults().power_cut_after(u64::MAX);
+        let before = ftl.nand().faults().mutations();
+        let mut model = Model::new(cap);
+        assert_eq!(run(&ftl, &ops, &mut model), ops.len());
+        let total = ftl.nand().faults().mutations() - before;
+        drop(ftl);
+        let (mut reached, mut torn) = (0, 0);
+        for _ in 0..CUTS {
+            let n = rng.gen_range(0..total);
+            if let Some(r) = crash_at(dir.path(), &nand, scheme, timing, &ops, n) {
+                reached += 1;
+                torn += r.torn_slots;
+            }
+        }
+        eprintln!("{scheme} (real): {reached} of {CUTS} random cuts among {total} operations reached, {torn} torn slots ignored");
+        assert!(
+            reached * 2 >= CUTS,
+            "only {reached} of {CUTS} cut points reached"
+        );
     }
 }
 

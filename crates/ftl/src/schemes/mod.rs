@@ -32,7 +32,7 @@
 //! | `Scheme::spawn_workers`, `Scheme::tick` | `Ftl::start`; the maintenance thread every 50 ms | nothing |
 //! | `Scheme::checkpoint_payload`, `Scheme::checkpoint_written` | `Core::checkpoint` | host gate frozen, `gc_gate` exclusive; nothing |
 //! | `Scheme::recover` | `Ftl::open`, before any thread runs | nothing |
-//! | `Scheme::check` | tests, quiesced | checkpoint lock, `gc_gate` exclusive |
+//! | `Scheme::check` | tests, quiesced | checkpoint lock, `gc_gate` exclusive, every open page |
 
 use std::sync::Arc;
 
@@ -218,9 +218,10 @@ pub(crate) trait Scheme: Send + Sync {
         input: RecoverInput,
     ) -> Result<Resolved>;
 
-    /// Checks the scheme's invariants (quiesced: no host operation, GC between steps, trim
-    /// records flushed).
-    fn check(&self, core: &Core) -> std::result::Result<(), String>;
+    /// Checks the scheme's invariants (quiesced by `check::Quiesced`: no host operation, no
+    /// page in flight, GC between steps); `zombies` are the slots whose trim records are still
+    /// in the queues' open pages.
+    fn check(&self, core: &Core, zombies: &[Psa]) -> std::result::Result<(), String>;
 
     /// Bytes of RAM the scheme's maps use (grow with the device).
     fn memory_bytes(&self) -> usize;

@@ -271,8 +271,8 @@ impl Scheme for HybridScheme {
         self.rebuild_roles(core)
     }
 
-    fn check(&self, core: &Core) -> std::result::Result<(), String> {
-        self.map.check()?;
+    fn check(&self, core: &Core, zombies: &[Psa]) -> std::result::Result<(), String> {
+        self.map.check(zombies)?;
         let logs = self.logs.lock();
         let layout = self.layout;
         for l in 0..self.lpns {

@@ -384,11 +384,12 @@ impl PageMap {
         out
     }
 
-    /// Checks invariant (2) with no zombie outstanding (the caller flushed the trim records and
-    /// holds every mutation off): no slot mapped twice, every mapped or trim-log slot valid,
-    /// and every block's valid count equal to its bits and to the slots pointing into it.
+    /// Checks invariant (2) (the caller holds every mutation off): no slot mapped twice, every
+    /// mapped, trim-log or zombie slot valid, and every block's valid count equal to its bits
+    /// and to the slots pointing into it. `zombies` are the slots unmapped by trims whose
+    /// records are not on flash yet (in the queues' open pages; none may be in flight).
     /// Returns the valid slots per block for the caller's block-state checks.
-    pub fn check(&self) -> Result<Vec<u32>, String> {
+    pub fn check(&self, zombies: &[Psa]) -> Result<Vec<u32>, String> {
         let layout = self.valid.layout;
         let mut expect = vec![0u32; layout.total_blocks() as usize];
         let mut seen = std::collections::HashSet::new();
@@ -415,6 +416,20 @@ impl PageMap {
             }
             if !self.is_valid(*psa) {
                 return Err(format!("trim slot {psa:?} has its valid bit clear"));
+            }
+            expect[layout.block_of(*psa).0 as usize] += 1;
+        }
+        for psa in zombies {
+            if u64::from(psa.0) >= layout.total_slots() {
+                return Err(format!("zombie {psa:?} past the device"));
+            }
+            if !seen.insert(*psa) {
+                return Err(format!(
+                    "zombie {psa:?} is also mapped, logged or listed twice"
+                ));
+            }
+            if !self.is_valid(*psa) {
+                return Err(format!("zombie {psa:?} has its valid bit clear"));
             }
             expect[layout.block_of(*psa).0 as usize] += 1;
         }
@@ -469,19 +484,21 @@ mod tests {
         assert!(!m.relocate(&s, Lpn(3), Psa(7), Psa(11)));
         assert!(m.relocate(&s, Lpn(3), Psa(9), Psa(40)));
         let blk = m.valid.layout.block_of(Psa(40)).0 as usize;
-        assert_eq!(m.check().map(|e| e[blk]), Ok(1));
+        assert_eq!(m.check(&[]).map(|e| e[blk]), Ok(1));
         // Trim: the slot stays valid until released.
         assert_eq!(m.unmap(&s, Lpn(3)), Some(Psa(40)));
         assert!(m.is_valid(Psa(40)));
-        assert!(m.check().is_err(), "a zombie is not pointed at");
+        assert!(m.check(&[]).is_err(), "a zombie is not pointed at");
+        assert!(m.check(&[Psa(40)]).is_ok(), "unless it is listed as one");
+        assert!(m.check(&[Psa(40), Psa(40)]).is_err(), "listed twice");
         m.release(Psa(40));
         m.log_trim_slot(Psa(1), 5);
         assert!(m.relocate_trim_slot(Psa(1), Psa(2)));
         assert!(!m.relocate_trim_slot(Psa(1), Psa(3)));
-        assert_eq!(m.check().map(|e| e.iter().sum::<u32>()), Ok(1));
+        assert_eq!(m.check(&[]).map(|e| e.iter().sum::<u32>()), Ok(1));
         m.prune_trim_log(6);
         assert_eq!(m.valid_total(), 0);
-        assert_eq!(m.check().map(|e| e.iter().sum::<u32>()), Ok(0));
+        assert_eq!(m.check(&[]).map(|e| e.iter().sum::<u32>()), Ok(0));
         assert_eq!(m.snapshot()[3], Psa::UNMAPPED);
     }
 
@@ -493,7 +510,7 @@ mod tests {
         l2p[19] = 63;
         assert_eq!(m.install(&l2p, vec![(Psa(10), 1)]), 2);
         assert_eq!(m.valid_total(), 3);
-        assert!(m.check().is_ok());
+        assert!(m.check(&[]).is_ok());
         m.prefetch(Lpn(19));
         m.prefetch(Lpn(u32::MAX));
     }

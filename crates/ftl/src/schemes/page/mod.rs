@@ -130,8 +130,8 @@ impl Scheme for PageScheme {
         Ok(self.resolve(ckpt, input))
     }
 
-    fn check(&self, core: &Core) -> std::result::Result<(), String> {
-        let expect = self.map.check()?;
+    fn check(&self, core: &Core, zombies: &[Psa]) -> std::result::Result<(), String> {
+        let expect = self.map.check(zombies)?;
         let layout = self.layout;
         for (b, e) in expect.iter().enumerate() {
             let bank = b as u32 / layout.blocks_per_bank;
