@@ -457,3 +457,67 @@ async fn qemu_clients_over_tls() {
     let s = srv.server.stats();
     assert!(s.tls_handshakes >= 2 && s.tls_failures >= 2, "{s:?}");
 }
+
+/// `--tls on` without client certificates, seen through libnbd's own TLS settings: a plain
+/// `nbd://` URI (libnbd's default, TLS disabled) is served in the clear, `nbds://` upgrades,
+/// and a client that trusts another CA gets in only when it turns its own verification off
+/// (`tls-verify-peer=false`) — the check is the client's, as the spec leaves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn libnbd_tls_settings_against_an_optional_tls_server() {
+    if !require_tool("nbdinfo", "libnbd-bin") {
+        return;
+    }
+    let pki = Pki::generate();
+    let srv = TestServer::start_tcp(
+        MemBackend::new(SIZE),
+        config(),
+        policy(&pki, TlsMode::On, false),
+    )
+    .await;
+    let a = srv.addr.expect("tcp");
+    let json = |out: &Output| -> serde_json::Value {
+        ok("nbdinfo", out);
+        serde_json::from_slice(&out.stdout).expect("nbdinfo --json")
+    };
+    let clear = format!("nbd://{}:{}/{EXPORT}", a.ip(), a.port());
+    let v = json(&run("nbdinfo", vec!["--json".into(), clear]).await);
+    assert_eq!(v["TLS"], false, "{v}");
+    let v = json(
+        &run(
+            "nbdinfo",
+            vec!["--json".into(), srv.nbds_uri(&pki.anonymous())],
+        )
+        .await,
+    );
+    assert_eq!(v["TLS"], true, "{v}");
+    let wrong = srv.nbds_uri(&pki.wrong_ca());
+    failed("wrong CA", &run("nbdinfo", vec![wrong]).await);
+    // libnbd's settings through its Python binding (Debian's python3-libnbd, for Debian's
+    // python3): TLS required, the wrong CA, the client's own peer verification off.
+    let script = format!(
+        "import nbd\n\
+         h = nbd.NBD()\n\
+         h.set_tls(nbd.TLS_REQUIRE)\n\
+         h.set_tls_certificates({:?})\n\
+         h.set_tls_verify_peer(False)\n\
+         h.set_export_name({EXPORT:?})\n\
+         h.connect_tcp('127.0.0.1', '{}')\n\
+         assert h.get_tls_negotiated()\n\
+         h.pwrite(b'\\x42' * 4096, 8192)\n\
+         assert h.pread(4096, 8192) == b'\\x42' * 4096\n\
+         h.shutdown()\n",
+        pki.wrong_ca().display().to_string(),
+        a.port()
+    );
+    if require_tool("nbdsh", "python3-libnbd") {
+        ok(
+            "python3 libnbd",
+            &run("/usr/bin/python3", vec!["-c".into(), script]).await,
+        );
+        assert!(srv.backend.contents()[8192..12288]
+            .iter()
+            .all(|&b| b == 0x42));
+    }
+    let s = srv.server.stats();
+    assert_eq!((s.tls_handshakes, s.handshakes_completed), (2, 3), "{s:?}");
+}
