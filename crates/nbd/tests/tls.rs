@@ -18,6 +18,26 @@ fn policy(pki: &Pki, mode: TlsMode, verify_peer: bool) -> TlsPolicy {
     TlsPolicy::new(mode, Some(&pki.server()), verify_peer).expect("TLS policy")
 }
 
+/// Fresh certificates and a memory export on a unix socket with TLS `mode`.
+fn unix_server(mode: TlsMode, verify_peer: bool) -> (Pki, TestServer<MemBackend>) {
+    let pki = Pki::generate();
+    let tls = policy(&pki, mode, verify_peer);
+    (
+        pki,
+        TestServer::start_tls(MemBackend::new(SIZE), config(), tls),
+    )
+}
+
+/// The same on TCP (for real clients, which check the certificate against the host).
+async fn tcp_server(mode: TlsMode, verify_peer: bool) -> (Pki, TestServer<MemBackend>) {
+    let pki = Pki::generate();
+    let tls = policy(&pki, mode, verify_peer);
+    (
+        pki,
+        TestServer::start_tcp(MemBackend::new(SIZE), config(), tls).await,
+    )
+}
+
 /// Sends `STARTTLS`, expects its acknowledgement and runs the TLS handshake as the client in
 /// `certs`.
 async fn upgrade(
@@ -63,12 +83,7 @@ async fn without_tls_starttls_is_refused_by_policy() {
 
 #[tokio::test]
 async fn require_refuses_everything_but_starttls_until_tls() {
-    let pki = Pki::generate();
-    let srv = TestServer::start_tls(
-        MemBackend::new(SIZE),
-        config(),
-        policy(&pki, TlsMode::Require, false),
-    );
+    let (pki, srv) = unix_server(TlsMode::Require, false);
     let mut c = srv.connect().await;
     c.start().await;
     for opt in [
@@ -119,12 +134,7 @@ async fn require_refuses_everything_but_starttls_until_tls() {
 
 #[tokio::test]
 async fn require_closes_on_export_name_in_the_clear() {
-    let pki = Pki::generate();
-    let srv = TestServer::start_tls(
-        MemBackend::new(SIZE),
-        config(),
-        policy(&pki, TlsMode::Require, false),
-    );
+    let (_pki, srv) = unix_server(TlsMode::Require, false);
     let mut c = srv.connect().await;
     c.start().await;
     // NBD_OPT_EXPORT_NAME cannot be answered with an error: the session ends.
@@ -136,12 +146,7 @@ async fn require_closes_on_export_name_in_the_clear() {
 
 #[tokio::test]
 async fn on_serves_clear_clients_and_forgets_options_from_before_tls() {
-    let pki = Pki::generate();
-    let srv = TestServer::start_tls(
-        MemBackend::new(SIZE),
-        config(),
-        policy(&pki, TlsMode::On, false),
-    );
+    let (pki, srv) = unix_server(TlsMode::On, false);
     // A client that never upgrades is served in the clear.
     let (mut clear, size, _) = srv.client(true).await;
     assert_eq!(size, SIZE as u64);
@@ -169,12 +174,7 @@ async fn on_serves_clear_clients_and_forgets_options_from_before_tls() {
 
 #[tokio::test]
 async fn bytes_sent_before_the_tls_handshake_close_the_connection() {
-    let pki = Pki::generate();
-    let srv = TestServer::start_tls(
-        MemBackend::new(SIZE),
-        config(),
-        policy(&pki, TlsMode::Require, false),
-    );
+    let (_pki, srv) = unix_server(TlsMode::Require, false);
     let mut c = srv.connect().await;
     c.start().await;
     // STARTTLS followed at once by a cleartext option: never a valid TLS handshake.
@@ -196,12 +196,7 @@ async fn bytes_sent_before_the_tls_handshake_close_the_connection() {
 
 #[tokio::test]
 async fn peer_verification_admits_only_certificates_from_the_ca() {
-    let pki = Pki::generate();
-    let srv = TestServer::start_tls(
-        MemBackend::new(SIZE),
-        config(),
-        policy(&pki, TlsMode::Require, true),
-    );
+    let (pki, srv) = unix_server(TlsMode::Require, true);
     for (who, certs) in [
         ("no client certificate", pki.anonymous()),
         ("a certificate from another CA", pki.rogue_client()),
@@ -243,12 +238,7 @@ async fn peer_verification_admits_only_certificates_from_the_ca() {
 /// sees the handshake fail).
 #[tokio::test]
 async fn a_client_trusting_another_ca_refuses_the_server() {
-    let pki = Pki::generate();
-    let srv = TestServer::start_tls(
-        MemBackend::new(SIZE),
-        config(),
-        policy(&pki, TlsMode::On, false),
-    );
+    let (pki, srv) = unix_server(TlsMode::On, false);
     let mut c = srv.connect().await;
     c.start().await;
     let e = upgrade(c, &pki.wrong_ca()).await.err().expect("refused");
@@ -295,13 +285,7 @@ async fn libnbd_clients_over_tls() {
     if !require_tool("nbdinfo", "libnbd-bin") || !require_tool("nbdcopy", "libnbd-bin") {
         return;
     }
-    let pki = Pki::generate();
-    let srv = TestServer::start_tcp(
-        MemBackend::new(SIZE),
-        config(),
-        policy(&pki, TlsMode::Require, true),
-    )
-    .await;
+    let (pki, srv) = tcp_server(TlsMode::Require, true).await;
     let out = run(
         "nbdinfo",
         vec!["--json".into(), srv.nbds_uri(&pki.client())],
@@ -354,13 +338,7 @@ async fn qemu_clients_over_tls() {
     if !require_tool("qemu-io", "qemu-utils") || !require_tool("qemu-img", "qemu-utils") {
         return;
     }
-    let pki = Pki::generate();
-    let srv = TestServer::start_tcp(
-        MemBackend::new(SIZE),
-        config(),
-        policy(&pki, TlsMode::Require, true),
-    )
-    .await;
+    let (pki, srv) = tcp_server(TlsMode::Require, true).await;
     let a = srv.addr.expect("tcp");
     let object = |dir: &Path| {
         format!(
@@ -467,13 +445,7 @@ async fn libnbd_tls_settings_against_an_optional_tls_server() {
     if !require_tool("nbdinfo", "libnbd-bin") {
         return;
     }
-    let pki = Pki::generate();
-    let srv = TestServer::start_tcp(
-        MemBackend::new(SIZE),
-        config(),
-        policy(&pki, TlsMode::On, false),
-    )
-    .await;
+    let (pki, srv) = tcp_server(TlsMode::On, false).await;
     let a = srv.addr.expect("tcp");
     let json = |out: &Output| -> serde_json::Value {
         ok("nbdinfo", out);

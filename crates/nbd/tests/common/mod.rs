@@ -52,25 +52,20 @@ impl<B: BlockBackend> TestServer<B> {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("nbd.sock");
         let listener = tokio::net::UnixListener::bind(&path).expect("bind");
-        let backend = Arc::new(backend);
-        let server = Arc::new(NbdServer::new(Arc::clone(&backend), config).with_tls(tls));
-        let (tx, rx) = oneshot::channel::<()>();
-        let s = Arc::clone(&server);
-        let task = tokio::spawn(async move {
-            s.serve_unix(listener, async {
-                let _ = rx.await;
-            })
-            .await
-        });
-        Self {
-            server,
+        Self::launch(
             backend,
+            config,
+            tls,
+            dir,
             path,
-            addr: None,
-            _dir: dir,
-            stop: Some(tx),
-            task: Some(task),
-        }
+            None,
+            |s, stop| async move {
+                s.serve_unix(listener, async {
+                    let _ = stop.await;
+                })
+                .await
+            },
+        )
     }
 
     /// A server on a free TCP port of 127.0.0.1 with a TLS policy (real TLS clients check the
@@ -81,21 +76,46 @@ impl<B: BlockBackend> TestServer<B> {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("address");
+        let path = dir.path().join("unused.sock");
+        Self::launch(
+            backend,
+            config,
+            tls,
+            dir,
+            path,
+            Some(addr),
+            |s, stop| async move {
+                s.serve_tcp(listener, async {
+                    let _ = stop.await;
+                })
+                .await
+            },
+        )
+    }
+
+    /// Starts `serve(server, shutdown)` on the runtime.
+    fn launch<F, Fut>(
+        backend: B,
+        config: ServerConfig,
+        tls: TlsPolicy,
+        dir: tempfile::TempDir,
+        path: PathBuf,
+        addr: Option<std::net::SocketAddr>,
+        serve: F,
+    ) -> Self
+    where
+        F: FnOnce(Arc<NbdServer<B>>, oneshot::Receiver<()>) -> Fut,
+        Fut: std::future::Future<Output = std::io::Result<()>> + Send + 'static,
+    {
         let backend = Arc::new(backend);
         let server = Arc::new(NbdServer::new(Arc::clone(&backend), config).with_tls(tls));
         let (tx, rx) = oneshot::channel::<()>();
-        let s = Arc::clone(&server);
-        let task = tokio::spawn(async move {
-            s.serve_tcp(listener, async {
-                let _ = rx.await;
-            })
-            .await
-        });
+        let task = tokio::spawn(serve(Arc::clone(&server), rx));
         Self {
             server,
             backend,
-            path: dir.path().join("unused.sock"),
-            addr: Some(addr),
+            path,
+            addr,
             _dir: dir,
             stop: Some(tx),
             task: Some(task),
