@@ -7,7 +7,9 @@
 # repetition) so they share the machine's noise. Prints IOPS, mean and p99 completion latency
 # and the ratio ftld / peer for every job, with each server's CPU time per request (the fio
 # client shares the machine's CPUs, so on a small machine this is the fairer efficiency figure)
-# and, for ftld, the write amplification during the job.
+# and, for ftld, the write amplification during the job and its ratio to the Lambert-W limit
+# of greedy GC at the device's physical spare (`ftld stats` ftl.waf_limit_greedy; meaningful
+# for the random-write jobs, where every write overwrites a random page of a full device).
 #
 # Jobs: 4 KiB random read and random write at QD1 (1 connection) and at QD32 on each of 4
 # connections (numjobs=4), and 128 KiB sequential write (QD8, 1 connection). Every server is
@@ -46,7 +48,7 @@ while [ $# -gt 0 ]; do
         --overprovision) OP="$2"; shift ;;
         --ftl) SCHEME="$2"; shift ;;
         --servers) SERVERS="$2"; shift ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -136,7 +138,8 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 ftld_writes() { # NAME
     "$FTLD" stats --control-socket "$W/$1.ctl" |
         jq -r '.ftl | "\(.nand_page_programs + .gc_page_programs) \(.host_write_bytes) \(
-            .merges.switch.count // 0) \(.merges.partial.count // 0) \(.merges.full.count // 0)"'
+            .merges.switch.count // 0) \(.merges.partial.count // 0) \(.merges.full.count // 0) \(
+            .waf_limit_greedy // "-")"'
 }
 
 uri() { echo "nbd+unix:///?socket=$W/$1.sock"; }
@@ -179,10 +182,10 @@ for s in "${SERVER_LIST[@]}"; do
         { echo "filling $s failed:" >&2; cat "$W/fill-$s.out" >&2; exit 1; }
 done
 
-RESULTS="$W/results.tsv" # job server rep iops mean_us p99_us cpu_us_per_op waf merges
+RESULTS="$W/results.tsv" # job server rep iops mean_us p99_us cpu_us_per_op waf merges waf_limit
 : >"$RESULTS"
 run_job() { # JOB_NAME ARGS SERVER REP
-    local out="$W/$1-$3-$4.json" dir cpu0 cpu1 w0=(0 0 0 0 0) w1=(0 0 0 0 0) waf=- merges=-
+    local out="$W/$1-$3-$4.json" dir cpu0 cpu1 w0=(0 0 0 0 0 -) w1=(0 0 0 0 0 -) waf=- merges=-
     case "$3" in ftld*) read -r -a w0 < <(ftld_writes "$3") ;; esac
     cpu0=$(cpu_ticks "${SPID[$3]}")
     # shellcheck disable=SC2086 # $2 is a list of fio options
@@ -209,14 +212,14 @@ run_job() { # JOB_NAME ARGS SERVER REP
     # by the requests fio counted in the measured part, scaled by (ramp + runtime) / runtime.
     jq -r --arg j "$1" --arg s "$3" --arg r "$4" --arg d "$dir" \
         --argjson ticks "$((cpu1 - cpu0))" --argjson hz "$TICK" --arg waf "$waf" \
-        --arg merges "$merges" \
+        --arg merges "$merges" --arg limit "${w1[5]}" \
         --argjson span "$(echo "$RAMP $RUNTIME" | awk '{ print ($1 + $2) / $2 }')" '
         .jobs[0] as $x | $x[$d] as $io |
         if $x.error != 0 then error("job error \($x.error)") else . end |
         [$j, $s, $r, $io.iops, ($io.clat_ns.mean / 1000),
          (($io.clat_ns.percentile["99.000000"] // 0) / 1000),
          (if $io.total_ios > 0 then $ticks / $hz * 1e6 / ($io.total_ios * $span) else 0 end),
-         $waf, $merges] | @tsv' "$out" >>"$RESULTS"
+         $waf, $merges, $limit] | @tsv' "$out" >>"$RESULTS"
 }
 
 for ((rep = 0; rep < REPS; rep++)); do
@@ -240,13 +243,13 @@ echo "ftld: $("$FTLD" --version 2>/dev/null || echo ftld) --timing off, FTL sche
 echo
 awk -F'\t' -v servers="$SERVERS" '
     { k = $1 SUBSEP $2; iops[k] += $4; mean[k] += $5; p99[k] += $6; cpu[k] += $7; n[k]++;
-      if ($8 != "-") { waf[k] += $8; nw[k]++ }
+      if ($8 != "-") { waf[k] += $8; nw[k]++; if ($10 != "-" && $10 > 0) { lim[k] += $10; nl[k]++ } }
       if ($9 != "-") { split($9, m, "/"); ms[k] += m[1]; mp[k] += m[2]; mf[k] += m[3] }
       if (!($1 in seen)) { seen[$1] = 1; order[++jobs] = $1 } }
     END {
         ns = split(servers, sv, " ");
         # Each ftld row: its IOPS over that of each peer on the same job.
-        printf "%-20s %-10s %11s %11s %11s %-26s %10s %6s %s\n", "job", "server", "IOPS", "mean us", "p99 us", "IOPS ratio", "cpu us/op", "WAF", "merges s/p/f";
+        printf "%-20s %-10s %11s %11s %11s %-26s %10s %6s %9s %s\n", "job", "server", "IOPS", "mean us", "p99 us", "IOPS ratio", "cpu us/op", "WAF", "WAF/limit", "merges s/p/f";
         for (j = 1; j <= jobs; j++) {
             for (i = 1; i <= ns; i++) {
                 k = order[j] SUBSEP sv[i];
@@ -260,9 +263,12 @@ awk -F'\t' -v servers="$SERVERS" '
                     }
                 }
                 w = (k in nw) ? sprintf("%.2f", waf[k] / nw[k]) : "";
+                # The measured WAF over the Lambert-W limit of greedy GC at the device spare
+                # (meaningful for the random-write jobs on a full device).
+                wl = (k in nl) ? sprintf("%.2f", (waf[k] / nw[k]) / (lim[k] / nl[k])) : "";
                 mg = (k in ms) && (ms[k] + mp[k] + mf[k] > 0) ? sprintf("%d/%d/%d", ms[k] / n[k], mp[k] / n[k], mf[k] / n[k]) : "";
-                printf "%-20s %-10s %11.0f %11.1f %11.1f %-26s %10.1f %6s %s\n", order[j], sv[i],
-                    iops[k] / n[k], mean[k] / n[k], p99[k] / n[k], ratio, cpu[k] / n[k], w, mg;
+                printf "%-20s %-10s %11.0f %11.1f %11.1f %-26s %10.1f %6s %9s %s\n", order[j], sv[i],
+                    iops[k] / n[k], mean[k] / n[k], p99[k] / n[k], ratio, cpu[k] / n[k], w, wl, mg;
             }
         }
     }' "$RESULTS"

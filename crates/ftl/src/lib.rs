@@ -99,6 +99,7 @@ mod recovery;
 pub mod schemes;
 mod sim;
 mod stats;
+pub mod waf_limit;
 mod writer;
 
 use std::path::Path;

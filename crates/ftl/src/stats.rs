@@ -199,6 +199,12 @@ pub struct FtlStats {
     pub idle_flushes: u64,
     /// NAND bytes programmed for host data and GC / host bytes written.
     pub waf: f64,
+    /// Physical space for host data (good blocks but the superblock and checkpoint areas) /
+    /// exported space - 1.
+    pub spare_factor: f64,
+    /// The WAF greedy GC cannot beat under uniform random 4 KiB overwrites at `spare_factor`
+    /// (Lambert-W expression, `waf_limit.rs`); `null` without spare.
+    pub waf_limit_greedy: Option<f64>,
     pub program_failures: u64,
     pub erase_failures: u64,
     pub read_retries: u64,
@@ -237,6 +243,7 @@ impl Core {
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut banks = Vec::new();
         let (mut wmin, mut wmax, mut wsum, mut wn) = (u32::MAX, 0u32, 0u64, 0u64);
+        let mut usable = 0u64;
         for bank in &self.banks {
             let a = bank.alloc.lock();
             let (mut full, mut bad, mut emin, mut emax) = (0, 0, u32::MAX, 0);
@@ -247,6 +254,7 @@ impl Core {
                     BlockState::Full => full += 1,
                     _ => {}
                 }
+                usable += u64::from(*s != BlockState::Bad);
                 emin = emin.min(*e);
                 emax = emax.max(*e);
                 wsum += *e as u64;
@@ -264,6 +272,10 @@ impl Core {
                 uncorrectable_reads: bank.uncorrectable.load(Ordering::Relaxed),
             });
         }
+        // Physical space for host data (every good block but the superblock and checkpoint
+        // areas) over the exported space, minus one.
+        let spare_factor =
+            (usable * u64::from(self.layout.slots_per_block())) as f64 / f64::from(self.lpns) - 1.0;
         let host_bytes = ld(&c.host_write_bytes);
         let nand_bytes =
             (ld(&c.page_programs) + ld(&c.gc_page_programs)) * self.layout.page_size as u64;
@@ -297,6 +309,8 @@ impl Core {
             } else {
                 nand_bytes as f64 / host_bytes as f64
             },
+            spare_factor,
+            waf_limit_greedy: crate::waf_limit::greedy_uniform_waf(spare_factor),
             program_failures: ld(&c.program_failures),
             erase_failures: ld(&c.erase_failures),
             read_retries: ld(&c.read_retries),
