@@ -245,8 +245,14 @@ fn stats_report_host_writes_and_every_layer() {
     assert_eq!(s["pid"], d.pid());
     // The device's physical spare and the greedy WAF limit it implies (above 1, finite).
     let (spare, limit) = (&s["ftl"]["spare_factor"], &s["ftl"]["waf_limit_greedy"]);
-    assert!(spare.as_f64().is_some_and(|x| x > 0.0 && x < 1.0), "{spare}");
-    assert!(limit.as_f64().is_some_and(|x| x > 1.0 && x < 20.0), "{limit}");
+    assert!(
+        spare.as_f64().is_some_and(|x| x > 0.0 && x < 1.0),
+        "{spare}"
+    );
+    assert!(
+        limit.as_f64().is_some_and(|x| x > 1.0 && x < 20.0),
+        "{limit}"
+    );
     assert!(s.get("ok").is_none(), "ftld stats strips the envelope");
 }
 
