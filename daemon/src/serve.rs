@@ -339,27 +339,22 @@ fn print_connect_help(s: &ServeSettings, tcp: Option<std::net::SocketAddr>, capa
     let mut uris = Vec::new();
     // With TLS the URIs say so and where the client's certificates are (libnbd's syntax; a
     // client without its own certificate can point at a directory holding just ca-cert.pem).
-    let (scheme, tls_query) = match s.tls.mode() {
-        TlsMode::Off => ("nbd", String::new()),
-        _ => ("nbds", "tls-certificates=CLIENT-PKI-DIR".to_string()),
-    };
+    const PKI: &str = "tls-certificates=CLIENT-PKI-DIR";
+    let tls = s.tls.mode() != TlsMode::Off;
     if let Some(p) = &s.nbd_socket {
-        let q = [format!("socket={}", abs(p).display()), tls_query.clone()];
-        let q = q
-            .iter()
-            .filter(|x| !x.is_empty())
-            .cloned()
-            .collect::<Vec<_>>();
-        uris.push(format!("{scheme}+unix:///?{}", q.join("&")));
+        let sock = abs(p);
+        uris.push(match tls {
+            false => format!("nbd+unix:///?socket={}", sock.display()),
+            true => format!("nbds+unix:///?socket={}&{PKI}", sock.display()),
+        });
     }
     if let Some(a) = tcp {
-        if tls_query.is_empty() {
-            uris.push(format!("nbd://{a}"));
-        } else {
-            uris.push(format!("{scheme}://{a}/?{tls_query}"));
-        }
+        uris.push(match tls {
+            false => format!("nbd://{a}"),
+            true => format!("nbds://{a}/?{PKI}"),
+        });
     }
-    if s.tls.mode() != TlsMode::Off {
+    if tls {
         out.push_str(&format!(
             "TLS: {}{}; clients verify the server against their ca-cert.pem.\n",
             if s.tls.mode() == TlsMode::Require {

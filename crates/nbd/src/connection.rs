@@ -41,7 +41,7 @@ use crate::protocol::*;
 use crate::request::{error_reply, execute, validate, Command, ExportParams, Reply};
 use crate::server::{ServerConfig, ShutdownSignal};
 use crate::stats::Counters;
-use crate::tls::{TlsMode, TlsPolicy};
+use crate::tls::TlsPolicy;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -180,22 +180,16 @@ where
 {
     let mut r = BufReader::with_capacity(READ_BUFFER, r);
     let mut w = BufWriter::with_capacity(WRITE_BUFFER, w);
-    let acceptor = ctx.tls.acceptor();
-    let mode = if acceptor.is_some() {
-        ctx.tls.mode()
-    } else {
-        TlsMode::Off
-    };
-    let mut state = greet(&mut r, &mut w, mode).await?;
+    let mut state = greet(&mut r, &mut w, ctx.tls.mode()).await?;
     match negotiate(&mut r, &mut w, export, shutdown, &mut state).await? {
         Outcome::Transmission(n) => return Ok(Some((n, Channel::Clear(r, w)))),
         Outcome::Aborted => return Ok(None),
         Outcome::StartTls => {}
     }
-    // `negotiate` acknowledges STARTTLS only when the mode is not off, that is with an
-    // acceptor; the reply is flushed. A client must wait for that reply before its TLS
+    // `negotiate` acknowledges STARTTLS only when the mode is not off, and a policy has an
+    // acceptor exactly then (`TlsPolicy::new`); the reply is flushed. A client must wait for that reply before its TLS
     // handshake, so nothing can be buffered yet; anything that is was sent in the clear.
-    let acceptor = acceptor.ok_or_else(|| {
+    let acceptor = ctx.tls.acceptor().ok_or_else(|| {
         ProtocolError::TlsHandshake(std::io::Error::other("no TLS configuration"))
     })?;
     if !r.buffer().is_empty() {
