@@ -37,8 +37,13 @@ use crate::layout::Layout;
 use crate::schemes::Scheme;
 use crate::stats::Counters;
 
-/// Free blocks per bank that only GC may take (its frontier must never starve).
-pub const GC_RESERVE: u32 = 2;
+/// Free blocks per bank that only GC may take, so its frontier never starves. One is enough:
+/// a victim is chosen only if its valid slots fit in the GC frontier's room plus the free
+/// blocks (`select_victim`), and cleaning it frees a whole block for at most its valid slots.
+/// Every free block is spare space doing nothing (a full block at least gathers invalid slots
+/// for GC); with many banks the per-bank reserve and soft floor are what part the measured WAF
+/// from the greedy limit (`waf_limit.rs`).
+pub const GC_RESERVE: u32 = 1;
 
 /// Everything the FTL's threads share.
 pub struct Core {
@@ -232,9 +237,9 @@ impl Core {
     /// Free blocks a bank should keep before background GC starts cleaning it.
     pub fn gc_soft_free(&self) -> u32 {
         if self.cfg.gc_soft_free > 0 {
-            return self.cfg.gc_soft_free.max(GC_RESERVE + 2);
+            return self.cfg.gc_soft_free.max(GC_RESERVE + 1);
         }
-        (GC_RESERVE + 3).max(self.layout.blocks_per_bank / 32)
+        GC_RESERVE + 2
     }
 
     /// Re-derives a bank's free count and exclusive-GC flag after its free list changed. The

@@ -123,7 +123,7 @@ pub use nand_model;
 use crate::blocks::{Bank, BankAlloc, BlockState};
 use crate::buffer::{QueueState, WriterMsg};
 use crate::checkpoint::{CkptState, SuperBlock};
-use crate::core::{Core, GC_RESERVE};
+use crate::core::Core;
 use crate::layout::Layout;
 use crate::stats::OpKind;
 
@@ -193,7 +193,11 @@ pub fn plan_format(
         checkpoint::checkpoint_bytes(total * spb, total).div_ceil(geo.page_size as u64);
     let ckpt_blocks = ckpt_pages.div_ceil(banks * geo.pages_per_block as u64) as u32;
     let reserved = 1 + banks * 2 * ckpt_blocks as u64;
-    let frontier = banks * (cfg.queues.max(1) as u64 + 1 + GC_RESERVE as u64 + 2);
+    // Blocks per bank kept out of the exported space for frontiers and GC's working room
+    // (queues' open blocks, GC's, its reserve and the free blocks it cleans ahead). The FTL
+    // keeps fewer idle now (`GC_RESERVE`, `Core::gc_soft_free`); the figure only sizes new
+    // images and is kept as it was so their capacities do not change.
+    let frontier = banks * (cfg.queues.max(1) as u64 + 5);
     let usable = total.saturating_sub(reserved);
     if usable <= frontier + banks {
         return bad(format!(

@@ -89,6 +89,11 @@ pub struct Summary {
     pub trim: OpSummary,
     /// NAND bytes programmed (host data and GC) / host bytes written, during the replay.
     pub waf: Option<f64>,
+    /// The FTL's physical spare factor and the WAF greedy GC cannot beat under uniform random
+    /// overwrites at it (Xiang & Kurkoski's Lambert-W limit, `ftl::waf_limit`): what `waf` is
+    /// read against. `null` for a target that cannot tell.
+    pub spare_factor: Option<f64>,
+    pub waf_limit_greedy: Option<f64>,
     pub gc: Option<GcSummary>,
     /// From the replay's start to the last completion, on the replay's clock: simulated with
     /// timing `virtual`, the host's with `real`.
@@ -235,12 +240,13 @@ fn finish(
 ) -> Result<Summary, ReplayError> {
     rec.finish(waf)
         .map_err(|e| output(csv.as_deref().unwrap_or(Path::new("requests.csv")), e))?;
-    let (gc, nand) = match ftl {
+    let (gc, nand, spare) = match ftl {
         Some((ftl, before)) => {
             let (g, n) = before.since(ftl);
-            (Some(g), Some(n))
+            let st = ftl.stats();
+            (Some(g), Some(n), Some((st.spare_factor, st.waf_limit_greedy)))
         }
-        None => (None, None),
+        None => (None, None, None),
     };
     let wall_seconds = wall.elapsed().as_secs_f64();
     let requests = rec.requests();
@@ -252,6 +258,8 @@ fn finish(
         flush: rec.op_summary(Op::Flush),
         trim: rec.op_summary(Op::Trim),
         waf: rec.waf(waf),
+        spare_factor: spare.map(|s| s.0),
+        waf_limit_greedy: spare.and_then(|s| s.1),
         gc,
         simulated_seconds: rec.last_done_ns as f64 / 1e9,
         adjusted: outcome.adjusted,
