@@ -98,7 +98,8 @@ pub struct Bank {
     pub alloc: Mutex<BankAlloc>,
     /// Mirror of `alloc.free_len()` for lock-free checks on the write path.
     pub free: AtomicU32,
-    /// Set while the bank is nearly out of free blocks: writers go elsewhere (LFTL exclusiveGC).
+    /// Set while the bank is at most one block above its GC reserve: writers go elsewhere (LFTL
+    /// exclusiveGC) and every background worker may clean.
     pub exclusive_gc: AtomicBool,
     /// Reads of this bank that failed every retry (a read fault, or data that fails its check).
     pub uncorrectable: AtomicU64,

@@ -193,6 +193,7 @@ pub struct FtlStats {
     pub gc_copies: u64,
     pub gc_erases: u64,
     pub gc_steps: u64,
+    /// GC steps writers did in the foreground because no bank had room for a page.
     pub foreground_gc: u64,
     pub wear_level_moves: u64,
     /// Partly filled pages programmed by the idle flush (`[ftl] idle_flush_ms`).

@@ -50,6 +50,8 @@ pub struct PageScheme {
     pub gc: Vec<Mutex<BankGc>>,
     /// Host-load gauge of the adaptive GC policy.
     pub gc_load: LoadGauge,
+    /// Where foreground GC starts breaking ties between equally cheap banks.
+    pub foreground_rr: std::sync::atomic::AtomicU32,
 }
 
 impl PageScheme {
@@ -60,6 +62,7 @@ impl PageScheme {
             map: PageMap::new(layout, lpns),
             gc: (0..banks).map(|_| Mutex::new(BankGc::default())).collect(),
             gc_load: LoadGauge::default(),
+            foreground_rr: Default::default(),
         }
     }
 }

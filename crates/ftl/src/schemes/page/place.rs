@@ -38,6 +38,8 @@ pub struct PagePlacer {
     /// the first idle bank found will do (no scan of every bank per page).
     uniform: bool,
     seen_bad: Option<u64>,
+    /// The bank this writer is cleaning in the foreground, one step per look for room.
+    cleaning: Option<u32>,
 }
 
 impl PagePlacer {
@@ -50,6 +52,7 @@ impl PagePlacer {
             weight: vec![1; banks as usize],
             uniform: true,
             seen_bad: None,
+            cleaning: None,
         }
     }
 
@@ -129,8 +132,9 @@ impl Placer for PagePlacer {
                 return Target::ReadOnly;
             }
             let Some(b) = self.choose_bank(core, has_trims) else {
-                // Every bank is at its GC reserve: clean in the foreground until a block frees.
-                if self.scheme.foreground_gc(core) {
+                // Every bank is at its GC reserve: clean a step in the foreground, then look
+                // again (a background worker may have freed a block meanwhile).
+                if self.scheme.foreground_gc(core, &mut self.cleaning) {
                     stuck = 0;
                 } else {
                     // Reclaimable space may sit in other writers' open blocks: give them time.
