@@ -66,8 +66,8 @@ pub struct FtlConfig {
     pub victim_policy: VictimPolicy,
     /// Background GC workers (Parallel and Adaptive policies).
     pub gc_threads: usize,
-    /// Free blocks per bank under which background GC starts (0: the GC reserve + 1, i.e. 2;
-    /// at least that). Each free block is spare space held idle: a higher floor
+    /// Free blocks per bank under which GC starts (0: the GC reserve + 1, i.e. 2, with
+    /// background workers; + 2 with in-path GC; at least the reserve + 1). Each free block is spare space held idle: a higher floor
     /// absorbs longer write bursts without foreground GC and costs write amplification.
     pub gc_soft_free: u32,
     /// Erase-count spread that triggers static wear levelling.

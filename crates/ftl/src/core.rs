@@ -239,10 +239,15 @@ impl Core {
         if self.cfg.gc_soft_free > 0 {
             return self.cfg.gc_soft_free.max(GC_RESERVE + 1);
         }
-        // One block ahead of the reserve: each block more held free costs WAF (timing off,
-        // 1 GiB, 7 % OP: 4.73 with 2, 5.05 with 3, ~6.2 with the 5 of before) and buys only
-        // a block per bank of burst before writers clean in the foreground.
-        GC_RESERVE + 1
+        // Background workers: one block ahead of the reserve. Each block more held free costs
+        // WAF (timing off, 1 GiB, 7 % OP: 4.73 with 2, 5.05 with 3, ~6.2 with the 5 of before)
+        // and buys only a block per bank of burst before writers clean in the foreground.
+        // In-path GC cleans as pages arrive, paced: it needs a block of its own to pace over
+        // before the bank is down to the reserve.
+        match self.cfg.gc_policy {
+            crate::config::GcPolicy::InPath => GC_RESERVE + 2,
+            _ => GC_RESERVE + 1,
+        }
     }
 
     /// Re-derives a bank's free count and exclusive-GC flag after its free list changed. The

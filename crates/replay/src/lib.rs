@@ -244,7 +244,11 @@ fn finish(
         Some((ftl, before)) => {
             let (g, n) = before.since(ftl);
             let st = ftl.stats();
-            (Some(g), Some(n), Some((st.spare_factor, st.waf_limit_greedy)))
+            (
+                Some(g),
+                Some(n),
+                Some((st.spare_factor, st.waf_limit_greedy)),
+            )
         }
         None => (None, None, None),
     };

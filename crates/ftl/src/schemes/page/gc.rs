@@ -879,8 +879,13 @@ impl BackgroundWorker for GcWorker {
             // In flight, or still working off an erase nobody waits for (`erase_or_retire`).
             let load = core.nand.bank_load(BankId(b));
             let busy = load.inflight > 0 || load.busy_for.is_some();
-            self.candidates
-                .push((!needs, busy, core.bank(b).free.load(Ordering::Acquire), i, b));
+            self.candidates.push((
+                !needs,
+                busy,
+                core.bank(b).free.load(Ordering::Acquire),
+                i,
+                b,
+            ));
         }
         if self.candidates.is_empty() {
             return Some(Duration::from_millis(20));

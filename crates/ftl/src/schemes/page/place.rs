@@ -131,7 +131,13 @@ impl Placer for PagePlacer {
             if core.read_only_reason().is_some() {
                 return Target::ReadOnly;
             }
-            let Some(b) = self.choose_bank(core, has_trims) else {
+            // A page carrying trim records may use GC's reserve, but only once GC found nothing
+            // else to reclaim: the records free the space they unmap only once they are on
+            // flash, so GC may be waiting for them. Sooner, the page could take the block a
+            // bank's GC frontier needs next (the reserve is one block) and leave that bank
+            // with reclaimable space it cannot reach.
+            let use_reserve = has_trims && stuck > 0;
+            let Some(b) = self.choose_bank(core, use_reserve) else {
                 // Every bank is at its GC reserve: clean a step in the foreground, then look
                 // again (a background worker may have freed a block meanwhile).
                 if self.scheme.foreground_gc(core, &mut self.cleaning) {
@@ -151,11 +157,9 @@ impl Placer for PagePlacer {
             }
             let fr = match self.frontiers[b as usize] {
                 Some(f) => f,
-                // A page carrying trim records may use GC's reserve: the records free the
-                // space they unmap only once they are on flash.
                 None => match core.alloc_block(
                     b,
-                    has_trims && core.bank(b).free.load(Ordering::Acquire) > 0,
+                    use_reserve && core.bank(b).free.load(Ordering::Acquire) > 0,
                 ) {
                     Some(block) => Frontier { block, next: 0 },
                     None => continue,

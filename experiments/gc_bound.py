@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Per-write GC bound (issue 14; RFTL, paper 004): FUA 4 KiB random writes to a device filled to
+95 %, at a rate it sustains, against the bound computed from the preset's timing.
+
+What a FUA write may wait for, on the bank its page goes to:
+  own     transfer + t_prog (the page itself)
+  step    one GC step in front of it: a copyback (t_read + t_prog), a page moved through the
+          controller (t_read + 2 transfers + t_prog) or an erase (t_erase), whichever is longest
+With background workers (`adaptive`, `parallel`) a write waits for at most the step a worker
+has under way on its bank: bound = own + step. With `in-path` GC the write pays its share of
+the cleaning first — the steady-state ratio (V + 1) / (P - V) steps for victims with V valid
+pages of P, never more than 8 (`IN_PATH_STEPS`) — so bound = own + 8 steps, and the measured
+mean steps per write is shown beside it. Writes that find no bank with room clean in the
+foreground step by step until one has; `foreground` counts those steps (a sustained rate above
+what GC can reclaim has no bound at all: the queue grows).
+
+Each run: `--precondition 95` (fill, then random overwrites until GC is in steady state — it
+ends with every bank at its GC reserve, as after a burst), then Poisson arrivals at `iops`.
+The first 2 s are left out of the steady-state figures (background GC restoring its floor
+after the burst); `max all` includes them. Virtual time (deterministic) and real time (the
+emulated device on the host's clock: adds this machine's scheduling noise; 2 vCPUs).
+"""
+
+import re
+import subprocess
+
+import common
+
+WARMUP_US = 2_000_000
+
+
+def preset_timing(ftld, name):
+    """(t_read, t_prog, t_erase, transfer of a page) in us, from `ftld presets`."""
+    out = subprocess.run([ftld, "presets"], capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        if line.split()[:1] == [name]:
+            page_kib = float(line.split()[1])
+            m = re.search(r"(\d+)/(\d+)/(\d+)us\s+([\d.]+)MB/s", line)
+            t_read, t_prog, t_erase, mbps = (float(g) for g in m.groups())
+            return t_read, t_prog, t_erase, page_kib * 1024 / mbps
+    raise SystemExit(f"preset {name} not in `ftld presets`")
+
+
+def pct(sorted_vals, p):
+    if not sorted_vals:
+        return float("nan")
+    return sorted_vals[min(len(sorted_vals) - 1, int(p / 100 * len(sorted_vals)))]
+
+
+def main():
+    a = common.parse_args("gc_bound", __doc__)
+    rows = []
+    cases = [("default", 300), ("slc-small-004", 1500)]
+    for preset, iops in cases:
+        t_read, t_prog, t_erase, xfer = preset_timing(a.ftld, preset)
+        own = xfer + t_prog
+        step = max(t_read + t_prog, t_read + 2 * xfer + t_prog, t_erase)
+        for policy in ("adaptive", "in-path"):
+            bound = own + (8 * step if policy == "in-path" else step)
+            for timing in ("virtual", "real"):
+                if timing == "real":
+                    n = 1_500 if a.quick else 30_000
+                else:
+                    n = 6_000 if a.quick else 100_000
+                tag = f"{preset}-{policy}-{timing}"
+                s, run_dir = common.replay(a, tag, [
+                    "--preset", preset, "--capacity", "64M" if a.quick else "256M",
+                    "--gc-policy", policy, "--timing", timing, "--precondition", 95,
+                    "--seed", 1, "--workload",
+                    f"random,bs=4k,read=0,fua=1,iops={iops},arrival=poisson,requests={n}"])
+                lat = []
+                with open(run_dir / "requests.csv") as f:
+                    next(f)
+                    for line in f:
+                        arrival, op, _, _, latency = line.rstrip("\n").split(",")
+                        if op == "write" and float(arrival) >= WARMUP_US:
+                            lat.append(float(latency))
+                lat.sort()
+                gc = s["gc"]
+                rows.append({
+                    "preset": preset, "policy": policy, "timing": timing, "IOPS": iops,
+                    "bound us": bound,
+                    "p99 us": pct(lat, 99), "p99.9 us": pct(lat, 99.9),
+                    "max us": lat[-1] if lat else float("nan"),
+                    "max / bound": lat[-1] / bound if lat else float("nan"),
+                    "max all us": s["write"]["max_us"],
+                    "steps / write": gc["steps"] / max(1, s["write"]["count"]),
+                    "foreground": gc["foreground"],
+                    "WAF": s["waf"],
+                })
+    common.write_table(
+        a, "FUA write latency at 95 % fill against the per-write GC bound",
+        ["preset", "policy", "timing", "IOPS", "bound us", "p99 us", "p99.9 us", "max us",
+         "max / bound", "max all us", "steps / write", "foreground", "WAF"], rows,
+        "Steady state (arrivals after 2 s). Goal (issue 14): max / bound <= 1; real-time "
+        "figures also hold this machine's scheduling delays.")
+
+
+if __name__ == "__main__":
+    main()
