@@ -46,6 +46,9 @@ def main():
             r = {"workload": "uniform", "OP": op, "queues": q, "victims": "greedy"}
             r.update(run(f"uniform-op{op}-q{q}", op, q, "random"))
             rows.append(r)
+    r = {"workload": "uniform", "OP": 0.07, "queues": 2, "victims": "cost-benefit"}
+    r.update(run("uniform-op0.07-q2-cost-benefit", 0.07, 2, "random", "cost-benefit"))
+    rows.append(r)
     for victim in ("greedy", "cost-benefit"):
         r = {"workload": "hot/cold 80/20", "OP": 0.07, "queues": 2, "victims": victim}
         r.update(run(f"hotcold-{victim}", 0.07, 2, "hotcold,hot=80/20", victim))

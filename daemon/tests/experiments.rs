@@ -128,3 +128,46 @@ fn thesis_table3() {
         .iter()
         .all(|&x| x > 0.0));
 }
+
+#[test]
+fn waf_limit() {
+    if !python() {
+        return;
+    }
+    let t = run("waf_limit.py");
+    let t = t.values().next().unwrap();
+    let rows = t["rows"].as_array().unwrap();
+    let pick = |workload: &str, victims: &str| -> Vec<f64> {
+        rows.iter()
+            .filter(|r| {
+                r["workload"].as_str() == Some(workload) && r["victims"].as_str() == Some(victims)
+            })
+            .map(|r| r["WAF"].as_f64().unwrap())
+            .collect()
+    };
+    // Greedy GC cannot beat the Lambert-W limit by much (finite blocks help a little).
+    for r in rows
+        .iter()
+        .filter(|r| r["workload"].as_str() == Some("uniform"))
+    {
+        let ratio = r["WAF / limit"].as_f64().unwrap();
+        assert!(ratio > 0.9, "{r}");
+    }
+    // Cost-benefit keeps cold data out of the way of hot data: less WAF than greedy.
+    let (greedy, cb) = (
+        pick("hot/cold 80/20", "greedy"),
+        pick("hot/cold 80/20", "cost-benefit"),
+    );
+    assert!(cb[0] < greedy[0], "cost-benefit {cb:?} vs greedy {greedy:?}");
+}
+
+#[test]
+fn gc_bound() {
+    if !python() {
+        return;
+    }
+    let t = run("gc_bound.py");
+    let t = t.values().next().unwrap();
+    assert_eq!(t["rows"].as_array().unwrap().len(), 8);
+    assert!(column(t, "bound us").iter().all(|&x| x > 0.0));
+}

@@ -26,9 +26,11 @@
 //! raced the copy wins.
 //!
 //! Scheduling (the `GcPolicy`): in-path (writers clean before writing to a bank under its soft
-//! floor, LFTL NPGC), parallel (workers clean idle banks, LFTL PLLGC) and adaptive (as parallel,
-//! with the number of active workers shrinking as host load grows, LFTL §3.4). Under every
-//! policy a writer that finds all banks at their GC reserve cleans in the foreground.
+//! floor, LFTL NPGC, paced at the victim's steady-state steps per page), parallel (workers
+//! clean idle banks, LFTL PLLGC) and adaptive (as parallel, with the number of active workers
+//! shrinking as host load grows, LFTL §3.4). With workers, a page sent to a bank they let fall
+//! to its GC reserve pays the same paced share. Under every policy a writer that finds all
+//! banks at their GC reserve cleans in the foreground, a step at a time.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -45,7 +47,7 @@ use crate::layout::{Psa, LOGICAL_PAGE};
 use crate::oob::{self, PageOob, SlotKind, SlotMeta};
 use crate::schemes::BackgroundWorker;
 
-/// Most GC steps one host page pays for in the in-path policy: what keeps up with victims up to
+/// Most GC steps one host page pays for in paced GC: what keeps up with victims up to
 /// (8 - 1) / (8 + 1) = 78 % valid. Fuller victims (less spare than the default's) fall behind;
 /// the bank then reaches its GC reserve and writers go to other banks or clean in the
 /// foreground.
@@ -63,7 +65,7 @@ struct Cursor {
     block: u32,
     next_page: u32,
     purpose: Purpose,
-    /// Valid slots when the victim was chosen: what cleaning it costs (in-path pacing).
+    /// Valid slots when the victim was chosen: what cleaning it costs (paced GC).
     valid: u32,
 }
 
@@ -111,7 +113,7 @@ pub struct BankGc {
     page: Vec<u8>,
     oob: Vec<u8>,
     out_oob: Vec<u8>,
-    /// In-path pacing: steps the pages sent to this bank owe and have not paid yet.
+    /// Paced GC: steps the pages sent to this bank owe and have not paid yet.
     credit: f64,
 }
 
@@ -725,22 +727,31 @@ impl PageScheme {
         core.bank(b).free.load(Ordering::Acquire) < core.gc_soft_free()
     }
 
-    /// In-path GC (LFTL NPGC, paced like RFTL's partial GC): while bank `b` is under its soft
-    /// floor, each page a writer sends there pays its share of the cleaning that keeps the
-    /// bank's free space level. A victim with `V` valid pages of `P` costs `V + 1` steps (its
-    /// copies and the erase) and gives `P - V` pages back, so a page owes `(V + 1) / (P - V)`
-    /// steps — about 4 at 80 % valid — the fraction carrying over in the bank's credit. No page
-    /// waits for a whole-block clean, nor for more than `IN_PATH_STEPS` steps.
-    pub(crate) fn in_path_gc(&self, core: &Core, b: u32) {
+    /// GC paced in the write path (LFTL NPGC, paced like RFTL's partial GC): while bank `b` is
+    /// under its soft floor, each page a writer sends there pays its share of the cleaning that
+    /// keeps the bank's free space level. A victim with `V` valid pages of `P` costs `V + 1`
+    /// steps (its copies and the erase) and gives `P - V` pages back, so a page owes
+    /// `(V + 1) / (P - V)` steps — about 4 at 80 % valid — times how many blocks the bank is
+    /// under its floor (so a bank that slipped climbs back instead of hovering where one full
+    /// victim tips it into foreground GC); the fraction carries over in the bank's credit. No
+    /// page waits for a whole-block clean, nor for more than `IN_PATH_STEPS` steps.
+    ///
+    /// The in-path policy's cleaning; with background workers, see
+    /// [`PageScheme::backstop_gc`].
+    pub(crate) fn paced_gc(&self, core: &Core, b: u32) {
         if !self.needs_gc(core, b) {
             return;
         }
         let mut g = self.gc[b as usize].lock();
-        let owed = g.credit + self.steps_per_page(core, &g);
+        let free = core.bank(b).free.load(Ordering::Acquire);
+        let below = core.gc_soft_free().saturating_sub(free).max(1);
+        let owed = g.credit + f64::from(below) * self.steps_per_page(core, &g);
+        // At the reserve nothing else may be written here: any victim that frees a slot will do.
+        let urgent = free <= GC_RESERVE;
         let mut paid = 0;
         while f64::from(paid) + 1.0 <= owed && paid < IN_PATH_STEPS {
             paid += 1;
-            if self.gc_step(core, b, &mut g, false) == Step::Idle {
+            if self.gc_step(core, b, &mut g, urgent) == Step::Idle {
                 // Nothing to clean now: no debt to carry.
                 g.credit = 0.0;
                 return;
@@ -749,7 +760,7 @@ impl PageScheme {
         g.credit = (owed - f64::from(paid)).clamp(0.0, f64::from(IN_PATH_STEPS));
     }
 
-    /// Steps a page written to a bank owes under in-path pacing (see [`PageScheme::in_path_gc`]),
+    /// Steps a page written to a bank owes under paced GC (see [`PageScheme::paced_gc`]),
     /// from the victim being cleaned; one (which picks a victim) when there is none yet.
     fn steps_per_page(&self, core: &Core, g: &BankGc) -> f64 {
         let Some(cur) = &g.victim else {
@@ -760,25 +771,66 @@ impl PageScheme {
         (valid_pages + 1.0) / (ppb - valid_pages).max(1.0)
     }
 
-    /// Foreground GC when no bank can take a page: one step on the bank `bank` names (a clean
-    /// this writer started), else on the bank whose best victim has the fewest valid slots.
-    /// The writer looks for room again after each step, so a page waits until any bank has a
-    /// free block — freed by its own steps or by a background worker — rather than for a
-    /// whole-block clean of its own. Returns false when nothing anywhere can be reclaimed.
+    /// Foreground GC when no bank can take a page: one step (see
+    /// [`PageScheme::cheapest_step`]). The writer looks for room again after each step, so a
+    /// page waits until any bank has a free block — freed by its own steps or by a background
+    /// worker — rather than for a whole-block clean of its own. Returns false when nothing
+    /// anywhere can be reclaimed.
     pub(crate) fn foreground_gc(&self, core: &Core, bank: &mut Option<u32>) -> bool {
         core.counters.foreground_gc.fetch_add(1, Ordering::Relaxed);
+        self.cheapest_step(core, bank).is_some()
+    }
+
+    /// With background workers: the paced share a page pays when the bank it goes to is down
+    /// to its GC reserve (the workers fell behind; see [`PageScheme::paced_gc`] for the
+    /// share), cleaned where it is cheapest device-wide rather than on that bank, as foreground
+    /// GC does: the point is to keep the device's free space level, and cleaning the page's own
+    /// bank instead cost 5-10 % WAF. `credit` carries the fraction (the writer's own).
+    pub(crate) fn backstop_gc(
+        &self,
+        core: &Core,
+        b: u32,
+        bank: &mut Option<u32>,
+        credit: &mut f64,
+    ) {
+        if !self.needs_gc(core, b) {
+            return;
+        }
+        let mut owed = *credit + 1.0;
+        let mut paid = 0;
+        while f64::from(paid) + 1.0 <= owed && paid < IN_PATH_STEPS {
+            let Some(ratio) = self.cheapest_step(core, bank) else {
+                *credit = 0.0;
+                return;
+            };
+            if paid == 0 {
+                owed = *credit + ratio;
+            }
+            paid += 1;
+        }
+        *credit = (owed - f64::from(paid)).clamp(0.0, f64::from(IN_PATH_STEPS));
+    }
+
+    /// One GC step where cleaning is cheapest: on the bank `bank` names (a clean this writer
+    /// started), else on the bank whose best victim has the fewest valid slots. Banks a worker
+    /// is cleaning are passed over (it holds their GC mutex for a whole round). Returns the
+    /// stepped bank's steps per page (see [`PageScheme::steps_per_page`]), `None` when nothing
+    /// anywhere can be reclaimed.
+    fn cheapest_step(&self, core: &Core, bank: &mut Option<u32>) -> Option<f64> {
         if let Some(b) = *bank {
-            let mut g = self.gc[b as usize].lock();
-            match self.gc_step(core, b, &mut g, true) {
-                Step::Progress => return true,
-                Step::Freed => {
-                    *bank = None;
-                    return true;
+            if let Some(mut g) = self.gc[b as usize].try_lock() {
+                match self.gc_step(core, b, &mut g, true) {
+                    Step::Progress => return Some(self.steps_per_page(core, &g)),
+                    Step::Freed => {
+                        *bank = None;
+                        return Some(self.steps_per_page(core, &g));
+                    }
+                    Step::Idle => *bank = None,
                 }
-                Step::Idle => *bank = None,
+            } else {
+                *bank = None;
             }
         }
-        // Clean where it is cheapest: the bank whose best victim has the fewest valid slots.
         // Ties (common: victims differ by a few slots) go round the banks from `from`: the
         // cleaned bank is where the next pages go, and a cleaner that favours some banks
         // fills them up (see `GcWorker::round`).
@@ -799,18 +851,33 @@ impl PageScheme {
             })
             .collect();
         order.sort_unstable();
-        for (_, _, b) in order {
-            let mut g = self.gc[b as usize].lock();
+        let mut passed = false;
+        for &(_, _, b) in &order {
+            let Some(mut g) = self.gc[b as usize].try_lock() else {
+                passed = true;
+                continue;
+            };
             match self.gc_step(core, b, &mut g, true) {
                 Step::Progress => {
                     *bank = Some(b);
-                    return true;
+                    return Some(self.steps_per_page(core, &g));
                 }
-                Step::Freed => return true,
+                Step::Freed => return Some(self.steps_per_page(core, &g)),
                 Step::Idle => {}
             }
         }
-        false
+        if !passed {
+            return None;
+        }
+        // Every bank with something to clean is being cleaned by a worker: wait for one.
+        for &(_, _, b) in &order {
+            let mut g = self.gc[b as usize].lock();
+            match self.gc_step(core, b, &mut g, true) {
+                Step::Progress | Step::Freed => return Some(self.steps_per_page(core, &g)),
+                Step::Idle => {}
+            }
+        }
+        None
     }
 
     /// Updates the adaptive policy's allowance from the host operation rate.

@@ -1,9 +1,10 @@
 //! The page scheme's placement: each queue's writer owns one open block (its *write frontier*)
 //! per bank, as paper 000's workers own their working blocks, so no other thread ever programs
 //! into it and sequential programming inside a block holds under any scheduling. A page goes to
-//! the least busy bank that is not under exclusive GC (LFTL §3.2.2); when every bank is at its
-//! GC reserve the writer cleans in the foreground, and with the in-path policy it cleans a bank
-//! under its soft floor before writing to it (`gc.rs`).
+//! the least busy bank that is not under exclusive GC (LFTL §3.2.2); a page sent to a bank
+//! under its soft floor first pays its paced share of that bank's cleaning (with the in-path
+//! policy, or with workers that let the bank fall to its reserve), and when every bank is at
+//! its GC reserve the writer cleans in the foreground, a step at a time (`gc.rs`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -40,6 +41,8 @@ pub struct PagePlacer {
     seen_bad: Option<u64>,
     /// The bank this writer is cleaning in the foreground, one step per look for room.
     cleaning: Option<u32>,
+    /// Backstop GC steps this writer's pages owe (see `PageScheme::backstop_gc`).
+    backstop_credit: f64,
 }
 
 impl PagePlacer {
@@ -53,6 +56,7 @@ impl PagePlacer {
             uniform: true,
             seen_bad: None,
             cleaning: None,
+            backstop_credit: 0.0,
         }
     }
 
@@ -153,7 +157,10 @@ impl Placer for PagePlacer {
                 continue;
             };
             if core.cfg.gc_policy == GcPolicy::InPath {
-                self.scheme.in_path_gc(core, b);
+                self.scheme.paced_gc(core, b);
+            } else {
+                self.scheme
+                    .backstop_gc(core, b, &mut self.cleaning, &mut self.backstop_credit);
             }
             let fr = match self.frontiers[b as usize] {
                 Some(f) => f,
