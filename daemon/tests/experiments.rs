@@ -158,7 +158,10 @@ fn waf_limit() {
         pick("hot/cold 80/20", "greedy"),
         pick("hot/cold 80/20", "cost-benefit"),
     );
-    assert!(cb[0] < greedy[0], "cost-benefit {cb:?} vs greedy {greedy:?}");
+    assert!(
+        cb[0] < greedy[0],
+        "cost-benefit {cb:?} vs greedy {greedy:?}"
+    );
 }
 
 #[test]

@@ -766,9 +766,18 @@ impl PageScheme {
         let Some(cur) = &g.victim else {
             return 1.0;
         };
-        let ppb = f64::from(core.layout.pages_per_block);
-        let valid_pages = f64::from(cur.valid.div_ceil(core.layout.slots_per_page));
-        (valid_pages + 1.0) / (ppb - valid_pages).max(1.0)
+        let (ppb, spp) = (core.layout.pages_per_block, core.layout.slots_per_page);
+        // Pages the victim's valid slots fill once packed: what cleaning gives back is the rest.
+        let packed = cur.valid.div_ceil(spp);
+        let steps = if spp == 1 {
+            // A valid page moves in one step (a copyback, or a read and a program).
+            packed + 1
+        } else {
+            // A step per victim page holding valid slots (at most one per slot) to stage them,
+            // a step per packed page to program, and the erase.
+            cur.valid.min(ppb) + packed + 1
+        };
+        f64::from(steps) / f64::from(ppb.saturating_sub(packed).max(1))
     }
 
     /// Foreground GC when no bank can take a page: one step (see
@@ -835,7 +844,7 @@ impl PageScheme {
         // cleaned bank is where the next pages go, and a cleaner that favours some banks
         // fills them up (see `GcWorker::round`).
         let n = core.layout.banks;
-        let from = self.foreground_rr.fetch_add(1, Ordering::Relaxed) as u32 % n;
+        let from = self.foreground_rr.fetch_add(1, Ordering::Relaxed) % n;
         let mut order: Vec<(u32, u32, u32)> = (0..n)
             .map(|b| {
                 let a = core.bank(b).alloc.lock();
@@ -927,7 +936,12 @@ impl BackgroundWorker for GcWorker {
     fn round(&mut self, core: &Core, max_steps: u32) -> Option<Duration> {
         let scheme = &self.scheme;
         let nb = core.layout.banks;
-        let urgent = (0..nb).any(|b| core.bank(b).exclusive_gc.load(Ordering::Acquire));
+        // Every worker cleans, whatever the host load, once a bank is below its GC reserve.
+        // Not sooner: with the soft floor one block above the reserve, some bank is at its
+        // reserve (or `exclusive_gc`, one block above) nearly all the time on a busy device,
+        // and adaptive GC would never throttle; writers to such a bank pay their paced share
+        // instead (`backstop_gc`).
+        let urgent = (0..nb).any(|b| core.bank(b).free.load(Ordering::Acquire) < GC_RESERVE);
         if self.adaptive && !urgent && self.idx >= scheme.gc_load.allowed.load(Ordering::Acquire) {
             return Some(Duration::from_millis(5));
         }
