@@ -131,21 +131,25 @@ impl Placer for PagePlacer {
         let has_trims = !page.zombies.is_empty();
         // Consecutive rounds in which no bank could take the page and GC reclaimed nothing.
         let mut stuck = 0u32;
+        // Foreground GC steps taken for this page.
+        let mut cleaned = 0u32;
         loop {
             if core.read_only_reason().is_some() {
                 return Target::ReadOnly;
             }
             // A page carrying trim records may use GC's reserve, but only once GC found nothing
-            // else to reclaim: the records free the space they unmap only once they are on
-            // flash, so GC may be waiting for them. Sooner, the page could take the block a
-            // bank's GC frontier needs next (the reserve is one block) and leave that bank
-            // with reclaimable space it cannot reach.
-            let use_reserve = has_trims && stuck > 0;
+            // else to reclaim, or a block's worth of foreground steps found no room: the
+            // records free the space they unmap only once they are on flash, so GC may be
+            // waiting for them (a victim they hold is stepped through and then given up).
+            // Sooner, the page could take the block a bank's GC frontier needs next (the
+            // reserve is one block) and leave that bank with reclaimable space it cannot reach.
+            let use_reserve = has_trims && (stuck > 0 || cleaned >= core.layout.pages_per_block);
             let Some(b) = self.choose_bank(core, use_reserve) else {
                 // Every bank is at its GC reserve: clean a step in the foreground, then look
                 // again (a background worker may have freed a block meanwhile).
                 if self.scheme.foreground_gc(core, &mut self.cleaning) {
                     stuck = 0;
+                    cleaned += 1;
                 } else {
                     // Reclaimable space may sit in other writers' open blocks: give them time.
                     stuck += 1;
