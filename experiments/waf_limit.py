@@ -12,9 +12,9 @@ preset at 1 GiB (quick: 64 MiB), preconditioned (filled, then overwritten at ran
 is in steady state), then `requests` 4 KiB writes closed loop at 32 in flight, virtual time.
 
 More queues mean more space set aside for open blocks when the image is formatted (a block per
-queue per bank), of which the FTL keeps about half idle: the physical spare grows faster than
-the idle space, so the ratio falls with the queue count. The hot/cold rows have no closed-form
-limit; the uniform limit at the same spare is shown for scale.
+queue per bank), of which the FTL keeps about half idle, so the physical spare, and with it the
+limit, moves with the queue count. The hot/cold rows have no closed-form limit; the uniform
+limit at the same spare is shown for scale.
 """
 
 import common

@@ -171,6 +171,16 @@ fn gc_bound() {
     }
     let t = run("gc_bound.py");
     let t = t.values().next().unwrap();
-    assert_eq!(t["rows"].as_array().unwrap().len(), 8);
+    let rows = t["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 8);
     assert!(column(t, "bound us").iter().all(|&x| x > 0.0));
+    // Virtual time is deterministic and free of this machine's noise: there every write after
+    // the warm-up is within the bound (real-time rows also carry scheduling delays).
+    for r in rows
+        .iter()
+        .filter(|r| r["timing"].as_str() == Some("virtual"))
+    {
+        let m = r["max / bound"].as_f64().unwrap_or(f64::INFINITY);
+        assert!(m <= 1.0, "{r}");
+    }
 }

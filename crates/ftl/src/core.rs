@@ -240,8 +240,9 @@ impl Core {
             return self.cfg.gc_soft_free.max(GC_RESERVE + 1);
         }
         // Background workers: one block ahead of the reserve. Each block more held free costs
-        // WAF (timing off, 1 GiB, 7 % OP: 4.73 with 2, 5.05 with 3, ~6.2 with the 5 of before)
-        // and buys only a block per bank of burst before writers clean in the foreground.
+        // WAF (`ftld replay --timing off`, 1 GiB, 7 % OP, QD32: 4.74-4.76 with 2, 5.05 with 3;
+        // the 5 of before measured 6.26 over NBD) and buys only a block per bank of burst
+        // before writers clean in the foreground.
         // In-path GC cleans as pages arrive, paced: it needs a block of its own to pace over
         // before the bank is down to the reserve.
         match self.cfg.gc_policy {
