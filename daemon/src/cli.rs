@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ftl::{GcPolicy, LogPlacement, SchemeKind};
-use nand_model::TimingMode;
+use nand_model::{TimerMode, TimingMode};
 use serde::Deserialize;
 
 use crate::units::{parse_listen, parse_size};
@@ -101,6 +101,10 @@ pub struct ReplayArgs {
     /// How time passes [default: virtual; real with --target].
     #[arg(long, value_enum)]
     pub timing: Option<ReplayTiming>,
+    /// With --timing real on an image: how waits pass the time, sleep, hybrid or spin (see
+    /// `ftld serve --help`) [default: hybrid].
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub timer: Option<TimerMode>,
     /// Replay in real time against this device instead of an image: an NBD URI
     /// (`nbd://HOST[:PORT]/EXPORT`, `nbd+unix:///EXPORT?socket=PATH`) or a block device or
     /// file (`/dev/nvme0n1`: a real SSD too). Its data is overwritten.
@@ -200,6 +204,12 @@ pub struct ServeArgs {
     /// Whether NAND operations take their modelled time [default: real].
     #[arg(long, value_enum)]
     pub timing: Option<TimingMode>,
+    /// With timing real, how waits for a modelled completion pass the time: sleep (no CPU,
+    /// late by the kernel's wake-up latency), hybrid (sleep until a learnt margin before, then
+    /// spin: on time, about a margin of CPU per wait) or spin (a core per waiting thread)
+    /// [default: hybrid].
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub timer: Option<TimerMode>,
     /// Frontend [default: auto].
     #[arg(long, value_enum)]
     pub frontend: Option<Frontend>,

@@ -10,6 +10,7 @@
 //! preset = "k9-003"          # new images only
 //! capacity = "1G"            # new images only; or a number of bytes
 //! timing = "real"            # or "off"
+//! timer = "hybrid"           # sleep | hybrid | spin: how timing-real waits pass the time
 //! frontend = "auto"          # auto | nbd | ublk
 //! nbd_socket = "/run/ftld/disk0.sock"
 //! nbd_listen = "127.0.0.1:10809"
@@ -46,7 +47,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use ftl::FtlConfig;
 use ftl_nbd::{ServerConfig, TlsMode, TlsPolicy};
-use nand_model::TimingMode;
+use nand_model::{TimerMode, TimingMode};
 use serde::Deserialize;
 
 use crate::cli::{Frontend, ImageArgs, InterconnectKind, ServeArgs, DEFAULT_IMAGE};
@@ -61,6 +62,7 @@ pub struct FileConfig {
     pub preset: Option<String>,
     pub capacity: Option<SizeValue>,
     pub timing: Option<TimingMode>,
+    pub timer: Option<TimerMode>,
     pub frontend: Option<Frontend>,
     pub nbd_socket: Option<PathBuf>,
     pub nbd_listen: Option<String>,
@@ -171,6 +173,8 @@ pub struct ImageSettings {
 pub struct ServeSettings {
     pub image: ImageSettings,
     pub timing: TimingMode,
+    /// How timing-real waits pass the time (not stored in the image).
+    pub timer: TimerMode,
     pub frontend: Frontend,
     pub nbd_socket: Option<PathBuf>,
     pub nbd_listen: Option<SocketAddr>,
@@ -339,6 +343,7 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
     Ok(ServeSettings {
         image,
         timing: args.timing.or(file.timing).unwrap_or(TimingMode::Real),
+        timer: args.timer.or(file.timer).unwrap_or_default(),
         frontend: args.frontend.or(file.frontend).unwrap_or_default(),
         nbd_socket,
         nbd_listen,
@@ -414,6 +419,12 @@ mod tests {
         )
         .expect("parses");
         assert_eq!(c.timing, Some(TimingMode::Off));
+        assert_eq!(c.timer, None);
+        assert_eq!(
+            parse("timer = \"spin\"").expect("parses").timer,
+            Some(TimerMode::Spin)
+        );
+        assert!(parse("timer = \"busy\"").is_err());
         let ftl = c.ftl.expect("ftl table");
         assert_eq!(ftl.queues, 3);
         assert_eq!(ftl.gc_policy, GcPolicy::InPath);

@@ -124,7 +124,7 @@ pub fn check_interconnect(
 pub fn shape_difference(a: &NandConfig, b: &NandConfig) -> Option<(&'static str, String, String)> {
     let (ga, gb) = (&a.geometry, &b.geometry);
     let (ta, tb) = (&a.timing, &b.timing);
-    let fields: [(&'static str, String, String); 10] = [
+    let fields: [(&'static str, String, String); 12] = [
         ("channels", ga.channels.to_string(), gb.channels.to_string()),
         (
             "banks_per_channel",
@@ -161,6 +161,12 @@ pub fn shape_difference(a: &NandConfig, b: &NandConfig) -> Option<(&'static str,
             "channel_bytes_per_sec",
             ta.channel_bytes_per_sec.to_string(),
             tb.channel_bytes_per_sec.to_string(),
+        ),
+        ("cell", format!("{:?}", ta.cell), format!("{:?}", tb.cell)),
+        (
+            "read_retry",
+            format!("{:?}", ta.read_retry),
+            format!("{:?}", tb.read_retry),
         ),
         (
             "endurance",

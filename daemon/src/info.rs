@@ -76,16 +76,7 @@ pub fn render(info: &ImageInfo) -> String {
             "over-provisioning",
             format!("{:.1}%", info.overprovision * 100.0),
         ),
-        (
-            "timing",
-            format!(
-                "read {} us, program {} us, erase {} us, channel {} MB/s",
-                t.t_read.as_micros(),
-                t.t_prog.as_micros(),
-                t.t_erase.as_micros(),
-                t.channel_bytes_per_sec / 1_000_000
-            ),
-        ),
+        ("timing", t.summary()),
         ("interconnect", info.nand.interconnect.to_string()),
         ("write queues", format!("at most {}", info.max_queues)),
         (

@@ -68,8 +68,9 @@ pub fn print(json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     out!(
-        "{:<14} {:>6} {:>6} {:>8} {:>5} {:>9} {:>9} {:>14} {:>9} {:>7}",
+        "{:<15} {:>4} {:>6} {:>6} {:>8} {:>5} {:>9} {:>9} {:>22} {:>9} {:>7}",
         "NAME",
+        "CELL",
         "PAGE",
         "PG/BLK",
         "BLOCK",
@@ -88,26 +89,44 @@ pub fn print(json: bool) -> anyhow::Result<()> {
         let export = ftl::plan_format(c, &ftl, None)
             .map_or_else(|_| "-".to_string(), |pl| format_size(pl.max_export_bytes));
         out!(
-            "{:<14} {:>6} {:>6} {:>8} {:>5} {:>9} {:>9} {:>14} {:>9} {:>7}",
+            "{:<15} {:>4} {:>6} {:>6} {:>8} {:>5} {:>9} {:>9} {:>22} {:>9} {:>7}",
             p.name,
+            t.cell.kind.to_string().to_uppercase(),
             format_size(u64::from(g.page_size)),
             g.pages_per_block,
             format_size(g.block_bytes()),
             format!("{}x{}", g.channels, g.banks_per_channel),
             format_size(g.raw_capacity()),
             export,
-            format!(
-                "{}/{}/{}us",
-                t.t_read.as_micros(),
-                t.t_prog.as_micros(),
-                t.t_erase.as_micros()
-            ),
+            {
+                // A multi-level cell shows its fastest-slowest page type.
+                let lat = t.page_type_latencies();
+                let range = |f: fn(&(std::time::Duration, std::time::Duration)) -> u128| {
+                    let lo = lat.iter().map(f).min().unwrap_or(0);
+                    let hi = lat.iter().map(f).max().unwrap_or(0);
+                    if lo == hi {
+                        lo.to_string()
+                    } else {
+                        format!("{lo}-{hi}")
+                    }
+                };
+                format!(
+                    "{}/{}/{}us",
+                    range(|l| l.0.as_micros()),
+                    range(|l| l.1.as_micros()),
+                    t.t_erase.as_micros()
+                )
+            },
             format!("{:.0}MB/s", t.channel_bytes_per_sec as f64 / 1e6),
             c.endurance
         );
     }
     out!();
-    out!("BANKS is channels x banks per channel; EXPORT is the default exported size.");
+    out!(
+        "BANKS is channels x banks per channel; EXPORT is the default exported size; a \
+         multi-level cell (MLC, TLC, QLC) shows its fastest-slowest page type's read and program \
+         (page p of a block is type p % bits: LSB, CSB, MSB, TSB; `ftld info` lists them)."
+    );
     out!(
         "Every preset has interconnect tmcd (a controller per channel); --interconnect pmcd \
          [--controllers N] (or [nand]) gives a new image N controllers that reach any bank."

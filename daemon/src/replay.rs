@@ -198,6 +198,11 @@ fn replay_image(
             TimingMode::Real
         };
         ftl = image::open_or_create(&settings, mode)?;
+        let timer = args.timer.or(file.timer).unwrap_or_default();
+        ftl.nand().set_timer(timer);
+        if timing == ReplayTiming::Real {
+            cfg_json["timer"] = timer.to_string().into();
+        }
     }
     let stats = ftl.stats();
     cfg_json["image"] = if scratch.is_some() {

@@ -54,6 +54,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let signals = rt.block_on(async { Signals::install() })?;
     notify::status(&format!("opening {}", s.image.path.display()));
     let ftl = Arc::new(image::open_or_create(&s.image, s.timing)?);
+    ftl.nand().set_timer(s.timer);
     log_opened(&ftl, &s);
     let served = match chosen {
         Chosen::Nbd => rt.block_on(serve_all(Arc::clone(&ftl), &s, signals)),
@@ -160,6 +161,7 @@ fn log_opened(ftl: &Ftl, s: &ServeSettings) {
         queues = ftl.queues(),
         gc_policy = s.image.ftl.gc_policy.name(),
         timing = ?s.timing,
+        timer = %s.timer,
         recovery = ?r.mode,
         pages_scanned = r.pages_scanned,
         "image open"

@@ -12,9 +12,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use crate::clock::{now_ns, sleep_until, to_instant, SimClock, ALREADY_DONE};
+use crate::clock::{now_ns, to_instant, SimClock, ALREADY_DONE};
 use crate::stats::BankCounters;
 use crate::timer::{register, WakerSlot};
+use crate::waiting::{spin_until, wait_until, TimerMode, FUTURE_MARGIN};
 
 /// Decrements a bank's in-flight count when dropped.
 #[derive(Debug)]
@@ -33,6 +34,8 @@ pub struct Completion {
     deadline_ns: u64,
     /// The device's simulated clock with timing `virtual`: waiting moves it instead of sleeping.
     sim: Option<Arc<SimClock>>,
+    /// How a wait on the host's clock passes the time (the device's setting at submission).
+    timer: TimerMode,
     _inflight: InflightGuard,
 }
 
@@ -41,11 +44,13 @@ impl Completion {
         deadline_ns: u64,
         bank: Arc<BankCounters>,
         sim: Option<&Arc<SimClock>>,
+        timer: TimerMode,
     ) -> Completion {
         bank.submit();
         Completion {
             deadline_ns,
             sim: sim.cloned(),
+            timer,
             _inflight: InflightGuard(bank),
         }
     }
@@ -71,24 +76,32 @@ impl Completion {
             }
     }
 
-    /// Blocks the calling thread until the deadline (absolute `clock_nanosleep` with 1 ns timer
-    /// slack for this thread). Returns at once with timing off or when the deadline has passed.
+    /// Blocks the calling thread until the deadline, the way the device's [`TimerMode`] says
+    /// (sleep: absolute `clock_nanosleep` with 1 ns timer slack for this thread; hybrid: that
+    /// until a learnt margin before the deadline, then a spin; spin: a spin). Returns at once
+    /// with timing off or when the deadline has passed.
     /// With timing `virtual` it moves the simulated clock to the deadline (if it is earlier)
     /// and returns at once.
     pub fn wait(self) {
         if let Some(c) = &self.sim {
             c.advance_to(self.deadline_ns);
         } else if self.deadline_ns != ALREADY_DONE {
-            sleep_until(self.deadline_ns);
+            wait_until(self.deadline_ns, self.timer);
         }
     }
 
     /// A runtime-agnostic future that is ready at the deadline (woken by the crate's timer
     /// thread). It is ready on first poll if the deadline has already passed.
+    ///
+    /// With timer `hybrid` or `spin` the timer thread wakes the task a learnt margin before the
+    /// deadline and the poll spins the rest on the executor's thread, so the second wake-up
+    /// (timer thread, then executor) is absorbed too; a deadline closer than the margin is spun
+    /// for at once.
     pub fn into_future(self) -> CompletionFuture {
         CompletionFuture {
             completion: self,
             slot: None,
+            margin: 0,
         }
     }
 }
@@ -109,6 +122,8 @@ pub struct CompletionFuture {
     completion: Completion,
     /// Registered with the timer on the first pending poll.
     slot: Option<Arc<WakerSlot>>,
+    /// How early the timer was asked to wake the task (0: at the deadline).
+    margin: u64,
 }
 
 impl CompletionFuture {
@@ -129,9 +144,32 @@ impl Future for CompletionFuture {
             c.advance_to(deadline);
             return Poll::Ready(());
         }
-        if this.completion.is_complete() {
+        if deadline == ALREADY_DONE {
             return Poll::Ready(());
         }
+        let now = now_ns();
+        let early = this.completion.timer != TimerMode::Sleep;
+        if early {
+            if this.slot.as_ref().is_some_and(|s| s.fired()) {
+                // Woken by the timer: learn how late that was against the early target.
+                let target = deadline.saturating_sub(this.margin);
+                FUTURE_MARGIN.observe(this.margin, now.saturating_sub(target));
+                this.slot = None;
+                spin_until(deadline);
+                return Poll::Ready(());
+            }
+            if this.slot.is_none() {
+                this.margin = FUTURE_MARGIN.get();
+                if deadline.saturating_sub(now) <= this.margin {
+                    spin_until(deadline);
+                    return Poll::Ready(());
+                }
+            }
+        }
+        if now >= deadline {
+            return Poll::Ready(());
+        }
+        let wake_at = deadline - if early { this.margin } else { 0 };
         match &this.slot {
             // Still registered: just make sure the timer wakes the current task.
             Some(slot) if !slot.fired() => slot.set(cx.waker()),
@@ -140,12 +178,16 @@ impl Future for CompletionFuture {
             _ => {
                 let slot = Arc::new(WakerSlot::default());
                 slot.set(cx.waker());
-                register(deadline, Arc::clone(&slot));
+                register(wake_at, Arc::clone(&slot));
                 this.slot = Some(slot);
             }
         }
-        // Re-check: the deadline may have passed while registering; never miss it.
-        if now_ns() >= deadline {
+        // Re-check: the wake-up time may have passed while registering; never miss it.
+        if now_ns() >= wake_at {
+            if early {
+                this.slot = None;
+                spin_until(deadline);
+            }
             return Poll::Ready(());
         }
         Poll::Pending

@@ -31,6 +31,7 @@ use crate::image::Image;
 use crate::stats::{BankCounters, ChannelStats, NandStats, OpCounters, TotalStats};
 use crate::timeline::Timeline;
 use crate::timing::TimingMode;
+use crate::waiting::TimerMode;
 
 /// Load of one bank, readable without taking its lock ([`NandDevice::bank_load`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,6 +152,18 @@ impl NandDevice {
     /// Whether operations take modelled time.
     pub fn timing_mode(&self) -> TimingMode {
         self.timeline.mode()
+    }
+
+    /// How waits for this device's completions pass the time on the host's clock (timing
+    /// `real`): see [`TimerMode`]. A property of the emulation, not of the device, so it is
+    /// not stored in the image; operations submitted after the call use it.
+    pub fn set_timer(&self, timer: TimerMode) {
+        self.timeline.set_timer(timer);
+    }
+
+    /// The current [`TimerMode`].
+    pub fn timer(&self) -> TimerMode {
+        self.timeline.timer()
     }
 
     /// The simulated clock, with timing `virtual` (`None` otherwise).
@@ -339,12 +352,14 @@ impl NandDevice {
             }
         }
         let bytes = (data.len() + oob_len) as u64;
+        let t_read = self.config.timing.read_ns(addr.page, blk.erase_count);
         let st = &mut *st;
         let deadline = self.timeline.read(
             &mut st.free_at,
             &mut st.ops,
             &bank.counters,
             addr.block.bank,
+            t_read,
             bytes,
         );
         st.ops.reads += 1;
@@ -357,6 +372,7 @@ impl NandDevice {
             deadline,
             Arc::clone(&bank.counters),
             self.timeline.sim(),
+            self.timeline.timer(),
         ))
     }
 
@@ -394,6 +410,7 @@ impl NandDevice {
                 ALREADY_DONE,
                 Arc::clone(&bank.counters),
                 self.timeline.sim(),
+                self.timeline.timer(),
             ));
         }
         let mut st = bank.state.lock();
@@ -417,6 +434,7 @@ impl NandDevice {
             &mut st.ops,
             &bank.counters,
             addr.block.bank,
+            self.config.timing.prog_ns(addr.page),
             bytes,
         );
         st.ops.programs += 1;
@@ -429,6 +447,7 @@ impl NandDevice {
             deadline,
             Arc::clone(&bank.counters),
             self.timeline.sim(),
+            self.timeline.timer(),
         ))
     }
 
@@ -475,6 +494,7 @@ impl NandDevice {
                 ALREADY_DONE,
                 Arc::clone(&bank.counters),
                 self.timeline.sim(),
+                self.timeline.timer(),
             ));
         }
         let mut st = bank.state.lock();
@@ -485,10 +505,12 @@ impl NandDevice {
         let mut to = self.programmable(&st.mem, dst)?;
         let c = &bank.counters;
         let ch = src.block.bank;
+        let t_read = self.config.timing.read_ns(src.page, from.erase_count);
         let st = &mut *st;
         if self.faults.read_fails(src) {
             // The bank stays busy for the failed sensing (as a failed read keeps it).
-            self.timeline.read(&mut st.free_at, &mut st.ops, c, ch, 0);
+            self.timeline
+                .read(&mut st.free_at, &mut st.ops, c, ch, t_read, 0);
             st.ops.reads += 1;
             st.ops.copybacks += 1;
             st.ops.faults += 1;
@@ -523,9 +545,14 @@ impl NandDevice {
         }
         to.programmed_pages += 1;
         st.mem.set_block(dst.block.block, to);
-        let deadline = self
-            .timeline
-            .copyback(&mut st.free_at, &mut st.ops, c, ch, oob_len as u64);
+        let deadline = self.timeline.copyback(
+            &mut st.free_at,
+            &mut st.ops,
+            c,
+            ch,
+            (t_read, self.config.timing.prog_ns(dst.page)),
+            oob_len as u64,
+        );
         let ops = &mut st.ops;
         ops.reads += 1;
         ops.programs += 1;
@@ -540,6 +567,7 @@ impl NandDevice {
             deadline,
             Arc::clone(c),
             self.timeline.sim(),
+            self.timeline.timer(),
         ))
     }
 
@@ -555,6 +583,7 @@ impl NandDevice {
                 ALREADY_DONE,
                 Arc::clone(&bank.counters),
                 self.timeline.sim(),
+                self.timeline.timer(),
             ));
         }
         let mut st = bank.state.lock();
@@ -593,6 +622,7 @@ impl NandDevice {
             deadline,
             Arc::clone(&bank.counters),
             self.timeline.sim(),
+            self.timeline.timer(),
         ))
     }
 

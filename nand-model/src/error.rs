@@ -46,6 +46,21 @@ pub enum GeometryError {
         /// The largest count accepted.
         max: u32,
     },
+    /// Upper-page latencies set past the cell's page types (an SLC part with an MSB latency),
+    /// or a cell type field that names none.
+    #[error("cell: {reason}")]
+    Cell {
+        /// What is wrong.
+        reason: String,
+    },
+    /// Read-retry asks for more steps than the model allows.
+    #[error("read_retry.max_steps must be at most {max}, got {max_steps}")]
+    ReadRetrySteps {
+        /// The value given.
+        max_steps: u32,
+        /// The largest value accepted.
+        max: u32,
+    },
     /// Pages (or banks) would not be addressable with a u32 global index.
     #[error("geometry has {total_pages} pages; at most 2^32 - 1 are addressable")]
     TooLarge {
@@ -220,7 +235,7 @@ pub enum ImageError {
         computed: u32,
     },
     /// The image was written by another format version.
-    #[error("image {}: unsupported format version {found} (this build reads {supported} and {}, the latter for PMCD devices)", path.display(), supported + 1)]
+    #[error("image {}: unsupported format version {found} (this build reads {supported} to {}: {supported} for SLC TMCD devices, {} for PMCD, {} with multi-level cells or read-retry)", path.display(), supported + 2, supported + 1, supported + 2)]
     UnsupportedVersion {
         /// The image path.
         path: PathBuf,

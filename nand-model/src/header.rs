@@ -6,15 +6,20 @@
 //! | offset | size | field |
 //! |---:|---:|---|
 //! | 0 | 8 | magic `FTLDNAND` |
-//! | 8 | 4 | format version (2, or 3 for a PMCD device; 1 had no frame table) |
+//! | 8 | 4 | format version (2; 3 for a PMCD device; 4 for a multi-level cell or read-retry device; 1 had no frame table) |
 //! | 12 | 4 | header size (4096) |
 //! | 16 | 4 x 6 | channels, banks_per_channel, blocks_per_bank, pages_per_block, page_size, oob_size |
 //! | 40 | 4 | endurance (P/E cycles) |
-//! | 44 | 4 | version 3 (PMCD): the number of controllers; version 2 (TMCD): 0 |
+//! | 44 | 4 | versions 3 and 4: the number of PMCD controllers, 0 for TMCD (version 3 is always PMCD); version 2: 0 |
 //! | 48 | 8 x 4 | t_read, t_prog, t_erase (ns), channel bytes/s |
 //! | 80 | 16 | uuid |
 //! | 96 | 8 | creation time, ns since the Unix epoch |
-//! | 104 | .. | zero up to 4092 |
+//! | 104 | 4 | version 4: bits per cell (1-4); earlier: 0 (SLC) |
+//! | 108 | 4 x 2 | version 4: read-retry P/E cycles per step (0: off), most steps |
+//! | 116 | 4 | zero |
+//! | 120 | 8 x 3 | version 4: t_read of the CSB, MSB, TSB pages (ns; 0 past the cell's types) |
+//! | 144 | 8 x 3 | version 4: t_prog of the same |
+//! | 168 | .. | zero up to 4092 |
 //! | 4092 | 4 | crc32 (crc32fast) of bytes 0..4092 |
 //!
 //! Decoding checks, in order: length, magic, version (before the CRC, since another version may
@@ -26,7 +31,7 @@ use crate::config::NandConfig;
 use crate::error::GeometryError;
 use crate::geometry::Geometry;
 use crate::interconnect::Interconnect;
-use crate::timing::{dur_ns, Timing};
+use crate::timing::{dur_ns, CellTiming, CellType, ReadRetry, Timing};
 
 /// Bytes reserved for the header at the start of the file.
 pub(crate) const HEADER_SIZE: usize = 4096;
@@ -37,6 +42,10 @@ pub(crate) const FORMAT_VERSION: u32 = 2;
 /// The format version of a PMCD device's image: builds that predate the interconnect would
 /// ignore bytes 44..48 and time it as TMCD, so they must refuse it instead.
 pub(crate) const FORMAT_VERSION_PMCD: u32 = 3;
+/// The format version of a device with multi-level cells or read-retry (either interconnect):
+/// older builds would time it as SLC without retry, so they must refuse it. A device without
+/// them keeps version 2 or 3, which older builds still open.
+pub(crate) const FORMAT_VERSION_CELLS: u32 = 4;
 /// Bytes of one block-table entry: erase_count, flags, programmed_pages, reserved (u32 each).
 pub(crate) const BLOCK_ENTRY_SIZE: u64 = 16;
 /// Bytes of one frame-table entry (see `bankmem.rs`).
@@ -118,7 +127,9 @@ pub(crate) fn encode(h: &Header) -> Vec<u8> {
     let t = &h.config.timing;
     let mut w = Writer(&mut buf);
     w.put(0, &MAGIC);
+    let cells = t.cell != CellTiming::default() || t.read_retry != ReadRetry::default();
     let version = match h.config.interconnect {
+        _ if cells => FORMAT_VERSION_CELLS,
         Interconnect::Tmcd => FORMAT_VERSION,
         Interconnect::Pmcd { .. } => FORMAT_VERSION_PMCD,
     };
@@ -150,6 +161,17 @@ pub(crate) fn encode(h: &Header) -> Vec<u8> {
     }
     w.put(80, &h.uuid);
     w.put(96, &h.created_unix_ns.to_le_bytes());
+    if cells {
+        w.put(104, &t.cell.kind.bits().to_le_bytes());
+        w.put(108, &t.read_retry.every_pe_cycles.to_le_bytes());
+        w.put(112, &t.read_retry.max_steps.to_le_bytes());
+        for (i, d) in t.cell.t_read_upper.iter().enumerate() {
+            w.put(120 + 8 * i, &dur_ns(*d).to_le_bytes());
+        }
+        for (i, d) in t.cell.t_prog_upper.iter().enumerate() {
+            w.put(144 + 8 * i, &dur_ns(*d).to_le_bytes());
+        }
+    }
     let crc = crc32fast::hash(&buf[..CRC_OFFSET]);
     buf[CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
     buf
@@ -177,7 +199,7 @@ pub(crate) fn decode(b: &[u8]) -> Result<Header, HeaderError> {
         return Err(HeaderError::BadMagic);
     }
     let version = u32_at(b, 8);
-    if version != FORMAT_VERSION && version != FORMAT_VERSION_PMCD {
+    if ![FORMAT_VERSION, FORMAT_VERSION_PMCD, FORMAT_VERSION_CELLS].contains(&version) {
         return Err(HeaderError::Version { found: version });
     }
     let stored = u32_at(b, CRC_OFFSET);
@@ -197,21 +219,39 @@ pub(crate) fn decode(b: &[u8]) -> Result<Header, HeaderError> {
         oob_size: u32_at(b, 36),
     };
     geometry.validate().map_err(HeaderError::Geometry)?;
-    // Version 2 has no interconnect (TMCD); version 3 is PMCD, with its controller count here.
-    let interconnect = if version == FORMAT_VERSION {
-        Interconnect::Tmcd
-    } else {
-        Interconnect::Pmcd {
-            controllers: u32_at(b, 44),
-        }
+    // Version 2 has no interconnect (TMCD); version 3 is PMCD, with its controller count here;
+    // version 4 has the count or 0 for TMCD.
+    let interconnect = match (version, u32_at(b, 44)) {
+        (FORMAT_VERSION, _) | (FORMAT_VERSION_CELLS, 0) => Interconnect::Tmcd,
+        (_, controllers) => Interconnect::Pmcd { controllers },
     };
     interconnect.validate().map_err(HeaderError::Geometry)?;
-    let timing = Timing {
+    let mut timing = Timing {
         t_read: Duration::from_nanos(u64_at(b, 48)),
         t_prog: Duration::from_nanos(u64_at(b, 56)),
         t_erase: Duration::from_nanos(u64_at(b, 64)),
         channel_bytes_per_sec: u64_at(b, 72),
+        ..Timing::default()
     };
+    if version == FORMAT_VERSION_CELLS {
+        let bits = u32_at(b, 104);
+        let kind = CellType::from_bits(bits).ok_or_else(|| {
+            HeaderError::Geometry(GeometryError::Cell {
+                reason: format!("{bits} bits per cell; 1 to 4 are modelled"),
+            })
+        })?;
+        let ns3 = |at: usize| [0, 1, 2].map(|i| Duration::from_nanos(u64_at(b, at + 8 * i)));
+        timing.cell = CellTiming {
+            kind,
+            t_read_upper: ns3(120),
+            t_prog_upper: ns3(144),
+        };
+        timing.read_retry = ReadRetry {
+            every_pe_cycles: u32_at(b, 108),
+            max_steps: u32_at(b, 112),
+        };
+        timing.validate().map_err(HeaderError::Geometry)?;
+    }
     let mut uuid = [0u8; 16];
     uuid.copy_from_slice(&b[80..96]);
     Ok(Header {
@@ -271,6 +311,55 @@ mod tests {
         assert!(matches!(
             decode(&bytes),
             Err(HeaderError::Geometry(GeometryError::Controllers { .. }))
+        ));
+    }
+
+    fn recrc(bytes: &mut [u8]) {
+        let crc = crc32fast::hash(&bytes[..CRC_OFFSET]);
+        bytes[CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    #[test]
+    fn cells_and_read_retry_roundtrip_as_version_4() {
+        for name in ["tlc", "qlc", "nvmevirt-970pro"] {
+            let mut h = sample();
+            h.config = preset(name).unwrap().config;
+            let bytes = encode(&h);
+            assert_eq!(u32_at(&bytes, 8), FORMAT_VERSION_CELLS, "{name}");
+            assert_eq!(decode(&bytes), Ok(h.clone()));
+            h.config.interconnect = Interconnect::Pmcd { controllers: 2 };
+            assert_eq!(decode(&encode(&h)), Ok(h.clone()));
+        }
+        // Read-retry alone on an SLC part is version 4 too.
+        let mut h = sample();
+        h.config.timing.read_retry = ReadRetry {
+            every_pe_cycles: 100,
+            max_steps: 4,
+        };
+        assert_eq!(u32_at(&encode(&h), 8), FORMAT_VERSION_CELLS);
+        assert_eq!(decode(&encode(&h)), Ok(h.clone()));
+        // Hostile fields with a valid CRC are refused, each with its reason.
+        let good = encode(&h);
+        let mut bad = good.clone();
+        bad[104..108].copy_from_slice(&5u32.to_le_bytes());
+        recrc(&mut bad);
+        assert!(matches!(
+            decode(&bad),
+            Err(HeaderError::Geometry(GeometryError::Cell { .. }))
+        ));
+        let mut bad = good.clone();
+        bad[120..128].copy_from_slice(&1000u64.to_le_bytes()); // an MSB time on an SLC part
+        recrc(&mut bad);
+        assert!(matches!(
+            decode(&bad),
+            Err(HeaderError::Geometry(GeometryError::Cell { .. }))
+        ));
+        let mut bad = good;
+        bad[112..116].copy_from_slice(&u32::MAX.to_le_bytes());
+        recrc(&mut bad);
+        assert!(matches!(
+            decode(&bad),
+            Err(HeaderError::Geometry(GeometryError::ReadRetrySteps { .. }))
         ));
     }
 

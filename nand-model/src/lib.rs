@@ -214,6 +214,7 @@ mod stats;
 mod timeline;
 mod timer;
 mod timing;
+mod waiting;
 
 pub use bankmem::BlockState;
 pub use clock::{precise_sleep_until, SimClock};
@@ -229,4 +230,5 @@ pub use image::page_data_offset;
 pub use interconnect::{Interconnect, MAX_CONTROLLERS};
 pub use presets::{preset, presets, Preset};
 pub use stats::{BankStats, ChannelStats, NandStats, TotalStats};
-pub use timing::{Timing, TimingMode};
+pub use timing::{CellTiming, CellType, ReadRetry, Timing, TimingMode, MAX_READ_RETRY_STEPS};
+pub use waiting::{learnt_margins_ns, TimerMode};

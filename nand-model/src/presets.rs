@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::config::NandConfig;
 use crate::geometry::Geometry;
-use crate::timing::Timing;
+use crate::timing::{CellTiming, CellType, ReadRetry, Timing};
 
 const MIB: u64 = 1 << 20;
 
@@ -51,11 +51,71 @@ fn config(
             t_prog: us(t_prog),
             t_erase: us(t_erase),
             channel_bytes_per_sec,
+            ..Timing::default()
         },
         endurance,
         interconnect: Default::default(),
     }
     .scaled_to(raw)
+}
+
+/// A multi-level cell part: `channels x banks` banks, latencies in microseconds (fractions
+/// allowed) by page type, LSB first (`reads.len()` page types).
+struct Mlc {
+    channels: u32,
+    banks_per_channel: u32,
+    page_size: u32,
+    pages_per_block: u32,
+    oob_size: u32,
+    reads: &'static [f64],
+    progs: &'static [f64],
+    t_erase: u64,
+    channel_bytes_per_sec: u64,
+    endurance: u32,
+    read_retry: ReadRetry,
+    raw: u64,
+}
+
+fn us_f(x: f64) -> Duration {
+    Duration::from_nanos((x * 1000.0).round() as u64)
+}
+
+impl Mlc {
+    fn config(&self) -> NandConfig {
+        let bits = self.reads.len() as u32;
+        let upper = |v: &[f64]| {
+            let mut out = [Duration::ZERO; 3];
+            for (o, &x) in out.iter_mut().zip(&v[1..]) {
+                *o = us_f(x);
+            }
+            out
+        };
+        NandConfig {
+            geometry: Geometry {
+                channels: self.channels,
+                banks_per_channel: self.banks_per_channel,
+                blocks_per_bank: 1,
+                pages_per_block: self.pages_per_block,
+                page_size: self.page_size,
+                oob_size: self.oob_size,
+            },
+            timing: Timing {
+                t_read: us_f(self.reads[0]),
+                t_prog: us_f(self.progs[0]),
+                t_erase: us(self.t_erase),
+                channel_bytes_per_sec: self.channel_bytes_per_sec,
+                cell: CellTiming {
+                    kind: CellType::from_bits(bits).unwrap_or_default(),
+                    t_read_upper: upper(self.reads),
+                    t_prog_upper: upper(self.progs),
+                },
+                read_retry: self.read_retry,
+            },
+            endurance: self.endurance,
+            interconnect: Default::default(),
+        }
+        .scaled_to(self.raw)
+    }
 }
 
 fn board_000(raw: u64) -> NandConfig {
@@ -142,6 +202,83 @@ pub fn presets() -> Vec<Preset> {
                 256 * MIB,
             ),
         },
+        Preset {
+            name: "nvmevirt-970pro",
+            description: "NVMeVirt's SAMSUNG_970PRO configuration (the drive's V-NAND is 2-bit \
+                MLC, as NVMeVirt models it): 8 channels x 2 dies, 32 KiB page, read 30.0 us LSB / \
+                42.0 us MSB (NVMeVirt's 36.013 us -/+ 6 us), program 185 us, 800 MB/s channels. \
+                Not from NVMeVirt: erase 3 ms (it models 0), 64 pages/block (2 MiB), 512 B OOB, \
+                5000 P/E cycles, 1 GiB raw.",
+            config: Mlc {
+                channels: 8,
+                banks_per_channel: 2,
+                page_size: 32768,
+                pages_per_block: 64,
+                oob_size: 512,
+                reads: &[30.013, 42.013],
+                progs: &[185.0, 185.0],
+                t_erase: 3000,
+                channel_bytes_per_sec: 800_000_000,
+                endurance: 5000,
+                read_retry: ReadRetry::default(),
+                raw: 1024 * MIB,
+            }
+            .config(),
+        },
+        Preset {
+            name: "tlc",
+            description: "A 3D TLC part with FEMU's TLC latencies (from the SimpleSSD paper): \
+                read 56.5 / 77.5 / 106 us and program 820.5 / 2225 / 5734 us for the LSB / CSB / \
+                MSB pages, erase 3 ms. 16 KiB page, 96 pages/block (1.5 MiB), 800 MB/s channels \
+                (ONFI 4), 4 channels x 4 banks, 3000 P/E cycles, read-retry one extra sensing \
+                step per 500 P/E cycles up to 8 (not from FEMU, which has none), 1 GiB raw.",
+            config: Mlc {
+                channels: 4,
+                banks_per_channel: 4,
+                page_size: 16384,
+                pages_per_block: 96,
+                oob_size: 512,
+                reads: &[56.5, 77.5, 106.0],
+                progs: &[820.5, 2225.0, 5734.0],
+                t_erase: 3000,
+                channel_bytes_per_sec: 800_000_000,
+                endurance: 3000,
+                read_retry: ReadRetry {
+                    every_pe_cycles: 500,
+                    max_steps: 8,
+                },
+                raw: 1024 * MIB,
+            }
+            .config(),
+        },
+        Preset {
+            name: "qlc",
+            description:
+                "A QLC part with FEMU's QLC latencies (TLC's scaled by 1.05 / 1.1 / 1.2 / \
+                1.6 after Micron's FMS'19 characterisation): read 59.3 / 85.3 / 127.2 / 169.6 us, \
+                program 861.5 / 2447.5 / 6880.8 / 9174.4 us (LSB / CSB / MSB / TSB), erase 3 ms. \
+                16 KiB page, 64 pages/block (1 MiB), 800 MB/s channels, 4 channels x 4 banks, \
+                1000 P/E cycles, read-retry a step per 200 P/E cycles up to 8 (not from FEMU), \
+                1 GiB raw.",
+            config: Mlc {
+                channels: 4,
+                banks_per_channel: 4,
+                page_size: 16384,
+                pages_per_block: 64,
+                oob_size: 512,
+                reads: &[59.325, 85.25, 127.2, 169.6],
+                progs: &[861.525, 2447.5, 6880.8, 9174.4],
+                t_erase: 3000,
+                channel_bytes_per_sec: 800_000_000,
+                endurance: 1000,
+                read_retry: ReadRetry {
+                    every_pe_cycles: 200,
+                    max_steps: 8,
+                },
+                raw: 1024 * MIB,
+            }
+            .config(),
+        },
     ]
 }
 
@@ -157,9 +294,10 @@ mod tests {
     #[test]
     fn all_presets_are_valid_and_sized_for_tests() {
         let all = presets();
-        assert_eq!(all.len(), 6);
+        assert_eq!(all.len(), 9);
         for p in &all {
             p.config.geometry.validate().unwrap();
+            p.config.timing.validate().unwrap();
             let raw = p.config.geometry.raw_capacity();
             assert!((256 * MIB..=1024 * MIB).contains(&raw), "{}: {raw}", p.name);
         }
@@ -167,6 +305,21 @@ mod tests {
         assert_eq!(d, preset("board-000").unwrap().config);
         assert_eq!(d.geometry.raw_capacity(), 512 * MIB);
         assert!(preset("nope").is_none());
+    }
+
+    #[test]
+    fn multi_level_presets_have_their_page_types() {
+        let t = preset("tlc").unwrap().config.timing;
+        assert_eq!(t.cell.kind, CellType::Tlc);
+        assert_eq!(t.read_ns(2, 0), 106_000);
+        assert_eq!(t.prog_ns(4), 2_225_000);
+        let q = preset("qlc").unwrap().config.timing;
+        assert_eq!(q.cell.kind, CellType::Qlc);
+        assert_eq!(q.prog_ns(3), 9_174_400);
+        let m = preset("nvmevirt-970pro").unwrap().config;
+        assert_eq!(m.timing.cell.kind, CellType::Mlc);
+        assert_eq!(m.timing.read_ns(1, 0), 42_013);
+        assert_eq!(m.geometry.banks(), 16);
     }
 
     #[test]

@@ -4,6 +4,11 @@
 //! pool's lock inside. `ctrl` below is the controller of the bank's pool that can start the
 //! transfer first (`interconnect.rs`: under TMCD the channel's one controller, under PMCD any).
 //!
+//! `t_read` and `t_prog` below are the page's own (its page type's latency, times the
+//! read-retry steps its block's wear asks for: `Timing::read_ns`, `Timing::prog_ns`); the
+//! device computes them under the bank lock, where the page and its block's erase count are
+//! known.
+//!
 //! ```text
 //! read:    start = max(now, bank.free_at); sensed = start + t_read
 //!          xfer_start = max(sensed, ctrl.free_at); end = xfer_start + xfer(bytes)
@@ -23,7 +28,7 @@
 //! With timing off no timeline is kept: the deadline is "now", but busy time is still accounted
 //! with the modelled durations so utilisation figures stay meaningful.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::clock::{now_ns, SimClock, ALREADY_DONE};
@@ -31,6 +36,7 @@ use crate::geometry::{BankId, Geometry};
 use crate::interconnect::{Controllers, Interconnect};
 use crate::stats::{BankCounters, OpCounters};
 use crate::timing::{dur_ns, Timing, TimingMode};
+use crate::waiting::TimerMode;
 
 /// Timing parameters plus the controller timelines.
 pub(crate) struct Timeline {
@@ -38,10 +44,10 @@ pub(crate) struct Timeline {
     /// The simulated clock (timing `virtual` only).
     sim: Option<Arc<SimClock>>,
     timing: Timing,
-    t_read: u64,
-    t_prog: u64,
     t_erase: u64,
     controllers: Controllers,
+    /// The device's [`TimerMode`], handed to each completion.
+    timer: AtomicU8,
 }
 
 impl Timeline {
@@ -55,11 +61,18 @@ impl Timeline {
             mode,
             sim: (mode == TimingMode::Virtual).then(Arc::default),
             timing,
-            t_read: dur_ns(timing.t_read),
-            t_prog: dur_ns(timing.t_prog),
             t_erase: dur_ns(timing.t_erase),
             controllers: Controllers::new(geometry, interconnect),
+            timer: AtomicU8::new(TimerMode::default().to_u8()),
         }
+    }
+
+    pub(crate) fn timer(&self) -> TimerMode {
+        TimerMode::from_u8(self.timer.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set_timer(&self, timer: TimerMode) {
+        self.timer.store(timer.to_u8(), Ordering::Relaxed);
     }
 
     pub(crate) fn mode(&self) -> TimingMode {
@@ -91,59 +104,66 @@ impl Timeline {
         ops.busy_ns += end - start;
     }
 
-    /// Completion time of a read of `bank` moving `bytes` through a controller.
+    /// Completion time of a read of `bank` (array time `t_read` ns) moving `bytes` through a
+    /// controller.
     pub(crate) fn read(
         &self,
         free_at: &mut u64,
         ops: &mut OpCounters,
         live: &BankCounters,
         bank: BankId,
+        t_read: u64,
         bytes: u64,
     ) -> u64 {
         let xfer = self.timing.xfer_ns(bytes);
         Self::account_xfer(ops, bytes, xfer);
         if self.mode == TimingMode::Off {
-            ops.busy_ns += self.t_read + xfer;
+            ops.busy_ns += t_read + xfer;
             return ALREADY_DONE;
         }
         let now = self.now();
         let start = now.max(*free_at);
-        let sensed = start.saturating_add(self.t_read);
+        let sensed = start.saturating_add(t_read);
         let (_, end) = self.controllers.transfer(bank, sensed, xfer);
         Self::finish(ops, live, free_at, start, end);
         end
     }
 
-    /// Completion time of a program of `bank` moving `bytes` through a controller.
+    /// Completion time of a program of `bank` (array time `t_prog` ns) moving `bytes` through
+    /// a controller.
     pub(crate) fn program(
         &self,
         free_at: &mut u64,
         ops: &mut OpCounters,
         live: &BankCounters,
         bank: BankId,
+        t_prog: u64,
         bytes: u64,
     ) -> u64 {
         let xfer = self.timing.xfer_ns(bytes);
         Self::account_xfer(ops, bytes, xfer);
         if self.mode == TimingMode::Off {
-            ops.busy_ns += xfer + self.t_prog;
+            ops.busy_ns += xfer + t_prog;
             return ALREADY_DONE;
         }
         let now = self.now();
         let (start, xfer_end) = self.controllers.transfer(bank, now.max(*free_at), xfer);
-        let end = xfer_end.saturating_add(self.t_prog);
+        let end = xfer_end.saturating_add(t_prog);
         Self::finish(ops, live, free_at, start, end);
         end
     }
 
-    /// Completion time of a copyback that reads `oob_bytes` of the page register out of
-    /// `bank` through a controller between its internal read and its program (0: nothing crosses the channel).
+    /// Completion time of a copyback (array times `t_read` of the source, `t_prog` of the
+    /// destination) that reads `oob_bytes` of the page register out of `bank` through a
+    /// controller between its internal read and its program (0: nothing crosses the channel).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn copyback(
         &self,
         free_at: &mut u64,
         ops: &mut OpCounters,
         live: &BankCounters,
         bank: BankId,
+        (t_read, t_prog): (u64, u64),
         oob_bytes: u64,
     ) -> u64 {
         let xfer = if oob_bytes == 0 {
@@ -154,16 +174,16 @@ impl Timeline {
             xfer
         };
         if self.mode == TimingMode::Off {
-            ops.busy_ns += self.t_read + xfer + self.t_prog;
+            ops.busy_ns += t_read + xfer + t_prog;
             return ALREADY_DONE;
         }
         let now = self.now();
         let start = now.max(*free_at);
-        let mut sensed = start.saturating_add(self.t_read);
+        let mut sensed = start.saturating_add(t_read);
         if oob_bytes > 0 {
             sensed = self.controllers.transfer(bank, sensed, xfer).1;
         }
-        let end = sensed.saturating_add(self.t_prog);
+        let end = sensed.saturating_add(t_prog);
         Self::finish(ops, live, free_at, start, end);
         end
     }

@@ -71,8 +71,9 @@ fn flipped_byte_gives_bad_checksum() {
 #[test]
 fn other_version() {
     // 1 is the format before frame tables: its data would be read from the wrong offsets; 3
-    // is a PMCD device's (tested in `header.rs`), 4 does not exist.
-    for version in [1u32, 4] {
+    // is a PMCD device's and 4 a multi-level cell device's (tested in `header.rs`), 5 does
+    // not exist.
+    for version in [1u32, 5] {
         let f = closed_image();
         patch(&f.path, 8, &version.to_le_bytes());
         fix_crc(&f.path);

@@ -374,3 +374,113 @@ fn virtual_time_keeps_bank_and_channel_order() {
     assert_eq!(d.deadline_ns(), 3 * one);
     drop((a, b, d));
 }
+
+/// A TLC part on the simulated clock: each page type takes its own read and program time
+/// (page p is type p % 3), a copyback takes its source's read and its destination's program,
+/// and reads of a worn block take one more array read per read-retry step.
+#[test]
+fn virtual_time_follows_page_types_and_read_retry() {
+    use nand_model::{CellTiming, CellType, ReadRetry};
+    let us = Duration::from_micros;
+    let mut config = small_config();
+    config.timing.cell = CellTiming {
+        kind: CellType::Tlc,
+        t_read_upper: [us(50), us(70), Duration::ZERO],
+        t_prog_upper: [us(600), us(1500), Duration::ZERO],
+    };
+    config.timing.read_retry = ReadRetry {
+        every_pe_cycles: 2,
+        max_steps: 2,
+    };
+    config.endurance = 100;
+    let t = config.timing;
+    let f = Fixture::new(&config, TimingMode::Virtual);
+    let dev = f.dev();
+    let clock = dev.sim_clock().expect("virtual");
+    let progs = [t.t_prog, us(600), us(1500), t.t_prog];
+    let reads = [t.t_read, us(50), us(70), t.t_read];
+    let b = BlockAddr::new(0, 0);
+    for (p, want) in progs.iter().enumerate() {
+        let start = clock.now_ns();
+        let c = dev.program(b.page(p as u32), &PAGE, &[]).unwrap();
+        assert_eq!(
+            c.deadline_ns() - start,
+            ns(xfer(4096)) + ns(*want),
+            "page {p}"
+        );
+        c.wait();
+    }
+    let mut buf = [0u8; 4096];
+    for (p, want) in reads.iter().enumerate() {
+        let start = clock.now_ns();
+        let c = dev.read(b.page(p as u32), 0, &mut buf, None).unwrap();
+        assert_eq!(
+            c.deadline_ns() - start,
+            ns(*want) + ns(xfer(4096)),
+            "page {p}"
+        );
+        c.wait();
+    }
+    // Copyback of page 2 (MSB) to page 1 of block 1 (CSB): MSB read + CSB program.
+    dev.program(BlockAddr::new(0, 1).page(0), &PAGE, &[])
+        .unwrap()
+        .wait();
+    let start = clock.now_ns();
+    let c = dev
+        .copyback(b.page(2), BlockAddr::new(0, 1).page(1), None)
+        .unwrap();
+    assert_eq!(c.deadline_ns() - start, ns(us(70)) + ns(us(600)));
+    c.wait();
+    // Wear: after 2 erases one retry step (a read takes twice its array time), after 4 and
+    // beyond the cap of 2 steps, three times.
+    let worn = BlockAddr::new(1, 0);
+    for (erases, steps) in [(2, 1), (4, 2), (6, 2)] {
+        while dev.block_state(worn).unwrap().erase_count < erases {
+            dev.erase(worn).unwrap().wait();
+        }
+        dev.program(worn.page(0), &PAGE, &[]).unwrap().wait();
+        let start = clock.now_ns();
+        let c = dev.read(worn.page(0), 0, &mut buf, None).unwrap();
+        assert_eq!(
+            c.deadline_ns() - start,
+            (steps + 1) * ns(t.t_read) + ns(xfer(4096)),
+            "{erases} erases"
+        );
+        c.wait();
+    }
+}
+
+/// Every timer mode waits until the deadline and never returns early, blocking or as a future
+/// (hybrid and spin wake early and spin the rest on the waiting thread).
+#[test]
+fn every_timer_mode_completes_on_time() {
+    use nand_model::TimerMode;
+    let f = real();
+    let dev = f.dev();
+    for (i, mode) in [TimerMode::Sleep, TimerMode::Hybrid, TimerMode::Spin]
+        .into_iter()
+        .enumerate()
+    {
+        dev.set_timer(mode);
+        assert_eq!(dev.timer(), mode);
+        let block = 1 + i as u32;
+        let mut buf = [0u8; 4096];
+        for page in 0..4 {
+            let c = dev
+                .program(PageAddr::new(0, block, page), &PAGE, &[])
+                .unwrap();
+            let d = c.deadline();
+            c.wait();
+            assert!(Instant::now() >= d, "{mode} wait");
+            let c = dev
+                .read(PageAddr::new(0, block, page), 0, &mut buf, None)
+                .unwrap();
+            assert!(block_on(on_time(c)), "{mode} future");
+        }
+        let results =
+            block_on(futures::future::join_all((0..4).map(|bank| {
+                on_time(dev.erase(BlockAddr::new(bank, block)).unwrap())
+            })));
+        assert!(results.iter().all(|&ok| ok), "{mode} futures");
+    }
+}

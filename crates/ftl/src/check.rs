@@ -227,6 +227,7 @@ mod tests {
                 t_prog: std::time::Duration::from_micros(200),
                 t_erase: std::time::Duration::from_micros(1500),
                 channel_bytes_per_sec: 400_000_000,
+                ..Default::default()
             },
             endurance: 100_000,
             interconnect: Default::default(),

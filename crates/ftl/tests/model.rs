@@ -166,6 +166,7 @@ fn run_seed(seed: u64, ops: usize, dir: &Path) {
             t_prog: std::time::Duration::from_micros(8),
             t_erase: std::time::Duration::from_micros(25),
             channel_bytes_per_sec: 2_000_000_000,
+            ..Default::default()
         };
         ftl::nand_model::TimingMode::Real
     } else {

@@ -307,6 +307,7 @@ fn random_crash_points_with_timing_real_are_safe() {
             t_prog: std::time::Duration::from_micros(8),
             t_erase: std::time::Duration::from_micros(25),
             channel_bytes_per_sec: 2_000_000_000,
+            ..Default::default()
         };
         let timing = TimingMode::Real;
         let path = dir.path().join("count.img");

@@ -28,6 +28,7 @@ fn nand() -> NandConfig {
             t_prog: Duration::from_micros(200),
             t_erase: Duration::from_micros(1500),
             channel_bytes_per_sec: 81_920_000,
+            ..Default::default()
         },
         endurance: 100_000,
         interconnect: Default::default(),

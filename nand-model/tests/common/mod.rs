@@ -26,6 +26,7 @@ pub fn k9_timing() -> Timing {
         t_prog: Duration::from_micros(200),
         t_erase: Duration::from_micros(1500),
         channel_bytes_per_sec: 81_920_000,
+        ..Default::default()
     }
 }
 

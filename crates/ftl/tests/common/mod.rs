@@ -25,6 +25,7 @@ pub fn small_nand(page_size: u32, blocks_per_bank: u32) -> NandConfig {
             t_prog: Duration::from_micros(200),
             t_erase: Duration::from_micros(1500),
             channel_bytes_per_sec: 400_000_000,
+            ..Default::default()
         },
         endurance: 100_000,
         interconnect: Default::default(),
