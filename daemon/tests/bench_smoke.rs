@@ -71,3 +71,47 @@ fn fio_benchmark_script_smoke() {
         }
     }
 }
+
+/// `benches/timing/run.py --smoke`: the timing-fidelity benchmark runs its jobs (sequential
+/// writes with timing real, QD1 and QD128 random reads with timing off, real/hybrid and
+/// real/sleep) on one preset and prints every table with numbers in it.
+#[test]
+fn timing_benchmark_script_smoke() {
+    if !(require_tool("fio", "fio") && require_tool("python3", "python3")) {
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/timing/run.py");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("timing.json");
+    let out = run(std::process::Command::new("python3").arg(&script).args([
+        "--smoke".as_ref(),
+        "--ftld".as_ref(),
+        FTLD.as_ref(),
+        "--json".as_ref(),
+        json.as_os_str(),
+    ]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let text = format!(
+        "{stdout}\n--- stderr\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "run.py --smoke failed:\n{text}");
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with("k9-003")).collect();
+    assert_eq!(rows.len(), 3, "a row per table:\n{text}");
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("json");
+    let r = &results[0];
+    // The model's figures follow from the preset (k9-003: 25 us read + 50 us for 4 KiB and its
+    // OOB entry over an 81.92 MB/s channel); the measured ones must be there and positive.
+    let model = r["qd1_model_us"].as_f64().expect("model");
+    assert!((75.0..76.0).contains(&model), "{model}: {text}");
+    for key in [
+        "seq_write_mb_s",
+        "qd128_iops_real",
+        "qd128_iops_off",
+        "server_mean_hybrid_us",
+        "server_mean_sleep_us",
+    ] {
+        assert!(r[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {text}");
+    }
+}

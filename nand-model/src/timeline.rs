@@ -11,16 +11,20 @@
 //!
 //! ```text
 //! read:    start = max(now, bank.free_at); sensed = start + t_read
-//!          xfer_start = max(sensed, ctrl.free_at); end = xfer_start + xfer(bytes)
-//!          bank.free_at = ctrl.free_at = end      (the bank holds the data until a controller
+//!          xfer_start = ctrl.first_gap(sensed, xfer(bytes)); end = xfer_start + xfer(bytes)
+//!          bank.free_at = end                     (the bank holds the data until a controller
 //!                                                  takes it)
-//! program: xfer_start = max(now, bank.free_at, ctrl.free_at); ctrl.free_at = xfer_start + xfer
-//!          end = ctrl.free_at + t_prog; bank.free_at = end
+//! program: xfer_start = ctrl.first_gap(max(now, bank.free_at), xfer)
+//!          end = xfer_start + xfer + t_prog; bank.free_at = end
 //! erase:   start = max(now, bank.free_at); end = start + t_erase; bank.free_at = end
 //! copyback: start = max(now, bank.free_at); sensed = start + t_read
-//!          (OOB read-out, if asked: xfer_start = max(sensed, ctrl.free_at); sensed = xfer_start
-//!          + xfer(oob); ctrl.free_at = sensed)   end = sensed + t_prog; bank.free_at = end
+//!          (OOB read-out, if asked: xfer_start = ctrl.first_gap(sensed, xfer(oob)); sensed =
+//!          xfer_start + xfer(oob))   end = sensed + t_prog; bank.free_at = end
 //! ```
+//!
+//! `ctrl.first_gap(t, d)`: the earliest time at or after `t` when the controller is free for
+//! `d` (it keeps its busy intervals, so a transfer whose data is ready early slips into a gap
+//! left before a later one: see `interconnect.rs`).
 //!
 //! "now" is the host's monotonic clock with timing `real` and the device's [`SimClock`] with
 //! timing `virtual`; nothing else differs between the two.
@@ -124,7 +128,7 @@ impl Timeline {
         let now = self.now();
         let start = now.max(*free_at);
         let sensed = start.saturating_add(t_read);
-        let (_, end) = self.controllers.transfer(bank, sensed, xfer);
+        let (_, end) = self.controllers.transfer(bank, sensed, xfer, now);
         Self::finish(ops, live, free_at, start, end);
         end
     }
@@ -147,7 +151,7 @@ impl Timeline {
             return ALREADY_DONE;
         }
         let now = self.now();
-        let (start, xfer_end) = self.controllers.transfer(bank, now.max(*free_at), xfer);
+        let (start, xfer_end) = self.controllers.transfer(bank, now.max(*free_at), xfer, now);
         let end = xfer_end.saturating_add(t_prog);
         Self::finish(ops, live, free_at, start, end);
         end
@@ -181,7 +185,7 @@ impl Timeline {
         let start = now.max(*free_at);
         let mut sensed = start.saturating_add(t_read);
         if oob_bytes > 0 {
-            sensed = self.controllers.transfer(bank, sensed, xfer).1;
+            sensed = self.controllers.transfer(bank, sensed, xfer, now).1;
         }
         let end = sensed.saturating_add(t_prog);
         Self::finish(ops, live, free_at, start, end);

@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""Timing fidelity through NBD, for every preset: how close ftld's served device comes to its
+own NAND model (issue 13's figures).
+
+For each preset, on an image in /dev/shm, with fio's nbd engine on a unix socket:
+
+  seq write   a fresh image, timing real: 128 KiB sequential writes at QD32 over half the
+              export, flushed at the end (`end_fsync`), against the modelled limit
+              min(banks x page / (transfer(page + OOB) + mean t_prog),
+                  channels x channel bandwidth x page / (page + OOB))
+  QD1 read    4 KiB random reads of a full device, QD1: mean completion latency with timing real
+              (timer hybrid, and sleep) minus the same with timing off on the same build (the
+              transport cancels out) = the device latency, against the model's
+              mean t_read + transfer(bytes per read)
+  QD128 read  4 KiB random reads, 4 connections x QD32: IOPS with timing real against the
+              modelled limit min(banks / (mean t_read + transfer), channels / transfer) and
+              against what the same build serves with timing off (the emulator's ceiling)
+
+Mean t_read / t_prog are over the cell's page types (page p of a block is type p % bits).
+"bytes per read" is what the FTL asked of the NAND (a 4 KiB slot and its OOB entry), from
+`ftld stats`. QD1 and QD128 runs alternate timing off / real / real-sleep `--reps` times and
+report means. Server CPU per request is the daemon's user+system time over the job.
+
+Usage: benches/timing/run.py [--presets a,b,...] [--runtime S] [--reps N] [--capacity SIZE]
+                             [--ftld PATH] [--smoke] [--json FILE]
+  --smoke   one preset (k9-003), 1 s jobs, 1 repetition: checks the script works (a test runs it)
+Needs fio (with the nbd engine: Debian's fio has it); builds ftld unless --ftld is given.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def die(msg):
+    print(msg, file=sys.stderr)
+    sys.exit(1)
+
+
+class Server:
+    """One `ftld serve` on an image, stopped (SIGTERM, clean close) by `stop`."""
+
+    def __init__(self, ftld, work, preset, capacity, timing, timer="hybrid"):
+        self.work = work
+        self.sock = work / "ftld.sock"
+        self.ctl = work / "ftld.ctl"
+        self.log = open(work / f"serve-{timing}-{timer}.log", "w")
+        self.ftld = ftld
+        args = [
+            ftld, "serve", "--preset", preset, "--capacity", capacity, "--timing", timing,
+            "--timer", timer, "--image", str(work / "ftld.img"), "--nbd-socket", str(self.sock),
+            "--control-socket", str(self.ctl),
+        ]
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 120
+        while not (self.sock.exists() and self.ctl.exists()):
+            if self.proc.poll() is not None or time.time() > deadline:
+                self.log.flush()
+                die(f"ftld serve did not start: {(work / self.log.name).read_text()}")
+            time.sleep(0.05)
+
+    def uri(self):
+        return f"nbd+unix:///?socket={self.sock}"
+
+    def cpu_s(self):
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stats(self):
+        out = subprocess.run([self.ftld, "stats", "--control-socket", str(self.ctl)],
+                             check=True, capture_output=True, text=True).stdout
+        return json.loads(out)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            die("ftld serve did not stop within 300 s")
+        self.log.close()
+        for p in (self.sock, self.ctl):
+            if p.exists():
+                p.unlink()
+
+
+def fio(server, name, args, work):
+    out = work / f"{name}.json"
+    cmd = ["fio", f"--name={name}", "--ioengine=nbd", f"--uri={server.uri()}",
+           "--output-format=json", "--randrepeat=0", "--group_reporting", *args]
+    cpu0 = server.cpu_s()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    cpu = server.cpu_s() - cpu0
+    if r.returncode != 0:
+        die(f"fio {name} failed: {r.stdout}\n{r.stderr}")
+    text = r.stdout[r.stdout.index("{"):]
+    out.write_text(text)
+    job = json.loads(text)["jobs"][0]
+    if job["error"]:
+        die(f"fio {name}: job error {job['error']}")
+    return job, cpu
+
+
+def xfer_ns(t, nbytes):
+    bw = t["channel_bytes_per_sec"]
+    return 0 if bw == 0 else -(-nbytes * 1_000_000_000 // bw)
+
+
+def mean_array_ns(t):
+    """Mean array read and program time (ns) over the cell's page types."""
+    cell = t.get("cell", {"type": "slc", "t_read_upper_us": [0, 0, 0],
+                          "t_prog_upper_us": [0, 0, 0]})
+    bits = {"slc": 1, "mlc": 2, "tlc": 3, "qlc": 4}[cell["type"]]
+    reads = [t["t_read_us"]] + cell["t_read_upper_us"][:bits - 1]
+    progs = [t["t_prog_us"]] + cell["t_prog_upper_us"][:bits - 1]
+    return sum(reads) * 1000 / bits, sum(progs) * 1000 / bits
+
+
+def nand_reads(stats):
+    tot = stats["nand"]["totals"]
+    return tot["reads"], tot["bytes_read"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--presets", default="")
+    ap.add_argument("--runtime", type=float, default=5)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--capacity", default="256M")
+    ap.add_argument("--ftld", default="")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--json", default="")
+    a = ap.parse_args()
+    if shutil.which("fio") is None:
+        die("missing fio (Debian package: fio)")
+    ftld = a.ftld
+    if not ftld:
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "ftld"], cwd=ROOT, check=True)
+        ftld = str(ROOT / "target/release/ftld")
+    presets = json.loads(subprocess.run([ftld, "presets", "--json"], check=True,
+                                        capture_output=True, text=True).stdout)
+    by_name = {p["name"]: p for p in presets}
+    if a.smoke:
+        names, a.runtime, a.reps, a.capacity = ["k9-003"], 1, 1, "64M"
+    elif a.presets:
+        names = a.presets.split(",")
+    else:
+        names = [p["name"] for p in presets if p["name"] != "default"]
+    for n in names:
+        if n not in by_name:
+            die(f"unknown preset {n} (`ftld presets` lists them)")
+    rt = [f"--runtime={a.runtime}", "--time_based", "--ramp_time=0.5" if not a.smoke else "--ramp_time=0"]
+    results = []
+    shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    for name in names:
+        cfg = by_name[name]["config"]
+        g, t = cfg["geometry"], cfg["timing"]
+        banks = g["channels"] * g["banks_per_channel"]
+        t_read, t_prog = mean_array_ns(t)
+        work = Path(tempfile.mkdtemp(prefix=f"ftld-timing-{name}-", dir=shm))
+        try:
+            row = {"preset": name}
+            # Sequential writes on a fresh image, timing real.
+            s = Server(ftld, work, name, a.capacity, "real")
+            st0 = s.stats()["nand"]["totals"]
+            job, cpu = fio(s, f"{name}-seqwrite", ["--rw=write", "--bs=128k", "--iodepth=32",
+                                                  f"--size={int(parse_size(a.capacity) / 2)}",
+                                                  "--end_fsync=1"], work)
+            st1 = s.stats()["nand"]["totals"]
+            s.stop()
+            progs = st1["programs"] - st0["programs"]
+            per_prog = (st1["bytes_programmed"] - st0["bytes_programmed"]) / max(progs, 1)
+            page = g["page_size"]
+            bank_bw = banks * page / ((xfer_ns(t, int(per_prog)) + t_prog) / 1e9)
+            chan_bw = g["channels"] * t["channel_bytes_per_sec"] * page / per_prog
+            limit = min(bank_bw, chan_bw)
+            secs = job["job_runtime"] / 1000
+            bw = job["write"]["io_bytes"] / secs if secs > 0 else 0
+            row.update(seq_write_mb_s=bw / 1e6, seq_write_limit_mb_s=limit / 1e6,
+                       seq_write_ratio=bw / limit)
+            # Fill the rest (timing off), then alternate off / real hybrid / real sleep.
+            s = Server(ftld, work, name, a.capacity, "off")
+            fio(s, f"{name}-fill", ["--rw=write", "--bs=1m", "--iodepth=8",
+                                    f"--size={parse_size(a.capacity)}"], work)
+            s.stop()
+            runs = {k: [] for k in ("off", "hybrid", "sleep")}
+            for rep in range(a.reps):
+                for mode in ("off", "hybrid", "sleep"):
+                    s = Server(ftld, work, name, a.capacity, "off" if mode == "off" else "real",
+                               "sleep" if mode == "sleep" else "hybrid")
+                    r0 = nand_reads(s.stats())
+                    qd1, cpu1 = fio(s, f"{name}-qd1-{mode}-{rep}",
+                                    ["--rw=randread", "--bs=4k", "--iodepth=1", *rt], work)
+                    st = s.stats()
+                    r1 = nand_reads(st)
+                    lat = st["ftl"]["latency_read"]
+                    rec = {"server_mean_us": lat["mean_us"], "server_p50_us": lat["p50_us"],
+                           "server_p99_us": lat["p99_us"],"qd1_mean_us": qd1["read"]["clat_ns"]["mean"] / 1000,
+                           "qd1_p50_us": qd1["read"]["clat_ns"]["percentile"]["50.000000"] / 1000,
+                           "qd1_cpu_us": cpu1 * 1e6 / max(qd1["read"]["total_ios"], 1),
+                           "bytes_per_read": (r1[1] - r0[1]) / max(r1[0] - r0[0], 1)}
+                    if mode != "sleep":
+                        qd128, cpu128 = fio(s, f"{name}-qd128-{mode}-{rep}",
+                                            ["--rw=randread", "--bs=4k", "--iodepth=32",
+                                             "--numjobs=4", *rt], work)
+                        rec["qd128_iops"] = qd128["read"]["iops"]
+                        rec["qd128_cpu_us"] = cpu128 * 1e6 / max(qd128["read"]["total_ios"], 1)
+                    s.stop()
+                    runs[mode].append(rec)
+                    print(".", end="", file=sys.stderr, flush=True)
+
+            def mean(mode, key):
+                v = [r[key] for r in runs[mode] if key in r]
+                return sum(v) / len(v)
+
+            bpr = mean("hybrid", "bytes_per_read")
+            model_us = (t_read + xfer_ns(t, int(round(bpr)))) / 1000
+            read_limit = min(banks / ((t_read + xfer_ns(t, int(round(bpr)))) / 1e9),
+                             g["channels"] / (xfer_ns(t, int(round(bpr))) / 1e9))
+            off = mean("off", "qd1_mean_us")
+            row.update(
+                qd1_model_us=model_us,
+                qd1_off_us=off,
+                qd1_device_hybrid_us=mean("hybrid", "qd1_mean_us") - off,
+                qd1_device_sleep_us=mean("sleep", "qd1_mean_us") - off,
+                qd1_cpu_us_off=mean("off", "qd1_cpu_us"),
+                qd1_cpu_us_hybrid=mean("hybrid", "qd1_cpu_us"),
+                qd1_cpu_us_sleep=mean("sleep", "qd1_cpu_us"),
+                qd128_iops_real=mean("hybrid", "qd128_iops"),
+                qd128_iops_off=mean("off", "qd128_iops"),
+                qd128_limit_iops=read_limit,
+                qd128_cpu_us_real=mean("hybrid", "qd128_cpu_us"),
+                qd128_cpu_us_off=mean("off", "qd128_cpu_us"),
+            )
+            for mode in ("hybrid", "sleep"):
+                for k in ("mean", "p50", "p99"):
+                    row[f"server_{k}_{mode}_us"] = mean(mode, f"server_{k}_us") - mean("off", f"server_{k}_us")
+            row["server_ratio_hybrid"] = row["server_mean_hybrid_us"] / model_us
+            row["server_ratio_sleep"] = row["server_mean_sleep_us"] / model_us
+            row["qd1_ratio_hybrid"] = row["qd1_device_hybrid_us"] / model_us
+            row["qd1_ratio_sleep"] = row["qd1_device_sleep_us"] / model_us
+            row["qd128_ratio"] = row["qd128_iops_real"] / read_limit
+            results.append(row)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    print(file=sys.stderr)
+    print(f"ftld timing fidelity over NBD: capacity {a.capacity}, {a.runtime:g} s jobs, "
+          f"{a.reps} repetition(s), {subprocess.run(['fio', '--version'], capture_output=True, text=True).stdout.strip()}")
+    print()
+    print("QD1 4 KiB random read: device latency = mean clat (timing real) - mean clat (timing off)")
+    print(f"{'preset':<16} {'model us':>9} {'off us':>8} {'hybrid us':>10} {'ratio':>6} "
+          f"{'sleep us':>9} {'ratio':>6} {'cpu/req off/hybrid/sleep us':>28}")
+    for r in results:
+        print(f"{r['preset']:<16} {r['qd1_model_us']:>9.1f} {r['qd1_off_us']:>8.1f} "
+              f"{r['qd1_device_hybrid_us']:>10.1f} {r['qd1_ratio_hybrid']:>6.3f} "
+              f"{r['qd1_device_sleep_us']:>9.1f} {r['qd1_ratio_sleep']:>6.3f} "
+              f"{r['qd1_cpu_us_off']:>9.1f}/{r['qd1_cpu_us_hybrid']:.1f}/{r['qd1_cpu_us_sleep']:.1f}")
+    print()
+    print("The same reads measured inside the server (`ftld stats` latency_read: request start to completion),")
+    print("timing real minus timing off")
+    print(f"{'preset':<16} {'model us':>9} {'hybrid mean':>12} {'p50':>7} {'p99':>7} {'ratio':>6} "
+          f"{'sleep mean':>11} {'p50':>7} {'p99':>7} {'ratio':>6}")
+    for r in results:
+        print(f"{r['preset']:<16} {r['qd1_model_us']:>9.1f} {r['server_mean_hybrid_us']:>12.1f} "
+              f"{r['server_p50_hybrid_us']:>7.1f} {r['server_p99_hybrid_us']:>7.1f} "
+              f"{r['server_ratio_hybrid']:>6.3f} {r['server_mean_sleep_us']:>11.1f} "
+              f"{r['server_p50_sleep_us']:>7.1f} {r['server_p99_sleep_us']:>7.1f} "
+              f"{r['server_ratio_sleep']:>6.3f}")
+    print()
+    print("Sequential 128 KiB writes (QD32, fresh image, flushed) and 4 KiB random reads at QD128 (4 x 32)")
+    print(f"{'preset':<16} {'write MB/s':>10} {'limit':>8} {'ratio':>6} {'read kIOPS':>11} "
+          f"{'limit':>8} {'ratio':>6} {'off kIOPS':>10} {'cpu/req real/off us':>20}")
+    for r in results:
+        print(f"{r['preset']:<16} {r['seq_write_mb_s']:>10.1f} {r['seq_write_limit_mb_s']:>8.1f} "
+              f"{r['seq_write_ratio']:>6.3f} {r['qd128_iops_real'] / 1e3:>11.1f} "
+              f"{r['qd128_limit_iops'] / 1e3:>8.1f} {r['qd128_ratio']:>6.3f} "
+              f"{r['qd128_iops_off'] / 1e3:>10.1f} "
+              f"{r['qd128_cpu_us_real']:>10.1f}/{r['qd128_cpu_us_off']:.1f}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1))
+
+
+def parse_size(s):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    s = s.strip().upper().rstrip("IB").rstrip("B")
+    if s and s[-1] in units:
+        return int(float(s[:-1]) * units[s[-1]])
+    return int(s)
+
+
+if __name__ == "__main__":
+    main()
