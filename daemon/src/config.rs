@@ -20,6 +20,9 @@
 //! [nand]                     # new images only
 //! interconnect = "tmcd"      # tmcd | pmcd (thesis ch. 4)
 //! controllers = 4            # pmcd only [default: the preset's channel count]
+//! suspend = true             # reads suspend programs and erases [default: off]
+//! t_suspend_us = 20          # with suspend: time to suspend [default: 20]
+//! t_resume_us = 20           # with suspend: time to resume [default: 20]
 //!
 //! [ftl]                      # ftl::FtlConfig
 //! queues = 4
@@ -84,6 +87,9 @@ pub struct FileConfig {
 pub struct NandFileConfig {
     pub interconnect: Option<InterconnectKind>,
     pub controllers: Option<u32>,
+    pub suspend: Option<bool>,
+    pub t_suspend_us: Option<f64>,
+    pub t_resume_us: Option<f64>,
 }
 
 /// The `[ublk]` table.
@@ -165,6 +171,8 @@ pub struct ImageSettings {
     /// Interconnect asked for explicitly (flags or `[nand]`); `controllers` is `None` for
     /// "the preset's channel count".
     pub interconnect: Option<(InterconnectKind, Option<u32>)>,
+    /// Program/erase suspend asked for explicitly (`[nand] suspend`).
+    pub suspend: Option<nand_model::Suspend>,
     pub ftl: FtlConfig,
 }
 
@@ -198,6 +206,9 @@ pub struct UblkSettings {
     /// Tags per queue.
     pub depth: u16,
 }
+
+/// `[nand] t_suspend_us` and `t_resume_us` unless set.
+const DEFAULT_SUSPEND_US: f64 = 20.0;
 
 /// Tags per ublk queue unless told otherwise.
 pub const DEFAULT_QUEUE_DEPTH: u16 = 128;
@@ -264,12 +275,49 @@ pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<Imag
             Some((k, c))
         }
     };
+    let suspend = match nand.map(|n| (n.suspend, n.t_suspend_us, n.t_resume_us)) {
+        None | Some((None, None, None)) => None,
+        Some((Some(enabled), ts, tr)) => {
+            let us = |name: &str, v: Option<f64>| -> anyhow::Result<std::time::Duration> {
+                let v = v.unwrap_or(DEFAULT_SUSPEND_US);
+                if !(0.0..=1e6).contains(&v) {
+                    return Err(UsageError(format!(
+                        "[nand] {name} must be from 0 to 1000000 microseconds, not {v}"
+                    ))
+                    .into());
+                }
+                Ok(std::time::Duration::from_nanos((v * 1000.0).round() as u64))
+            };
+            if !enabled && (ts.is_some() || tr.is_some()) {
+                return Err(UsageError(
+                    "[nand] t_suspend_us and t_resume_us need suspend = true".into(),
+                )
+                .into());
+            }
+            Some(if enabled {
+                nand_model::Suspend {
+                    enabled,
+                    t_suspend: us("t_suspend_us", ts)?,
+                    t_resume: us("t_resume_us", tr)?,
+                }
+            } else {
+                nand_model::Suspend::default()
+            })
+        }
+        Some((None, _, _)) => {
+            return Err(UsageError(
+                "[nand] t_suspend_us and t_resume_us need suspend = true".into(),
+            )
+            .into())
+        }
+    };
     Ok(ImageSettings {
         path,
         preset: args.preset.clone().or_else(|| file.preset.clone()),
         capacity,
         scheme,
         interconnect,
+        suspend,
         ftl,
     })
 }
@@ -444,6 +492,39 @@ mod tests {
             parse("capacity = 4096").expect("parses").capacity,
             Some(SizeValue::Bytes(4096))
         ));
+    }
+
+    #[test]
+    fn nand_table_sets_suspend() {
+        let args = ImageArgs::default();
+        let on = parse("[nand]\nsuspend = true\nt_resume_us = 12.5\n").expect("parses");
+        let s = resolve_image(&args, &on)
+            .expect("resolves")
+            .suspend
+            .expect("asked");
+        assert!(s.enabled);
+        assert_eq!(s.t_suspend, std::time::Duration::from_micros(20));
+        assert_eq!(s.t_resume, std::time::Duration::from_nanos(12_500));
+        let off = parse("[nand]\nsuspend = false\n").expect("parses");
+        assert_eq!(
+            resolve_image(&args, &off).expect("resolves").suspend,
+            Some(nand_model::Suspend::default())
+        );
+        for bad in [
+            "[nand]\nt_suspend_us = 5\n",
+            "[nand]\nsuspend = false\nt_resume_us = 5\n",
+            "[nand]\nsuspend = true\nt_suspend_us = -1\n",
+        ] {
+            let f = parse(bad).expect("parses");
+            let e = resolve_image(&args, &f).expect_err(bad).to_string();
+            assert!(e.contains("[nand]"), "{bad}: {e}");
+        }
+        assert_eq!(
+            resolve_image(&args, &FileConfig::default())
+                .expect("resolves")
+                .suspend,
+            None
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context};
 use ftl::{Ftl, FtlError, ImageInfo, LOGICAL_PAGE};
-use nand_model::{ImageError, Interconnect, NandConfig, TimingMode};
+use nand_model::{ImageError, Interconnect, NandConfig, Suspend, TimingMode};
 
 use crate::cli::InterconnectKind;
 use crate::config::ImageSettings;
@@ -119,6 +119,21 @@ pub fn check_interconnect(
     Ok(())
 }
 
+/// Fails if an explicitly requested program/erase suspend contradicts the existing image's.
+pub fn check_suspend(info: &ImageInfo, asked: Option<Suspend>) -> anyhow::Result<()> {
+    match asked {
+        Some(want) if want != info.nand.timing.suspend => Err(UsageError(format!(
+            "image {} has program/erase suspend {:?}, but the options ask for {want:?} (an \
+             existing image keeps the device it was created with; drop [nand] suspend, or \
+             recreate the image with `ftld format --force`)",
+            info.path.display(),
+            info.nand.timing.suspend
+        ))
+        .into()),
+        _ => Ok(()),
+    }
+}
+
 /// The first field (other than the number of blocks, which capacity scaling changes) in which
 /// two device configurations differ: `(name, a's value, b's value)`.
 pub fn shape_difference(a: &NandConfig, b: &NandConfig) -> Option<(&'static str, String, String)> {
@@ -194,6 +209,9 @@ pub fn plan_new(settings: &ImageSettings) -> anyhow::Result<(NandConfig, Option<
     if let Some(asked) = settings.interconnect {
         config.interconnect = interconnect_of(asked, config.geometry.channels);
     }
+    if let Some(suspend) = settings.suspend {
+        config.timing.suspend = suspend;
+    }
     match settings.capacity {
         None => Ok((config, None)),
         Some(c) => {
@@ -250,6 +268,7 @@ pub fn open(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ftl>
         settings.capacity,
     )?;
     check_interconnect(&info, settings.interconnect)?;
+    check_suspend(&info, settings.suspend)?;
     Ftl::open(path, timing, settings.ftl.clone()).map_err(|e| describe(e, path))
 }
 

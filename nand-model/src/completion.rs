@@ -8,7 +8,7 @@
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -16,7 +16,7 @@ use std::time::Instant;
 use crate::clock::{now_ns, to_instant, SimClock, ALREADY_DONE};
 use crate::stats::BankCounters;
 use crate::timer::{register, WakerSlot};
-use crate::waiting::{spin_until, wait_until, TimerMode, FUTURE_MARGIN};
+use crate::waiting::{spin_while_alone, wait_until, TimerMode, FUTURE_MARGIN, WAITING};
 
 /// Decrements a bank's in-flight count when dropped.
 #[derive(Debug)]
@@ -33,6 +33,9 @@ impl Drop for InflightGuard {
 #[must_use = "a Completion says when the operation finishes; wait on it or drop it deliberately"]
 pub struct Completion {
     deadline_ns: u64,
+    /// With program/erase suspend, the cell a program's or erase's completion time follows:
+    /// reads that suspend it move it later (`timeline.rs`).
+    moves: Option<Arc<AtomicU64>>,
     /// The device's simulated clock with timing `virtual`: waiting moves it instead of sleeping.
     sim: Option<Arc<SimClock>>,
     /// How a wait on the host's clock passes the time (the device's setting at submission).
@@ -50,30 +53,47 @@ impl Completion {
         bank.submit();
         Completion {
             deadline_ns,
+            moves: None,
             sim: sim.cloned(),
             timer,
             _inflight: InflightGuard(bank),
         }
     }
 
+    /// Follows `moves` (a suspendable operation's moving end) instead of the fixed deadline.
+    pub(crate) fn following(mut self, moves: Option<Arc<AtomicU64>>) -> Completion {
+        self.moves = moves;
+        self
+    }
+
+    /// The completion time now (a suspended program or erase finishes later than first
+    /// computed).
+    fn current_ns(&self) -> u64 {
+        match &self.moves {
+            Some(m) => m.load(AtomicOrdering::Acquire),
+            None => self.deadline_ns,
+        }
+    }
+
     /// When the operation completes on the modelled device (with timing off, a time already past;
     /// with timing `virtual` meaningless: see [`Completion::deadline_ns`]).
     pub fn deadline(&self) -> Instant {
-        to_instant(self.deadline_ns)
+        to_instant(self.current_ns())
     }
 
     /// The completion time on the device's clock in nanoseconds: the simulated clock with
     /// timing `virtual`, `CLOCK_MONOTONIC` with `real`, 0 with `off`.
     pub fn deadline_ns(&self) -> u64 {
-        self.deadline_ns
+        self.current_ns()
     }
 
     /// True once the deadline has passed (on the simulated clock with timing `virtual`).
     pub fn is_complete(&self) -> bool {
-        self.deadline_ns == ALREADY_DONE
+        let d = self.current_ns();
+        d == ALREADY_DONE
             || match &self.sim {
-                Some(c) => c.now_ns() >= self.deadline_ns,
-                None => now_ns() >= self.deadline_ns,
+                Some(c) => c.now_ns() >= d,
+                None => now_ns() >= d,
             }
     }
 
@@ -85,16 +105,23 @@ impl Completion {
     /// and returns at once.
     pub fn wait(self) {
         if let Some(c) = &self.sim {
-            c.advance_to(self.deadline_ns);
+            c.advance_to(self.current_ns());
         } else if self.deadline_ns != ALREADY_DONE {
-            wait_until(self.deadline_ns, self.timer);
+            // A suspension may move the end while we wait: wait again until it stays.
+            loop {
+                let d = self.current_ns();
+                wait_until(d, self.timer);
+                if self.current_ns() <= d {
+                    break;
+                }
+            }
         }
     }
 
     /// A runtime-agnostic future that is ready at the deadline (woken by the crate's timer
     /// thread). It is ready on first poll if the deadline has already passed.
     ///
-    /// With timer `hybrid` or `spin`, a future that is the only one waiting (in the process)
+    /// With timer `hybrid` or `spin`, a future that is the only waiter (in the process)
     /// is woken by the timer thread a learnt margin before its deadline and spins the rest
     /// on its executor's thread, so both wake-ups (timer thread, then executor) are absorbed;
     /// a deadline closer than the margin is spun for at once. While other futures wait too,
@@ -106,13 +133,10 @@ impl Completion {
             completion: self,
             slot: None,
             margin: 0,
+            counted: false,
         }
     }
 }
-
-/// Futures registered with the timer and not yet ready or dropped (see
-/// [`Completion::into_future`]: only a lone waiter spins).
-static WAITING: AtomicUsize = AtomicUsize::new(0);
 
 impl IntoFuture for Completion {
     type Output = ();
@@ -132,6 +156,8 @@ pub struct CompletionFuture {
     slot: Option<Arc<WakerSlot>>,
     /// How early the timer was asked to wake the task (0: at the deadline).
     margin: u64,
+    /// Counted in [`WAITING`].
+    counted: bool,
 }
 
 impl CompletionFuture {
@@ -142,20 +168,12 @@ impl CompletionFuture {
 }
 
 impl CompletionFuture {
-    /// Forgets the timer registration (the future is ready).
+    /// Forgets the timer registration and leaves the waiting count (the future is ready).
     fn unregister(&mut self) {
-        if self.slot.take().is_some() {
+        self.slot = None;
+        if std::mem::take(&mut self.counted) {
             WAITING.fetch_sub(1, AtomicOrdering::Relaxed);
         }
-    }
-
-    /// Ready at the deadline: spins the rest if the timer woke us early.
-    fn ready(&mut self, deadline: u64) -> Poll<()> {
-        self.unregister();
-        if self.margin > 0 {
-            spin_until(deadline);
-        }
-        Poll::Ready(())
     }
 }
 
@@ -170,7 +188,7 @@ impl Future for CompletionFuture {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
-        let deadline = this.completion.deadline_ns;
+        let deadline = this.completion.current_ns();
         // Simulated time never waits for the host: the clock moves to the deadline.
         if let Some(c) = &this.completion.sim {
             c.advance_to(deadline);
@@ -180,20 +198,31 @@ impl Future for CompletionFuture {
             return Poll::Ready(());
         }
         let now = now_ns();
-        if this.slot.is_none() && this.margin == 0 {
+        if !this.counted {
             // First poll: wake early and spin only when no other future waits.
-            let alone = WAITING.load(AtomicOrdering::Relaxed) == 0;
+            this.counted = true;
+            let alone = WAITING.fetch_add(1, AtomicOrdering::Relaxed) == 0;
             if this.completion.timer != TimerMode::Sleep && alone {
                 this.margin = FUTURE_MARGIN.get();
             }
         }
-        let wake_at = deadline.saturating_sub(this.margin);
-        if now >= wake_at {
-            if this.margin > 0 && this.slot.as_ref().is_some_and(|s| s.fired()) {
+        if this.margin > 0 && now >= deadline.saturating_sub(this.margin) {
+            if this.slot.as_ref().is_some_and(|s| s.fired()) {
                 // Woken by the timer: learn how late that was against the early target.
-                FUTURE_MARGIN.observe(this.margin, now - wake_at);
+                FUTURE_MARGIN.observe(this.margin, now - deadline.saturating_sub(this.margin));
             }
-            return this.ready(deadline);
+            if spin_while_alone(deadline) {
+                this.unregister();
+                return Poll::Ready(());
+            }
+            // Another wait started: stop spinning, be woken at the deadline instead.
+            this.margin = 0;
+            this.slot = None;
+        }
+        let wake_at = deadline.saturating_sub(this.margin);
+        if now_ns() >= deadline {
+            this.unregister();
+            return Poll::Ready(());
         }
         match &this.slot {
             // Still registered: just make sure the timer wakes the current task.
@@ -204,14 +233,13 @@ impl Future for CompletionFuture {
                 let slot = Arc::new(WakerSlot::default());
                 slot.set(cx.waker());
                 register(wake_at, Arc::clone(&slot));
-                if this.slot.replace(slot).is_none() {
-                    WAITING.fetch_add(1, AtomicOrdering::Relaxed);
-                }
+                this.slot = Some(slot);
             }
         }
-        // Re-check: the wake-up time may have passed while registering; never miss it.
+        // Re-check: the wake-up time may have passed while registering; never miss it (an
+        // early wake-up time is handled by polling again: the spin is there).
         if now_ns() >= wake_at {
-            return this.ready(deadline);
+            cx.waker().wake_by_ref();
         }
         Poll::Pending
     }

@@ -29,7 +29,7 @@ use crate::faults::{FaultInjector, Power};
 use crate::geometry::{BankId, BlockAddr, Geometry, PageAddr};
 use crate::image::Image;
 use crate::stats::{BankCounters, ChannelStats, NandStats, OpCounters, TotalStats};
-use crate::timeline::Timeline;
+use crate::timeline::{BankTimeline, Timeline};
 use crate::timing::TimingMode;
 use crate::waiting::TimerMode;
 
@@ -45,8 +45,8 @@ pub struct BankLoad {
 
 struct BankState {
     mem: BankMem,
-    /// End of the bank's timeline (internal clock ns).
-    free_at: u64,
+    /// The bank's timeline (its end, and a program or erase reads may suspend).
+    tl: BankTimeline,
     /// The bank's operation counters (the lock-free ones are in `Bank::counters`).
     ops: OpCounters,
 }
@@ -118,7 +118,7 @@ impl NandDevice {
             .map(|mem| Bank {
                 state: Mutex::new(BankState {
                     mem,
-                    free_at: 0,
+                    tl: BankTimeline::default(),
                     ops: OpCounters::default(),
                 }),
                 counters: Arc::new(BankCounters::default()),
@@ -169,6 +169,13 @@ impl NandDevice {
     /// The simulated clock, with timing `virtual` (`None` otherwise).
     pub fn sim_clock(&self) -> Option<&SimClock> {
         self.timeline.sim().map(|c| &**c)
+    }
+
+    /// The device's clock in nanoseconds: `CLOCK_MONOTONIC` with timing `real` (what an
+    /// [`crate::ArrivalScope`] takes), the simulated clock with `virtual`; with `off` the host's
+    /// clock too, though nothing uses it.
+    pub fn now_ns(&self) -> u64 {
+        self.timeline.clock_ns()
     }
 
     /// When every bank and controller is idle: the latest end of any timeline, on the device's
@@ -355,7 +362,7 @@ impl NandDevice {
         let t_read = self.config.timing.read_ns(addr.page, blk.erase_count);
         let st = &mut *st;
         let deadline = self.timeline.read(
-            &mut st.free_at,
+            &mut st.tl,
             &mut st.ops,
             &bank.counters,
             addr.block.bank,
@@ -429,8 +436,8 @@ impl NandDevice {
         st.mem.set_block(addr.block.block, blk);
         let bytes = (data.len() + oob.len()) as u64;
         let st = &mut *st;
-        let deadline = self.timeline.program(
-            &mut st.free_at,
+        let (deadline, moves) = self.timeline.program(
+            &mut st.tl,
             &mut st.ops,
             &bank.counters,
             addr.block.bank,
@@ -448,7 +455,8 @@ impl NandDevice {
             Arc::clone(&bank.counters),
             self.timeline.sim(),
             self.timeline.timer(),
-        ))
+        )
+        .following(moves))
     }
 
     /// Copyback: moves page `src` to page `dst` of the same bank through the die's page
@@ -510,7 +518,7 @@ impl NandDevice {
         if self.faults.read_fails(src) {
             // The bank stays busy for the failed sensing (as a failed read keeps it).
             self.timeline
-                .read(&mut st.free_at, &mut st.ops, c, ch, t_read, 0);
+                .read(&mut st.tl, &mut st.ops, c, ch, t_read, 0);
             st.ops.reads += 1;
             st.ops.copybacks += 1;
             st.ops.faults += 1;
@@ -546,7 +554,7 @@ impl NandDevice {
         to.programmed_pages += 1;
         st.mem.set_block(dst.block.block, to);
         let deadline = self.timeline.copyback(
-            &mut st.free_at,
+            &mut st.tl,
             &mut st.ops,
             c,
             ch,
@@ -610,9 +618,7 @@ impl NandDevice {
         }
         st.mem.set_block(block.block, blk);
         let st = &mut *st;
-        let deadline = self
-            .timeline
-            .erase(&mut st.free_at, &mut st.ops, &bank.counters);
+        let (deadline, moves) = self.timeline.erase(&mut st.tl, &mut st.ops, &bank.counters);
         st.ops.erases += 1;
         if let Some(e) = fault {
             st.ops.faults += 1;
@@ -623,7 +629,8 @@ impl NandDevice {
             Arc::clone(&bank.counters),
             self.timeline.sim(),
             self.timeline.timer(),
-        ))
+        )
+        .following(moves))
     }
 
     /// The state of `addr`'s block if `addr` may be programmed now: the block is not bad and

@@ -53,6 +53,12 @@ pub enum GeometryError {
         /// What is wrong.
         reason: String,
     },
+    /// Feature flags in an image header that this build does not know.
+    #[error("unknown feature flags {flags:#x} in the header")]
+    Flags {
+        /// The flags word.
+        flags: u32,
+    },
     /// Read-retry asks for more steps than the model allows.
     #[error("read_retry.max_steps must be at most {max}, got {max_steps}")]
     ReadRetrySteps {

@@ -16,10 +16,11 @@
 //! | 96 | 8 | creation time, ns since the Unix epoch |
 //! | 104 | 4 | version 4: bits per cell (1-4); earlier: 0 (SLC) |
 //! | 108 | 4 x 2 | version 4: read-retry P/E cycles per step (0: off), most steps |
-//! | 116 | 4 | zero |
+//! | 116 | 4 | version 4: feature flags (bit 0: reads suspend programs and erases); other bits must be 0 |
 //! | 120 | 8 x 3 | version 4: t_read of the CSB, MSB, TSB pages (ns; 0 past the cell's types) |
 //! | 144 | 8 x 3 | version 4: t_prog of the same |
-//! | 168 | .. | zero up to 4092 |
+//! | 168 | 8 x 2 | version 4: t_suspend, t_resume (ns) |
+//! | 184 | .. | zero up to 4092 |
 //! | 4092 | 4 | crc32 (crc32fast) of bytes 0..4092 |
 //!
 //! Decoding checks, in order: length, magic, version (before the CRC, since another version may
@@ -31,7 +32,7 @@ use crate::config::NandConfig;
 use crate::error::GeometryError;
 use crate::geometry::Geometry;
 use crate::interconnect::Interconnect;
-use crate::timing::{dur_ns, CellTiming, CellType, ReadRetry, Timing};
+use crate::timing::{dur_ns, CellTiming, CellType, ReadRetry, Suspend, Timing};
 
 /// Bytes reserved for the header at the start of the file.
 pub(crate) const HEADER_SIZE: usize = 4096;
@@ -127,7 +128,9 @@ pub(crate) fn encode(h: &Header) -> Vec<u8> {
     let t = &h.config.timing;
     let mut w = Writer(&mut buf);
     w.put(0, &MAGIC);
-    let cells = t.cell != CellTiming::default() || t.read_retry != ReadRetry::default();
+    let cells = t.cell != CellTiming::default()
+        || t.read_retry != ReadRetry::default()
+        || t.suspend != Suspend::default();
     let version = match h.config.interconnect {
         _ if cells => FORMAT_VERSION_CELLS,
         Interconnect::Tmcd => FORMAT_VERSION,
@@ -171,6 +174,9 @@ pub(crate) fn encode(h: &Header) -> Vec<u8> {
         for (i, d) in t.cell.t_prog_upper.iter().enumerate() {
             w.put(144 + 8 * i, &dur_ns(*d).to_le_bytes());
         }
+        w.put(116, &u32::from(t.suspend.enabled).to_le_bytes());
+        w.put(168, &dur_ns(t.suspend.t_suspend).to_le_bytes());
+        w.put(176, &dur_ns(t.suspend.t_resume).to_le_bytes());
     }
     let crc = crc32fast::hash(&buf[..CRC_OFFSET]);
     buf[CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
@@ -249,6 +255,15 @@ pub(crate) fn decode(b: &[u8]) -> Result<Header, HeaderError> {
         timing.read_retry = ReadRetry {
             every_pe_cycles: u32_at(b, 108),
             max_steps: u32_at(b, 112),
+        };
+        let flags = u32_at(b, 116);
+        if flags & !1 != 0 {
+            return Err(HeaderError::Geometry(GeometryError::Flags { flags }));
+        }
+        timing.suspend = Suspend {
+            enabled: flags & 1 != 0,
+            t_suspend: Duration::from_nanos(u64_at(b, 168)),
+            t_resume: Duration::from_nanos(u64_at(b, 176)),
         };
         timing.validate().map_err(HeaderError::Geometry)?;
     }
@@ -338,8 +353,24 @@ mod tests {
         };
         assert_eq!(u32_at(&encode(&h), 8), FORMAT_VERSION_CELLS);
         assert_eq!(decode(&encode(&h)), Ok(h.clone()));
+        // Suspend alone is version 4 too, and round-trips.
+        let mut hs = sample();
+        hs.config.timing.suspend = Suspend {
+            enabled: true,
+            t_suspend: Duration::from_micros(20),
+            t_resume: Duration::from_micros(15),
+        };
+        assert_eq!(u32_at(&encode(&hs), 8), FORMAT_VERSION_CELLS);
+        assert_eq!(decode(&encode(&hs)), Ok(hs));
         // Hostile fields with a valid CRC are refused, each with its reason.
         let good = encode(&h);
+        let mut bad = good.clone();
+        bad[116..120].copy_from_slice(&2u32.to_le_bytes());
+        recrc(&mut bad);
+        assert!(matches!(
+            decode(&bad),
+            Err(HeaderError::Geometry(GeometryError::Flags { .. }))
+        ));
         let mut bad = good.clone();
         bad[104..108].copy_from_slice(&5u32.to_le_bytes());
         recrc(&mut bad);

@@ -221,7 +221,10 @@ mod tests {
         let one = Controllers::new(&geometry(), Interconnect::Tmcd);
         // Gaps of 10 between 10-long transfers, far more than the list keeps.
         for k in 0..(MAX_INTERVALS as u64 + 50) {
-            assert_eq!(one.transfer(BankId(0), 20 * k, 10, 0), (20 * k, 20 * k + 10));
+            assert_eq!(
+                one.transfer(BankId(0), 20 * k, 10, 0),
+                (20 * k, 20 * k + 10)
+            );
         }
         // The oldest gaps are gone: a transfer that would fit there starts at the floor or later.
         let (start, _) = one.transfer(BankId(0), 0, 10, 0);

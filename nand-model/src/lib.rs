@@ -70,6 +70,12 @@
 //! pairing order) its own latencies ([`CellTiming`]), and a block worn by `erase_count` P/E
 //! cycles reads with `min(erase_count / K, max)` extra sensing steps ([`ReadRetry`]).
 //!
+//! With [`Suspend`] enabled, a read that reaches a bank in a program's or erase's array time
+//! suspends it (`t_suspend`), runs, and the operation resumes (`t_resume`) and completes that
+//! much later: its [`Completion`] follows the moved end. An operation submitted inside an
+//! [`ArrivalScope`] counts from the request's arrival instead of its submission (NVMeVirt's
+//! accounting: the emulator's own processing time is absorbed, not added).
+//!
 //! Banks run in parallel; a controller carries one transfer at a time (TMCD: one per channel). Transfer time is
 //! `bytes / channel_bytes_per_sec`, rounded up to the nanosecond. The data effect happens at
 //! submission; the returned [`Completion`] carries the modelled completion time. With
@@ -172,6 +178,7 @@
 //!
 //! Linux only (mmap, `fcntl` locks, `prctl`, futex).
 
+mod arrival;
 mod bankmem;
 mod clock;
 mod completion;
@@ -227,6 +234,7 @@ mod timer;
 mod timing;
 mod waiting;
 
+pub use arrival::ArrivalScope;
 pub use bankmem::BlockState;
 pub use clock::{precise_sleep_until, SimClock};
 pub use completion::{Completion, CompletionFuture};
@@ -241,5 +249,7 @@ pub use image::page_data_offset;
 pub use interconnect::{Interconnect, MAX_CONTROLLERS};
 pub use presets::{preset, presets, Preset};
 pub use stats::{BankStats, ChannelStats, NandStats, TotalStats};
-pub use timing::{CellTiming, CellType, ReadRetry, Timing, TimingMode, MAX_READ_RETRY_STEPS};
+pub use timing::{
+    CellTiming, CellType, ReadRetry, Suspend, Timing, TimingMode, MAX_READ_RETRY_STEPS,
+};
 pub use waiting::{learnt_margins_ns, TimerMode};

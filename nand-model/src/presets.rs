@@ -110,6 +110,7 @@ impl Mlc {
                     t_prog_upper: upper(self.progs),
                 },
                 read_retry: self.read_retry,
+                suspend: Default::default(),
             },
             endurance: self.endurance,
             interconnect: Default::default(),

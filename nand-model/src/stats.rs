@@ -48,6 +48,8 @@ pub(crate) struct OpCounters {
     /// Modelled busy time (sum of each op's bank occupancy), also counted with timing off.
     pub(crate) busy_ns: u64,
     pub(crate) faults: u64,
+    /// Reads that suspended a program or erase.
+    pub(crate) suspends: u64,
     /// The bank's share of its channel's traffic: transfers, bytes and modelled busy time.
     pub(crate) xfers: u64,
     pub(crate) xfer_bytes: u64,
@@ -82,6 +84,8 @@ pub struct BankStats {
     pub max_inflight: u32,
     /// Faults returned by this bank (injected and wear-out).
     pub faults: u64,
+    /// Reads that suspended a program or erase (`Timing::suspend`).
+    pub suspends: u64,
 }
 
 /// Snapshot of one channel's counters.
@@ -114,6 +118,8 @@ pub struct TotalStats {
     pub bytes_programmed: u64,
     /// Faults returned.
     pub faults: u64,
+    /// Reads that suspended a program or erase.
+    pub suspends: u64,
     /// Operations in flight now.
     pub inflight: u64,
 }
@@ -149,6 +155,7 @@ impl OpCounters {
             inflight: live.inflight.load(Ordering::Relaxed),
             max_inflight: live.max_inflight.load(Ordering::Relaxed),
             faults: self.faults,
+            suspends: self.suspends,
         }
     }
 }
@@ -164,6 +171,7 @@ impl TotalStats {
             t.bytes_read += b.bytes_read;
             t.bytes_programmed += b.bytes_programmed;
             t.faults += b.faults;
+            t.suspends += b.suspends;
             t.inflight += u64::from(b.inflight);
         }
         t

@@ -22,6 +22,17 @@
 //!          xfer_start + xfer(oob))   end = sensed + t_prog; bank.free_at = end
 //! ```
 //!
+//! With program/erase suspend (`Timing::suspend`), a read that arrives while the bank's last
+//! scheduled operation is a program or erase in its array time does not queue behind it:
+//!
+//! ```text
+//! suspend: start = now + t_suspend (or right after an earlier suspending read still running)
+//!          sensed = start + t_read; end = transfer as for a read
+//!          op.end += end - now + t_resume (or + end - previous read's end)
+//! ```
+//!
+//! The suspended operation's [`crate::Completion`] follows its moving end.
+//!
 //! `ctrl.first_gap(t, d)`: the earliest time at or after `t` when the controller is free for
 //! `d` (it keeps its busy intervals, so a transfer whose data is ready early slips into a gap
 //! left before a later one: see `interconnect.rs`).
@@ -32,7 +43,7 @@
 //! With timing off no timeline is kept: the deadline is "now", but busy time is still accounted
 //! with the modelled durations so utilisation figures stay meaningful.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::clock::{now_ns, SimClock, ALREADY_DONE};
@@ -42,6 +53,25 @@ use crate::stats::{BankCounters, OpCounters};
 use crate::timing::{dur_ns, Timing, TimingMode};
 use crate::waiting::TimerMode;
 
+/// One bank's timeline, kept under the bank's lock.
+#[derive(Default)]
+pub(crate) struct BankTimeline {
+    /// End of the bank's timeline (internal clock ns).
+    pub(crate) free_at: u64,
+    /// The bank's last scheduled operation, if it is a program or erase a read may suspend.
+    suspendable: Option<Suspendable>,
+}
+
+/// A program's or erase's array time, which a read may suspend (`Timing::suspend`).
+struct Suspendable {
+    /// When its array time began (a program's transfer cannot be suspended).
+    array_start: u64,
+    /// When the last read that suspended it ends (then it resumes); 0 if none did.
+    resume_at: u64,
+    /// Its completion time, moved by each suspension; shared with its [`crate::Completion`].
+    end: Arc<AtomicU64>,
+}
+
 /// Timing parameters plus the controller timelines.
 pub(crate) struct Timeline {
     mode: TimingMode,
@@ -49,6 +79,8 @@ pub(crate) struct Timeline {
     sim: Option<Arc<SimClock>>,
     timing: Timing,
     t_erase: u64,
+    t_suspend: u64,
+    t_resume: u64,
     controllers: Controllers,
     /// The device's [`TimerMode`], handed to each completion.
     timer: AtomicU8,
@@ -66,6 +98,8 @@ impl Timeline {
             sim: (mode == TimingMode::Virtual).then(Arc::default),
             timing,
             t_erase: dur_ns(timing.t_erase),
+            t_suspend: dur_ns(timing.suspend.t_suspend),
+            t_resume: dur_ns(timing.suspend.t_resume),
             controllers: Controllers::new(geometry, interconnect),
             timer: AtomicU8::new(TimerMode::default().to_u8()),
         }
@@ -88,8 +122,17 @@ impl Timeline {
         self.sim.as_ref()
     }
 
-    /// "Now" on the timeline: the simulated clock with timing `virtual`, else the host's.
+    /// "Now" on the timeline: the simulated clock with timing `virtual`, else the host's
+    /// (or the arrival of the request being submitted for: `arrival.rs`).
     pub(crate) fn now(&self) -> u64 {
+        match &self.sim {
+            Some(c) => c.now_ns(),
+            None => crate::arrival::submission_time(now_ns()),
+        }
+    }
+
+    /// The device clock without any arrival scope.
+    pub(crate) fn clock_ns(&self) -> u64 {
         match &self.sim {
             Some(c) => c.now_ns(),
             None => now_ns(),
@@ -102,17 +145,77 @@ impl Timeline {
         ops.xfer_busy_ns += ns;
     }
 
-    fn finish(ops: &mut OpCounters, live: &BankCounters, free_at: &mut u64, start: u64, end: u64) {
-        *free_at = end;
+    fn finish(
+        ops: &mut OpCounters,
+        live: &BankCounters,
+        tl: &mut BankTimeline,
+        start: u64,
+        end: u64,
+    ) {
+        tl.free_at = end;
+        // Whatever was last is no longer: a read now queues behind this operation.
+        tl.suspendable = None;
         live.busy_until.store(end, Ordering::Relaxed);
         ops.busy_ns += end - start;
+    }
+
+    /// Makes the operation just finished on `tl` (array time from `array_start`) suspendable
+    /// if the device suspends; returns the cell its completion follows.
+    fn suspendable(&self, tl: &mut BankTimeline, array_start: u64) -> Option<Arc<AtomicU64>> {
+        if !self.timing.suspend.enabled {
+            return None;
+        }
+        let end = Arc::new(AtomicU64::new(tl.free_at));
+        tl.suspendable = Some(Suspendable {
+            array_start,
+            resume_at: 0,
+            end: Arc::clone(&end),
+        });
+        Some(end)
+    }
+
+    /// A read arriving at `now` that suspends the bank's program or erase, if the device
+    /// suspends and one is in its array time: schedules the read's sensing and transfer, moves
+    /// the suspended operation's end, and returns the read's end.
+    #[allow(clippy::too_many_arguments)]
+    fn suspending_read(
+        &self,
+        tl: &mut BankTimeline,
+        ops: &mut OpCounters,
+        live: &BankCounters,
+        bank: BankId,
+        now: u64,
+        t_read: u64,
+        xfer: u64,
+    ) -> Option<u64> {
+        let s = tl.suspendable.as_mut()?;
+        if now < s.array_start || now >= tl.free_at {
+            return None;
+        }
+        // Still suspended for an earlier read: run right after it, no second suspend/resume.
+        let (start, from) = if now < s.resume_at {
+            (s.resume_at, s.resume_at)
+        } else {
+            (now.saturating_add(self.t_suspend), now)
+        };
+        let sensed = start.saturating_add(t_read);
+        let (_, end) = self.controllers.transfer(bank, sensed, xfer, now);
+        let resume = if now < s.resume_at { 0 } else { self.t_resume };
+        let delay = end.saturating_sub(from).saturating_add(resume);
+        s.resume_at = end;
+        tl.free_at = tl.free_at.saturating_add(delay);
+        s.end.store(tl.free_at, Ordering::Release);
+        live.busy_until.store(tl.free_at, Ordering::Relaxed);
+        ops.busy_ns += delay;
+        ops.suspends += 1;
+        Some(end)
     }
 
     /// Completion time of a read of `bank` (array time `t_read` ns) moving `bytes` through a
     /// controller.
     pub(crate) fn read(
         &self,
-        free_at: &mut u64,
+        tl: &mut BankTimeline,
         ops: &mut OpCounters,
         live: &BankCounters,
         bank: BankId,
@@ -126,35 +229,40 @@ impl Timeline {
             return ALREADY_DONE;
         }
         let now = self.now();
-        let start = now.max(*free_at);
+        if let Some(end) = self.suspending_read(tl, ops, live, bank, now, t_read, xfer) {
+            return end;
+        }
+        let start = now.max(tl.free_at);
         let sensed = start.saturating_add(t_read);
         let (_, end) = self.controllers.transfer(bank, sensed, xfer, now);
-        Self::finish(ops, live, free_at, start, end);
+        Self::finish(ops, live, tl, start, end);
         end
     }
 
     /// Completion time of a program of `bank` (array time `t_prog` ns) moving `bytes` through
-    /// a controller.
+    /// a controller, and the cell that time follows if reads may suspend it.
     pub(crate) fn program(
         &self,
-        free_at: &mut u64,
+        tl: &mut BankTimeline,
         ops: &mut OpCounters,
         live: &BankCounters,
         bank: BankId,
         t_prog: u64,
         bytes: u64,
-    ) -> u64 {
+    ) -> (u64, Option<Arc<AtomicU64>>) {
         let xfer = self.timing.xfer_ns(bytes);
         Self::account_xfer(ops, bytes, xfer);
         if self.mode == TimingMode::Off {
             ops.busy_ns += xfer + t_prog;
-            return ALREADY_DONE;
+            return (ALREADY_DONE, None);
         }
         let now = self.now();
-        let (start, xfer_end) = self.controllers.transfer(bank, now.max(*free_at), xfer, now);
+        let (start, xfer_end) = self
+            .controllers
+            .transfer(bank, now.max(tl.free_at), xfer, now);
         let end = xfer_end.saturating_add(t_prog);
-        Self::finish(ops, live, free_at, start, end);
-        end
+        Self::finish(ops, live, tl, start, end);
+        (end, self.suspendable(tl, xfer_end))
     }
 
     /// Completion time of a copyback (array times `t_read` of the source, `t_prog` of the
@@ -163,7 +271,7 @@ impl Timeline {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn copyback(
         &self,
-        free_at: &mut u64,
+        tl: &mut BankTimeline,
         ops: &mut OpCounters,
         live: &BankCounters,
         bank: BankId,
@@ -182,31 +290,31 @@ impl Timeline {
             return ALREADY_DONE;
         }
         let now = self.now();
-        let start = now.max(*free_at);
+        let start = now.max(tl.free_at);
         let mut sensed = start.saturating_add(t_read);
         if oob_bytes > 0 {
             sensed = self.controllers.transfer(bank, sensed, xfer, now).1;
         }
         let end = sensed.saturating_add(t_prog);
-        Self::finish(ops, live, free_at, start, end);
+        Self::finish(ops, live, tl, start, end);
         end
     }
 
-    /// Completion time of an erase.
+    /// Completion time of an erase, and the cell that time follows if reads may suspend it.
     pub(crate) fn erase(
         &self,
-        free_at: &mut u64,
+        tl: &mut BankTimeline,
         ops: &mut OpCounters,
         live: &BankCounters,
-    ) -> u64 {
+    ) -> (u64, Option<Arc<AtomicU64>>) {
         if self.mode == TimingMode::Off {
             ops.busy_ns += self.t_erase;
-            return ALREADY_DONE;
+            return (ALREADY_DONE, None);
         }
         let now = self.now();
-        let start = now.max(*free_at);
+        let start = now.max(tl.free_at);
         let end = start.saturating_add(self.t_erase);
-        Self::finish(ops, live, free_at, start, end);
-        end
+        Self::finish(ops, live, tl, start, end);
+        (end, self.suspendable(tl, start))
     }
 }

@@ -38,6 +38,26 @@ pub struct Timing {
     /// Read latency that grows with wear (off unless set).
     #[serde(default)]
     pub read_retry: ReadRetry,
+    /// Program/erase suspend for reads (off unless set).
+    #[serde(default)]
+    pub suspend: Suspend,
+}
+
+/// Program/erase suspend (MQSim's model): a read that reaches a bank in the middle of a
+/// program's or an erase's array time suspends it (`t_suspend`), senses and transfers its page,
+/// and the suspended operation resumes (`t_resume`) and finishes that much later; reads that
+/// arrive while it is still suspended run back to back before the resume. Only the bank's last
+/// scheduled operation is suspended: a read queued behind other work waits its turn.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Suspend {
+    /// Whether reads suspend programs and erases.
+    pub enabled: bool,
+    /// Time from the read's arrival until the array is free for it.
+    #[serde(rename = "t_suspend_us", with = "micros", default)]
+    pub t_suspend: Duration,
+    /// Time the suspended operation needs to resume after the last read.
+    #[serde(rename = "t_resume_us", with = "micros", default)]
+    pub t_resume: Duration,
 }
 
 /// Bits stored per cell: how many pages (page types) share a word line.
@@ -248,6 +268,13 @@ impl Timing {
             s += &format!(
                 ", read-retry +1 read per {} P/E cycles, at most {}",
                 self.read_retry.every_pe_cycles, self.read_retry.max_steps
+            );
+        }
+        if self.suspend.enabled {
+            s += &format!(
+                ", reads suspend programs/erases (suspend {} us, resume {} us)",
+                us(self.suspend.t_suspend),
+                us(self.suspend.t_resume)
             );
         }
         s

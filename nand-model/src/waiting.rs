@@ -7,6 +7,12 @@
 //! the rest, so it is exact whenever the wake-up was less late than the margin, and burns about
 //! a margin of CPU per wait.
 //!
+//! Spinning is only worth it for a lone waiter: with several waits pending (a deep queue), the
+//! timeline, not the wake-up, sets the pace, and spinning threads take the CPU the other
+//! requests need. So a hybrid wait spins only when no other wait (blocking or future) is in
+//! progress when it starts ([`WAITING`]); otherwise it sleeps to the deadline like `sleep`,
+//! and a spinning wait goes back to sleep as soon as another wait starts.
+//!
 //! The margin is learnt, per kind of wake-up (a thread's own sleep, or a future woken by the
 //! timer thread through its executor), from the lateness of the early wake-ups themselves: a
 //! wake-up later than the margin pulls it up by a quarter of the miss (at most half the margin,
@@ -15,7 +21,7 @@
 //! and follows the machine's load. The first value comes from a short calibration (a few sleeps
 //! of 50 us) the first time a hybrid wait happens.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
@@ -32,7 +38,8 @@ pub enum TimerMode {
     /// waiting, late by the kernel's wake-up latency.
     Sleep,
     /// Sleep until a learnt margin before the deadline, then spin on the clock: on time when the
-    /// wake-up was within the margin, about a margin of CPU per wait.
+    /// wake-up was within the margin, about a margin of CPU per wait. Only a lone waiter spins;
+    /// with other waits in progress it sleeps to the deadline.
     #[default]
     Hybrid,
     /// A blocking wait spins on the clock for its whole length (a core per waiting thread);
@@ -64,20 +71,48 @@ impl TimerMode {
     }
 }
 
+/// Waits in progress on the host's clock: blocking waits and futures polled at least once and
+/// not yet ready or dropped, spinning ones included. Counting from the start of a wait, not
+/// from a future's registration with the timer thread, matters: futures that spin at once
+/// never register, and counting only registered ones let every future of a deep queue think it
+/// was alone (measured: 90 % of the server's CPU spinning at QD128).
+pub(crate) static WAITING: AtomicUsize = AtomicUsize::new(0);
+
+/// Holds a place in [`WAITING`] for a blocking wait.
+struct Waiting;
+
+impl Waiting {
+    /// Enters; true if no other wait was in progress.
+    fn enter() -> (Waiting, bool) {
+        (Waiting, WAITING.fetch_add(1, Ordering::Relaxed) == 0)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        WAITING.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Smallest margin: below this a wake-up is never early enough to matter.
 const MIN_MARGIN_NS: u64 = 2_000;
 /// Largest margin: a wait never spins longer than this after a timely wake-up.
 const MAX_MARGIN_NS: u64 = 1_000_000;
+/// Largest margin of a future (its spin holds an executor thread).
+const MAX_FUTURE_MARGIN_NS: u64 = 250_000;
 
 /// A learnt early margin (see the module comment).
 pub(crate) struct Margin {
     ns: AtomicU64,
+    /// The most it may grow to.
+    max: u64,
 }
 
 impl Margin {
-    const fn new() -> Margin {
+    const fn new(max: u64) -> Margin {
         Margin {
             ns: AtomicU64::new(0),
+            max,
         }
     }
 
@@ -85,7 +120,7 @@ impl Margin {
     pub(crate) fn get(&self) -> u64 {
         match self.ns.load(Ordering::Relaxed) {
             0 => {
-                let m = calibrate();
+                let m = calibrate().min(self.max);
                 // Another thread may have calibrated meanwhile; either value is fine.
                 let _ = self
                     .ns
@@ -111,9 +146,10 @@ impl Margin {
 }
 
 /// The margin of a thread's own sleeps (`Completion::wait`).
-pub(crate) static SLEEP_MARGIN: Margin = Margin::new();
-/// The margin of a future's wake-up through the timer thread and its executor.
-pub(crate) static FUTURE_MARGIN: Margin = Margin::new();
+pub(crate) static SLEEP_MARGIN: Margin = Margin::new(MAX_MARGIN_NS);
+/// The margin of a future's wake-up through the timer thread and its executor: capped lower,
+/// as it spins on an executor thread other requests may be waiting for.
+pub(crate) static FUTURE_MARGIN: Margin = Margin::new(MAX_FUTURE_MARGIN_NS);
 
 /// The margins currently learnt, in nanoseconds: (blocking waits, futures); 0 before the first
 /// hybrid wait of that kind. For reports (`timing_error`).
@@ -140,6 +176,18 @@ fn calibrate() -> u64 {
     })
 }
 
+/// Spins until `deadline_ns` unless another wait starts meanwhile (then spinning would hold a
+/// CPU the other needs); true if the deadline came.
+pub(crate) fn spin_while_alone(deadline_ns: u64) -> bool {
+    while now_ns() < deadline_ns {
+        if WAITING.load(Ordering::Relaxed) > 1 {
+            return false;
+        }
+        std::hint::spin_loop();
+    }
+    true
+}
+
 /// Spins until the clock reads at least `deadline_ns`.
 pub(crate) fn spin_until(deadline_ns: u64) {
     while now_ns() < deadline_ns {
@@ -153,13 +201,19 @@ pub(crate) fn wait_until(deadline_ns: u64, mode: TimerMode) {
         TimerMode::Sleep => sleep_until(deadline_ns),
         TimerMode::Spin => spin_until(deadline_ns),
         TimerMode::Hybrid => {
+            let (_waiting, alone) = Waiting::enter();
+            if !alone {
+                return sleep_until(deadline_ns);
+            }
             let margin = SLEEP_MARGIN.get();
             let early = deadline_ns.saturating_sub(margin);
             if now_ns() < early {
                 sleep_until(early);
                 SLEEP_MARGIN.observe(margin, now_ns().saturating_sub(early));
             }
-            spin_until(deadline_ns);
+            if !spin_while_alone(deadline_ns) {
+                sleep_until(deadline_ns);
+            }
         }
     }
 }
@@ -181,7 +235,7 @@ mod tests {
 
     #[test]
     fn margin_follows_late_wake_ups_and_decays() {
-        let m = Margin::new();
+        let m = Margin::new(MAX_MARGIN_NS);
         m.ns.store(10_000, Ordering::Relaxed);
         m.observe(10_000, 30_000);
         assert_eq!(m.ns.load(Ordering::Relaxed), 15_000);

@@ -484,3 +484,165 @@ fn every_timer_mode_completes_on_time() {
         assert!(results.iter().all(|&ok| ok), "{mode} futures");
     }
 }
+
+/// Arrival-time accounting: with timing real, an operation submitted inside an
+/// `ArrivalScope` counts from the request's arrival, so the time the submitter spent before
+/// submitting is absorbed; outside the scope (or when the bank is busy) nothing changes.
+#[test]
+fn submissions_count_from_the_request_arrival() {
+    use nand_model::ArrivalScope;
+    let f = real();
+    let dev = f.dev();
+    let t = small_config().timing;
+    dev.program(PageAddr::new(0, 0, 0), &PAGE, &[])
+        .unwrap()
+        .wait();
+    let arrival = dev.now_ns();
+    // The emulator "processes" the request for 300 us before it submits the read.
+    std::thread::sleep(Duration::from_micros(300));
+    let mut buf = [0u8; 4096];
+    let c = {
+        let _scope = ArrivalScope::enter(arrival);
+        dev.read(PageAddr::new(0, 0, 0), 0, &mut buf, None).unwrap()
+    };
+    assert_eq!(c.deadline_ns(), arrival + ns(t.t_read) + ns(xfer(4096)));
+    c.wait();
+    // Without a scope the read counts from its submission.
+    let before = dev.now_ns();
+    let c = dev.read(PageAddr::new(0, 0, 0), 0, &mut buf, None).unwrap();
+    assert!(c.deadline_ns() >= before + ns(t.t_read) + ns(xfer(4096)));
+    c.wait();
+    // A busy bank still holds the read back: the arrival never moves time before free_at.
+    let e = dev.erase(BlockAddr::new(1, 0)).unwrap();
+    let busy_until = e.deadline_ns();
+    let c = {
+        let _scope = ArrivalScope::enter(dev.now_ns() - 1_000);
+        dev.read(PageAddr::new(1, 0, 0), 0, &mut buf, None).unwrap()
+    };
+    assert_eq!(c.deadline_ns(), busy_until + ns(t.t_read) + ns(xfer(4096)));
+}
+
+/// Program/erase suspend on the simulated clock: a read that reaches a bank in an erase's (or
+/// a program's) array time runs after `t_suspend` instead of after the erase, and the erase
+/// ends later by the read's time plus suspend and resume; a second read while the erase is
+/// still suspended runs right after the first; a read during a program's transfer, or behind
+/// other queued work, queues as before.
+#[test]
+fn reads_suspend_programs_and_erases() {
+    use nand_model::Suspend;
+    let us = Duration::from_micros;
+    let mut config = small_config();
+    config.timing.suspend = Suspend {
+        enabled: true,
+        t_suspend: us(20),
+        t_resume: us(15),
+    };
+    let t = config.timing;
+    let f = Fixture::new(&config, TimingMode::Virtual);
+    let dev = f.dev();
+    let clock = dev.sim_clock().expect("virtual");
+    let read_ns = ns(t.t_read) + ns(xfer(4096));
+    let mut buf = [0u8; 4096];
+    dev.program(PageAddr::new(0, 0, 0), &PAGE, &[])
+        .unwrap()
+        .wait();
+    dev.program(PageAddr::new(0, 0, 1), &PAGE, &[])
+        .unwrap()
+        .wait();
+    // Erase block 1 of bank 0; a read 100 us into it.
+    let t0 = clock.now_ns();
+    let erase = dev.erase(BlockAddr::new(0, 1)).unwrap();
+    assert_eq!(erase.deadline_ns(), t0 + ns(t.t_erase));
+    clock.set_ns(t0 + 100_000);
+    let r1 = dev.read(PageAddr::new(0, 0, 0), 0, &mut buf, None).unwrap();
+    let r1_end = t0 + 100_000 + 20_000 + read_ns;
+    assert_eq!(r1.deadline_ns(), r1_end);
+    let moved = t0 + ns(t.t_erase) + (r1_end - (t0 + 100_000)) + 15_000;
+    assert_eq!(erase.deadline_ns(), moved, "the erase's completion follows");
+    // A second read while the first still runs: right after it, no second suspend/resume.
+    clock.set_ns(t0 + 110_000);
+    let r2 = dev.read(PageAddr::new(0, 0, 1), 0, &mut buf, None).unwrap();
+    assert_eq!(r2.deadline_ns(), r1_end + read_ns);
+    assert_eq!(erase.deadline_ns(), moved + read_ns);
+    assert_eq!(dev.stats().banks[0].suspends, 2);
+    erase.wait();
+    assert_eq!(clock.now_ns(), moved + read_ns);
+    r1.wait();
+    r2.wait();
+    // A program: a read during its transfer queues behind it; one in its array time suspends.
+    clock.set_ns(moved + read_ns);
+    let p0 = clock.now_ns();
+    let prog = dev.program(PageAddr::new(0, 0, 2), &PAGE, &[]).unwrap();
+    let prog_end = p0 + ns(xfer(4096)) + ns(t.t_prog);
+    assert_eq!(prog.deadline_ns(), prog_end);
+    clock.set_ns(p0 + 1_000);
+    let queued = dev.read(PageAddr::new(0, 0, 0), 0, &mut buf, None).unwrap();
+    assert_eq!(queued.deadline_ns(), prog_end + read_ns);
+    assert_eq!(prog.deadline_ns(), prog_end, "not suspended");
+    // Behind the queued read, the program is no longer the bank's last operation: a later read
+    // in its array time queues too.
+    clock.set_ns(p0 + ns(xfer(4096)) + 10_000);
+    let behind = dev.read(PageAddr::new(0, 0, 1), 0, &mut buf, None).unwrap();
+    assert_eq!(behind.deadline_ns(), prog_end + 2 * read_ns);
+    assert_eq!(dev.stats().banks[0].suspends, 2);
+    drop((prog, queued, behind));
+    // Without suspend the same read waits for the whole erase.
+    let f = virt();
+    let dev = f.dev();
+    let clock = dev.sim_clock().expect("virtual");
+    dev.program(PageAddr::new(0, 0, 0), &PAGE, &[])
+        .unwrap()
+        .wait();
+    let t0 = clock.now_ns();
+    let erase = dev.erase(BlockAddr::new(0, 1)).unwrap();
+    clock.set_ns(t0 + 100_000);
+    let r = dev.read(PageAddr::new(0, 0, 0), 0, &mut buf, None).unwrap();
+    assert_eq!(r.deadline_ns(), erase.deadline_ns() + read_ns);
+}
+
+/// With timing real, a thread waiting for an erase that a read suspends returns no earlier
+/// than the erase's moved end, blocking or as a future.
+#[test]
+fn a_waiter_follows_a_suspended_erase() {
+    use nand_model::Suspend;
+    let us = Duration::from_micros;
+    let mut config = small_config();
+    config.timing.suspend = Suspend {
+        enabled: true,
+        t_suspend: us(20),
+        t_resume: us(15),
+    };
+    let t = config.timing;
+    // What one suspending read adds to the erase.
+    let added = us(20) + t.t_read + xfer(4096) + us(15);
+    let f = Fixture::new(&config, TimingMode::Real);
+    let dev = f.dev();
+    dev.program(PageAddr::new(0, 0, 0), &PAGE, &[])
+        .unwrap()
+        .wait();
+    for future in [false, true] {
+        let erase = dev.erase(BlockAddr::new(0, 1)).unwrap();
+        let first = erase.deadline();
+        std::thread::scope(|s| {
+            let waiter = s.spawn(move || {
+                if future {
+                    block_on(erase.into_future());
+                } else {
+                    erase.wait();
+                }
+                Instant::now()
+            });
+            std::thread::sleep(Duration::from_micros(300));
+            let mut buf = [0u8; 4096];
+            dev.read(PageAddr::new(0, 0, 0), 0, &mut buf, None)
+                .unwrap()
+                .wait();
+            let woke = waiter.join().unwrap();
+            assert!(
+                woke >= first + added,
+                "future {future}: woke before the moved end"
+            );
+        });
+    }
+    assert_eq!(dev.stats().banks[0].suspends, 2);
+}

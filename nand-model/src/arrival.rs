@@ -1,0 +1,73 @@
+//! Arrival-time accounting (NVMeVirt's): an operation submitted on behalf of a host request
+//! starts on the timeline no earlier than the request *arrived*, not when the emulator got
+//! round to submitting it, so the emulator's own processing time is absorbed into the modelled
+//! latency instead of being added to it (as long as it is shorter than the device's time).
+//!
+//! A frontend or FTL that knows when a request arrived wraps the synchronous part that submits
+//! its NAND operations in an [`ArrivalScope`]; operations submitted by that thread meanwhile
+//! take `min(now, arrival)` as "now" with timing `real`. Nothing changes with timing `off`
+//! (no timeline) or `virtual` (the simulation driver sets the clock to the arrival itself).
+//! The scope is a thread-local and not `Send`, so it cannot be held across an `.await` of a
+//! future that may move to another thread.
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+
+thread_local! {
+    /// The arrival of the request this thread is submitting for (0: none).
+    static ARRIVAL: Cell<u64> = const { Cell::new(0) };
+}
+
+/// While alive, this thread's NAND submissions count from `arrival_ns` (see the module doc).
+#[derive(Debug)]
+#[must_use = "the arrival time applies only while the scope is alive"]
+pub struct ArrivalScope {
+    prev: u64,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl ArrivalScope {
+    /// Submissions on this thread count from `arrival_ns` (a reading of
+    /// [`crate::NandDevice::now_ns`] taken when the request arrived) until the scope drops.
+    pub fn enter(arrival_ns: u64) -> ArrivalScope {
+        ArrivalScope {
+            prev: ARRIVAL.with(|a| a.replace(arrival_ns)),
+            _not_send: PhantomData,
+        }
+    }
+}
+
+impl Drop for ArrivalScope {
+    fn drop(&mut self) {
+        ARRIVAL.with(|a| a.set(self.prev));
+    }
+}
+
+/// "Now" for a submission on this thread whose host clock reads `now`.
+pub(crate) fn submission_time(now: u64) -> u64 {
+    match ARRIVAL.with(Cell::get) {
+        0 => now,
+        a => a.min(now),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_nest_and_never_move_time_forward() {
+        assert_eq!(submission_time(100), 100);
+        {
+            let _a = ArrivalScope::enter(40);
+            assert_eq!(submission_time(100), 40);
+            {
+                let _b = ArrivalScope::enter(70);
+                assert_eq!(submission_time(100), 70);
+                assert_eq!(submission_time(50), 50);
+            }
+            assert_eq!(submission_time(100), 40);
+        }
+        assert_eq!(submission_time(100), 100);
+    }
+}
