@@ -27,7 +27,7 @@ after the burst); `max all` includes them. Virtual time (deterministic) and real
 emulated device on the host's clock: adds this machine's scheduling noise; 2 vCPUs).
 """
 
-import re
+import json
 import subprocess
 
 import common
@@ -39,14 +39,18 @@ QUICK_WARMUP_US = 250_000
 
 
 def preset_timing(ftld, name):
-    """(t_read, t_prog, t_erase, transfer of a page) in us, from `ftld presets`."""
-    out = subprocess.run([ftld, "presets"], capture_output=True, text=True, check=True).stdout
-    for line in out.splitlines():
-        if line.split()[:1] == [name]:
-            page_kib = float(line.split()[1])
-            m = re.search(r"(\d+)/(\d+)/(\d+)us\s+([\d.]+)MB/s", line)
-            t_read, t_prog, t_erase, mbps = (float(g) for g in m.groups())
-            return t_read, t_prog, t_erase, page_kib * 1024 / mbps
+    """(t_read, t_prog, t_erase, transfer of a page) in us, from `ftld presets --json` (the
+    slowest page type's read and program for a multi-level cell: a bound must hold for all)."""
+    out = subprocess.run([ftld, "presets", "--json"], capture_output=True, text=True,
+                         check=True).stdout
+    for p in json.loads(out):
+        if p["name"] == name:
+            g, t = p["config"]["geometry"], p["config"]["timing"]
+            cell = t.get("cell", {})
+            t_read = max([t["t_read_us"], *cell.get("t_read_upper_us", [])])
+            t_prog = max([t["t_prog_us"], *cell.get("t_prog_upper_us", [])])
+            xfer = g["page_size"] / t["channel_bytes_per_sec"] * 1e6
+            return t_read, t_prog, t["t_erase_us"], xfer
     raise SystemExit(f"preset {name} not in `ftld presets`")
 
 

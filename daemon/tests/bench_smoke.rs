@@ -73,8 +73,9 @@ fn fio_benchmark_script_smoke() {
 }
 
 /// `benches/timing/run.py --smoke`: the timing-fidelity benchmark runs its jobs (sequential
-/// writes with timing real, QD1 and QD128 random reads with timing off, real/hybrid and
-/// real/sleep) on one preset and prints every table with numbers in it.
+/// writes with timing real and off, QD1 and QD128 random reads with timing off, real/hybrid
+/// and real/sleep, the virtual-time replay of the QD128 loop) on one preset and prints every
+/// table with numbers in it.
 #[test]
 fn timing_benchmark_script_smoke() {
     if !(require_tool("fio", "fio") && require_tool("python3", "python3")) {
@@ -97,7 +98,7 @@ fn timing_benchmark_script_smoke() {
     );
     assert!(out.status.success(), "run.py --smoke failed:\n{text}");
     let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with("k9-003")).collect();
-    assert_eq!(rows.len(), 3, "a row per table:\n{text}");
+    assert_eq!(rows.len(), 4, "a row per table:\n{text}");
     let results: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("json");
     let r = &results[0];
@@ -111,6 +112,8 @@ fn timing_benchmark_script_smoke() {
         "qd128_iops_off",
         "server_mean_hybrid_us",
         "server_mean_sleep_us",
+        "qd128_model_iops",
+        "seq_write_off_mb_s",
     ] {
         assert!(r[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {text}");
     }

@@ -399,6 +399,72 @@ fn info_on_a_missing_image_names_it() {
     assert!(err.contains("/nonexistent/x.img"), "{err}");
 }
 
+/// A multi-level cell image and one with program/erase suspend: formatted from a preset and
+/// `[nand]`, served, and shown by `ftld info` with their page-type latencies, read-retry and
+/// suspend; a contradicting `[nand] suspend` on the existing image is a usage error.
+#[test]
+fn cell_types_and_suspend_reach_the_image() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tlc = dir.path().join("tlc.img");
+    run_ok(
+        Command::new(FTLD)
+            .args(["format", "--preset", "tlc", "--capacity", "64M", "--image"])
+            .arg(&tlc),
+    );
+    let text = run_ok(Command::new(FTLD).arg("info").arg(&tlc));
+    assert!(
+        text.contains("read 56.5/77.5/106 us, program 820.5/2225/5734 us (TLC LSB/CSB/MSB)")
+            && text.contains("read-retry +1 read per 500 P/E cycles, at most 8"),
+        "{text}"
+    );
+    let json = info_json(&tlc);
+    let t = &json["nand"]["timing"];
+    assert_eq!(t["cell"]["type"], "tlc", "{json}");
+    assert_eq!(t["cell"]["t_read_upper_us"][1], 106, "{json}");
+    // A TLC device with timing real is served and holds data like any other.
+    let mut d = Daemon::start_with(
+        FTLD,
+        e2e::daemon::DaemonOpts {
+            preset: "tlc".into(),
+            timing: "real".into(),
+            ..Default::default()
+        },
+    );
+    let mut c = e2e::nbd::Client::connect(&d.socket()).expect("connect");
+    let data: Vec<u8> = (0..64u32 << 10).map(|i| (i % 251) as u8).collect();
+    assert_eq!(c.write(4096, &data).expect("write"), 0);
+    c.flush().expect("flush");
+    assert_eq!(c.read(4096, data.len() as u32).expect("read"), data);
+    drop(c);
+    assert!(d.stop().success());
+
+    let cfg = dir.path().join("s.toml");
+    std::fs::write(&cfg, "[nand]\nsuspend = true\nt_suspend_us = 25\n").expect("write");
+    let s = dir.path().join("s.img");
+    run_ok(
+        Command::new(FTLD)
+            .args(["format", "--capacity", "64M", "--config"])
+            .arg(&cfg)
+            .arg("--image")
+            .arg(&s),
+    );
+    let text = run_ok(Command::new(FTLD).arg("info").arg(&s));
+    assert!(
+        text.contains("reads suspend programs/erases (suspend 25 us, resume 20 us)"),
+        "{text}"
+    );
+    std::fs::write(&cfg, "[nand]\nsuspend = false\n").expect("write");
+    let (code, err) = run_to_exit(
+        Command::new(FTLD)
+            .args(["serve", "--timing", "off", "--config"])
+            .arg(&cfg)
+            .arg("--image")
+            .arg(&s),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("program/erase suspend"), "{err}");
+}
+
 #[test]
 fn presets_lists_every_preset() {
     let out = run_ok(Command::new(FTLD).arg("presets"));
@@ -409,9 +475,16 @@ fn presets_lists_every_preset() {
         "k9-003",
         "slc-small-004",
         "slc-large-004",
+        "nvmevirt-970pro",
+        "tlc",
+        "qlc",
     ] {
         assert!(out.contains(name), "{name} missing:\n{out}");
     }
+    assert!(
+        out.contains("56-106/820-5734/3000us"),
+        "tlc page types:\n{out}"
+    );
     assert!(out.contains("FTL schemes"), "{out}");
     assert!(out.contains("  page   page mapping"), "{out}");
     assert!(out.contains("  bast   hybrid BAST"), "{out}");
@@ -423,7 +496,7 @@ fn presets_lists_every_preset() {
     );
     let json: Value = serde_json::from_str(&run_ok(Command::new(FTLD).args(["presets", "--json"])))
         .expect("json");
-    assert_eq!(json.as_array().map(Vec::len), Some(6));
+    assert_eq!(json.as_array().map(Vec::len), Some(9));
     // Latencies are numbers of microseconds, as in the table (k9-003: 25/200/1500 us).
     let k9 = json
         .as_array()
