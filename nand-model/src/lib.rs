@@ -103,24 +103,24 @@
 //! ```
 //!
 //! Measured on the development machine (a 2-vCPU KVM guest, clocksource tsc, otherwise idle;
-//! 2000 reads and programs and ~230 erases per row; `cpu/op` is the process's CPU time per
-//! operation, timer thread included, and its share of the modelled wait):
+//! 3000 reads and programs and ~350 erases per row; `cpu/op` is the process's CPU time per
+//! operation, timer thread included):
 //!
 //! | op / wait style | sleep p50 | sleep p99 | hybrid p50 | hybrid p99 | spin p50 | spin p99 | cpu/op sleep / hybrid / spin |
 //! |---|---:|---:|---:|---:|---:|---:|---|
-//! | read / `wait` | 24.2 us | 29.1 us | 0.1 us | 1.4 us | 0.1 us | 0.1 us | 19 / 38 / 76 us (26 / 51 / 101 %) |
-//! | program / `wait` | 24.7 us | 29.6 us | 0.1 us | 5.2 us | 0.1 us | 0.1 us | 29 / 72 / 251 us |
-//! | erase / `wait` | 25.7 us | 31.8 us | 0.1 us | 2.0 us | 0.1 us | 0.1 us | 19 / 219 / 1501 us |
-//! | read / future | 25.4 us | 35.2 us | 0.1 us | 5.3 us | 0.1 us | 3.1 us | 25 / 31 / 31 us |
-//! | program / future | 25.9 us | 37.7 us | 0.1 us | 13.3 us | 0.1 us | 9.1 us | 25 / 30 / 30 us |
-//! | erase / future | 25.0 us | 30.9 us | 0.1 us | 7.6 us | 0.1 us | 17.2 us | 22 / 27 / 84 us |
+//! | read / `wait` | 25.0 us | 36.1 us | 0.1 us | 0.1 us | 0.1 us | 0.1 us | 20 / 42 / 76 us |
+//! | program / `wait` | 25.5 us | 42.9 us | 0.1 us | 0.2 us | 0.1 us | 0.1 us | 30 / 41 / 251 us |
+//! | erase / `wait` | 27.2 us | 35.0 us | 0.1 us | 11.5 us | 0.1 us | 0.7 us | 19 / 38 / 1501 us |
+//! | read / future | 28.0 us | 37.2 us | 0.1 us | 0.1 us | 0.1 us | 0.1 us | 26 / 65 / 58 us |
+//! | program / future | 28.5 us | 46.4 us | 0.1 us | 10.7 us | 0.1 us | 5.6 us | 27 / 76 / 63 us |
+//! | erase / future | 28.6 us | 153 us | 0.1 us | 0.5 us | 0.1 us | 0.6 us | 28 / 93 / 41 us |
 //!
 //! The sleep floor (~25 us) is the guest's timer-interrupt wake-up path; hybrid absorbs it for
-//! about a margin of spinning (learnt: ~26 us for futures; a blocking wait's margin was pulled
-//! up to 160 us by one 1.3 ms outlier in that run, which is why the learning step is now
-//! capped at half the margin). Under CPU contention the tail is the scheduler's.
-//! (Before the timer modes, on the same machine under parallel builds: sleep p50 23-54 us,
-//! p99 119-783 us.)
+//! about a margin of spinning per wait (learnt here: 52 us for blocking waits, 51-131 us for
+//! futures, pulled up by the few wake-ups that came hundreds of microseconds late). Runs vary
+//! with the host's noise: an earlier run gave hybrid p99 1.4-13 us, one under load 4-28 us.
+//! Under CPU contention the tail is the scheduler's. (Before the timer modes, on the same
+//! machine under parallel builds: p50 23-54 us, p99 119-783 us.)
 //!
 //! A completion is never early (tests check it); the lateness is the kernel's wake-up latency.
 //!
