@@ -20,6 +20,7 @@
 //! [nand]                     # new images only
 //! interconnect = "tmcd"      # tmcd | pmcd (thesis ch. 4)
 //! controllers = 4            # pmcd only [default: the preset's channel count]
+//! planes = 2                 # planes per bank (multi-plane operations) [default: 1]
 //! suspend = true             # reads suspend programs and erases [default: off]
 //! t_suspend_us = 20          # with suspend: time to suspend [default: 20]
 //! t_resume_us = 20           # with suspend: time to resume [default: 20]
@@ -88,6 +89,7 @@ pub struct NandFileConfig {
     pub interconnect: Option<InterconnectKind>,
     pub controllers: Option<u32>,
     pub suspend: Option<bool>,
+    pub planes: Option<u32>,
     pub t_suspend_us: Option<f64>,
     pub t_resume_us: Option<f64>,
 }
@@ -173,6 +175,8 @@ pub struct ImageSettings {
     pub interconnect: Option<(InterconnectKind, Option<u32>)>,
     /// Program/erase suspend asked for explicitly (`[nand] suspend`).
     pub suspend: Option<nand_model::Suspend>,
+    /// Planes per bank asked for explicitly (`[nand] planes`).
+    pub planes: Option<u32>,
     pub ftl: FtlConfig,
 }
 
@@ -311,6 +315,14 @@ pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<Imag
             .into())
         }
     };
+    let planes = nand.and_then(|n| n.planes);
+    if let Some(p) = planes.filter(|p| !(1..=nand_model::MAX_PLANES).contains(p)) {
+        return Err(UsageError(format!(
+            "[nand] planes must be from 1 to {}, not {p}",
+            nand_model::MAX_PLANES
+        ))
+        .into());
+    }
     Ok(ImageSettings {
         path,
         preset: args.preset.clone().or_else(|| file.preset.clone()),
@@ -318,6 +330,7 @@ pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<Imag
         scheme,
         interconnect,
         suspend,
+        planes,
         ftl,
     })
 }

@@ -119,8 +119,13 @@ pub fn check_interconnect(
     Ok(())
 }
 
-/// Fails if an explicitly requested program/erase suspend contradicts the existing image's.
-pub fn check_suspend(info: &ImageInfo, asked: Option<Suspend>) -> anyhow::Result<()> {
+/// Fails if an explicitly requested program/erase suspend or plane count contradicts the
+/// existing image's.
+pub fn check_device_options(
+    info: &ImageInfo,
+    asked: Option<Suspend>,
+    settings_planes: Option<u32>,
+) -> anyhow::Result<()> {
     match asked {
         Some(want) if want != info.nand.timing.suspend => Err(UsageError(format!(
             "image {} has program/erase suspend {:?}, but the options ask for {want:?} (an \
@@ -130,7 +135,16 @@ pub fn check_suspend(info: &ImageInfo, asked: Option<Suspend>) -> anyhow::Result
             info.nand.timing.suspend
         ))
         .into()),
-        _ => Ok(()),
+        _ => match settings_planes {
+            Some(p) if p != info.nand.planes => Err(UsageError(format!(
+                "image {} has {} plane(s) per bank, but [nand] planes asks for {p} (an existing \
+                 image keeps the device it was created with)",
+                info.path.display(),
+                info.nand.planes
+            ))
+            .into()),
+            _ => Ok(()),
+        },
     }
 }
 
@@ -212,6 +226,9 @@ pub fn plan_new(settings: &ImageSettings) -> anyhow::Result<(NandConfig, Option<
     if let Some(suspend) = settings.suspend {
         config.timing.suspend = suspend;
     }
+    if let Some(planes) = settings.planes {
+        config.planes = planes;
+    }
     match settings.capacity {
         None => Ok((config, None)),
         Some(c) => {
@@ -268,7 +285,7 @@ pub fn open(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ftl>
         settings.capacity,
     )?;
     check_interconnect(&info, settings.interconnect)?;
-    check_suspend(&info, settings.suspend)?;
+    check_device_options(&info, settings.suspend, settings.planes)?;
     Ftl::open(path, timing, settings.ftl.clone()).map_err(|e| describe(e, path))
 }
 

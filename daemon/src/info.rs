@@ -62,13 +62,15 @@ pub fn render(info: &ImageInfo) -> String {
         (
             "geometry",
             format!(
-                "{} channels x {} banks, {} blocks/bank, {} pages/block, {} + {} B OOB pages",
+                "{} channels x {} banks, {} blocks/bank, {} pages/block, {} + {} B OOB pages, {} \
+                 plane(s) per bank",
                 g.channels,
                 g.banks_per_channel,
                 g.blocks_per_bank,
                 g.pages_per_block,
                 g.page_size,
-                g.oob_size
+                g.oob_size,
+                info.nand.planes
             ),
         ),
         ("raw flash", format_size(g.raw_capacity())),

@@ -439,7 +439,11 @@ fn cell_types_and_suspend_reach_the_image() {
     assert!(d.stop().success());
 
     let cfg = dir.path().join("s.toml");
-    std::fs::write(&cfg, "[nand]\nsuspend = true\nt_suspend_us = 25\n").expect("write");
+    std::fs::write(
+        &cfg,
+        "[nand]\nsuspend = true\nt_suspend_us = 25\nplanes = 2\n",
+    )
+    .expect("write");
     let s = dir.path().join("s.img");
     run_ok(
         Command::new(FTLD)
@@ -450,9 +454,21 @@ fn cell_types_and_suspend_reach_the_image() {
     );
     let text = run_ok(Command::new(FTLD).arg("info").arg(&s));
     assert!(
-        text.contains("reads suspend programs/erases (suspend 25 us, resume 20 us)"),
+        text.contains("reads suspend programs/erases (suspend 25 us, resume 20 us)")
+            && text.contains("2 plane(s) per bank"),
         "{text}"
     );
+    assert_eq!(info_json(&s)["nand"]["planes"], 2);
+    std::fs::write(&cfg, "[nand]\nplanes = 4\n").expect("write");
+    let (code, err) = run_to_exit(
+        Command::new(FTLD)
+            .args(["serve", "--timing", "off", "--config"])
+            .arg(&cfg)
+            .arg("--image")
+            .arg(&s),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("plane(s) per bank"), "{err}");
     std::fs::write(&cfg, "[nand]\nsuspend = false\n").expect("write");
     let (code, err) = run_to_exit(
         Command::new(FTLD)

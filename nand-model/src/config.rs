@@ -23,6 +23,33 @@ pub struct NandConfig {
     /// How controllers reach banks (TMCD unless set; absent in JSON written before it).
     #[serde(default)]
     pub interconnect: Interconnect,
+    /// Planes per bank: block `b` of a bank is in plane `b % planes`, and a multi-plane
+    /// program or read ([`crate::NandDevice::program_planes`], `read_planes`) works on one page
+    /// in each of up to `planes` planes at the same page index for one array time. 1 unless set
+    /// (absent in JSON written before it).
+    #[serde(default = "one_plane")]
+    pub planes: u32,
+}
+
+fn one_plane() -> u32 {
+    1
+}
+
+/// Most planes per bank a device may have.
+pub const MAX_PLANES: u32 = 16;
+
+impl NandConfig {
+    /// Checks what the geometry and timing do not: the plane count (1 to [`MAX_PLANES`], at
+    /// most the blocks per bank).
+    pub fn validate_planes(&self) -> Result<(), crate::GeometryError> {
+        if self.planes == 0 || self.planes > MAX_PLANES.min(self.geometry.blocks_per_bank) {
+            return Err(crate::GeometryError::Planes {
+                planes: self.planes,
+                max: MAX_PLANES.min(self.geometry.blocks_per_bank),
+            });
+        }
+        Ok(())
+    }
 }
 
 impl NandConfig {

@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 use crate::bankmem::{BankMem, BlockState};
 use crate::clock::{SimClock, ALREADY_DONE};
 use crate::completion::Completion;
-use crate::config::NandConfig;
+use crate::config::{NandConfig, MAX_PLANES};
 use crate::error::{BufferKind, ImageError, NandError};
 use crate::faults::{FaultInjector, Power};
 use crate::geometry::{BankId, BlockAddr, Geometry, PageAddr};
@@ -391,25 +391,40 @@ impl NandDevice {
         data: &[u8],
         oob: &[u8],
     ) -> Result<Completion, NandError> {
-        let bank = self.bank_of_page(addr)?;
+        self.program_planes(&[(addr, data, oob)])
+    }
+
+    /// Multi-plane program (ONFI's): one page in each of up to `planes` planes of a bank, all
+    /// at the same page index (block `b` is in plane `b % planes`), for one array time: the
+    /// pages cross the channel one after the other, then the bank is busy `t_prog` once. Each
+    /// page follows [`Self::program`]'s rules; nothing is programmed unless all pass. A program
+    /// fault on any page consumes that page (the others are programmed) and returns
+    /// [`NandError::ProgramFailed`] naming the first such page.
+    pub fn program_planes(
+        &self,
+        pages: &[(PageAddr, &[u8], &[u8])],
+    ) -> Result<Completion, NandError> {
+        let bank = self.check_planes(pages.iter().map(|p| p.0))?;
         let g = self.geometry();
-        if data.len() != g.page_size as usize {
-            return Err(self.violation(NandError::BufferSize {
-                page: addr,
-                buffer: BufferKind::Data,
-                offset: 0,
-                len: data.len(),
-                rule: "length must equal page_size",
-            }));
-        }
-        if oob.len() > g.oob_size as usize {
-            return Err(self.violation(NandError::BufferSize {
-                page: addr,
-                buffer: BufferKind::Oob,
-                offset: 0,
-                len: oob.len(),
-                rule: "length must be at most oob_size",
-            }));
+        for &(addr, data, oob) in pages {
+            if data.len() != g.page_size as usize {
+                return Err(self.violation(NandError::BufferSize {
+                    page: addr,
+                    buffer: BufferKind::Data,
+                    offset: 0,
+                    len: data.len(),
+                    rule: "length must equal page_size",
+                }));
+            }
+            if oob.len() > g.oob_size as usize {
+                return Err(self.violation(NandError::BufferSize {
+                    page: addr,
+                    buffer: BufferKind::Oob,
+                    offset: 0,
+                    len: oob.len(),
+                    rule: "length must be at most oob_size",
+                }));
+            }
         }
         let power = self.faults.power();
         if power == Power::Off {
@@ -421,33 +436,48 @@ impl NandDevice {
             ));
         }
         let mut st = bank.state.lock();
-        let mut blk = self.programmable(&st.mem, addr)?;
-        let fault = self.faults.program_fails(addr);
-        // Data and OOB first, the counter last (see BankMem::set_block).
-        if fault {
-            st.mem.write_garbage(addr.block.block, addr.page);
-        } else if power == Power::Cut {
-            let torn = torn(addr, data);
-            st.mem.write_page(addr.block.block, addr.page, &torn, oob);
-        } else {
-            st.mem.write_page(addr.block.block, addr.page, data, oob);
+        // Every page must be programmable before any is touched.
+        let mut blks = [BlockState::default(); MAX_PLANES as usize];
+        for (b, &(addr, ..)) in blks.iter_mut().zip(pages) {
+            *b = self.programmable(&st.mem, addr)?;
         }
-        blk.programmed_pages += 1;
-        st.mem.set_block(addr.block.block, blk);
-        let bytes = (data.len() + oob.len()) as u64;
+        let mut failed = None;
+        let mut faults = 0;
+        for (mut blk, &(addr, data, oob)) in blks.into_iter().zip(pages) {
+            let fault = self.faults.program_fails(addr);
+            // Data and OOB first, the counter last (see BankMem::set_block).
+            if fault {
+                st.mem.write_garbage(addr.block.block, addr.page);
+                failed = failed.or(Some(addr));
+                faults += 1;
+            } else if power == Power::Cut {
+                let torn = torn(addr, data);
+                st.mem.write_page(addr.block.block, addr.page, &torn, oob);
+            } else {
+                st.mem.write_page(addr.block.block, addr.page, data, oob);
+            }
+            blk.programmed_pages += 1;
+            st.mem.set_block(addr.block.block, blk);
+        }
+        let bytes: u64 = pages.iter().map(|p| (p.1.len() + p.2.len()) as u64).sum();
+        let t_prog = pages
+            .iter()
+            .map(|p| self.config.timing.prog_ns(p.0.page))
+            .max()
+            .unwrap_or(0);
         let st = &mut *st;
         let (deadline, moves) = self.timeline.program(
             &mut st.tl,
             &mut st.ops,
             &bank.counters,
-            addr.block.bank,
-            self.config.timing.prog_ns(addr.page),
+            bank_id(pages),
+            t_prog,
             bytes,
         );
-        st.ops.programs += 1;
-        if fault {
-            st.ops.faults += 1;
-            return Err(NandError::ProgramFailed { page: addr });
+        st.ops.programs += pages.len() as u64;
+        if let Some(page) = failed {
+            st.ops.faults += faults;
+            return Err(NandError::ProgramFailed { page });
         }
         st.ops.bytes_programmed += bytes;
         Ok(Completion::new(
@@ -459,6 +489,132 @@ impl NandDevice {
         .following(moves))
     }
 
+    /// Multi-plane read: reads `data.len()` bytes from byte `offset` of each page (and its
+    /// first `oob.len()` OOB bytes), one page in each of up to `planes` planes of a bank at the
+    /// same page index, for one array time (the slowest page's): the bank is busy `t_read`
+    /// once, then every page's bytes cross the channel one after the other. Each read follows
+    /// [`Self::read`]'s rules. A read fault on any page returns [`NandError::Uncorrectable`]
+    /// for the first such page (the buffers are then unspecified).
+    pub fn read_planes(&self, reads: &mut [PlaneRead<'_>]) -> Result<Completion, NandError> {
+        let bank = self.check_planes(reads.iter().map(|r| r.0))?;
+        let g = self.geometry();
+        for (addr, offset, data, oob) in reads.iter() {
+            if u64::from(*offset) + data.len() as u64 > u64::from(g.page_size) {
+                return Err(self.violation(NandError::BufferSize {
+                    page: *addr,
+                    buffer: BufferKind::Data,
+                    offset: *offset,
+                    len: data.len(),
+                    rule: "offset + length must be at most page_size",
+                }));
+            }
+            let oob_len = oob.as_ref().map_or(0, |o| o.len());
+            if oob_len > g.oob_size as usize {
+                return Err(self.violation(NandError::BufferSize {
+                    page: *addr,
+                    buffer: BufferKind::Oob,
+                    offset: 0,
+                    len: oob_len,
+                    rule: "length must be at most oob_size",
+                }));
+            }
+        }
+        let mut st = bank.state.lock();
+        let mut t_read = 0;
+        for (addr, ..) in reads.iter() {
+            let blk = st.mem.block(addr.block.block);
+            if blk.bad {
+                return Err(self.violation(NandError::BadBlock { block: addr.block }));
+            }
+            t_read = t_read.max(self.config.timing.read_ns(addr.page, blk.erase_count));
+        }
+        let mut failed = None;
+        let mut bytes = 0u64;
+        for (addr, offset, data, oob) in reads.iter_mut() {
+            bytes += (data.len() + oob.as_ref().map_or(0, |o| o.len())) as u64;
+            if self.faults.read_fails(*addr) {
+                failed = failed.or(Some(*addr));
+                continue;
+            }
+            let blk = st.mem.block(addr.block.block);
+            if addr.page < blk.programmed_pages {
+                st.mem.read_page(
+                    addr.block.block,
+                    addr.page,
+                    *offset as usize,
+                    data,
+                    oob.as_deref_mut(),
+                );
+            } else {
+                data.fill(0xFF);
+                if let Some(o) = oob {
+                    o.fill(0xFF);
+                }
+            }
+        }
+        let st = &mut *st;
+        let deadline = self.timeline.read(
+            &mut st.tl,
+            &mut st.ops,
+            &bank.counters,
+            bank_id_of(reads.iter().map(|r| r.0)),
+            t_read,
+            bytes,
+        );
+        st.ops.reads += reads.len() as u64;
+        if let Some(page) = failed {
+            st.ops.faults += 1;
+            return Err(NandError::Uncorrectable { page });
+        }
+        st.ops.bytes_read += bytes;
+        Ok(Completion::new(
+            deadline,
+            Arc::clone(&bank.counters),
+            self.timeline.sim(),
+            self.timeline.timer(),
+        ))
+    }
+
+    /// The bank of a multi-plane operation's pages, if they may go together: 1 to `planes`
+    /// pages, all in range, on one bank, at one page index, in distinct planes.
+    fn check_planes(
+        &self,
+        pages: impl Iterator<Item = PageAddr> + Clone,
+    ) -> Result<&Bank, NandError> {
+        let all = pages.clone();
+        let all = move || all.collect::<Vec<_>>();
+        let mut it = pages.clone();
+        let Some(first) = it.next() else {
+            return Err(self.violation(NandError::MultiPlane {
+                pages: Vec::new(),
+                rule: "no pages",
+            }));
+        };
+        let bank = self.bank_of_page(first)?;
+        let planes = self.config.planes.max(1);
+        let mut seen = 0u32;
+        let mut n = 0u32;
+        for p in pages {
+            self.bank_of_page(p)?;
+            n += 1;
+            let rule = if n > planes {
+                Some("more pages than the bank has planes")
+            } else if p.block.bank != first.block.bank {
+                Some("pages on different banks")
+            } else if p.page != first.page {
+                Some("pages at different page indexes")
+            } else if seen & (1 << (p.block.block % planes)) != 0 {
+                Some("two pages in one plane (block % planes)")
+            } else {
+                None
+            };
+            if let Some(rule) = rule {
+                return Err(self.violation(NandError::MultiPlane { pages: all(), rule }));
+            }
+            seen |= 1 << (p.block.block % planes);
+        }
+        Ok(bank)
+    }
     /// Copyback: moves page `src` to page `dst` of the same bank through the die's page
     /// register, without the data crossing the channel (the "copyback read, copyback program"
     /// pair of ONFI). `dst` must be the next free page of its block, as for [`Self::program`];
@@ -678,6 +834,20 @@ impl NandDevice {
 /// A page as a program cut by a power loss leaves it: the first half of the data, noise after
 /// it (what half-programmed cells read as). The OOB is written whole, so the page looks
 /// programmed and names its contents: only a check of the data (its CRC) tells it is torn.
+/// One page of a [`NandDevice::read_planes`]: the page, the byte offset to read from, the data
+/// buffer and, optionally, the OOB buffer (as [`NandDevice::read`] takes them).
+pub type PlaneRead<'a> = (PageAddr, u32, &'a mut [u8], Option<&'a mut [u8]>);
+
+/// The bank of a checked, non-empty multi-plane program.
+fn bank_id(pages: &[(PageAddr, &[u8], &[u8])]) -> BankId {
+    pages.first().map_or(BankId(0), |p| p.0.block.bank)
+}
+
+/// The bank of a checked, non-empty list of pages.
+fn bank_id_of(mut pages: impl Iterator<Item = PageAddr>) -> BankId {
+    pages.next().map_or(BankId(0), |p| p.block.bank)
+}
+
 fn torn(addr: PageAddr, data: &[u8]) -> Vec<u8> {
     let mut v = data.to_vec();
     let half = v.len() / 2;

@@ -53,6 +53,14 @@ pub enum GeometryError {
         /// What is wrong.
         reason: String,
     },
+    /// The plane count is outside 1..=max.
+    #[error("planes must be from 1 to {max} (and at most blocks_per_bank), got {planes}")]
+    Planes {
+        /// The value given.
+        planes: u32,
+        /// The largest count accepted for this geometry.
+        max: u32,
+    },
     /// Feature flags in an image header that this build does not know.
     #[error("unknown feature flags {flags:#x} in the header")]
     Flags {
@@ -157,6 +165,15 @@ pub enum NandError {
         src: PageAddr,
         /// The destination page.
         dst: PageAddr,
+    },
+    /// Violation: a multi-plane operation's pages must be on one bank, at one page index, in
+    /// distinct planes, at most `planes` of them.
+    #[error("multi-plane operation on {pages:?}: {rule}")]
+    MultiPlane {
+        /// The pages given.
+        pages: Vec<PageAddr>,
+        /// The rule broken.
+        rule: &'static str,
     },
     /// Fault: the program failed. The page is consumed (the write pointer moved past it) and
     /// reads back as garbage; the FTL should rewrite the data elsewhere and retire the block.

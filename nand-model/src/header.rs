@@ -20,7 +20,8 @@
 //! | 120 | 8 x 3 | version 4: t_read of the CSB, MSB, TSB pages (ns; 0 past the cell's types) |
 //! | 144 | 8 x 3 | version 4: t_prog of the same |
 //! | 168 | 8 x 2 | version 4: t_suspend, t_resume (ns) |
-//! | 184 | .. | zero up to 4092 |
+//! | 184 | 4 | version 4: planes per bank (1-16) |
+//! | 188 | .. | zero up to 4092 |
 //! | 4092 | 4 | crc32 (crc32fast) of bytes 0..4092 |
 //!
 //! Decoding checks, in order: length, magic, version (before the CRC, since another version may
@@ -130,7 +131,8 @@ pub(crate) fn encode(h: &Header) -> Vec<u8> {
     w.put(0, &MAGIC);
     let cells = t.cell != CellTiming::default()
         || t.read_retry != ReadRetry::default()
-        || t.suspend != Suspend::default();
+        || t.suspend != Suspend::default()
+        || h.config.planes != 1;
     let version = match h.config.interconnect {
         _ if cells => FORMAT_VERSION_CELLS,
         Interconnect::Tmcd => FORMAT_VERSION,
@@ -177,6 +179,7 @@ pub(crate) fn encode(h: &Header) -> Vec<u8> {
         w.put(116, &u32::from(t.suspend.enabled).to_le_bytes());
         w.put(168, &dur_ns(t.suspend.t_suspend).to_le_bytes());
         w.put(176, &dur_ns(t.suspend.t_resume).to_le_bytes());
+        w.put(184, &h.config.planes.to_le_bytes());
     }
     let crc = crc32fast::hash(&buf[..CRC_OFFSET]);
     buf[CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
@@ -232,6 +235,7 @@ pub(crate) fn decode(b: &[u8]) -> Result<Header, HeaderError> {
         (_, controllers) => Interconnect::Pmcd { controllers },
     };
     interconnect.validate().map_err(HeaderError::Geometry)?;
+    let mut planes = 1;
     let mut timing = Timing {
         t_read: Duration::from_nanos(u64_at(b, 48)),
         t_prog: Duration::from_nanos(u64_at(b, 56)),
@@ -266,16 +270,20 @@ pub(crate) fn decode(b: &[u8]) -> Result<Header, HeaderError> {
             t_resume: Duration::from_nanos(u64_at(b, 176)),
         };
         timing.validate().map_err(HeaderError::Geometry)?;
+        planes = u32_at(b, 184);
     }
     let mut uuid = [0u8; 16];
     uuid.copy_from_slice(&b[80..96]);
+    let config = NandConfig {
+        geometry,
+        timing,
+        endurance: u32_at(b, 40),
+        interconnect,
+        planes,
+    };
+    config.validate_planes().map_err(HeaderError::Geometry)?;
     Ok(Header {
-        config: NandConfig {
-            geometry,
-            timing,
-            endurance: u32_at(b, 40),
-            interconnect,
-        },
+        config,
         uuid,
         created_unix_ns: u64_at(b, 96),
     })
@@ -362,6 +370,20 @@ mod tests {
         };
         assert_eq!(u32_at(&encode(&hs), 8), FORMAT_VERSION_CELLS);
         assert_eq!(decode(&encode(&hs)), Ok(hs));
+        // So are planes.
+        let mut hp = sample();
+        hp.config.planes = 2;
+        assert_eq!(u32_at(&encode(&hp), 8), FORMAT_VERSION_CELLS);
+        assert_eq!(decode(&encode(&hp)), Ok(hp.clone()));
+        for planes in [0u32, 17] {
+            let mut bad = encode(&hp);
+            bad[184..188].copy_from_slice(&planes.to_le_bytes());
+            recrc(&mut bad);
+            assert!(matches!(
+                decode(&bad),
+                Err(HeaderError::Geometry(GeometryError::Planes { .. }))
+            ));
+        }
         // Hostile fields with a valid CRC are refused, each with its reason.
         let good = encode(&h);
         let mut bad = good.clone();

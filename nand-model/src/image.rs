@@ -145,6 +145,8 @@ impl Image {
             .geometry
             .validate()
             .and_then(|()| config.interconnect.validate())
+            .and_then(|()| config.timing.validate())
+            .and_then(|()| config.validate_planes())
             .map_err(|source| ImageError::InvalidGeometry {
                 path: path.to_path_buf(),
                 source,

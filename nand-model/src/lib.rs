@@ -70,6 +70,11 @@
 //! pairing order) its own latencies ([`CellTiming`]), and a block worn by `erase_count` P/E
 //! cycles reads with `min(erase_count / K, max)` extra sensing steps ([`ReadRetry`]).
 //!
+//! A bank with `planes > 1` ([`NandConfig::planes`]; block `b` is in plane `b % planes`) runs a
+//! multi-plane program or read ([`NandDevice::program_planes`], [`NandDevice::read_planes`]) of
+//! one page per plane at one page index for one array time; the pages' transfers still cross
+//! the channel one after another.
+//!
 //! With [`Suspend`] enabled, a read that reaches a bank in a program's or erase's array time
 //! suspends it (`t_suspend`), runs, and the operation resumes (`t_resume`) and completes that
 //! much later: its [`Completion`] follows the moved end. An operation submitted inside an
@@ -238,8 +243,8 @@ pub use arrival::ArrivalScope;
 pub use bankmem::BlockState;
 pub use clock::{precise_sleep_until, SimClock};
 pub use completion::{Completion, CompletionFuture};
-pub use config::{NandConfig, MIN_SCALED_BLOCKS_PER_BANK};
-pub use device::{BankLoad, NandDevice};
+pub use config::{NandConfig, MAX_PLANES, MIN_SCALED_BLOCKS_PER_BANK};
+pub use device::{BankLoad, NandDevice, PlaneRead};
 pub use error::{BufferKind, GeometryError, ImageError, NandError};
 pub use faults::{FaultCounts, FaultInjector, FaultRates};
 pub use geometry::{

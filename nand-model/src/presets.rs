@@ -55,6 +55,7 @@ fn config(
         },
         endurance,
         interconnect: Default::default(),
+        planes: 1,
     }
     .scaled_to(raw)
 }
@@ -114,6 +115,7 @@ impl Mlc {
             },
             endurance: self.endurance,
             interconnect: Default::default(),
+            planes: 1,
         }
         .scaled_to(self.raw)
     }

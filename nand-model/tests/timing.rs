@@ -646,3 +646,140 @@ fn a_waiter_follows_a_suspended_erase() {
     }
     assert_eq!(dev.stats().banks[0].suspends, 2);
 }
+
+/// Multi-plane operations on the simulated clock: a two-plane program moves both pages over
+/// the channel and then takes one t_prog (two single programs take two), a two-plane read one
+/// t_read then both transfers; the data lands where it should. Pages in one plane, at different
+/// page indexes, on different banks or more than the planes are refused as violations, and a
+/// single-plane device refuses any pair.
+#[test]
+fn multi_plane_program_and_read_take_one_array_time() {
+    use nand_model::NandError;
+    let mut config = small_config();
+    config.planes = 2;
+    let t = config.timing;
+    let f = Fixture::new(&config, TimingMode::Virtual);
+    let dev = f.dev();
+    let clock = dev.sim_clock().expect("virtual");
+    let a = PageAddr::new(0, 0, 0);
+    let b = PageAddr::new(0, 1, 0);
+    let (da, db) = ([0x11u8; 4096], [0x22u8; 4096]);
+    let start = clock.now_ns();
+    let c = dev
+        .program_planes(&[(a, &da, &[1, 2]), (b, &db, &[3, 4])])
+        .unwrap();
+    assert_eq!(
+        c.deadline_ns() - start,
+        ns(xfer(2 * (4096 + 2))) + ns(t.t_prog)
+    );
+    c.wait();
+    // Two single programs on one bank: two array times.
+    let start = clock.now_ns();
+    dev.program(PageAddr::new(0, 0, 1), &PAGE, &[])
+        .unwrap()
+        .wait();
+    dev.program(PageAddr::new(0, 1, 1), &PAGE, &[])
+        .unwrap()
+        .wait();
+    assert_eq!(clock.now_ns() - start, 2 * (ns(xfer(4096)) + ns(t.t_prog)));
+    let (mut ra, mut rb) = ([0u8; 4096], [0u8; 4096]);
+    let (mut oa, mut ob) = ([0u8; 2], [0u8; 2]);
+    let start = clock.now_ns();
+    let c = dev
+        .read_planes(&mut [
+            (a, 0, &mut ra[..], Some(&mut oa[..])),
+            (b, 0, &mut rb[..], Some(&mut ob[..])),
+        ])
+        .unwrap();
+    assert_eq!(
+        c.deadline_ns() - start,
+        ns(t.t_read) + ns(xfer(2 * (4096 + 2)))
+    );
+    c.wait();
+    assert_eq!((ra, rb, oa, ob), (da, db, [1, 2], [3, 4]));
+    assert_eq!(dev.stats().totals.programs, 4);
+    assert_eq!(dev.stats().totals.reads, 2);
+    // The rules, each a violation that changes nothing.
+    let v = dev.violations();
+    type Pages<'a> = &'a [(PageAddr, &'a [u8], &'a [u8])];
+    let bad: [Pages; 5] = [
+        &[],
+        &[
+            (PageAddr::new(0, 2, 0), &PAGE, &[]),
+            (PageAddr::new(0, 4, 0), &PAGE, &[]),
+        ],
+        &[
+            (PageAddr::new(0, 2, 0), &PAGE, &[]),
+            (PageAddr::new(0, 3, 1), &PAGE, &[]),
+        ],
+        &[
+            (PageAddr::new(0, 2, 0), &PAGE, &[]),
+            (PageAddr::new(1, 3, 0), &PAGE, &[]),
+        ],
+        &[
+            (PageAddr::new(0, 2, 0), &PAGE, &[]),
+            (PageAddr::new(0, 3, 0), &PAGE, &[]),
+            (PageAddr::new(0, 5, 0), &PAGE, &[]),
+        ],
+    ];
+    for pages in bad {
+        let e = dev.program_planes(pages).unwrap_err();
+        assert!(matches!(e, NandError::MultiPlane { .. }), "{e}");
+    }
+    // One page not programmable: nothing is programmed.
+    let e = dev
+        .program_planes(&[
+            (PageAddr::new(0, 2, 0), &PAGE, &[]),
+            (PageAddr::new(0, 3, 1), &PAGE, &[]),
+        ])
+        .unwrap_err();
+    assert!(matches!(e, NandError::MultiPlane { .. }), "{e}");
+    let e = dev
+        .program_planes(&[
+            (PageAddr::new(0, 2, 0), &PAGE, &[]),
+            (PageAddr::new(0, 1, 0), &PAGE, &[]),
+        ])
+        .unwrap_err();
+    assert!(matches!(e, NandError::AlreadyProgrammed { .. }), "{e}");
+    assert_eq!(
+        dev.block_state(BlockAddr::new(0, 2))
+            .unwrap()
+            .programmed_pages,
+        0
+    );
+    assert_eq!(dev.violations(), v + 7);
+    // A program fault on one plane consumes that page; the other is programmed.
+    dev.faults().fail_program_at(PageAddr::new(0, 3, 0));
+    let e = dev
+        .program_planes(&[
+            (PageAddr::new(0, 2, 0), &da, &[]),
+            (PageAddr::new(0, 3, 0), &db, &[]),
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(e, NandError::ProgramFailed { page } if page == PageAddr::new(0, 3, 0)),
+        "{e}"
+    );
+    for block in [2, 3] {
+        assert_eq!(
+            dev.block_state(BlockAddr::new(0, block))
+                .unwrap()
+                .programmed_pages,
+            1
+        );
+    }
+    dev.read(PageAddr::new(0, 2, 0), 0, &mut ra, None)
+        .unwrap()
+        .wait();
+    assert_eq!(ra, da);
+    // A single-plane device refuses a pair.
+    let f1 = virt();
+    let e = f1
+        .dev()
+        .program_planes(&[
+            (PageAddr::new(0, 0, 0), &PAGE, &[]),
+            (PageAddr::new(0, 1, 0), &PAGE, &[]),
+        ])
+        .unwrap_err();
+    assert!(matches!(e, NandError::MultiPlane { .. }), "{e}");
+}

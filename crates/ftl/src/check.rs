@@ -231,6 +231,7 @@ mod tests {
             },
             endurance: 100_000,
             interconnect: Default::default(),
+            planes: 1,
         };
         let cfg = FtlConfig {
             queues: 2,

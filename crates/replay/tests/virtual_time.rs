@@ -32,6 +32,7 @@ fn nand() -> NandConfig {
         },
         endurance: 100_000,
         interconnect: Default::default(),
+        planes: 1,
     }
 }
 

@@ -36,6 +36,7 @@ pub fn small_config() -> NandConfig {
         timing: k9_timing(),
         endurance: 5,
         interconnect: Default::default(),
+        planes: 1,
     }
 }
 

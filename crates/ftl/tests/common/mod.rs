@@ -29,6 +29,7 @@ pub fn small_nand(page_size: u32, blocks_per_bank: u32) -> NandConfig {
         },
         endurance: 100_000,
         interconnect: Default::default(),
+        planes: 1,
     }
 }
 
