@@ -20,10 +20,7 @@
 //! [nand]                     # new images only
 //! interconnect = "tmcd"      # tmcd | pmcd (thesis ch. 4)
 //! controllers = 4            # pmcd only [default: the preset's channel count]
-//! planes = 2                 # planes per bank (multi-plane operations) [default: 1]
-//! suspend = true             # reads suspend programs and erases [default: off]
-//! t_suspend_us = 20          # with suspend: time to suspend [default: 20]
-//! t_resume_us = 20           # with suspend: time to resume [default: 20]
+//! # and the device settings of `nand_options.rs` (cell, latencies, read-retry, planes, suspend)
 //!
 //! [ftl]                      # ftl::FtlConfig
 //! queues = 4
@@ -55,6 +52,7 @@ use nand_model::{TimerMode, TimingMode};
 use serde::Deserialize;
 
 use crate::cli::{Frontend, ImageArgs, InterconnectKind, ServeArgs, DEFAULT_IMAGE};
+pub use crate::nand_options::NandFileConfig;
 use crate::units::{parse_listen, parse_size};
 use crate::UsageError;
 
@@ -80,18 +78,6 @@ pub struct FileConfig {
     /// explicit scheme may contradict an existing image).
     #[serde(skip)]
     pub ftl_scheme_set: bool,
-}
-
-/// The `[nand]` table: device settings a preset leaves open.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NandFileConfig {
-    pub interconnect: Option<InterconnectKind>,
-    pub controllers: Option<u32>,
-    pub suspend: Option<bool>,
-    pub planes: Option<u32>,
-    pub t_suspend_us: Option<f64>,
-    pub t_resume_us: Option<f64>,
 }
 
 /// The `[ublk]` table.
@@ -173,10 +159,9 @@ pub struct ImageSettings {
     /// Interconnect asked for explicitly (flags or `[nand]`); `controllers` is `None` for
     /// "the preset's channel count".
     pub interconnect: Option<(InterconnectKind, Option<u32>)>,
-    /// Program/erase suspend asked for explicitly (`[nand] suspend`).
-    pub suspend: Option<nand_model::Suspend>,
-    /// Planes per bank asked for explicitly (`[nand] planes`).
-    pub planes: Option<u32>,
+    /// The `[nand]` table's device settings (cell, latencies, read-retry, planes, suspend),
+    /// applied over the preset of a new image and checked against an existing one.
+    pub nand: NandFileConfig,
     pub ftl: FtlConfig,
 }
 
@@ -211,11 +196,16 @@ pub struct UblkSettings {
     pub depth: u16,
 }
 
-/// `[nand] t_suspend_us` and `t_resume_us` unless set.
-const DEFAULT_SUSPEND_US: f64 = 20.0;
-
 /// Tags per ublk queue unless told otherwise.
 pub const DEFAULT_QUEUE_DEPTH: u16 = 128;
+
+/// The preset a new image would get from these options.
+fn image_preset<'a>(args: &'a ImageArgs, file: &'a FileConfig) -> &'a str {
+    args.preset
+        .as_deref()
+        .or(file.preset.as_deref())
+        .unwrap_or(crate::image::DEFAULT_PRESET)
+}
 
 /// Merges image options: flags over file over defaults.
 pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<ImageSettings> {
@@ -279,49 +269,12 @@ pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<Imag
             Some((k, c))
         }
     };
-    let suspend = match nand.map(|n| (n.suspend, n.t_suspend_us, n.t_resume_us)) {
-        None | Some((None, None, None)) => None,
-        Some((Some(enabled), ts, tr)) => {
-            let us = |name: &str, v: Option<f64>| -> anyhow::Result<std::time::Duration> {
-                let v = v.unwrap_or(DEFAULT_SUSPEND_US);
-                if !(0.0..=1e6).contains(&v) {
-                    return Err(UsageError(format!(
-                        "[nand] {name} must be from 0 to 1000000 microseconds, not {v}"
-                    ))
-                    .into());
-                }
-                Ok(std::time::Duration::from_nanos((v * 1000.0).round() as u64))
-            };
-            if !enabled && (ts.is_some() || tr.is_some()) {
-                return Err(UsageError(
-                    "[nand] t_suspend_us and t_resume_us need suspend = true".into(),
-                )
-                .into());
-            }
-            Some(if enabled {
-                nand_model::Suspend {
-                    enabled,
-                    t_suspend: us("t_suspend_us", ts)?,
-                    t_resume: us("t_resume_us", tr)?,
-                }
-            } else {
-                nand_model::Suspend::default()
-            })
-        }
-        Some((None, _, _)) => {
-            return Err(UsageError(
-                "[nand] t_suspend_us and t_resume_us need suspend = true".into(),
-            )
-            .into())
-        }
-    };
-    let planes = nand.and_then(|n| n.planes);
-    if let Some(p) = planes.filter(|p| !(1..=nand_model::MAX_PLANES).contains(p)) {
-        return Err(UsageError(format!(
-            "[nand] planes must be from 1 to {}, not {p}",
-            nand_model::MAX_PLANES
-        ))
-        .into());
+    let nand = nand.cloned().unwrap_or_default();
+    // Checked against a neutral device now, so a bad table fails before anything is opened;
+    // against the real preset or image when it is used.
+    if nand.sets_device() {
+        let mut probe = crate::presets::find(image_preset(args, file))?.config;
+        nand.apply(&mut probe).map_err(UsageError)?;
     }
     Ok(ImageSettings {
         path,
@@ -329,8 +282,7 @@ pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<Imag
         capacity,
         scheme,
         interconnect,
-        suspend,
-        planes,
+        nand,
         ftl,
     })
 }
@@ -508,36 +460,15 @@ mod tests {
     }
 
     #[test]
-    fn nand_table_sets_suspend() {
+    fn a_bad_nand_table_is_refused_before_anything_opens() {
         let args = ImageArgs::default();
-        let on = parse("[nand]\nsuspend = true\nt_resume_us = 12.5\n").expect("parses");
-        let s = resolve_image(&args, &on)
-            .expect("resolves")
-            .suspend
-            .expect("asked");
-        assert!(s.enabled);
-        assert_eq!(s.t_suspend, std::time::Duration::from_micros(20));
-        assert_eq!(s.t_resume, std::time::Duration::from_nanos(12_500));
-        let off = parse("[nand]\nsuspend = false\n").expect("parses");
-        assert_eq!(
-            resolve_image(&args, &off).expect("resolves").suspend,
-            Some(nand_model::Suspend::default())
-        );
-        for bad in [
-            "[nand]\nt_suspend_us = 5\n",
-            "[nand]\nsuspend = false\nt_resume_us = 5\n",
-            "[nand]\nsuspend = true\nt_suspend_us = -1\n",
-        ] {
-            let f = parse(bad).expect("parses");
-            let e = resolve_image(&args, &f).expect_err(bad).to_string();
-            assert!(e.contains("[nand]"), "{bad}: {e}");
-        }
-        assert_eq!(
-            resolve_image(&args, &FileConfig::default())
-                .expect("resolves")
-                .suspend,
-            None
-        );
+        let ok = parse("[nand]\nsuspend = true\nt_resume_us = 12.5\n").expect("parses");
+        let s = resolve_image(&args, &ok).expect("resolves");
+        assert_eq!(s.nand.t_resume_us, Some(12.5));
+        let bad = parse("[nand]\nt_suspend_us = 5\n").expect("parses");
+        let e = resolve_image(&args, &bad).expect_err("refused").to_string();
+        assert!(e.contains("[nand]"), "{e}");
+        assert!(parse("[nand]\nsuspends = true\n").is_err());
     }
 
     #[test]

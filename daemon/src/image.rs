@@ -10,10 +10,10 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context};
 use ftl::{Ftl, FtlError, ImageInfo, LOGICAL_PAGE};
-use nand_model::{ImageError, Interconnect, NandConfig, Suspend, TimingMode};
+use nand_model::{ImageError, Interconnect, NandConfig, TimingMode};
 
 use crate::cli::InterconnectKind;
-use crate::config::ImageSettings;
+use crate::config::{ImageSettings, NandFileConfig};
 use crate::presets;
 use crate::units::format_size;
 use crate::UsageError;
@@ -55,6 +55,7 @@ pub fn check_matches(
     scheme: Option<ftl::SchemeKind>,
     preset: Option<&str>,
     capacity: Option<u64>,
+    nand: &NandFileConfig,
 ) -> anyhow::Result<()> {
     let path = info.path.display();
     if let Some(s) = scheme.filter(|s| *s != info.ftl) {
@@ -69,7 +70,9 @@ pub fn check_matches(
     let hint = "an existing image keeps the geometry it was created with; drop the option, or \
                 recreate the image with `ftld format --force`";
     if let Some(name) = preset {
-        let want = presets::find(name)?.config;
+        // The preset as `[nand]` changes it (what a new image from these options would get).
+        let mut want = presets::find(name)?.config;
+        nand.apply(&mut want).map_err(UsageError)?;
         if let Some((field, image, wanted)) = shape_difference(&info.nand, &want) {
             return Err(UsageError(format!(
                 "image {path} has {field} = {image}, but preset {name:?} has {field} = {wanted} ({hint})"
@@ -119,33 +122,23 @@ pub fn check_interconnect(
     Ok(())
 }
 
-/// Fails if an explicitly requested program/erase suspend or plane count contradicts the
-/// existing image's.
-pub fn check_device_options(
-    info: &ImageInfo,
-    asked: Option<Suspend>,
-    settings_planes: Option<u32>,
-) -> anyhow::Result<()> {
-    match asked {
-        Some(want) if want != info.nand.timing.suspend => Err(UsageError(format!(
-            "image {} has program/erase suspend {:?}, but the options ask for {want:?} (an \
-             existing image keeps the device it was created with; drop [nand] suspend, or \
-             recreate the image with `ftld format --force`)",
-            info.path.display(),
-            info.nand.timing.suspend
-        ))
-        .into()),
-        _ => match settings_planes {
-            Some(p) if p != info.nand.planes => Err(UsageError(format!(
-                "image {} has {} plane(s) per bank, but [nand] planes asks for {p} (an existing \
-                 image keeps the device it was created with)",
-                info.path.display(),
-                info.nand.planes
-            ))
-            .into()),
-            _ => Ok(()),
-        },
+/// Fails if the `[nand]` table's device settings contradict the existing image's device.
+pub fn check_nand_table(info: &ImageInfo, nand: &NandFileConfig) -> anyhow::Result<()> {
+    if !nand.sets_device() {
+        return Ok(());
     }
+    let mut want = info.nand;
+    nand.apply(&mut want).map_err(UsageError)?;
+    if let Some((field, image, wanted)) = shape_difference(&info.nand, &want) {
+        return Err(UsageError(format!(
+            "image {} has {field} = {image}, but [nand] asks for {field} = {wanted} (an existing \
+             image keeps the device it was created with; drop the setting, or recreate the image \
+             with `ftld format --force`)",
+            info.path.display()
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 /// The first field (other than the number of blocks, which capacity scaling changes) in which
@@ -153,7 +146,7 @@ pub fn check_device_options(
 pub fn shape_difference(a: &NandConfig, b: &NandConfig) -> Option<(&'static str, String, String)> {
     let (ga, gb) = (&a.geometry, &b.geometry);
     let (ta, tb) = (&a.timing, &b.timing);
-    let fields: [(&'static str, String, String); 12] = [
+    let fields: [(&'static str, String, String); 14] = [
         ("channels", ga.channels.to_string(), gb.channels.to_string()),
         (
             "banks_per_channel",
@@ -193,6 +186,12 @@ pub fn shape_difference(a: &NandConfig, b: &NandConfig) -> Option<(&'static str,
         ),
         ("cell", format!("{:?}", ta.cell), format!("{:?}", tb.cell)),
         (
+            "suspend",
+            format!("{:?}", ta.suspend),
+            format!("{:?}", tb.suspend),
+        ),
+        ("planes", a.planes.to_string(), b.planes.to_string()),
+        (
             "read_retry",
             format!("{:?}", ta.read_retry),
             format!("{:?}", tb.read_retry),
@@ -223,12 +222,7 @@ pub fn plan_new(settings: &ImageSettings) -> anyhow::Result<(NandConfig, Option<
     if let Some(asked) = settings.interconnect {
         config.interconnect = interconnect_of(asked, config.geometry.channels);
     }
-    if let Some(suspend) = settings.suspend {
-        config.timing.suspend = suspend;
-    }
-    if let Some(planes) = settings.planes {
-        config.planes = planes;
-    }
+    settings.nand.apply(&mut config).map_err(UsageError)?;
     match settings.capacity {
         None => Ok((config, None)),
         Some(c) => {
@@ -283,9 +277,10 @@ pub fn open(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ftl>
         settings.scheme,
         settings.preset.as_deref(),
         settings.capacity,
+        &settings.nand,
     )?;
     check_interconnect(&info, settings.interconnect)?;
-    check_device_options(&info, settings.suspend, settings.planes)?;
+    check_nand_table(&info, &settings.nand)?;
     Ftl::open(path, timing, settings.ftl.clone()).map_err(|e| describe(e, path))
 }
 

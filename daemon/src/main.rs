@@ -41,6 +41,7 @@ mod control;
 mod format;
 mod image;
 mod info;
+mod nand_options;
 mod notify;
 mod presets;
 mod replay;

@@ -468,7 +468,10 @@ fn cell_types_and_suspend_reach_the_image() {
             .arg(&s),
     );
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("plane(s) per bank"), "{err}");
+    assert!(
+        err.contains("planes = 2, but [nand] asks for planes = 4") && err.contains("s.img"),
+        "{err}"
+    );
     std::fs::write(&cfg, "[nand]\nsuspend = false\n").expect("write");
     let (code, err) = run_to_exit(
         Command::new(FTLD)
@@ -478,7 +481,61 @@ fn cell_types_and_suspend_reach_the_image() {
             .arg(&s),
     );
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("program/erase suspend"), "{err}");
+    assert!(err.contains("but [nand] asks for suspend"), "{err}");
+    // A device described in [nand] on top of a preset: an MLC part with its own latencies.
+    std::fs::write(
+        &cfg,
+        "[nand]\ncell = \"mlc\"\nt_read_us = [30, 45.5]\nt_prog_us = [200, 650]\n\
+         read_retry_every_pe = 1000\nread_retry_max_steps = 3\n",
+    )
+    .expect("write");
+    let m = dir.path().join("m.img");
+    run_ok(
+        Command::new(FTLD)
+            .args([
+                "format",
+                "--preset",
+                "k9-003",
+                "--capacity",
+                "64M",
+                "--config",
+            ])
+            .arg(&cfg)
+            .arg("--image")
+            .arg(&m),
+    );
+    let text = run_ok(Command::new(FTLD).arg("info").arg(&m));
+    assert!(
+        text.contains("read 30/45.5 us, program 200/650 us (MLC LSB/MSB)")
+            && text.contains("read-retry +1 read per 1000 P/E cycles, at most 3"),
+        "{text}"
+    );
+    // The same options open it again; a bad table is refused with the key named.
+    run_ok(
+        Command::new(FTLD)
+            .args([
+                "format",
+                "--preset",
+                "k9-003",
+                "--capacity",
+                "64M",
+                "--force",
+                "--config",
+            ])
+            .arg(&cfg)
+            .arg("--image")
+            .arg(&m),
+    );
+    std::fs::write(&cfg, "[nand]\ncell = \"qlc\"\n").expect("write");
+    let (code, err) = run_to_exit(
+        Command::new(FTLD)
+            .args(["format", "--capacity", "64M", "--config"])
+            .arg(&cfg)
+            .arg("--image")
+            .arg(dir.path().join("q.img")),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("t_read_us and t_prog_us"), "{err}");
 }
 
 #[test]
