@@ -25,8 +25,13 @@ Mean t_read / t_prog are over the cell's page types (page p of a block is type p
 `ftld stats`. QD1 and QD128 runs alternate timing off / real / real-sleep `--reps` times and
 report means. Server CPU per request is the daemon's user+system time over the job.
 
+With --planes N the images are made with `[nand] planes = N` (N planes per bank): the page
+FTL then programs the pages waiting in a writer's queue as multi-plane programs, and the
+sequential limit becomes min(banks x N x page / (transfer(N x (page + OOB)) + mean t_prog),
+channels x channel bandwidth x page / (page + OOB)).
+
 Usage: benches/timing/run.py [--presets a,b,...] [--runtime S] [--reps N] [--capacity SIZE]
-                             [--ftld PATH] [--smoke] [--json FILE]
+                             [--planes N] [--ftld PATH] [--smoke] [--json FILE]
   --smoke   one preset (k9-003), 1 s jobs, 1 repetition: checks the script works (a test runs it)
 Needs fio (with the nbd engine: Debian's fio has it); builds ftld unless --ftld is given.
 """
@@ -53,7 +58,7 @@ def die(msg):
 class Server:
     """One `ftld serve` on an image, stopped (SIGTERM, clean close) by `stop`."""
 
-    def __init__(self, ftld, work, preset, capacity, timing, timer="hybrid"):
+    def __init__(self, ftld, work, preset, capacity, timing, timer="hybrid", config=None):
         self.work = work
         self.sock = work / "ftld.sock"
         self.ctl = work / "ftld.ctl"
@@ -64,6 +69,8 @@ class Server:
             "--timer", timer, "--image", str(work / "ftld.img"), "--nbd-socket", str(self.sock),
             "--control-socket", str(self.ctl),
         ]
+        if config:
+            args += ["--config", str(config)]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while not (self.sock.exists() and self.ctl.exists()):
@@ -140,6 +147,7 @@ def main():
     ap.add_argument("--runtime", type=float, default=5)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--capacity", default="256M")
+    ap.add_argument("--planes", type=int, default=1)
     ap.add_argument("--ftld", default="")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--json", default="")
@@ -171,12 +179,16 @@ def main():
         banks = g["channels"] * g["banks_per_channel"]
         t_read, t_prog = mean_array_ns(t)
         work = Path(tempfile.mkdtemp(prefix=f"ftld-timing-{name}-", dir=shm))
+        conf = None
+        if a.planes > 1:
+            conf = work / "nand.toml"
+            conf.write_text(f"[nand]\nplanes = {a.planes}\n")
         try:
-            row = {"preset": name}
+            row = {"preset": name if a.planes == 1 else f"{name} x{a.planes}p"}
             # Sequential writes on a fresh image, timing real, then timing off (the ceiling).
             seq = {}
             for mode in ("real", "off"):
-                s = Server(ftld, work, name, a.capacity, mode)
+                s = Server(ftld, work, name, a.capacity, mode, config=conf)
                 st0 = s.stats()["nand"]["totals"]
                 job, _ = fio(s, f"{name}-seqwrite-{mode}",
                              ["--rw=write", "--bs=128k", "--iodepth=32",
@@ -191,13 +203,14 @@ def main():
             progs = st1["programs"] - st0["programs"]
             per_prog = (st1["bytes_programmed"] - st0["bytes_programmed"]) / max(progs, 1)
             page = g["page_size"]
-            bank_bw = banks * page / ((xfer_ns(t, int(per_prog)) + t_prog) / 1e9)
+            bank_bw = banks * a.planes * page / (
+                (xfer_ns(t, int(a.planes * per_prog)) + t_prog) / 1e9)
             chan_bw = g["channels"] * t["channel_bytes_per_sec"] * page / per_prog
             limit = min(bank_bw, chan_bw)
             row.update(seq_write_mb_s=bw / 1e6, seq_write_limit_mb_s=limit / 1e6,
                        seq_write_ratio=bw / limit, seq_write_off_mb_s=seq["off"][0] / 1e6)
             # Fill the rest (timing off), then alternate off / real hybrid / real sleep.
-            s = Server(ftld, work, name, a.capacity, "off")
+            s = Server(ftld, work, name, a.capacity, "off", config=conf)
             fio(s, f"{name}-fill", ["--rw=write", "--bs=1m", "--iodepth=8",
                                     f"--size={parse_size(a.capacity)}"], work)
             s.stop()
@@ -205,7 +218,7 @@ def main():
             for rep in range(a.reps):
                 for mode in ("off", "hybrid", "sleep"):
                     s = Server(ftld, work, name, a.capacity, "off" if mode == "off" else "real",
-                               "sleep" if mode == "sleep" else "hybrid")
+                               "sleep" if mode == "sleep" else "hybrid", config=conf)
                     r0 = nand_reads(s.stats())
                     qd1, cpu1 = fio(s, f"{name}-qd1-{mode}-{rep}",
                                     ["--rw=randread", "--bs=4k", "--iodepth=1", *rt], work)

@@ -81,6 +81,20 @@ impl Completion {
         to_instant(self.current_ns())
     }
 
+    /// When a thread that also waits for other events (a channel with a timeout) should wake
+    /// to finish this wait with [`Completion::wait`] on time: the deadline minus the margin
+    /// the device's timer has learnt for blocking waits (the deadline itself with timer
+    /// `sleep`, or before any hybrid wait has run).
+    pub fn wake_hint(&self) -> Instant {
+        let d = self.current_ns();
+        match self.timer {
+            TimerMode::Sleep => to_instant(d),
+            TimerMode::Hybrid | TimerMode::Spin => {
+                to_instant(d.saturating_sub(crate::waiting::learnt_margins_ns().0))
+            }
+        }
+    }
+
     /// The completion time on the device's clock in nanoseconds: the simulated clock with
     /// timing `virtual`, `CLOCK_MONOTONIC` with `real`, 0 with `off`.
     pub fn deadline_ns(&self) -> u64 {

@@ -91,6 +91,35 @@ impl BankAlloc {
         self.state[b as usize] = BlockState::Open;
         Some(b)
     }
+
+    /// Takes up to `n` free blocks in different planes (block `b` is in plane `b % planes`),
+    /// marking them open: the least-worn free block first, then the least-worn of each other
+    /// plane that has one, so a multi-plane frontier wears its bank as evenly as single blocks
+    /// would. One block (as [`Self::pop_free`]) when `n` or `planes` is 1. O(free blocks).
+    pub fn pop_free_planes(&mut self, planes: u32, n: usize) -> Vec<u32> {
+        if n <= 1 || planes <= 1 {
+            return self.pop_free().into_iter().collect();
+        }
+        let mut by_wear: Vec<(u32, u32)> = self.free_entries().collect();
+        by_wear.sort_unstable();
+        let mut taken: Vec<(u32, u32)> = Vec::with_capacity(n);
+        for k in by_wear {
+            if taken.len() == n {
+                break;
+            }
+            if taken.iter().all(|t| t.1 % planes != k.1 % planes) {
+                taken.push(k);
+            }
+        }
+        self.free.retain(|Reverse(k)| !taken.contains(k));
+        taken
+            .into_iter()
+            .map(|(_, b)| {
+                self.state[b as usize] = BlockState::Open;
+                b
+            })
+            .collect()
+    }
 }
 
 /// Per-bank shared state.

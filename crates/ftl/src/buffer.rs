@@ -66,6 +66,9 @@ pub struct SealedPage {
     /// their blocks — until the records are on flash: erasing them earlier could let an older
     /// copy of the page win the recovery scan after a crash that lost the trim.
     pub zombies: Vec<Psa>,
+    /// When the page was sealed, on the NAND device's clock: its program counts from then
+    /// (`nand_model::ArrivalScope`), so the writer's wake-up is not added to the host's wait.
+    pub sealed_ns: u64,
 }
 
 pub enum WriterMsg {
@@ -247,6 +250,7 @@ impl Core {
         let page = SealedPage {
             slots,
             zombies: std::mem::take(&mut open.page_zombies),
+            sealed_ns: self.nand.now_ns(),
         };
         queue.sealed.fetch_add(1, Ordering::AcqRel);
         if let Some(w) = &queue.inline {

@@ -288,6 +288,21 @@ impl Core {
         Some(blk)
     }
 
+    /// Takes up to `n` free blocks of bank `b` in different planes for a multi-plane write
+    /// frontier (see [`crate::blocks::BankAlloc::pop_free_planes`]), leaving writers'
+    /// `GC_RESERVE` blocks to GC as [`Self::alloc_block`] does; empty if there is no room.
+    pub fn alloc_plane_blocks(&self, b: u32, n: usize, for_gc: bool) -> Vec<u32> {
+        let mut a = self.bank(b).alloc.lock();
+        let floor = if for_gc { 0 } else { GC_RESERVE };
+        let room = a.free_len().saturating_sub(floor) as usize;
+        if room == 0 {
+            return Vec::new();
+        }
+        let blocks = a.pop_free_planes(self.nand.config().planes, n.min(room));
+        self.update_free(b, a.free_len());
+        blocks
+    }
+
     /// Takes bank `b`'s most-worn free block if it has more than the writers' floor and its
     /// erase count is above `above` (static wear levelling's destination for cold data).
     pub fn alloc_most_worn(&self, b: u32, above: u32) -> Option<u32> {

@@ -53,13 +53,15 @@
 //! hybrids use too, is the only writer of both and checks it); (2h) hybrid schemes: every
 //! mapped page lives in its logical block's data block at its own offset, or in one of that
 //! block's log blocks (`HybridScheme::check`); (3) only a block's owner programs it (a
-//! writer's frontier; a log block's page only by the writer holding its logical block);
+//! writer's frontier, one block per plane of a bank on a device with planes; a log block's
+//! page only by the writer holding its logical block);
 //! (4) a block is erased only after every valid slot moved and no read is pinned on it;
 //! (5) every programmed slot's OOB names its LPN and sequence number, so the newest version on
 //! flash is the one with the highest number. `Ftl::check_invariants` (`check.rs`) checks (1)-(5)
 //! and the block bookkeeping without flushing; the model test calls it after every step. **Media assumptions.** a programmed page survives
 //! process death; a page program is atomic, or cut by a power loss, which can tear only the
-//! page being programmed — a block's last programmed page — and leaves it detectably torn (its
+//! pages being programmed (one, or one per plane of a multi-plane program) — each its block's
+//! last programmed page — and leaves them detectably torn (its
 //! OOB or its data fails a checksum). Recovery ignores a torn write there
 //! (`RecoveryReport::torn_slots`; `schemes/page/recover.rs` says how it tells torn from
 //! rotted); any other slot whose data fails its checksum has rotted, and a host read of it is
@@ -336,7 +338,9 @@ impl Ftl {
             let (tx, rx) = crossbeam_channel::unbounded();
             txs.push(QueueState::new(
                 tx,
-                inline.then(|| writer::Writer::new(&layout, q, scheme.clone().placer(q))),
+                inline.then(|| {
+                    writer::Writer::new(&layout, nand.config().planes, q, scheme.clone().placer(q))
+                }),
             ));
             rxs.push(rx);
         }

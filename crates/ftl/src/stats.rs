@@ -24,6 +24,9 @@ pub struct Counters {
     pub trimmed_pages: AtomicU64,
     pub host_slots_programmed: AtomicU64,
     pub page_programs: AtomicU64,
+    /// Multi-plane programs of host pages (each counted once; its pages are in
+    /// `page_programs`).
+    pub multi_plane_programs: AtomicU64,
     // GC workers bump these on every step while host threads bump the host counters: each
     // gets a cache line of its own, so the two sides do not bounce one line between cores.
     pub gc_page_programs: CachePadded<AtomicU64>,
@@ -189,6 +192,8 @@ pub struct FtlStats {
     pub host_flushes: u64,
     pub trimmed_pages: u64,
     pub nand_page_programs: u64,
+    /// Multi-plane programs among the host page programs (`[nand] planes` > 1).
+    pub multi_plane_programs: u64,
     pub gc_page_programs: u64,
     pub gc_copies: u64,
     pub gc_erases: u64,
@@ -298,6 +303,7 @@ impl Core {
             host_flushes: ld(&c.host_flushes),
             trimmed_pages: ld(&c.trimmed_pages),
             nand_page_programs: ld(&c.page_programs),
+            multi_plane_programs: ld(&c.multi_plane_programs),
             gc_page_programs: ld(&c.gc_page_programs),
             gc_copies: ld(&c.gc_copies),
             gc_erases: ld(&c.gc_erases),

@@ -6,13 +6,18 @@
 //! "the first `committed` sealed pages are durable" — what flush and FUA wait on. Where a page
 //! goes is the scheme's business (`schemes::Placer`); the page scheme's placer gives each writer
 //! its own open block per bank (`schemes/page/place.rs`).
+//!
+//! On a device with planes, a writer offers its placer the pages already waiting in its inbox
+//! (never waiting for more), up to the planes of a bank: the page placer programs a prefix of
+//! them in one multi-plane operation, and the rest join the next group. A group is one
+//! in-flight program whose pages commit together, in seal order.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use nand_model::{Completion, PageAddr};
+use nand_model::{Completion, NandError, PageAddr};
 
 use crate::buffer::{SealedPage, WriterMsg};
 use crate::core::Core;
@@ -20,9 +25,9 @@ use crate::layout::LOGICAL_PAGE;
 use crate::oob::{self, SlotKind, SlotMeta};
 use crate::schemes::{Placer, Target};
 
+/// One program in flight: a page, or the pages of a multi-plane program, in seal order.
 struct InFlight {
-    page: SealedPage,
-    addr: PageAddr,
+    pages: Vec<(SealedPage, PageAddr)>,
     done: Completion,
 }
 
@@ -33,12 +38,21 @@ pub struct Writer {
     q: usize,
     placer: Box<dyn Placer>,
     inflight: VecDeque<InFlight>,
-    data: Vec<u8>,
-    oob: Vec<u8>,
+    /// Scratch page and OOB buffers, one per page of a multi-plane program.
+    data: Vec<Vec<u8>>,
+    oob: Vec<Vec<u8>>,
+    /// Pages the placer may program at once (`Placer::group_size`).
+    group: usize,
+    /// Sealed pages taken from the inbox but not yet programmed (the rest of a group whose
+    /// placer took only a prefix), in seal order: they go before anything newer.
+    pending: VecDeque<SealedPage>,
     /// The writer's clock with timing `virtual`.
     sim: SimWriter,
     /// Programs a writer keeps in flight before it waits for the oldest.
     max_inflight: usize,
+    /// When the in-flight window last opened after being full (NAND clock ns; see
+    /// `commit_front`).
+    gate_ns: u64,
 }
 
 /// The writer as an actor of a virtual-time run (timing `virtual`).
@@ -107,15 +121,24 @@ pub fn precise_timers() {
 }
 
 impl Writer {
-    pub(crate) fn new(layout: &crate::layout::Layout, q: usize, placer: Box<dyn Placer>) -> Writer {
+    pub(crate) fn new(
+        layout: &crate::layout::Layout,
+        planes: u32,
+        q: usize,
+        placer: Box<dyn Placer>,
+    ) -> Writer {
+        let group = placer.group_size(planes).clamp(1, planes.max(1) as usize);
         Writer {
             q,
             placer,
             inflight: VecDeque::new(),
-            data: vec![0; layout.page_size as usize],
-            oob: vec![0; layout.oob_size as usize],
+            data: vec![vec![0; layout.page_size as usize]; group],
+            oob: vec![vec![0; layout.oob_size as usize]; group],
+            group,
+            pending: VecDeque::new(),
             sim: SimWriter::default(),
             max_inflight: layout.banks as usize * 2,
+            gate_ns: 0,
         }
     }
 }
@@ -124,32 +147,68 @@ impl Writer {
 pub fn run(core: Arc<Core>, q: usize, rx: Receiver<WriterMsg>) {
     precise_timers();
     let layout = core.layout;
-    let mut w = Writer::new(&layout, q, core.scheme.clone().placer(q));
+    let planes = core.nand.config().planes;
+    let mut w = Writer::new(&layout, planes, q, core.scheme.clone().placer(q));
     let max_inflight = w.max_inflight;
+    let mut stopping = false;
     loop {
         w.commit_done(&core, false);
-        let msg = match w.inflight.front() {
-            Some(_) if w.inflight.len() >= max_inflight => {
-                w.commit_front(&core);
-                continue;
+        if w.pending.is_empty() {
+            if stopping {
+                // The channel is FIFO and Stop is sent last: every sealed page was placed.
+                w.commit_done(&core, true);
+                return;
             }
-            Some(f) => match rx.recv_deadline(f.done.deadline()) {
-                Ok(m) => m,
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => WriterMsg::Stop,
-            },
-            None => rx.recv().unwrap_or(WriterMsg::Stop),
-        };
+            let msg = match w.inflight.front() {
+                Some(_) if w.inflight.len() >= max_inflight => {
+                    w.commit_front(&core);
+                    continue;
+                }
+                // Woken a timer margin early, the oldest program is then waited for precisely
+                // (`commit_front`): a channel timeout alone wakes as late as the kernel's
+                // latency, and every FUA write and flush behind it would wait that much longer.
+                Some(f) => match rx.recv_deadline(f.done.wake_hint()) {
+                    Ok(m) => m,
+                    Err(RecvTimeoutError::Timeout) => {
+                        w.commit_front(&core);
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => WriterMsg::Stop,
+                },
+                None => rx.recv().unwrap_or(WriterMsg::Stop),
+            };
+            match msg {
+                WriterMsg::Page(p) => {
+                    count_host_slots(&core, &p);
+                    w.pending.push_back(p);
+                }
+                WriterMsg::Stop => stopping = true,
+            }
+        } else if w.inflight.len() >= max_inflight {
+            w.commit_front(&core);
+            continue;
+        }
         if core.writers_gone() {
             // Power cut: whatever was not programmed yet is lost.
             return;
         }
-        match msg {
-            WriterMsg::Page(p) => w.place(&core, p),
-            WriterMsg::Stop => {
-                // The channel is FIFO and Stop is sent last: every sealed page was placed.
-                w.commit_done(&core, true);
-                return;
+        // Offer the placer what is already waiting, up to a group; never wait for more.
+        while !stopping && w.pending.len() < w.group {
+            match rx.try_recv() {
+                Ok(WriterMsg::Page(p)) => {
+                    count_host_slots(&core, &p);
+                    w.pending.push_back(p);
+                }
+                Ok(WriterMsg::Stop) => stopping = true,
+                Err(_) => break,
+            }
+        }
+        let n = w.pending.len().min(w.group);
+        if n > 0 {
+            let group: Vec<SealedPage> = w.pending.drain(..n).collect();
+            let rest = w.place_group(&core, group);
+            for p in rest.into_iter().rev() {
+                w.pending.push_front(p);
             }
         }
     }
@@ -166,11 +225,18 @@ impl Writer {
         }
     }
 
-    /// Waits (absolute deadline) for the oldest in-flight program and commits it.
+    /// Waits (absolute deadline) for the oldest in-flight program and commits its pages. With
+    /// the in-flight window full, the next program could not have been issued before this one
+    /// completed: its arrival is then no earlier than this deadline (`gate_ns`).
     fn commit_front(&mut self, core: &Core) {
         if let Some(f) = self.inflight.pop_front() {
+            if self.inflight.len() + 1 >= self.max_inflight {
+                self.gate_ns = self.gate_ns.max(f.done.deadline_ns());
+            }
             f.done.wait();
-            self.commit(core, f.page, f.addr);
+            for (page, addr) in f.pages {
+                self.commit(core, page, addr);
+            }
         }
     }
 
@@ -187,8 +253,13 @@ impl Writer {
     /// With timing `virtual` the page waits in the writer's inbox for the simulation (see
     /// [`SimWriter`]).
     pub fn place(&mut self, core: &Core, page: SealedPage) {
+        count_host_slots(core, &page);
         match core.nand.sim_clock() {
-            None => self.place_now(core, page),
+            None => {
+                // Inline (timing off): one page at a time, nothing else is waiting.
+                let rest = self.place_group(core, vec![page]);
+                debug_assert!(rest.is_empty());
+            }
             Some(clock) => self.sim.inbox.push_back((clock.now_ns(), page)),
         }
     }
@@ -202,18 +273,34 @@ impl Writer {
         )
     }
 
-    /// Virtual time: places the next page of the inbox on the writer's time, leaving the
-    /// simulated clock as it found it. False if the inbox is empty.
+    /// Virtual time: places the next page of the inbox on the writer's time (with the pages
+    /// sealed by then that a multi-plane program can take along), leaving the simulated clock
+    /// as it found it. False if the inbox is empty.
     pub(crate) fn sim_place_next(&mut self, core: &Core) -> bool {
         let (Some(clock), Some(at)) = (core.nand.sim_clock(), self.sim_next_at()) else {
             return false;
         };
-        let Some((_, page)) = self.sim.inbox.pop_front() else {
-            return false;
-        };
+        let mut group = Vec::new();
+        let mut sealed = Vec::new();
+        while group.len() < self.group {
+            match self.sim.inbox.front() {
+                Some((t, _)) if group.is_empty() || *t <= at => {}
+                _ => break,
+            }
+            let Some((t, page)) = self.sim.inbox.pop_front() else {
+                break;
+            };
+            sealed.push(t);
+            group.push(page);
+        }
         let caller = clock.now_ns();
         clock.set_ns(at);
-        self.place_now(core, page);
+        let rest = self.place_group(core, group);
+        // What the placer did not take goes back to the inbox's front with its seal time.
+        let skip = sealed.len() - rest.len();
+        for (t, page) in sealed[skip..].iter().zip(rest).rev() {
+            self.sim.inbox.push_front((*t, page));
+        }
         self.sim.free_at = clock.now_ns();
         clock.set_ns(caller);
         true
@@ -242,22 +329,28 @@ impl Writer {
         self.sim.durable_at()
     }
 
-    fn place_now(&mut self, core: &Core, page: SealedPage) {
-        self.fill(core, &page);
+    /// Programs a prefix of `pages` (sealed in this order; at least the first page) where the
+    /// placer says: one page, or one page per plane of a bank as a multi-plane program.
+    /// Returns the pages it did not program, for the next group.
+    fn place_group(&mut self, core: &Core, mut pages: Vec<SealedPage>) -> Vec<SealedPage> {
         loop {
             if core.writers_gone() {
-                // Power cut: the page is lost, as everything not yet programmed.
-                return;
+                // Power cut: the pages are lost, as everything not yet programmed.
+                return Vec::new();
             }
             if core.read_only_reason().is_some() {
-                // The data stays readable from the overlay until restart; flush reports the error.
+                // The data stays readable from the overlay until restart; flush reports the
+                // error.
                 let queue = &core.queues[self.q];
-                queue.committed.fetch_add(1, Ordering::AcqRel);
+                queue
+                    .committed
+                    .fetch_add(pages.len() as u64, Ordering::AcqRel);
                 queue.progress.notify(usize::MAX);
-                return;
+                return Vec::new();
             }
-            let addr = match self.placer.target(core, &page) {
-                Target::Program(addr) => addr,
+            let addrs = match self.placer.target_group(core, &pages) {
+                Target::Program(addr) => vec![addr],
+                Target::Planes(addrs) => addrs,
                 Target::Drain => {
                     self.commit_done(core, true);
                     continue;
@@ -265,60 +358,115 @@ impl Writer {
                 // The loop's top acknowledges.
                 Target::ReadOnly => continue,
             };
-            let bytes = single_slot(&page).unwrap_or(&self.data);
-            match core.nand.program(addr, bytes, &self.oob) {
+            debug_assert!(addrs.len() <= pages.len(), "more addresses than pages");
+            let n = addrs.len().clamp(1, pages.len());
+            for (i, page) in pages[..n].iter().enumerate() {
+                self.fill(i, page);
+            }
+            let ops: Vec<(PageAddr, &[u8], &[u8])> = pages[..n]
+                .iter()
+                .zip(&addrs)
+                .enumerate()
+                .map(|(i, (page, &addr))| {
+                    let bytes = single_slot(page).unwrap_or(&self.data[i]);
+                    (addr, bytes, self.oob[i].as_slice())
+                })
+                .collect();
+            // The program counts from when its pages were sealed (or the in-flight window
+            // opened), not from when this thread woke up to issue it.
+            let arrival = pages[..n]
+                .iter()
+                .map(|p| p.sealed_ns)
+                .max()
+                .unwrap_or(0)
+                .max(self.gate_ns);
+            let programmed = {
+                let _arrival = nand_model::ArrivalScope::enter(arrival);
+                core.nand.program_planes(&ops)
+            };
+            drop(ops);
+            match programmed {
                 Ok(done) => {
-                    core.counters.page_programs.fetch_add(1, Ordering::Relaxed);
-                    if core.nand.sim_clock().is_some() {
-                        // Virtual time: the commit time is kept, the page commits now.
-                        self.sim.programmed(done.deadline_ns());
-                        drop(done);
-                        self.commit(core, page, addr);
-                    } else if done.is_complete() && self.inflight.is_empty() {
-                        self.commit(core, page, addr);
-                    } else {
-                        self.inflight.push_back(InFlight { page, addr, done });
+                    core.counters
+                        .page_programs
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                    if n > 1 {
+                        core.counters
+                            .multi_plane_programs
+                            .fetch_add(1, Ordering::Relaxed);
                     }
-                    return;
+                    let rest = pages.split_off(n);
+                    let group: Vec<(SealedPage, PageAddr)> = pages.into_iter().zip(addrs).collect();
+                    if core.nand.sim_clock().is_some() {
+                        // Virtual time: the commit time is kept, the pages commit now.
+                        for _ in 0..n {
+                            self.sim.programmed(done.deadline_ns());
+                        }
+                        drop(done);
+                        for (page, addr) in group {
+                            self.commit(core, page, addr);
+                        }
+                    } else if done.is_complete() && self.inflight.is_empty() {
+                        for (page, addr) in group {
+                            self.commit(core, page, addr);
+                        }
+                    } else {
+                        self.inflight.push_back(InFlight { pages: group, done });
+                    }
+                    return rest;
                 }
                 Err(e) if e.is_fault() => {
-                    tracing::warn!("program failed at {addr:?}: {e}; retiring the block");
+                    let at = match e {
+                        NandError::ProgramFailed { page } => page,
+                        _ => addrs[0],
+                    };
+                    tracing::warn!("program failed at {at:?}: {e}; retiring the block");
                     core.counters
                         .program_failures
                         .fetch_add(1, Ordering::Relaxed);
                     // Everything already programmed in the block must be committed before GC
                     // may move it out.
                     self.commit_done(core, true);
-                    self.placer.failed(core, &page, addr);
+                    // Every page of the group is programmed again (the error names only the
+                    // first failed page): the copies the others left are never committed,
+                    // garbage with the same sequence numbers.
+                    self.placer.failed(core, &pages[0], at);
                 }
                 Err(e) => {
-                    core.set_read_only(format!("program at {addr:?} failed: {e}"));
+                    core.set_read_only(format!("program at {:?} failed: {e}", addrs[0]));
                 }
             }
         }
     }
 
-    /// Assembles the page's bytes and OOB into the writer's scratch buffers.
-    fn fill(&mut self, core: &Core, page: &SealedPage) {
+    /// Assembles the page's bytes and OOB into scratch buffer `i`.
+    fn fill(&mut self, i: usize, page: &SealedPage) {
         let mut metas: Vec<SlotMeta> = Vec::with_capacity(page.slots.len());
         let single = single_slot(page).is_some();
-        for (i, (meta, data)) in page.slots.iter().enumerate() {
+        for (s, (meta, data)) in page.slots.iter().enumerate() {
             if !single {
-                let dst = &mut self.data[i * LOGICAL_PAGE..(i + 1) * LOGICAL_PAGE];
+                let dst = &mut self.data[i][s * LOGICAL_PAGE..(s + 1) * LOGICAL_PAGE];
                 match data {
                     Some(d) => dst.copy_from_slice(d),
                     None => dst.fill(0),
                 }
             }
             metas.push(*meta);
-            if meta.kind == SlotKind::Data {
-                core.counters
-                    .host_slots_programmed
-                    .fetch_add(1, Ordering::Relaxed);
-            }
         }
-        oob::encode_data(&mut self.oob, &metas);
+        oob::encode_data(&mut self.oob[i], &metas);
     }
+}
+
+/// Counts a sealed page's host data slots (once, however often the page is programmed).
+fn count_host_slots(core: &Core, page: &SealedPage) {
+    let n = page
+        .slots
+        .iter()
+        .filter(|(meta, _)| meta.kind == SlotKind::Data)
+        .count();
+    core.counters
+        .host_slots_programmed
+        .fetch_add(n as u64, Ordering::Relaxed);
 }
 
 /// The slot's own buffer when the page is exactly one full slot (4 KiB pages): programmed as

@@ -288,6 +288,14 @@ fn every_crash_point_of_a_virtual_time_replay_is_reached_and_safe() {
     }
 }
 
+/// The page scheme on two-plane banks in virtual time: its writers program the pages sealed
+/// together as multi-plane programs; every crash point, torn multi-plane programs included,
+/// is safe.
+#[test]
+fn every_crash_point_of_multi_plane_writes_is_safe() {
+    sweep_geometry(SchemeKind::Page, TimingMode::Virtual, 2, &[4096]);
+}
+
 /// Timing `real` with microsecond latencies: random cut points of every scheme, each safe.
 #[test]
 fn random_crash_points_with_timing_real_are_safe() {
@@ -337,9 +345,18 @@ fn random_crash_points_with_timing_real_are_safe() {
 }
 
 fn sweep(scheme: SchemeKind, timing: TimingMode) {
-    for page_size in [4096u32, 8192] {
+    sweep_geometry(scheme, timing, 1, &[4096, 8192]);
+}
+
+/// `sweep` on banks of `planes` planes: the count run must issue multi-plane programs when
+/// `planes > 1`, so crash points fall on them (a power cut tears every page of one).
+fn sweep_geometry(scheme: SchemeKind, timing: TimingMode, planes: u32, page_sizes: &[u32]) {
+    for &page_size in page_sizes {
         let dir = tempfile::tempdir().unwrap();
-        let nand = small_nand(page_size, 14);
+        let nand = NandConfig {
+            planes,
+            ..small_nand(page_size, 14)
+        };
         // The run without a cut counts the workload's operations.
         let path = dir.path().join("count.img");
         let ftl = create_with(&path, &nand, scheme, timing);
@@ -353,6 +370,10 @@ fn sweep(scheme: SchemeKind, timing: TimingMode) {
         let s = ftl.stats();
         assert!(s.gc_erases > 0, "the workload must make GC erase: {s:?}");
         assert!(s.checkpoints > 1 && s.host_trims > 0);
+        if planes > 1 {
+            assert!(s.multi_plane_programs > 0, "no multi-plane program: {s:?}");
+            assert_eq!(ftl.nand().violations(), 0);
+        }
         drop(ftl);
 
         let (mut torn, mut roll, mut skipped) = (0, 0, 0);

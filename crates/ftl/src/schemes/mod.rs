@@ -277,6 +277,10 @@ pub(crate) struct RecoverInput {
 pub(crate) enum Target {
     /// Program the page here (the page is reserved for it, so a failed program consumes it).
     Program(PageAddr),
+    /// Program the first `n` pages of the group offered to [`Placer::target_group`] here, one
+    /// per plane of one bank at one page index, as one multi-plane operation (`n >= 2`); the
+    /// rest of the group is offered again.
+    Planes(Vec<PageAddr>),
     /// Commit every program in flight first, then ask again: the placer must wait for a lock
     /// or reclaim space, which it may do only while it holds nothing for programs in flight
     /// (the hybrid schemes' rule that keeps their logical-block locks free of cycles).
@@ -289,6 +293,20 @@ pub(crate) enum Target {
 pub(crate) trait Placer: Send {
     /// Where the next program of `page` goes. May reclaim space first.
     fn target(&mut self, core: &Core, page: &SealedPage) -> Target;
+
+    /// How many sealed pages the writer offers [`Placer::target_group`] at once on a device
+    /// with `planes` planes: more than one only for a placer that programs several planes of
+    /// a bank together.
+    fn group_size(&self, _planes: u32) -> usize {
+        1
+    }
+
+    /// Where the next program of a group of sealed pages (in seal order, at most
+    /// [`Placer::group_size`]) goes: [`Target::Planes`] for a multi-plane program of a prefix
+    /// of them, else a [`Target`] for the first page alone.
+    fn target_group(&mut self, core: &Core, pages: &[SealedPage]) -> Target {
+        self.target(core, &pages[0])
+    }
 
     /// The page programmed at `addr` was committed (after [`Scheme::commit`]): whatever the
     /// placer held for it may be released.

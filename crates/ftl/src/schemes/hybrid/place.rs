@@ -359,7 +359,8 @@ impl Placer for HybridPlacer {
                     e.1 += 1;
                 }
             }
-            Target::Drain | Target::ReadOnly => self.done(shape.lbn, false),
+            // The hybrids program one page at a time (`group_size` 1): never multi-plane.
+            Target::Drain | Target::ReadOnly | Target::Planes(_) => self.done(shape.lbn, false),
         }
         t
     }

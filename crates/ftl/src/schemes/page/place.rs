@@ -1,6 +1,8 @@
 //! The page scheme's placement: each queue's writer owns one open block (its *write frontier*)
 //! per bank, as paper 000's workers own their working blocks, so no other thread ever programs
-//! into it and sequential programming inside a block holds under any scheduling. A page goes to
+//! into it and sequential programming inside a block holds under any scheduling. On a device
+//! with planes, the frontier is a [`PlaneSet`]: one open block per plane, so the writer can
+//! program several sealed pages in one multi-plane operation (one array time). A page goes to
 //! the least busy bank that is not under exclusive GC (LFTL §3.2.2); a page sent to a bank
 //! under its soft floor first pays its paced share of that bank's cleaning (with the in-path
 //! policy, or with workers that let the bank fall to its reserve), and when every bank is at
@@ -25,10 +27,78 @@ pub struct Frontier {
     pub next: u32,
 }
 
+/// A writer's frontier on one bank: its open blocks, at most one per plane, opened together
+/// (one block with a single plane, or when a single page was waiting).
+///
+/// Invariant: every member's next page is `m` or `m + 1`; the members still at `m` are the
+/// current *row*. A multi-plane program takes a prefix of the row (the pages it writes share
+/// the page index, as the chip requires), so the set realigns once the row is done.
+#[derive(Clone, Debug, Default)]
+pub struct PlaneSet {
+    members: Vec<Frontier>,
+}
+
+impl PlaneSet {
+    fn new(blocks: Vec<u32>) -> PlaneSet {
+        PlaneSet {
+            members: blocks
+                .into_iter()
+                .map(|block| Frontier { block, next: 0 })
+                .collect(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Takes the next pages of up to `n` members of the current row (at least one if the set
+    /// is not empty); members whose block is then full leave the set.
+    fn take(&mut self, bank: u32, n: usize, pages_per_block: u32) -> Vec<PageAddr> {
+        let Some(row) = self.members.iter().map(|f| f.next).min() else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(n);
+        for f in &mut self.members {
+            if out.len() == n {
+                break;
+            }
+            if f.next == row {
+                out.push(PageAddr {
+                    block: BlockAddr {
+                        bank: BankId(bank),
+                        block: f.block,
+                    },
+                    page: row,
+                });
+                f.next += 1;
+            }
+        }
+        self.members.retain(|f| f.next < pages_per_block);
+        out
+    }
+
+    /// Forgets `block` (a program failed there).
+    fn remove(&mut self, block: u32) {
+        self.members.retain(|f| f.block != block);
+    }
+}
+
+/// Whether a sealed page may share a multi-plane program with others: pages carrying trim
+/// records go alone, so a group that fails and is programmed again never leaves a second,
+/// uncommitted copy of a trim record on flash.
+fn groupable(page: &SealedPage) -> bool {
+    page.zombies.is_empty()
+        && page
+            .slots
+            .iter()
+            .all(|(m, _)| m.kind != crate::oob::SlotKind::TrimLog)
+}
+
 /// A queue's write frontiers and its share of writes per bank.
 pub struct PagePlacer {
     scheme: Arc<PageScheme>,
-    frontiers: Vec<Option<Frontier>>,
+    frontiers: Vec<PlaneSet>,
     rr: u32,
     /// Pages this placer sent to each bank.
     placed: Vec<u64>,
@@ -49,7 +119,7 @@ impl PagePlacer {
     pub fn new(scheme: Arc<PageScheme>, banks: u32, q: usize) -> PagePlacer {
         PagePlacer {
             scheme,
-            frontiers: vec![None; banks as usize],
+            frontiers: vec![PlaneSet::default(); banks as usize],
             rr: q as u32,
             placed: vec![0; banks as usize],
             weight: vec![1; banks as usize],
@@ -96,7 +166,7 @@ impl PagePlacer {
         for i in 0..n {
             let b = (self.rr + i) % n;
             let floor = if may_use_reserve { 0 } else { GC_RESERVE };
-            let has_room = self.frontiers[b as usize].is_some()
+            let has_room = !self.frontiers[b as usize].is_empty()
                 || core.bank(b).free.load(Ordering::Acquire) > floor;
             if !has_room {
                 continue;
@@ -126,8 +196,10 @@ impl PagePlacer {
     }
 }
 
-impl Placer for PagePlacer {
-    fn target(&mut self, core: &Core, page: &SealedPage) -> Target {
+impl PagePlacer {
+    /// Where the next program goes of `page` and, up to `want` in all, the pages sealed after
+    /// it (see [`Placer::target_group`]).
+    fn place(&mut self, core: &Core, page: &SealedPage, want: usize) -> Target {
         let has_trims = !page.zombies.is_empty();
         // Consecutive rounds in which no bank could take the page and GC reclaimed nothing.
         let mut stuck = 0u32;
@@ -166,36 +238,56 @@ impl Placer for PagePlacer {
                 self.scheme
                     .backstop_gc(core, b, &mut self.cleaning, &mut self.backstop_credit);
             }
-            let fr = match self.frontiers[b as usize] {
-                Some(f) => f,
-                None => match core.alloc_block(
-                    b,
-                    use_reserve && core.bank(b).free.load(Ordering::Acquire) > 0,
-                ) {
-                    Some(block) => Frontier { block, next: 0 },
-                    None => continue,
-                },
+            let set = &mut self.frontiers[b as usize];
+            if set.is_empty() {
+                let for_gc = use_reserve && core.bank(b).free.load(Ordering::Acquire) > 0;
+                let blocks = if want > 1 {
+                    core.alloc_plane_blocks(b, want, for_gc)
+                } else {
+                    core.alloc_block(b, for_gc).into_iter().collect()
+                };
+                if blocks.is_empty() {
+                    continue;
+                }
+                *set = PlaneSet::new(blocks);
+            }
+            let mut addrs = set.take(b, want, core.layout.pages_per_block);
+            // Each further page of a multi-plane program is a page sent to this bank: it pays
+            // its share of the bank's cleaning as the first did.
+            for _ in 1..addrs.len() {
+                self.placed[b as usize] += 1;
+                if core.cfg.gc_policy == GcPolicy::InPath {
+                    self.scheme.paced_gc(core, b);
+                } else {
+                    self.scheme
+                        .backstop_gc(core, b, &mut self.cleaning, &mut self.backstop_credit);
+                }
+            }
+            return match addrs.len() {
+                1 => Target::Program(addrs.remove(0)),
+                _ => Target::Planes(addrs),
             };
-            let next = Frontier {
-                block: fr.block,
-                next: fr.next + 1,
-            };
-            self.frontiers[b as usize] = (next.next < core.layout.pages_per_block).then_some(next);
-            return Target::Program(PageAddr {
-                block: BlockAddr {
-                    bank: BankId(b),
-                    block: fr.block,
-                },
-                page: fr.next,
-            });
         }
+    }
+}
+
+impl Placer for PagePlacer {
+    fn target(&mut self, core: &Core, page: &SealedPage) -> Target {
+        self.place(core, page, 1)
+    }
+
+    fn group_size(&self, planes: u32) -> usize {
+        planes as usize
+    }
+
+    fn target_group(&mut self, core: &Core, pages: &[SealedPage]) -> Target {
+        let want = pages.iter().take_while(|p| groupable(p)).count();
+        self.place(core, &pages[0], want.max(1))
     }
 
     fn failed(&mut self, core: &Core, _page: &SealedPage, addr: PageAddr) {
         let (b, block) = (addr.block.bank.0, addr.block.block);
-        if self.frontiers[b as usize].is_some_and(|f| f.block == block) {
-            self.frontiers[b as usize] = None;
-        }
+        self.frontiers[b as usize].remove(block);
         core.retire_block(b, block);
     }
 }

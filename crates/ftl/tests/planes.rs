@@ -1,0 +1,209 @@
+//! Multi-plane writes: on banks with planes the page scheme's writers program the pages that
+//! wait together as one multi-plane operation (one array time), and the data guarantees hold.
+//! (Every crash point of such a workload is swept in `power_cut.rs`.)
+
+mod common;
+
+use common::*;
+use ftl::nand_model::{NandConfig, TimingMode};
+use ftl::{Ftl, FtlStats, GcPolicy};
+
+const MIB: u64 = 1 << 20;
+
+fn nand(planes: u32) -> NandConfig {
+    NandConfig {
+        planes,
+        ..small_nand(4096, 32)
+    }
+}
+
+/// Writes `bytes` sequentially in 64 KiB requests at simulated time 0, overwrites the first
+/// half (so GC runs), flushes; returns the simulated time the flush returned at, the stats,
+/// and checks every page's stamp before and after a clean reopen.
+fn sequential_virtual(planes: u32, bytes: u64) -> (u64, FtlStats) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("planes.img");
+    let cfg = small_cfg(GcPolicy::Parallel);
+    let ftl = Ftl::create(&path, &nand(planes), TimingMode::Virtual, cfg.clone(), None).unwrap();
+    let start = ftl.now_ns();
+    let pages = bytes / 4096;
+    block_on(async {
+        for (round, range) in [(1u64, 0..pages), (2, 0..pages / 2)] {
+            let mut req = Vec::new();
+            for l in range {
+                req.extend_from_slice(&stamped(l, round));
+                if req.len() == 64 << 10 {
+                    let first = l + 1 - 16;
+                    ftl.write(0, first * 4096, &req, false).await.unwrap();
+                    req.clear();
+                }
+            }
+        }
+        ftl.flush().await.unwrap();
+    });
+    let elapsed = ftl.now_ns() - start;
+    let expect = |l: u64| if l < pages / 2 { 2 } else { 1 };
+    let check = |ftl: &Ftl, when: &str| {
+        block_on(async {
+            let mut buf = vec![0u8; 4096];
+            for l in 0..pages {
+                ftl.read(l * 4096, &mut buf).await.unwrap();
+                assert_eq!(check_stamp(l, &buf), Some(expect(l)), "page {l} {when}");
+            }
+        })
+    };
+    check(&ftl, "after the flush");
+    ftl.check_invariants().unwrap();
+    assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
+    let stats = ftl.stats();
+    ftl.close().unwrap();
+    drop(ftl);
+    let ftl = Ftl::open(&path, TimingMode::Virtual, cfg).unwrap();
+    check(&ftl, "after a reopen");
+    (elapsed, stats)
+}
+
+/// Two planes: the writes go out mostly as two-page programs, and the device programs them
+/// in little more than half the time one plane takes (the banks are the bottleneck: one
+/// array time per two pages, the transfers of both still cross the channel).
+#[test]
+fn multi_plane_programs_take_one_array_time_for_two_pages() {
+    let (one, s1) = sequential_virtual(1, 2 * MIB);
+    let (two, s2) = sequential_virtual(2, 2 * MIB);
+    eprintln!(
+        "1 plane: {} us, {} programs; 2 planes: {} us, {} programs, {} multi-plane",
+        one / 1000,
+        s1.nand_page_programs,
+        two / 1000,
+        s2.nand_page_programs,
+        s2.multi_plane_programs
+    );
+    assert_eq!(s1.multi_plane_programs, 0);
+    assert!(
+        s2.multi_plane_programs * 2 * 10 >= s2.nand_page_programs * 8,
+        "fewer than 80 % of the host pages went out in multi-plane programs: {s2:?}"
+    );
+    assert!(
+        two * 10 < one * 7,
+        "two planes took {two} ns against {one} ns with one"
+    );
+}
+
+/// Timing `real` with writer threads on four-plane banks: whatever the batching, the data
+/// reads back, after a clean close and after a power loss.
+#[test]
+fn multi_plane_writes_with_timing_real_keep_the_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("real.img");
+    let nand = NandConfig {
+        planes: 4,
+        ..small_nand(8192, 24)
+    };
+    let cfg = small_cfg(GcPolicy::Adaptive);
+    let ftl = Ftl::create(&path, &nand, TimingMode::Real, cfg.clone(), None).unwrap();
+    let pages = ftl.capacity() / 4096 * 3 / 4;
+    block_on(async {
+        for round in 1..=3u64 {
+            let mut req = Vec::new();
+            for l in 0..pages {
+                req.extend_from_slice(&stamped(l, round));
+                if req.len() == 32 << 10 || l + 1 == pages {
+                    let first = l + 1 - (req.len() / 4096) as u64;
+                    ftl.write((l % 2) as usize, first * 4096, &req, l % 97 == 0)
+                        .await
+                        .unwrap();
+                    req.clear();
+                }
+            }
+        }
+        ftl.flush().await.unwrap();
+    });
+    let s = ftl.stats();
+    eprintln!(
+        "{} host page programs, {} multi-plane programs, {} GC erases",
+        s.nand_page_programs, s.multi_plane_programs, s.gc_erases
+    );
+    assert!(s.gc_erases > 0);
+    ftl.check_invariants().unwrap();
+    assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
+    let check = |ftl: &Ftl, when: &str| {
+        block_on(async {
+            let mut buf = vec![0u8; 4096];
+            for l in 0..pages {
+                ftl.read(l * 4096, &mut buf).await.unwrap();
+                assert_eq!(check_stamp(l, &buf), Some(3), "page {l} {when}");
+            }
+        })
+    };
+    check(&ftl, "after the flush");
+    ftl.simulate_power_loss();
+    let ftl = Ftl::open(&path, TimingMode::Real, cfg).unwrap();
+    check(&ftl, "after a power loss");
+}
+
+/// Program faults inside multi-plane programs (virtual time, two planes): the failed block is
+/// retired, every page of the group is programmed again elsewhere, and the data reads back.
+#[test]
+fn a_failed_multi_plane_program_is_programmed_again() {
+    use ftl::nand_model::FaultRates;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("faults.img");
+    let mut cfg = small_cfg(GcPolicy::Parallel);
+    cfg.overprovision = 0.25;
+    cfg.checkpoint_interval_bytes = 0;
+    let ftl = Ftl::create(&path, &nand(2), TimingMode::Virtual, cfg.clone(), None).unwrap();
+    ftl.nand().faults().set_random(
+        FaultRates {
+            program: 0.01,
+            erase: 0.0,
+            read: 0.0,
+        },
+        7,
+    );
+    let pages = ftl.capacity() / 4096 * 8 / 10;
+    let mut tags = vec![0u64; pages as usize];
+    let mut x = 0x9e37_79b9_u64;
+    block_on(async {
+        for n in 1..=pages * 3 / 8 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let first = x % (pages - 7);
+            let mut req = Vec::new();
+            for l in first..first + 8 {
+                req.extend_from_slice(&stamped(l, n));
+                tags[l as usize] = n;
+            }
+            ftl.write(0, first * 4096, &req, false).await.unwrap();
+        }
+        ftl.flush().await.unwrap();
+    });
+    let s = ftl.stats();
+    eprintln!(
+        "{} program failures, {} multi-plane programs, {} retired blocks",
+        s.program_failures, s.multi_plane_programs, s.retired_blocks
+    );
+    assert!(
+        s.program_failures > 0 && s.multi_plane_programs > 0,
+        "{s:?}"
+    );
+    ftl.check_invariants().unwrap();
+    assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
+    let check = |ftl: &Ftl, when: &str| {
+        block_on(async {
+            let mut buf = vec![0u8; 4096];
+            for l in 0..pages {
+                ftl.read(l * 4096, &mut buf).await.unwrap();
+                let want = (tags[l as usize] > 0).then_some(tags[l as usize]);
+                if want.is_some() {
+                    assert_eq!(check_stamp(l, &buf), want, "page {l} {when}");
+                }
+            }
+        })
+    };
+    check(&ftl, "after the flush");
+    ftl.nand().faults().set_random(FaultRates::default(), 0);
+    ftl.simulate_power_loss();
+    let ftl = Ftl::open(&path, TimingMode::Virtual, cfg).unwrap();
+    check(&ftl, "after a power loss");
+}
