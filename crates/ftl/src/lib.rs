@@ -61,8 +61,8 @@
 //! and the block bookkeeping without flushing; the model test calls it after every step. **Media assumptions.** a programmed page survives
 //! process death; a page program is atomic, or cut by a power loss, which can tear only the
 //! pages being programmed (one, or one per plane of a multi-plane program) — each its block's
-//! last programmed page — and leaves them detectably torn (its
-//! OOB or its data fails a checksum). Recovery ignores a torn write there
+//! last programmed page — and leaves them detectably torn (their
+//! OOB or their data fails a checksum). Recovery ignores a torn write there
 //! (`RecoveryReport::torn_slots`; `schemes/page/recover.rs` says how it tells torn from
 //! rotted); any other slot whose data fails its checksum has rotted, and a host read of it is
 //! an error.

@@ -428,8 +428,11 @@ impl Writer {
                     // may move it out.
                     self.commit_done(core, true);
                     // Every page of the group is programmed again (the error names only the
-                    // first failed page): the copies the others left are never committed,
-                    // garbage with the same sequence numbers.
+                    // first failed page): the intact copies its plane-mates left carry the
+                    // same LPN, sequence number and data, are never mapped, and GC treats
+                    // them as invalid. A second failed page of the group is not named: its
+                    // block stays in the set (its garbage page does not decode at recovery).
+                    // TODO(issue 13): have `program_planes` report every failed page.
                     self.placer.failed(core, &pages[0], at);
                 }
                 Err(e) => {
