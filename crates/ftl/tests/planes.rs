@@ -10,6 +10,20 @@ use ftl::{Ftl, FtlStats, GcPolicy};
 
 const MIB: u64 = 1 << 20;
 
+/// Reads pages `0..pages` and checks each written one (`want` gives its last tag, `None` if
+/// never written) carries its stamp.
+fn check_stamps(ftl: &Ftl, pages: u64, want: impl Fn(u64) -> Option<u64>, when: &str) {
+    block_on(async {
+        let mut buf = vec![0u8; 4096];
+        for l in 0..pages {
+            ftl.read(l * 4096, &mut buf).await.unwrap();
+            if let Some(tag) = want(l) {
+                assert_eq!(check_stamp(l, &buf), Some(tag), "page {l} {when}");
+            }
+        }
+    })
+}
+
 fn nand(planes: u32) -> NandConfig {
     NandConfig {
         planes,
@@ -42,16 +56,8 @@ fn sequential_virtual(planes: u32, bytes: u64) -> (u64, FtlStats) {
         ftl.flush().await.unwrap();
     });
     let elapsed = ftl.now_ns() - start;
-    let expect = |l: u64| if l < pages / 2 { 2 } else { 1 };
-    let check = |ftl: &Ftl, when: &str| {
-        block_on(async {
-            let mut buf = vec![0u8; 4096];
-            for l in 0..pages {
-                ftl.read(l * 4096, &mut buf).await.unwrap();
-                assert_eq!(check_stamp(l, &buf), Some(expect(l)), "page {l} {when}");
-            }
-        })
-    };
+    let expect = |l: u64| Some(if l < pages / 2 { 2 } else { 1 });
+    let check = |ftl: &Ftl, when: &str| check_stamps(ftl, pages, expect, when);
     check(&ftl, "after the flush");
     ftl.check_invariants().unwrap();
     assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
@@ -126,15 +132,7 @@ fn multi_plane_writes_with_timing_real_keep_the_data() {
     assert!(s.gc_erases > 0);
     ftl.check_invariants().unwrap();
     assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
-    let check = |ftl: &Ftl, when: &str| {
-        block_on(async {
-            let mut buf = vec![0u8; 4096];
-            for l in 0..pages {
-                ftl.read(l * 4096, &mut buf).await.unwrap();
-                assert_eq!(check_stamp(l, &buf), Some(3), "page {l} {when}");
-            }
-        })
-    };
+    let check = |ftl: &Ftl, when: &str| check_stamps(ftl, pages, |_| Some(3), when);
     check(&ftl, "after the flush");
     ftl.simulate_power_loss();
     let ftl = Ftl::open(&path, TimingMode::Real, cfg).unwrap();
@@ -189,18 +187,8 @@ fn a_failed_multi_plane_program_is_programmed_again() {
     );
     ftl.check_invariants().unwrap();
     assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
-    let check = |ftl: &Ftl, when: &str| {
-        block_on(async {
-            let mut buf = vec![0u8; 4096];
-            for l in 0..pages {
-                ftl.read(l * 4096, &mut buf).await.unwrap();
-                let want = (tags[l as usize] > 0).then_some(tags[l as usize]);
-                if want.is_some() {
-                    assert_eq!(check_stamp(l, &buf), want, "page {l} {when}");
-                }
-            }
-        })
-    };
+    let want = |l: u64| Some(tags[l as usize]).filter(|&t| t > 0);
+    let check = |ftl: &Ftl, when: &str| check_stamps(ftl, pages, want, when);
     check(&ftl, "after the flush");
     ftl.nand().faults().set_random(FaultRates::default(), 0);
     ftl.simulate_power_loss();
