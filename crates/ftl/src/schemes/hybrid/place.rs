@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use nand_model::PageAddr;
 
-use super::logs::LogBlock;
+use super::logs::{LogBlock, Logs};
 use super::{HybridScheme, LogPolicy};
 use crate::buffer::SealedPage;
 use crate::core::Core;
@@ -129,13 +129,23 @@ impl HybridPlacer {
         }
     }
 
-    /// A pool entry turned into a new log block, or `None` (no free block: the device may turn
-    /// read-only).
-    fn new_log(&mut self, core: &Core, prefer_bank: u32) -> Option<BlockIdx> {
+    /// A pool entry turned into a new log block: `install` puts it into the pool under the
+    /// same lock hold that gives the entry back, so `Logs::in_use` never dips between the two
+    /// and another writer cannot take the same entry (the pool would hold `log_limit + 1`).
+    /// `None`: no free block (the device may turn read-only).
+    fn new_log(
+        &mut self,
+        core: &Core,
+        prefer_bank: u32,
+        install: impl FnOnce(&mut Logs, BlockIdx),
+    ) -> Option<BlockIdx> {
         let s = &self.scheme;
         let b = s.alloc_block_near(core, prefer_bank, false);
         let mut logs = s.logs.lock();
         logs.reserved -= 1;
+        if let Some(b) = b {
+            install(&mut logs, b);
+        }
         drop(logs);
         match b {
             Some(b) => {
@@ -187,12 +197,11 @@ impl HybridPlacer {
                 logs.reserved += 1;
                 drop(logs);
                 let bank = s.log_bank(lbn);
-                if let Some(b) = self.new_log(core, bank) {
-                    let mut logs = s.logs.lock();
-                    logs.blocks
-                        .insert(b, LogBlock::new(b, Some(lbn), s.spb, now));
+                let spb = s.spb;
+                self.new_log(core, bank, |logs, b| {
+                    logs.blocks.insert(b, LogBlock::new(b, Some(lbn), spb, now));
                     logs.by_owner.insert(lbn, b);
-                }
+                });
                 continue;
             }
             drop(logs);
@@ -256,12 +265,11 @@ impl HybridPlacer {
                 if logs.in_use() < s.log_limit {
                     logs.reserved += 1;
                     drop(logs);
-                    if let Some(b) = self.new_log(core, s.log_bank(lbn)) {
-                        let mut logs = s.logs.lock();
-                        logs.blocks
-                            .insert(b, LogBlock::new(b, Some(lbn), s.spb, now));
+                    let spb = s.spb;
+                    self.new_log(core, s.log_bank(lbn), |logs, b| {
+                        logs.blocks.insert(b, LogBlock::new(b, Some(lbn), spb, now));
                         logs.sw = Some(b);
-                    }
+                    });
                     continue;
                 }
             } else {
@@ -288,10 +296,12 @@ impl HybridPlacer {
                     drop(logs);
                     let n = s.rw_opened.fetch_add(1, Ordering::Relaxed);
                     let bank = s.plan.random_log_bank(n);
-                    if let Some(b) = self.new_log(core, bank) {
-                        let mut lb = LogBlock::new(b, None, s.spb, now);
-                        lb.writer = Some(self.q);
-                        s.logs.lock().blocks.insert(b, lb);
+                    let (spb, q) = (s.spb, self.q);
+                    if let Some(b) = self.new_log(core, bank, |logs, b| {
+                        let mut lb = LogBlock::new(b, None, spb, now);
+                        lb.writer = Some(q);
+                        logs.blocks.insert(b, lb);
+                    }) {
                         self.rw_open = Some(b);
                     }
                     continue;
