@@ -27,6 +27,7 @@
 //! [`WriteCache::lock_range`], in ascending order.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::task::Waker;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -46,12 +47,41 @@ pub struct Buffered {
     pub data: PageData,
 }
 
+/// Hashes a stripe's logical page numbers. They all share their remainder modulo
+/// [`STRIPES`], so the quotient is what tells them apart; a multiply by an odd constant (a
+/// bijection on the low bits, which pick the bucket, and a mix into the high bits, which the
+/// table compares first) spreads consecutive quotients. SipHash, the default, cost about 3 %
+/// of a 128 KiB write's CPU (an insert and a remove per 4 KiB page); page numbers are not
+/// attacker-chosen keys that could be made to collide beyond a request's own range.
+#[derive(Default)]
+pub struct LpnHasher(u64);
+
+impl Hasher for LpnHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u32(&mut self, lpn: u32) {
+        self.0 = u64::from(lpn / STRIPES as u32).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u32 keys are hashed here; anything else still hashes correctly (FNV-1a).
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// A map keyed by one stripe's logical page numbers.
+pub type LpnMap<V> = HashMap<u32, V, BuildHasherDefault<LpnHasher>>;
+
 /// State guarded by one stripe lock.
 #[derive(Default)]
 pub struct Stripe {
-    pub overlay: HashMap<u32, Buffered>,
+    pub overlay: LpnMap<Buffered>,
     /// Pages locked for a read-modify-write, with the tasks waiting for them.
-    pub rmw: HashMap<u32, Vec<Waker>>,
+    pub rmw: LpnMap<Vec<Waker>>,
 }
 
 #[repr(align(64))]
@@ -166,5 +196,25 @@ mod tests {
         for l in [0, 1023, 1024, u32::MAX] {
             c.prefetch(Lpn(l));
         }
+    }
+
+    #[test]
+    fn one_stripes_pages_hash_apart() {
+        use std::hash::BuildHasher;
+        let h = BuildHasherDefault::<LpnHasher>::default();
+        // Pages of stripe 7: the low 6 bits (a 64-bucket table) of 64 consecutive quotients are
+        // all different, and so are the top 7 bits hashbrown compares first, mostly.
+        let hashes: Vec<u64> = (0..64u32)
+            .map(|q| h.hash_one(q * STRIPES as u32 + 7))
+            .collect();
+        let low: std::collections::HashSet<u64> = hashes.iter().map(|x| x & 63).collect();
+        assert_eq!(low.len(), 64);
+        let top: std::collections::HashSet<u64> = hashes.iter().map(|x| x >> 57).collect();
+        assert!(top.len() > 32, "{} distinct tags", top.len());
+        let mut m: LpnMap<u32> = LpnMap::default();
+        for q in 0..10_000u32 {
+            m.insert(q * STRIPES as u32 + 7, q);
+        }
+        assert!((0..10_000u32).all(|q| m.get(&(q * STRIPES as u32 + 7)) == Some(&q)));
     }
 }

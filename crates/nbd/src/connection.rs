@@ -3,6 +3,7 @@
 //! # Concurrency model
 //! ```text
 //!   socket read half ──► reader (this task): header ─► validate ─► payload ─► poll once ──┐
+//!                        (`RequestReader`: large payloads skip its buffer)               │
 //!                          ▲ waits for a slot and a byte budget before reading more       │
 //!                          │                        done at once: reply from the reader ◄──┤
 //!                          │                 must wait: request task (spawned) finishes it ◄┘
@@ -38,6 +39,7 @@ use crate::backend::BlockBackend;
 use crate::error::{ProtocolError, RequestError};
 use crate::handshake::{greet, negotiate, ExportInfo, Negotiated, Outcome};
 use crate::protocol::*;
+use crate::reader::RequestReader;
 use crate::request::{error_reply, execute, validate, Command, ExportParams, Reply};
 use crate::server::{ServerConfig, ShutdownSignal};
 use crate::stats::Counters;
@@ -48,7 +50,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::io::{BufReader, BufWriter, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -249,7 +251,7 @@ struct Outgoing {
 /// The transmission phase. Returns once every request task finished and the writer is done.
 async fn transmission<B, R, W>(
     ctx: &ConnContext<B>,
-    mut r: BufReader<R>,
+    r: BufReader<R>,
     w: BufWriter<W>,
     params: ExportParams,
     negotiated: Negotiated,
@@ -270,6 +272,7 @@ where
     let budget = Arc::new(Semaphore::new(budget_units));
     let mut tasks = JoinSet::new();
     let structured = negotiated.structured;
+    let mut r = RequestReader::from_buf_reader(r, READ_BUFFER);
 
     let result: Result<End, ProtocolError> = loop {
         while tasks.try_join_next().is_some() {}
@@ -284,7 +287,7 @@ where
                 }
                 break Ok(End::WriterFailed);
             }
-            res = r.fill_buf() => match res {
+            res = r.fill() => match res {
                 Ok([]) => break Ok(End::Eof),
                 Ok(_) => {}
                 Err(e) => break Err(e.into()),
@@ -332,19 +335,11 @@ where
                             len: h.length.into(),
                         });
                     }
-                    let len = u64::from(h.length);
-                    let mut src = (&mut r).take(len);
-                    let mut sink = tokio::io::sink();
-                    let skip = tokio::io::copy(&mut src, &mut sink);
+                    let skip = r.skip(u64::from(h.length));
                     match until_grace(&shutdown, grace, skip).await {
                         None => break Ok(End::Shutdown),
                         Some(Err(e)) => break Err(e.into()),
-                        Some(Ok(n)) if n != len => {
-                            break Err(
-                                std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into()
-                            )
-                        }
-                        Some(Ok(_)) => {}
+                        Some(Ok(())) => {}
                     }
                 }
                 debug!(conn = ctx.id, cookie = h.cookie, error = %err, "request refused");
@@ -375,7 +370,7 @@ where
         let mut payload = Vec::new();
         if let Command::Write { len, .. } = cmd {
             payload = Vec::with_capacity(len as usize);
-            match until_grace(&shutdown, grace, read_payload(&mut r, &mut payload, len)).await {
+            match until_grace(&shutdown, grace, r.read_payload(&mut payload, len as usize)).await {
                 None => break Ok(End::Shutdown),
                 Some(Err(e)) => break Err(e.into()),
                 Some(Ok(())) => {}
@@ -429,22 +424,6 @@ where
         }
     }
     result
-}
-
-/// Reads a `len`-byte WRITE payload into `buf`'s spare capacity (no zero-filling first).
-async fn read_payload<R: AsyncRead + Unpin>(
-    r: &mut R,
-    buf: &mut Vec<u8>,
-    len: u32,
-) -> std::io::Result<()> {
-    let len = len as usize;
-    while buf.len() < len {
-        let want = (len - buf.len()) as u64;
-        if r.take(want).read_buf(buf).await? == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-    }
-    Ok(())
 }
 
 /// Writes replies in arrival order until every sender is gone, flushing whenever the queue runs

@@ -8,6 +8,7 @@
 //!  NbdServer::serve_unix / serve_tcp      accept loop, connection limit, shutdown   (server)
 //!        └─ one task per connection       fixed newstyle handshake                  (handshake)
 //!              └─ transmission            reader → requests (inline or tasks) → reply writer (connection)
+//!                    ├─ request reader    headers buffered, large payloads read directly  (reader)
 //!                    └─ validate/execute  spec error codes, reply encoding          (request)
 //!                          └─ BlockBackend::read / write / flush / trim / write_zeroes
 //! ```
@@ -74,6 +75,7 @@ pub mod error;
 mod handshake;
 pub mod mem;
 pub mod protocol;
+mod reader;
 mod request;
 mod server;
 mod stats;
