@@ -16,6 +16,20 @@ use std::marker::PhantomData;
 thread_local! {
     /// The arrival of the request this thread is submitting for (0: none).
     static ARRIVAL: Cell<u64> = const { Cell::new(0) };
+    /// When this thread's latest blocking [`crate::Completion::wait`] returned (0: never).
+    static WAIT_END: Cell<u64> = const { Cell::new(0) };
+}
+
+/// When the calling thread's latest [`crate::Completion::wait`] that had to wait (timing
+/// `real`, deadline still ahead) returned, on the device clock; 0 if none has. A submitter that
+/// dates its operations back to an arrival compares this before and after its own work: an
+/// operation it issues after such a wait could not have started before the wait ended.
+pub fn last_wait_end_ns() -> u64 {
+    WAIT_END.with(Cell::get)
+}
+
+pub(crate) fn note_wait_end(now_ns: u64) {
+    WAIT_END.with(|w| w.set(now_ns));
 }
 
 /// While alive, this thread's NAND submissions count from `arrival_ns` (see the module doc).

@@ -121,6 +121,7 @@ impl Completion {
         if let Some(c) = &self.sim {
             c.advance_to(self.current_ns());
         } else if self.deadline_ns != ALREADY_DONE {
+            let blocks = self.current_ns() > now_ns();
             // A suspension may move the end while we wait: wait again until it stays.
             loop {
                 let d = self.current_ns();
@@ -128,6 +129,9 @@ impl Completion {
                 if self.current_ns() <= d {
                     break;
                 }
+            }
+            if blocks {
+                crate::arrival::note_wait_end(now_ns());
             }
         }
     }

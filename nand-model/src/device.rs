@@ -399,7 +399,7 @@ impl NandDevice {
     /// pages cross the channel one after the other, then the bank is busy `t_prog` once. Each
     /// page follows [`Self::program`]'s rules; nothing is programmed unless all pass. A program
     /// fault on any page consumes that page (the others are programmed) and returns
-    /// [`NandError::ProgramFailed`] naming the first such page.
+    /// [`NandError::ProgramFailed`] naming the first such page, with a mask of every failed one.
     pub fn program_planes(
         &self,
         pages: &[(PageAddr, &[u8], &[u8])],
@@ -442,13 +442,15 @@ impl NandDevice {
             *b = self.programmable(&st.mem, addr)?;
         }
         let mut failed = None;
+        let mut failed_mask = 0u32;
         let mut faults = 0;
-        for (mut blk, &(addr, data, oob)) in blks.into_iter().zip(pages) {
+        for (i, (mut blk, &(addr, data, oob))) in blks.into_iter().zip(pages).enumerate() {
             let fault = self.faults.program_fails(addr);
             // Data and OOB first, the counter last (see BankMem::set_block).
             if fault {
                 st.mem.write_garbage(addr.block.block, addr.page);
                 failed = failed.or(Some(addr));
+                failed_mask |= 1 << i;
                 faults += 1;
             } else if power == Power::Cut {
                 let torn = torn(addr, data);
@@ -477,7 +479,7 @@ impl NandDevice {
         st.ops.programs += pages.len() as u64;
         if let Some(page) = failed {
             st.ops.faults += faults;
-            return Err(NandError::ProgramFailed { page });
+            return Err(NandError::ProgramFailed { page, failed_mask });
         }
         st.ops.bytes_programmed += bytes;
         Ok(Completion::new(
@@ -724,7 +726,10 @@ impl NandDevice {
         ops.bytes_read += oob_len as u64;
         if fault {
             ops.faults += 1;
-            return Err(NandError::ProgramFailed { page: dst });
+            return Err(NandError::ProgramFailed {
+                page: dst,
+                failed_mask: 1,
+            });
         }
         ops.bytes_programmed += u64::from(g.page_size + g.oob_size);
         Ok(Completion::new(

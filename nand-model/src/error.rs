@@ -179,8 +179,12 @@ pub enum NandError {
     /// reads back as garbage; the FTL should rewrite the data elsewhere and retire the block.
     #[error("{page}: program failed")]
     ProgramFailed {
-        /// The page.
+        /// The page (the first failed one of a multi-plane program).
         page: PageAddr,
+        /// Which pages of the operation failed: bit `i` for the `i`-th page given to
+        /// [`crate::NandDevice::program_planes`] (bit 0 alone for a single-page program). The
+        /// other pages of a multi-plane program were programmed.
+        failed_mask: u32,
     },
     /// Fault: the erase failed; the block is now bad (persisted).
     #[error("{block}: erase failed, block marked bad")]

@@ -174,7 +174,7 @@ fn read_fault_leaves_the_destination_free_and_program_fault_consumes_it() {
 
     dev.faults().fail_program_at(dst.page(1));
     let e = dev.copyback(src.page(0), dst.page(1), None).unwrap_err();
-    assert!(matches!(e, NandError::ProgramFailed { page } if page == dst.page(1)));
+    assert!(matches!(e, NandError::ProgramFailed { page, .. } if page == dst.page(1)));
     assert_eq!(dev.block_state(dst).unwrap().programmed_pages, 2);
     assert_ne!(read(dev, dst.page(1)).0, pattern(src.page(0), 1, 4096));
     let s = dev.stats();

@@ -14,7 +14,7 @@ fn program_failure_consumes_the_page() {
     let data = pattern(b.page(0), 1, 4096);
     let e = dev.program(b.page(0), &data, &[0xAB; 32]).unwrap_err();
     assert!(
-        matches!(e, NandError::ProgramFailed { page } if page == b.page(0)),
+        matches!(e, NandError::ProgramFailed { page, .. } if page == b.page(0)),
         "{e}"
     );
     assert!(e.is_fault() && !e.is_violation());

@@ -522,6 +522,37 @@ fn submissions_count_from_the_request_arrival() {
     assert_eq!(c.deadline_ns(), busy_until + ns(t.t_read) + ns(xfer(4096)));
 }
 
+/// `last_wait_end_ns` moves when a wait on this thread had to wait, and only then (what a
+/// submitter that dates operations back checks to see whether it was held meanwhile).
+#[test]
+fn a_blocking_wait_is_noted_for_the_thread() {
+    let f = real();
+    let dev = f.dev();
+    let c = dev.program(PageAddr::new(0, 0, 0), &PAGE, &[]).unwrap();
+    let deadline = c.deadline_ns();
+    let before = nand_model::last_wait_end_ns();
+    c.wait();
+    let after = nand_model::last_wait_end_ns();
+    assert!(
+        after != before && after >= deadline,
+        "{before} -> {after}, deadline {deadline}"
+    );
+    // A completion whose deadline has passed returns at once and is not noted.
+    let c = dev.erase(BlockAddr::new(1, 0)).unwrap();
+    std::thread::sleep(Duration::from_nanos(
+        c.deadline_ns().saturating_sub(dev.now_ns()),
+    ));
+    std::thread::sleep(Duration::from_millis(1));
+    c.wait();
+    assert_eq!(nand_model::last_wait_end_ns(), after);
+    // Another thread's waits are its own.
+    let c = dev.program(PageAddr::new(0, 0, 1), &PAGE, &[]).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(move || c.wait());
+    });
+    assert_eq!(nand_model::last_wait_end_ns(), after);
+}
+
 /// Program/erase suspend on the simulated clock: a read that reaches a bank in an erase's (or
 /// a program's) array time runs after `t_suspend` instead of after the erase, and the erase
 /// ends later by the read's time plus suspend and resume; a second read while the erase is
@@ -757,8 +788,8 @@ fn multi_plane_program_and_read_take_one_array_time() {
         ])
         .unwrap_err();
     assert!(
-        matches!(e, NandError::ProgramFailed { page } if page == PageAddr::new(0, 3, 0)),
-        "{e}"
+        matches!(e, NandError::ProgramFailed { page, failed_mask: 0b10 } if page == PageAddr::new(0, 3, 0)),
+        "{e:?}"
     );
     for block in [2, 3] {
         assert_eq!(
@@ -772,6 +803,19 @@ fn multi_plane_program_and_read_take_one_array_time() {
         .unwrap()
         .wait();
     assert_eq!(ra, da);
+    // Both planes fail: the error names the first page and marks both.
+    dev.faults().fail_program_at(PageAddr::new(0, 2, 1));
+    dev.faults().fail_program_at(PageAddr::new(0, 3, 1));
+    let e = dev
+        .program_planes(&[
+            (PageAddr::new(0, 2, 1), &da, &[]),
+            (PageAddr::new(0, 3, 1), &db, &[]),
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(e, NandError::ProgramFailed { page, failed_mask: 0b11 } if page == PageAddr::new(0, 2, 1)),
+        "{e:?}"
+    );
     // A single-plane device refuses a pair.
     let f1 = virt();
     let e = f1

@@ -37,6 +37,7 @@ pub struct Counters {
     pub wear_level_moves: AtomicU64,
     /// Partly filled pages programmed by the idle flush (`[ftl] idle_flush_ms`).
     pub idle_flushes: AtomicU64,
+    /// Pages whose program failed (each one's block is retired).
     pub program_failures: AtomicU64,
     pub erase_failures: AtomicU64,
     pub read_retries: AtomicU64,
@@ -211,6 +212,7 @@ pub struct FtlStats {
     /// The WAF greedy GC cannot beat under uniform random 4 KiB overwrites at `spare_factor`
     /// (Lambert-W expression, `waf_limit.rs`); `null` without spare.
     pub waf_limit_greedy: Option<f64>,
+    /// Pages whose program failed (each one's block is retired).
     pub program_failures: u64,
     pub erase_failures: u64,
     pub read_retries: u64,

@@ -50,8 +50,8 @@ pub struct Writer {
     sim: SimWriter,
     /// Programs a writer keeps in flight before it waits for the oldest.
     max_inflight: usize,
-    /// When the in-flight window last opened after being full (NAND clock ns; see
-    /// `commit_front`).
+    /// No program may be dated before this (NAND clock ns): when the in-flight window last
+    /// opened after being full (see `commit_front`), or when a wait inside `place_group` ended.
     gate_ns: u64,
 }
 
@@ -73,17 +73,23 @@ pub(crate) struct SimWriter {
     inbox: VecDeque<(u64, SealedPage)>,
     /// When the writer has placed its last page (it may have waited or cleaned meanwhile).
     free_at: u64,
-    /// Commit times of the programs not yet committed at the host's last look, oldest first.
+    /// Commit times of the pages not yet committed at the host's last look, oldest first.
     /// A page commits once it and every page sealed before it are programmed, so the times are
-    /// non-decreasing.
+    /// non-decreasing. (The host's backpressure counts pages.)
     commits: VecDeque<u64>,
+    /// The same for programs: one entry per program, however many planes it wrote (the
+    /// writer's in-flight window counts programs, as the real-time writer's `inflight` does).
+    programs: VecDeque<u64>,
 }
 
 impl SimWriter {
-    /// Forgets the programs committed by `now`.
+    /// Forgets the pages and programs committed by `now`.
     fn retire(&mut self, now: u64) {
         while self.commits.front().is_some_and(|&t| t <= now) {
             self.commits.pop_front();
+        }
+        while self.programs.front().is_some_and(|&t| t <= now) {
+            self.programs.pop_front();
         }
     }
 
@@ -92,12 +98,13 @@ impl SimWriter {
     /// pending is behind the writer's).
     fn submit_at(&self, at: u64, max: usize) -> u64 {
         let max = max.max(1);
-        let in_flight = self.commits.len() - self.commits.partition_point(|&t| t <= at);
+        let p = &self.programs;
+        let in_flight = p.len() - p.partition_point(|&t| t <= at);
         if in_flight < max {
             return at;
         }
         // Non-decreasing: after the (len - max)-th commit, at most max - 1 remain in flight.
-        self.commits[self.commits.len() - max].max(at)
+        p[p.len() - max].max(at)
     }
 
     /// When everything this queue has programmed so far is durable.
@@ -105,9 +112,13 @@ impl SimWriter {
         self.commits.back().copied().unwrap_or(0)
     }
 
-    fn programmed(&mut self, deadline: u64) {
+    /// A program of `pages` pages completing at `deadline`.
+    fn programmed(&mut self, deadline: u64, pages: usize) {
         let t = deadline.max(self.commits.back().copied().unwrap_or(0));
-        self.commits.push_back(t);
+        for _ in 0..pages {
+            self.commits.push_back(t);
+        }
+        self.programs.push_back(t);
     }
 }
 
@@ -333,6 +344,9 @@ impl Writer {
     /// placer says: one page, or one page per plane of a bank as a multi-plane program.
     /// Returns the pages it did not program, for the next group.
     fn place_group(&mut self, core: &Core, mut pages: Vec<SealedPage>) -> Vec<SealedPage> {
+        // A wait in here (a drain of the programs in flight, the placer's foreground or paced
+        // GC, a merge) holds the writer: nothing it programs afterwards may be dated earlier.
+        let waited_before = nand_model::last_wait_end_ns();
         loop {
             if core.writers_gone() {
                 // Power cut: the pages are lost, as everything not yet programmed.
@@ -373,7 +387,11 @@ impl Writer {
                 })
                 .collect();
             // The program counts from when its pages were sealed (or the in-flight window
-            // opened), not from when this thread woke up to issue it.
+            // opened, or a wait in here ended), not from when this thread woke up to issue it.
+            let waited = nand_model::last_wait_end_ns();
+            if waited != waited_before {
+                self.gate_ns = self.gate_ns.max(waited);
+            }
             let arrival = pages[..n]
                 .iter()
                 .map(|p| p.sealed_ns)
@@ -399,9 +417,7 @@ impl Writer {
                     let group: Vec<(SealedPage, PageAddr)> = pages.into_iter().zip(addrs).collect();
                     if core.nand.sim_clock().is_some() {
                         // Virtual time: the commit time is kept, the pages commit now.
-                        for _ in 0..n {
-                            self.sim.programmed(done.deadline_ns());
-                        }
+                        self.sim.programmed(done.deadline_ns(), n);
                         drop(done);
                         for (page, addr) in group {
                             self.commit(core, page, addr);
@@ -416,24 +432,30 @@ impl Writer {
                     return rest;
                 }
                 Err(e) if e.is_fault() => {
-                    let at = match e {
-                        NandError::ProgramFailed { page } => page,
-                        _ => addrs[0],
+                    // Every page of the program that failed (the first alone for a fault
+                    // other than a program failure).
+                    let mask = match e {
+                        NandError::ProgramFailed { failed_mask, .. } => failed_mask,
+                        _ => 1,
                     };
-                    tracing::warn!("program failed at {at:?}: {e}; retiring the block");
+                    let failed: Vec<usize> = (0..n).filter(|i| mask & (1 << i) != 0).collect();
+                    let failed = if failed.is_empty() { vec![0] } else { failed };
+                    for &i in &failed {
+                        tracing::warn!("program failed at {:?}: {e}; retiring the block", addrs[i]);
+                    }
                     core.counters
                         .program_failures
-                        .fetch_add(1, Ordering::Relaxed);
-                    // Everything already programmed in the block must be committed before GC
+                        .fetch_add(failed.len() as u64, Ordering::Relaxed);
+                    // Everything already programmed in the blocks must be committed before GC
                     // may move it out.
                     self.commit_done(core, true);
-                    // Every page of the group is programmed again (the error names only the
-                    // first failed page): the intact copies its plane-mates left carry the
-                    // same LPN, sequence number and data, are never mapped, and GC treats
-                    // them as invalid. A second failed page of the group is not named: its
-                    // block stays in the set (its garbage page does not decode at recovery).
-                    // TODO(issue 13): have `program_planes` report every failed page.
-                    self.placer.failed(core, &pages[0], at);
+                    // Every page of the group is programmed again: the intact copies its
+                    // plane-mates left carry the same LPN, sequence number and data, are never
+                    // mapped, and GC treats them as invalid. Each failed page's block is
+                    // retired.
+                    for i in failed {
+                        self.placer.failed(core, &pages[i], addrs[i]);
+                    }
                 }
                 Err(e) => {
                     core.set_read_only(format!("program at {:?} failed: {e}", addrs[0]));

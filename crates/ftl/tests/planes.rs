@@ -143,6 +143,55 @@ fn multi_plane_writes_with_timing_real_keep_the_data() {
 /// retired, every page of the group is programmed again elsewhere, and the data reads back.
 #[test]
 fn a_failed_multi_plane_program_is_programmed_again() {
+    faulty_multi_plane_writes(0.01);
+}
+
+/// Both pages of a two-plane program fail (page 3 of every block of bank 0 is armed to fail,
+/// and a writer's two open blocks there reach page 3 together): each failed page's block is
+/// retired, not only the first one the error names, and the data reads back.
+#[test]
+fn every_failed_page_of_a_multi_plane_program_retires_its_block() {
+    use ftl::nand_model::{BlockAddr, PageAddr};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("double.img");
+    let mut cfg = small_cfg(GcPolicy::Parallel);
+    cfg.checkpoint_interval_bytes = 0;
+    let geometry = nand(2);
+    let ftl = Ftl::create(&path, &geometry, TimingMode::Virtual, cfg.clone(), None).unwrap();
+    for block in 0..geometry.geometry.blocks_per_bank {
+        let b = BlockAddr::new(0, block);
+        ftl.nand()
+            .faults()
+            .fail_program_at(PageAddr { block: b, page: 3 });
+    }
+    let pages = 64u64;
+    block_on(async {
+        for first in (0..pages).step_by(16) {
+            let req: Vec<u8> = (first..first + 16).flat_map(|l| stamped(l, 1)).collect();
+            ftl.write(0, first * 4096, &req, false).await.unwrap();
+        }
+        ftl.flush().await.unwrap();
+    });
+    let s = ftl.stats();
+    let injected = ftl.nand().faults().injected().program;
+    assert!(
+        injected >= 2 && s.multi_plane_programs > 0,
+        "{injected} faults; {s:?}"
+    );
+    assert_eq!(
+        (s.program_failures, s.retired_blocks),
+        (injected, injected),
+        "program failures and retired blocks against {injected} injected program faults"
+    );
+    ftl.check_invariants().unwrap();
+    assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
+    check_stamps(&ftl, pages, |_| Some(1), "after the flush");
+    ftl.simulate_power_loss();
+    let ftl = Ftl::open(&path, TimingMode::Virtual, cfg).unwrap();
+    check_stamps(&ftl, pages, |_| Some(1), "after a power loss");
+}
+
+fn faulty_multi_plane_writes(rate: f64) {
     use ftl::nand_model::FaultRates;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("faults.img");
@@ -152,7 +201,7 @@ fn a_failed_multi_plane_program_is_programmed_again() {
     let ftl = Ftl::create(&path, &nand(2), TimingMode::Virtual, cfg.clone(), None).unwrap();
     ftl.nand().faults().set_random(
         FaultRates {
-            program: 0.01,
+            program: rate,
             erase: 0.0,
             read: 0.0,
         },
@@ -184,6 +233,13 @@ fn a_failed_multi_plane_program_is_programmed_again() {
     assert!(
         s.program_failures > 0 && s.multi_plane_programs > 0,
         "{s:?}"
+    );
+    // Every injected program fault is a failed page the FTL saw and whose block it retired.
+    let injected = ftl.nand().faults().injected().program;
+    assert_eq!(
+        (s.program_failures, s.retired_blocks),
+        (injected, injected),
+        "program failures and retired blocks against {injected} injected program faults"
     );
     ftl.check_invariants().unwrap();
     assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
