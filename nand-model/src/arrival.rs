@@ -20,16 +20,24 @@ thread_local! {
     static WAIT_END: Cell<u64> = const { Cell::new(0) };
 }
 
-/// When the calling thread's latest [`crate::Completion::wait`] that had to wait (timing
-/// `real`, deadline still ahead) returned, on the device clock; 0 if none has. A submitter that
-/// dates its operations back to an arrival compares this before and after its own work: an
-/// operation it issues after such a wait could not have started before the wait ended.
+/// When the calling thread's latest blocking wait ended, on the device clock (timing `real`);
+/// 0 if it never waited. A [`crate::Completion::wait`] that had to wait counts, ending at the
+/// operation's modelled completion (a late wake-up is the host's, not the device's), and so
+/// does any wait its caller notes with [`note_blocking_wait`]. A submitter that dates its
+/// operations back to an arrival compares this before and after its own work: an operation
+/// it issues after such a wait could not have started before the wait ended.
 pub fn last_wait_end_ns() -> u64 {
     WAIT_END.with(Cell::get)
 }
 
-pub(crate) fn note_wait_end(now_ns: u64) {
-    WAIT_END.with(|w| w.set(now_ns));
+/// Notes that the calling thread has just finished a blocking wait of its own (a lock, a
+/// sleep): see [`last_wait_end_ns`].
+pub fn note_blocking_wait() {
+    note_wait_end(crate::clock::now_ns());
+}
+
+pub(crate) fn note_wait_end(ns: u64) {
+    WAIT_END.with(|w| w.set(ns));
 }
 
 /// While alive, this thread's NAND submissions count from `arrival_ns` (see the module doc).

@@ -123,15 +123,15 @@ impl Completion {
         } else if self.deadline_ns != ALREADY_DONE {
             let blocks = self.current_ns() > now_ns();
             // A suspension may move the end while we wait: wait again until it stays.
-            loop {
+            let end = loop {
                 let d = self.current_ns();
                 wait_until(d, self.timer);
                 if self.current_ns() <= d {
-                    break;
+                    break d;
                 }
-            }
+            };
             if blocks {
-                crate::arrival::note_wait_end(now_ns());
+                crate::arrival::note_wait_end(end);
             }
         }
     }

@@ -239,7 +239,7 @@ mod timer;
 mod timing;
 mod waiting;
 
-pub use arrival::{last_wait_end_ns, ArrivalScope};
+pub use arrival::{last_wait_end_ns, note_blocking_wait, ArrivalScope};
 pub use bankmem::BlockState;
 pub use clock::{precise_sleep_until, SimClock};
 pub use completion::{Completion, CompletionFuture};

@@ -522,8 +522,9 @@ fn submissions_count_from_the_request_arrival() {
     assert_eq!(c.deadline_ns(), busy_until + ns(t.t_read) + ns(xfer(4096)));
 }
 
-/// `last_wait_end_ns` moves when a wait on this thread had to wait, and only then (what a
-/// submitter that dates operations back checks to see whether it was held meanwhile).
+/// `last_wait_end_ns` moves when a wait on this thread had to wait, to the operation's
+/// completion, and only then (what a submitter that dates operations back checks to see
+/// whether it was held meanwhile).
 #[test]
 fn a_blocking_wait_is_noted_for_the_thread() {
     let f = real();
@@ -534,7 +535,7 @@ fn a_blocking_wait_is_noted_for_the_thread() {
     c.wait();
     let after = nand_model::last_wait_end_ns();
     assert!(
-        after != before && after >= deadline,
+        after != before && after == deadline,
         "{before} -> {after}, deadline {deadline}"
     );
     // A completion whose deadline has passed returns at once and is not noted.
@@ -551,6 +552,9 @@ fn a_blocking_wait_is_noted_for_the_thread() {
         s.spawn(move || c.wait());
     });
     assert_eq!(nand_model::last_wait_end_ns(), after);
+    // A caller's own wait (a lock, a sleep) is noted when it says so.
+    nand_model::note_blocking_wait();
+    assert!(nand_model::last_wait_end_ns() > after);
 }
 
 /// Program/erase suspend on the simulated clock: a read that reaches a bank in an erase's (or

@@ -247,10 +247,16 @@ impl Core {
         }
         let mut slots = std::mem::take(&mut open.slots);
         slots.resize(self.layout.slots_per_page as usize, (SlotMeta::PAD, None));
+        // With timing off nothing reads the seal time: spare the clock read.
+        let sealed_ns = if self.nand.timing_mode() == nand_model::TimingMode::Off {
+            0
+        } else {
+            self.nand.now_ns()
+        };
         let page = SealedPage {
             slots,
             zombies: std::mem::take(&mut open.page_zombies),
-            sealed_ns: self.nand.now_ns(),
+            sealed_ns,
         };
         queue.sealed.fetch_add(1, Ordering::AcqRel);
         if let Some(w) = &queue.inline {

@@ -152,6 +152,7 @@ impl Core {
     pub(crate) fn wait_for_others(&self) {
         if self.nand.sim_clock().is_none() {
             std::thread::sleep(std::time::Duration::from_micros(500));
+            nand_model::note_blocking_wait();
             return;
         }
         let tq = self.trim_queue();

@@ -38,9 +38,11 @@ pub struct Writer {
     q: usize,
     placer: Box<dyn Placer>,
     inflight: VecDeque<InFlight>,
-    /// Scratch page and OOB buffers, one per page of a multi-plane program.
+    /// Scratch page and OOB buffers, one per page of a multi-plane program, and a page's slot
+    /// metadata on its way into the OOB.
     data: Vec<Vec<u8>>,
     oob: Vec<Vec<u8>>,
+    metas: Vec<SlotMeta>,
     /// Pages the placer may program at once (`Placer::group_size`).
     group: usize,
     /// Sealed pages taken from the inbox but not yet programmed (the rest of a group whose
@@ -145,6 +147,7 @@ impl Writer {
             inflight: VecDeque::new(),
             data: vec![vec![0; layout.page_size as usize]; group],
             oob: vec![vec![0; layout.oob_size as usize]; group],
+            metas: Vec::with_capacity(layout.slots_per_page as usize),
             group,
             pending: VecDeque::new(),
             sim: SimWriter::default(),
@@ -362,8 +365,9 @@ impl Writer {
                 queue.progress.notify(usize::MAX);
                 return Vec::new();
             }
-            let addrs = match self.placer.target_group(core, &pages) {
-                Target::Program(addr) => vec![addr],
+            let target = self.placer.target_group(core, &pages);
+            let addrs: &[PageAddr] = match &target {
+                Target::Program(addr) => std::slice::from_ref(addr),
                 Target::Planes(addrs) => addrs,
                 Target::Drain => {
                     self.commit_done(core, true);
@@ -373,19 +377,20 @@ impl Writer {
                 Target::ReadOnly => continue,
             };
             debug_assert!(addrs.len() <= pages.len(), "more addresses than pages");
-            let n = addrs.len().clamp(1, pages.len());
+            let n = addrs
+                .len()
+                .clamp(1, pages.len())
+                .min(nand_model::MAX_PLANES as usize);
             for (i, page) in pages[..n].iter().enumerate() {
                 self.fill(i, page);
             }
-            let ops: Vec<(PageAddr, &[u8], &[u8])> = pages[..n]
-                .iter()
-                .zip(&addrs)
-                .enumerate()
-                .map(|(i, (page, &addr))| {
-                    let bytes = single_slot(page).unwrap_or(&self.data[i]);
-                    (addr, bytes, self.oob[i].as_slice())
-                })
-                .collect();
+            // On the stack: this runs for every page programmed.
+            let mut ops: [(PageAddr, &[u8], &[u8]); nand_model::MAX_PLANES as usize] =
+                [(addrs[0], &[], &[]); nand_model::MAX_PLANES as usize];
+            for (i, (page, &addr)) in pages[..n].iter().zip(addrs).enumerate() {
+                let bytes = single_slot(page).unwrap_or(&self.data[i]);
+                ops[i] = (addr, bytes, self.oob[i].as_slice());
+            }
             // The program counts from when its pages were sealed (or the in-flight window
             // opened, or a wait in here ended), not from when this thread woke up to issue it.
             let waited = nand_model::last_wait_end_ns();
@@ -400,9 +405,8 @@ impl Writer {
                 .max(self.gate_ns);
             let programmed = {
                 let _arrival = nand_model::ArrivalScope::enter(arrival);
-                core.nand.program_planes(&ops)
+                core.nand.program_planes(&ops[..n])
             };
-            drop(ops);
             match programmed {
                 Ok(done) => {
                     core.counters
@@ -414,7 +418,7 @@ impl Writer {
                             .fetch_add(1, Ordering::Relaxed);
                     }
                     let rest = pages.split_off(n);
-                    let group: Vec<(SealedPage, PageAddr)> = pages.into_iter().zip(addrs).collect();
+                    let group = pages.into_iter().zip(addrs.iter().copied());
                     if core.nand.sim_clock().is_some() {
                         // Virtual time: the commit time is kept, the pages commit now.
                         self.sim.programmed(done.deadline_ns(), n);
@@ -427,7 +431,10 @@ impl Writer {
                             self.commit(core, page, addr);
                         }
                     } else {
-                        self.inflight.push_back(InFlight { pages: group, done });
+                        self.inflight.push_back(InFlight {
+                            pages: group.collect(),
+                            done,
+                        });
                     }
                     return rest;
                 }
@@ -466,7 +473,7 @@ impl Writer {
 
     /// Assembles the page's bytes and OOB into scratch buffer `i`.
     fn fill(&mut self, i: usize, page: &SealedPage) {
-        let mut metas: Vec<SlotMeta> = Vec::with_capacity(page.slots.len());
+        self.metas.clear();
         let single = single_slot(page).is_some();
         for (s, (meta, data)) in page.slots.iter().enumerate() {
             if !single {
@@ -476,9 +483,9 @@ impl Writer {
                     None => dst.fill(0),
                 }
             }
-            metas.push(*meta);
+            self.metas.push(*meta);
         }
-        oob::encode_data(&mut self.oob[i], &metas);
+        oob::encode_data(&mut self.oob[i], &self.metas);
     }
 }
 

@@ -6,10 +6,11 @@
 //! the payload. For a 128 KiB write that second copy costs as much as the kernel's own. So:
 //! - a payload's part already in the buffer is copied out; a remainder of at least
 //!   [`DIRECT_READ_MIN`] bytes is read from the socket into the payload itself;
-//! - after such a payload the next fill reads only one request header, so the next large
-//!   write's payload is not pulled into the buffer either (a client streaming large writes
-//!   costs one short `recv` per request instead of a copy of every byte); any other request
-//!   lets the fills after it use the whole buffer again.
+//! - after any payload of that size (its tail, if under [`DIRECT_READ_MIN`], is filled only up
+//!   to its end) the next fill reads only one request header, so the next large write's
+//!   payload is not pulled into the buffer either (a client streaming large writes costs one
+//!   short `recv` per request instead of a copy of every byte); any other request lets the
+//!   fills after it use the whole buffer again.
 
 use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
 
@@ -58,7 +59,8 @@ impl<R: AsyncRead + Unpin> RequestReader<R> {
     /// Cancel-safe: a fill that does not complete consumes nothing.
     pub async fn fill(&mut self) -> std::io::Result<&[u8]> {
         if self.pos == self.end {
-            let limit = std::mem::replace(&mut self.next_fill, self.buf.len());
+            let limit =
+                std::mem::replace(&mut self.next_fill, self.buf.len()).clamp(1, self.buf.len());
             let n = self.inner.read(&mut self.buf[..limit]).await?;
             self.reads += 1;
             self.pos = 0;

@@ -56,6 +56,7 @@ impl LbnLocks {
             // A bounded wait: a release between the check and the listen is caught by the
             // listener; the timeout only guards against a missed wake.
             l.wait_timeout(Duration::from_millis(5));
+            nand_model::note_blocking_wait();
         }
     }
 
@@ -74,6 +75,7 @@ impl LbnLocks {
         self.released
             .listen()
             .wait_timeout(Duration::from_micros(200));
+        nand_model::note_blocking_wait();
     }
 }
 

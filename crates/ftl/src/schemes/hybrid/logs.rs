@@ -74,6 +74,10 @@ pub struct Logs {
     pub by_owner: HashMap<u32, BlockIdx>,
     /// FAST: the sequential-write log block.
     pub sw: Option<BlockIdx>,
+    /// FAST: a writer is allocating the next sequential-write log (its pool entry is in
+    /// `reserved`). Others wait for it: two writers opening one each would leave the first
+    /// unreachable once `sw` names the second.
+    pub sw_opening: bool,
     /// FAST: random-write log blocks no writer appends to any more, oldest first (FAST's
     /// victims, round-robin).
     pub rw_full: VecDeque<BlockIdx>,

@@ -307,6 +307,13 @@ impl Scheme for HybridScheme {
             ));
         }
         for (blk, lb) in &logs.blocks {
+            if self.policy == LogPolicy::Fast && lb.owner.is_some() && logs.sw != Some(*blk) {
+                // Only the SW log has an owner in FAST; one `sw` does not name is unreachable.
+                return Err(format!(
+                    "FAST log block {} has owner {:?} but the SW log is {:?}",
+                    blk.0, lb.owner, logs.sw
+                ));
+            }
             let state = self.block_state(core, *blk);
             if state != BlockState::Open {
                 return Err(format!("log block {} is {state:?}", blk.0));

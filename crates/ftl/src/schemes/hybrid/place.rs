@@ -129,23 +129,21 @@ impl HybridPlacer {
         }
     }
 
-    /// A pool entry turned into a new log block: `install` puts it into the pool under the
-    /// same lock hold that gives the entry back, so `Logs::in_use` never dips between the two
-    /// and another writer cannot take the same entry (the pool would hold `log_limit + 1`).
-    /// `None`: no free block (the device may turn read-only).
+    /// A pool entry turned into a new log block. `install` runs under the same lock hold that
+    /// gives the entry back, with the block or `None` (no free block: the device may turn
+    /// read-only), so `Logs::in_use` never dips between the two and another writer cannot
+    /// take the same entry (the pool would hold `log_limit + 1`).
     fn new_log(
         &mut self,
         core: &Core,
         prefer_bank: u32,
-        install: impl FnOnce(&mut Logs, BlockIdx),
+        install: impl FnOnce(&mut Logs, Option<BlockIdx>),
     ) -> Option<BlockIdx> {
         let s = &self.scheme;
         let b = s.alloc_block_near(core, prefer_bank, false);
         let mut logs = s.logs.lock();
         logs.reserved -= 1;
-        if let Some(b) = b {
-            install(&mut logs, b);
-        }
+        install(&mut logs, b);
         drop(logs);
         match b {
             Some(b) => {
@@ -199,8 +197,10 @@ impl HybridPlacer {
                 let bank = s.log_bank(lbn);
                 let spb = s.spb;
                 self.new_log(core, bank, |logs, b| {
-                    logs.blocks.insert(b, LogBlock::new(b, Some(lbn), spb, now));
-                    logs.by_owner.insert(lbn, b);
+                    if let Some(b) = b {
+                        logs.blocks.insert(b, LogBlock::new(b, Some(lbn), spb, now));
+                        logs.by_owner.insert(lbn, b);
+                    }
                 });
                 continue;
             }
@@ -262,13 +262,23 @@ impl HybridPlacer {
                     }
                     continue;
                 }
+                if logs.sw_opening {
+                    // Another writer is opening the SW log; look again once it has.
+                    drop(logs);
+                    std::thread::yield_now();
+                    continue;
+                }
                 if logs.in_use() < s.log_limit {
                     logs.reserved += 1;
+                    logs.sw_opening = true;
                     drop(logs);
                     let spb = s.spb;
                     self.new_log(core, s.log_bank(lbn), |logs, b| {
-                        logs.blocks.insert(b, LogBlock::new(b, Some(lbn), spb, now));
-                        logs.sw = Some(b);
+                        logs.sw_opening = false;
+                        if let Some(b) = b {
+                            logs.blocks.insert(b, LogBlock::new(b, Some(lbn), spb, now));
+                            logs.sw = Some(b);
+                        }
                     });
                     continue;
                 }
@@ -298,9 +308,11 @@ impl HybridPlacer {
                     let bank = s.plan.random_log_bank(n);
                     let (spb, q) = (s.spb, self.q);
                     if let Some(b) = self.new_log(core, bank, |logs, b| {
-                        let mut lb = LogBlock::new(b, None, spb, now);
-                        lb.writer = Some(q);
-                        logs.blocks.insert(b, lb);
+                        if let Some(b) = b {
+                            let mut lb = LogBlock::new(b, None, spb, now);
+                            lb.writer = Some(q);
+                            logs.blocks.insert(b, lb);
+                        }
                     }) {
                         self.rw_open = Some(b);
                     }

@@ -53,29 +53,38 @@ impl PlaneSet {
     }
 
     /// Takes the next pages of up to `n` members of the current row (at least one if the set
-    /// is not empty); members whose block is then full leave the set.
-    fn take(&mut self, bank: u32, n: usize, pages_per_block: u32) -> Vec<PageAddr> {
-        let Some(row) = self.members.iter().map(|f| f.next).min() else {
-            return Vec::new();
+    /// is not empty): one page as [`Target::Program`] (no allocation: the common case),
+    /// several as [`Target::Planes`]. Members whose block is then full leave the set.
+    fn take(&mut self, bank: u32, n: usize, pages_per_block: u32) -> Option<Target> {
+        let row = self.members.iter().map(|f| f.next).min()?;
+        let addr = |f: &Frontier| PageAddr {
+            block: BlockAddr {
+                bank: BankId(bank),
+                block: f.block,
+            },
+            page: row,
         };
-        let mut out = Vec::with_capacity(n);
-        for f in &mut self.members {
-            if out.len() == n {
-                break;
+        let row_members = self.members.iter().filter(|f| f.next == row).count();
+        let target = if n <= 1 || row_members == 1 {
+            let f = self.members.iter_mut().find(|f| f.next == row)?;
+            let a = addr(f);
+            f.next += 1;
+            Target::Program(a)
+        } else {
+            let mut out = Vec::with_capacity(n.min(row_members));
+            for f in &mut self.members {
+                if out.len() == n {
+                    break;
+                }
+                if f.next == row {
+                    out.push(addr(f));
+                    f.next += 1;
+                }
             }
-            if f.next == row {
-                out.push(PageAddr {
-                    block: BlockAddr {
-                        bank: BankId(bank),
-                        block: f.block,
-                    },
-                    page: row,
-                });
-                f.next += 1;
-            }
-        }
+            Target::Planes(out)
+        };
         self.members.retain(|f| f.next < pages_per_block);
-        out
+        Some(target)
     }
 
     /// Forgets `block` (a program failed there).
@@ -251,10 +260,16 @@ impl PagePlacer {
                 }
                 *set = PlaneSet::new(blocks);
             }
-            let mut addrs = set.take(b, want, core.layout.pages_per_block);
+            let Some(target) = set.take(b, want, core.layout.pages_per_block) else {
+                continue;
+            };
+            let pages = match &target {
+                Target::Planes(addrs) => addrs.len(),
+                _ => 1,
+            };
             // Each further page of a multi-plane program is a page sent to this bank: it pays
             // its share of the bank's cleaning as the first did.
-            for _ in 1..addrs.len() {
+            for _ in 1..pages {
                 self.placed[b as usize] += 1;
                 if core.cfg.gc_policy == GcPolicy::InPath {
                     self.scheme.paced_gc(core, b);
@@ -263,10 +278,7 @@ impl PagePlacer {
                         .backstop_gc(core, b, &mut self.cleaning, &mut self.backstop_credit);
                 }
             }
-            return match addrs.len() {
-                1 => Target::Program(addrs.remove(0)),
-                _ => Target::Planes(addrs),
-            };
+            return target;
         }
     }
 }
