@@ -150,7 +150,8 @@
 //! [`NandError::is_fault`] is true for these; they are not violations:
 //! - `ProgramFailed`: the page is consumed (the block's write pointer moves past it) and reads
 //!   back, without error, as noise (neither the data nor 0xFF, OOB included). Rewrite the data
-//!   elsewhere and retire the block.
+//!   elsewhere and retire the block. For a multi-plane program `failed_mask` names every page
+//!   that failed (the others were programmed).
 //! - `EraseFailed`: the block is now bad (persisted), contents and counts unchanged.
 //! - `Uncorrectable`: a read fault; one-shot, the same read retried succeeds. The buffers are
 //!   left unspecified.
