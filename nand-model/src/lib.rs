@@ -123,7 +123,9 @@
 //! The sleep floor (~25 us) is the guest's timer-interrupt wake-up path; hybrid absorbs it for
 //! about a margin of spinning per wait (learnt here: 52 us for blocking waits, 51-131 us for
 //! futures, pulled up by the few wake-ups that came hundreds of microseconds late). Runs vary
-//! with the host's noise: an earlier run gave hybrid p99 1.4-13 us, one under load 4-28 us.
+//! with the host's noise: an earlier run gave hybrid p99 1.4-13 us, one under load 4-28 us, and
+//! a later one on a slower 2-vCPU Firecracker guest (2000 ops per row) hybrid p50 0.1-0.6 us,
+//! p99 3.1-19.0 us, with spin no better (p99 4.4-20.7 us: the guest losing its CPU).
 //! Under CPU contention the tail is the scheduler's. (Before the timer modes, on the same
 //! machine under parallel builds: p50 23-54 us, p99 119-783 us.)
 //!
