@@ -52,9 +52,10 @@
 //! zombie whose trim record is not on flash yet (`schemes::page::map::PageMap`, which the
 //! hybrids use too, is the only writer of both and checks it); (2h) hybrid schemes: every
 //! mapped page lives in its logical block's data block at its own offset, or in one of that
-//! block's log blocks (`HybridScheme::check`); (3) only a block's owner programs it (a
-//! writer's frontier, one block per plane of a bank on a device with planes; a log block's
-//! page only by the writer holding its logical block);
+//! block's log blocks, and the log pool never holds more than its limit; under FAST only the
+//! one sequential-write log has an owner (`HybridScheme::check`); (3) only a block's owner
+//! programs it (a writer's frontier, one block per plane of a bank on a device with planes; a
+//! log block's page only by the writer holding its logical block);
 //! (4) a block is erased only after every valid slot moved and no read is pinned on it;
 //! (5) every programmed slot's OOB names its LPN and sequence number, so the newest version on
 //! flash is the one with the highest number. `Ftl::check_invariants` (`check.rs`) checks (1)-(5)
