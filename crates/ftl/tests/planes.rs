@@ -24,6 +24,18 @@ fn check_stamps(ftl: &Ftl, pages: u64, want: impl Fn(u64) -> Option<u64>, when: 
     })
 }
 
+/// Every injected program fault is a failed page the FTL counted and whose block it retired;
+/// the invariants and the flash rules hold.
+fn check_faults_retired(ftl: &Ftl, s: &FtlStats, injected: u64) {
+    assert_eq!(
+        (s.program_failures, s.retired_blocks),
+        (injected, injected),
+        "program failures and retired blocks against {injected} injected program faults"
+    );
+    ftl.check_invariants().unwrap();
+    assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
+}
+
 fn nand(planes: u32) -> NandConfig {
     NandConfig {
         planes,
@@ -178,13 +190,7 @@ fn every_failed_page_of_a_multi_plane_program_retires_its_block() {
         injected >= 2 && s.multi_plane_programs > 0,
         "{injected} faults; {s:?}"
     );
-    assert_eq!(
-        (s.program_failures, s.retired_blocks),
-        (injected, injected),
-        "program failures and retired blocks against {injected} injected program faults"
-    );
-    ftl.check_invariants().unwrap();
-    assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
+    check_faults_retired(&ftl, &s, injected);
     check_stamps(&ftl, pages, |_| Some(1), "after the flush");
     ftl.simulate_power_loss();
     let ftl = Ftl::open(&path, TimingMode::Virtual, cfg).unwrap();
@@ -234,15 +240,8 @@ fn faulty_multi_plane_writes(rate: f64) {
         s.program_failures > 0 && s.multi_plane_programs > 0,
         "{s:?}"
     );
-    // Every injected program fault is a failed page the FTL saw and whose block it retired.
     let injected = ftl.nand().faults().injected().program;
-    assert_eq!(
-        (s.program_failures, s.retired_blocks),
-        (injected, injected),
-        "program failures and retired blocks against {injected} injected program faults"
-    );
-    ftl.check_invariants().unwrap();
-    assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
+    check_faults_retired(&ftl, &s, injected);
     let want = |l: u64| Some(tags[l as usize]).filter(|&t| t > 0);
     let check = |ftl: &Ftl, when: &str| check_stamps(ftl, pages, want, when);
     check(&ftl, "after the flush");
