@@ -1,5 +1,7 @@
 //! Shared harness for the criterion benches: fixed seeds, scratch images, geometries.
 
+pub mod heap;
+
 use std::path::Path;
 
 use ftl::nand_model::{self, NandConfig, TimingMode};

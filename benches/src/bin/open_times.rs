@@ -24,7 +24,9 @@
 //! `posix_fadvise(DONTNEED)`), so opens read from disk as after a reboot; `--warm` skips that.
 //! Each size runs in a child process of its own, so the RSS figures of one size do not carry
 //! over to the next; the peak RSS (`VmHWM`) is reset with `/proc/self/clear_refs` before each
-//! open and read after it. The images are deleted at the end.
+//! open and read after it. The images are deleted at the end. The heap an open allocates (its
+//! peak, and what it keeps) is counted exactly by a counting global allocator
+//! (`ftl_benches::heap`), which, unlike the RSS, leaves out the image's mmapped pages.
 
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -226,21 +228,40 @@ fn verify(ftl: &Ftl, pages: u64, gens: &[AtomicU32], seed: u64) {
     }
 }
 
+#[global_allocator]
+static HEAP: ftl_benches::heap::CountingAlloc = ftl_benches::heap::CountingAlloc;
+
 struct Open {
     wall_ms: f64,
     rep: RecoveryReport,
     rss: [u64; 4],
+    /// Heap bytes `open` allocated at its peak, and still holds after it (beyond what the
+    /// process held before it).
+    heap_peak: usize,
+    heap_kept: usize,
 }
 
 fn open(path: &Path, cfg: &FtlConfig, warm: bool) -> (Ftl, Open) {
     evict(path, warm);
     reset_peak_rss();
+    let base = ftl_benches::heap::reset_peak();
     let t = Instant::now();
     let ftl = Ftl::open(path, TimingMode::Off, cfg.clone()).expect("open image");
     let wall_ms = t.elapsed().as_secs_f64() * 1e3;
+    let heap_peak = ftl_benches::heap::peak().saturating_sub(base);
+    let heap_kept = ftl_benches::heap::live().saturating_sub(base);
     let rep = ftl.recovery();
     let rss = rss();
-    (ftl, Open { wall_ms, rep, rss })
+    (
+        ftl,
+        Open {
+            wall_ms,
+            rep,
+            rss,
+            heap_peak,
+            heap_kept,
+        },
+    )
 }
 
 fn field(k: &str, v: impl std::fmt::Display) -> String {
@@ -302,6 +323,8 @@ fn run_size(raw: u64, dir: &Path, warm: bool) {
         field("clean_rss", o.rss[1]),
         field("clean_anon", o.rss[2]),
         field("clean_file", o.rss[3]),
+        field("clean_heap", o.heap_peak),
+        field("clean_kept", o.heap_kept),
         field("bpp", st.map_bytes_per_page),
         field("fixed", st.map_fixed_bytes),
     ]);
@@ -321,6 +344,7 @@ fn run_size(raw: u64, dir: &Path, warm: bool) {
         field("crash_pages", o.rep.pages_scanned),
         field("crash_blocks", o.rep.blocks_scanned),
         field("crash_hwm", o.rss[0]),
+        field("crash_heap", o.heap_peak),
     ]);
     verify(&ftl, pages, &gens, 4);
     log("crash open verified; corrupting both checkpoint areas");
@@ -354,6 +378,7 @@ fn run_size(raw: u64, dir: &Path, warm: bool) {
         field("full_pages", o.rep.pages_scanned),
         field("full_blocks", o.rep.blocks_scanned),
         field("full_hwm", o.rss[0]),
+        field("full_heap", o.heap_peak),
     ]);
     verify(&ftl, pages, &gens, 5);
     ftl.close().expect("close");
@@ -494,6 +519,23 @@ fn print_tables(rows: &[std::collections::HashMap<String, String>], warm: bool) 
             mib(f(r, "clean_file")),
             mib(f(r, "crash_hwm")),
             mib(f(r, "full_hwm")),
+        );
+    }
+    println!("\nHeap `open` allocated (counting allocator: exact, all threads), per exported 4 KiB page\n");
+    println!(
+        "| raw | kept after clean open | peak clean open | peak crash open | peak full-scan open |"
+    );
+    println!("|---|---|---|---|---|");
+    for r in rows {
+        let lpns = f(r, "export") / 4096.0;
+        let cell = |k: &str| format!("{:.1} MiB = {:.2} B/page", mib(f(r, k)), f(r, k) / lpns);
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            human(f(r, "raw") as u64),
+            cell("clean_kept"),
+            cell("clean_heap"),
+            cell("crash_heap"),
+            cell("full_heap"),
         );
     }
 }

@@ -20,9 +20,11 @@ pub fn superblock(data: &[u8]) {
     let _ = crate::checkpoint::SuperBlock::decode(data, &geometry(4096));
 }
 
-/// The checkpoint body decoder (header, map chunks, block table, trim records).
+/// The checkpoint decoder (header, map chunks, block table, trim records), streaming over
+/// pages: whole, and cut into 7-byte pieces (words straddling pieces).
 pub fn checkpoint(data: &[u8]) {
-    let _ = crate::checkpoint::decode(data);
+    let _ = crate::checkpoint::decode(data, 4096);
+    let _ = crate::checkpoint::decode(data, 7);
 }
 
 /// The OOB record decoder (data slots, checkpoint and superblock pages) and the per-slot

@@ -31,8 +31,8 @@
 //! | `writer` | per-queue writer threads: programs in flight, commits in seal order |
 //! | `io` | host read / write / trim / flush paths |
 //! | `blocks` | block states, erase counts, per-bank free lists, read pins |
-//! | `checkpoint` | superblock, checkpoint framing and chains, the maintenance thread |
-//! | `recovery` | loading a checkpoint, the OOB scan, block states after an open |
+//! | `checkpoint` | superblock, checkpoints (format streamed in `codec`, chains read into the live map in `load`), the maintenance thread |
+//! | `recovery` | the OOB scan (slots handed to the scheme's resolution as found), block states after an open |
 //! | `oob` | the spare-area record of every page |
 //! | `stats` | counters, WAF, wear, latency histograms |
 //! | `sim` | timing `virtual`: background work as actors of a discrete-event simulation |
@@ -82,7 +82,13 @@
 //! chain and scans only pages programmed after its last element.
 //!
 //! Memory: 4 bytes of L2P per exported page plus one valid bit per physical slot and ~12 bytes
-//! per block (`FtlStats::map_bytes_per_page` reports it: about 4.2 bytes on the presets).
+//! per block (`FtlStats::map_bytes_per_page` reports it: about 4.3 bytes on the presets); the
+//! NAND model adds a byte per physical page. An open stays within a bit per page of that: the
+//! checkpoint streams into the live map, the scan resolves into it in place (no per-page
+//! sequence numbers: a conflict re-reads the winner's OOB), and the checkpoint an open writes is
+//! encoded straight from it (`benches/tests/open_memory.rs` holds the peak under 8 bytes per
+//! page). A periodic full checkpoint copies the map (4 bytes per page while it is written), so
+//! host writes need not wait for its pages.
 
 mod blocks;
 mod buffer;
@@ -278,8 +284,8 @@ impl Ftl {
             log_blocks: plan.log_blocks,
         };
         checkpoint::write_superblock(&nand, &layout, &sb)?;
-        let ftl = Ftl::start(nand, sb, cfg, None)?;
-        ftl.core.checkpoint()?;
+        let ftl = Ftl::start(nand, sb, cfg, false)?;
+        ftl.core.checkpoint_held()?;
         Ok(ftl)
     }
 
@@ -287,23 +293,17 @@ impl Ftl {
     pub fn open(path: &Path, timing: TimingMode, cfg: FtlConfig) -> Result<Ftl> {
         let nand = NandDevice::open(path, None, timing)?;
         let sb = checkpoint::read_superblock(&nand)?;
-        let layout = Layout::new(nand.geometry(), sb.ckpt_blocks);
-        let loaded = checkpoint::load_newest(&nand, &layout);
-        let ftl = Ftl::start(nand, sb, cfg, Some(loaded))?;
+        let ftl = Ftl::start(nand, sb, cfg, true)?;
         if ftl.core.recovery.lock().mode != RecoveryMode::Clean {
-            ftl.core.checkpoint()?;
+            // Written from the live map, held still: no copy of it (peak RAM at open).
+            ftl.core.checkpoint_held()?;
         }
         Ok(ftl)
     }
 
-    /// Builds the core, recovers (if `loaded` is given), and starts the threads.
-    #[allow(clippy::type_complexity)]
-    fn start(
-        nand: NandDevice,
-        sb: SuperBlock,
-        mut cfg: FtlConfig,
-        mut loaded: Option<Option<checkpoint::Loaded>>,
-    ) -> Result<Ftl> {
+    /// Builds the core, recovers (an existing image: loads its newest checkpoint into the
+    /// scheme's map and scans what came after it), and starts the threads.
+    fn start(nand: NandDevice, sb: SuperBlock, mut cfg: FtlConfig, existing: bool) -> Result<Ftl> {
         let path = nand.path().to_path_buf();
         // `read_superblock` validated an opened image's; a created one's comes from `plan_format`.
         sb.validate(nand.geometry())
@@ -364,8 +364,8 @@ impl Ftl {
             1,
             CkptState::default(),
         ));
-        let report = match &mut loaded {
-            None => {
+        let report = match existing {
+            false => {
                 // A fresh image: every non-reserved block is free.
                 for b in 0..layout.banks {
                     let mut a = core.bank(b).alloc.lock();
@@ -384,10 +384,10 @@ impl Ftl {
                 }
                 RecoveryReport::default()
             }
-            Some(found) => {
+            true => {
+                let found = checkpoint::load_newest(&core.nand, &layout, scheme.map_sink());
                 let fallback = found.as_ref().is_none_or(|l| l.fallback);
-                let snap = found.as_mut().map(|l| &mut l.snap);
-                let report = core.recover(snap, fallback)?;
+                let report = core.recover(found.as_ref().map(|l| &l.snap), fallback)?;
                 if let Some(l) = found {
                     *core.ckpt.lock() = CkptState {
                         last_id: l.snap.id,
@@ -608,7 +608,8 @@ impl Ftl {
         self.stop_helpers();
         let flushed = if self.core.read_only_reason().is_none() {
             self.core.flush_all_blocking();
-            self.core.checkpoint()
+            // Nothing else runs now: written from the live map, without a copy.
+            self.core.checkpoint_held()
         } else {
             Ok(())
         };

@@ -5,9 +5,15 @@
 //! pages past the checkpoint's programmed count in blocks not erased since, and all pages of
 //! blocks erased since. Without a checkpoint every programmed page is scanned.
 //!
-//! The scheme resolves what the scan found into its map (`Scheme::recover`; the page scheme's
-//! rules, "highest sequence number wins", are in `schemes/page/recover.rs`); the block states,
-//! free lists and the sequence counter are rebuilt here.
+//! The scheme resolves what the scan finds into its map (`Scheme::recover`; the page scheme's
+//! rules, "highest sequence number wins", are in `schemes/page/recover.rs`), as the scan finds
+//! it: the scan hands each data slot to the scheme from the bank's thread and keeps only the
+//! few things resolved afterwards (trim records, suspect slots). The block states, free lists
+//! and the sequence counter are rebuilt here.
+//!
+//! Memory: the checkpoint's map was loaded straight into the scheme's live table
+//! (`checkpoint::load_newest`), and the scan keeps nothing per data slot, so an open needs
+//! little beyond the live map (issue 14; `open_times` reports the peak).
 //!
 //! A clean shutdown leaves nothing programmed after its checkpoint, so a clean open scans
 //! nothing (`RecoveryMode::Clean`).
@@ -19,7 +25,7 @@ use serde::Serialize;
 
 use crate::blocks::BlockState;
 use crate::buffer::decode_trims;
-use crate::checkpoint::Snapshot;
+use crate::checkpoint::Checkpoint;
 use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{BlockIdx, Psa, LOGICAL_PAGE};
@@ -64,10 +70,12 @@ pub struct RecoveryReport {
 /// through 2^62 operations, and a counter restored near `u64::MAX` would wrap.
 const MAX_SEQ: u64 = 1 << 62;
 
-/// What the scan of one bank found.
+/// Receives each intact data slot the scan finds: (lpn, seq, where). Called from the banks'
+/// scan threads at once.
+pub(crate) type OnData<'a> = &'a (dyn Fn(u32, u64, Psa) + Sync);
+
+/// What the scan of one bank found besides its data slots (which went to [`OnData`]).
 pub(crate) struct Scan {
-    /// Data slots: (lpn, seq, where).
-    pub data: Vec<(u32, u64, Psa)>,
     /// Data slots of a block's last programmed page whose data fails its CRC: torn by the
     /// crash, or rotted (the scheme decides).
     pub suspect: Vec<(u32, u64, Psa)>,
@@ -80,8 +88,21 @@ pub(crate) struct Scan {
     pub blocks: u64,
 }
 
+/// What a scheme's resolution reads from flash: the scan, and a slot's sequence number again.
+/// [`Core`] is the one that reads; tests give slots by hand.
+pub(crate) trait Scanner: Sync {
+    /// Scans the page ranges of every bank, `(block, from, to)` per bank: each intact data
+    /// slot goes to `on_data` as it is found (from several threads at once).
+    fn scan(&self, ranges: &[Vec<(u32, u32, u32)>], on_data: OnData<'_>) -> Result<Vec<Scan>>;
+
+    /// The sequence number of the data slot at `psa` if it holds a version of `lpn`.
+    fn slot_seq(&self, psa: Psa, lpn: u32) -> Option<u64>;
+}
+
 /// What a scheme's resolution installed.
 pub(crate) struct Resolved {
+    /// Pages, blocks scanned and the highest sequence number found.
+    pub scanned: (u64, u64, u64),
     pub mapped_pages: u64,
     /// Suspect slots (see `Scan::suspect`) judged torn and ignored.
     pub torn_slots: u64,
@@ -91,11 +112,10 @@ pub(crate) struct Resolved {
 
 impl Core {
     /// Rebuilds the scheme's map and the block states from flash. Runs before any thread
-    /// starts. The scheme may take the checkpoint's map out of `ckpt` (it becomes the starting
-    /// point of the live map).
+    /// starts; the checkpoint's map (if any) is in the scheme's table already.
     pub(crate) fn recover(
         &self,
-        ckpt: Option<&mut Snapshot>,
+        ckpt: Option<&Checkpoint>,
         fallback: bool,
     ) -> Result<RecoveryReport> {
         let t0 = Instant::now();
@@ -106,57 +126,42 @@ impl Core {
         for b in 0..total {
             now.push(self.nand.block_state(layout.block_addr(BlockIdx(b)))?);
         }
-        let sc = ckpt.as_deref().map_or(0, |c| c.sc);
+        let sc = ckpt.map_or(0, |c| c.sc);
         // Pages to scan per block, and blocks whose checkpointed contents were erased.
         let mut ranges: Vec<Vec<(u32, u32, u32)>> = vec![Vec::new(); layout.banks as usize];
         let mut erased_since = vec![false; total as usize];
+        let mut scan_from = vec![0u32; total as usize];
         for b in 0..total {
             let addr = layout.block_addr(BlockIdx(b));
             let st = now[b as usize];
             if layout.is_reserved(addr) {
                 continue;
             }
-            let (from, changed) = match ckpt.as_deref().and_then(|c| c.blocks.get(b as usize)) {
+            let (from, changed) = match ckpt.and_then(|c| c.blocks.get(b as usize)) {
                 Some(&(erases, programmed)) if erases == st.erase_count => (programmed, false),
                 Some(_) => (0, true),
                 None => (0, true),
             };
             erased_since[b as usize] = changed || st.bad;
+            scan_from[b as usize] = from;
             if st.bad || st.programmed_pages <= from {
                 continue;
             }
             ranges[addr.bank.0 as usize].push((addr.block, from, st.programmed_pages));
         }
-        let scans: Vec<Scan> = std::thread::scope(|s| {
-            let handles: Vec<_> = ranges
-                .into_iter()
-                .enumerate()
-                .map(|(bank, list)| s.spawn(move || self.scan_bank(bank as u32, &list)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(crate::FtlError::Internal("scan thread panicked".into()))
-                    })
-                })
-                .collect::<Result<Vec<_>>>()
-        })?;
-
-        let checkpoint_id = ckpt.as_deref().map(|c| c.id);
-        let max_seq = scans.iter().map(|s| s.max_seq + 1).fold(sc, u64::max);
-        let (pages, blocks) = scans
-            .iter()
-            .fold((0, 0), |(p, b), s| (p + s.pages, b + s.blocks));
-        // The scheme resolves the versions and installs its map.
+        let checkpoint_id = ckpt.map(|c| c.id);
+        // The scheme scans (`Core::scan`), resolves the versions and installs its map.
         let resolved = self.scheme.recover(
             self,
             ckpt,
             RecoverInput {
                 erased_since,
-                scans,
+                scan_from,
+                ranges,
             },
         )?;
+        let (pages, blocks, scanned_max) = resolved.scanned;
+        let max_seq = sc.max(scanned_max);
 
         // Block states and free lists.
         for bank in 0..layout.banks {
@@ -203,9 +208,8 @@ impl Core {
     }
 
     /// Reads the OOB (and trim-log slots) of the given page ranges of one bank.
-    fn scan_bank(&self, bank: u32, list: &[(u32, u32, u32)]) -> Result<Scan> {
+    fn scan_bank(&self, bank: u32, list: &[(u32, u32, u32)], on_data: OnData<'_>) -> Result<Scan> {
         let mut out = Scan {
-            data: Vec::new(),
             trims: Vec::new(),
             trim_slots: Vec::new(),
             max_seq: 0,
@@ -260,7 +264,7 @@ impl Core {
                         }
                         SlotKind::Data => {
                             out.max_seq = out.max_seq.max(m.seq);
-                            out.data.push((m.lpn.0, m.seq, psa));
+                            on_data(m.lpn.0, m.seq, psa);
                         }
                         SlotKind::TrimLog => {
                             let off = (i * LOGICAL_PAGE) as u32;
@@ -287,7 +291,47 @@ impl Core {
         }
         Ok(out)
     }
+}
 
+impl Scanner for Core {
+    /// A thread per bank.
+    fn scan(&self, ranges: &[Vec<(u32, u32, u32)>], on_data: OnData<'_>) -> Result<Vec<Scan>> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = ranges
+                .iter()
+                .enumerate()
+                .map(|(bank, list)| s.spawn(move || self.scan_bank(bank as u32, list, on_data)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(crate::FtlError::Internal("scan thread panicked".into()))
+                    })
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+    }
+
+    /// Read from the page's OOB again: recovery keeps no sequence number per page.
+    fn slot_seq(&self, psa: Psa, lpn: u32) -> Option<u64> {
+        if u64::from(psa.0) >= self.layout.total_slots() {
+            return None;
+        }
+        let (addr, slot) = self.layout.split(psa);
+        let mut oob_buf = vec![0u8; self.layout.oob_size as usize];
+        if !self.read_retrying(addr, 0, &mut [], &mut oob_buf) {
+            return None;
+        }
+        let Some(PageOob::Data(metas)) = oob::decode(&oob_buf) else {
+            return None;
+        };
+        let m = metas.get(slot as usize)?;
+        (m.kind == SlotKind::Data && m.lpn.0 == lpn && m.seq < MAX_SEQ).then_some(m.seq)
+    }
+}
+
+impl Core {
     /// The slots of page `addr` (whose OOB decoded to `metas`) whose data fails its CRC on
     /// every read, as a bit mask (a page has at most 8 slots).
     fn failing_slots(

@@ -120,6 +120,56 @@ fn corrupt_checkpoint_falls_back() {
     ftl.check_invariants().unwrap();
 }
 
+/// A checkpoint is read as a stream, its map straight into the live table: one that fails on
+/// its last page, after its map was stored, must leave nothing of itself behind. With both
+/// areas' full checkpoints failing that late, the open is a full scan and every page reads its
+/// last value.
+#[test]
+fn checkpoints_failing_after_their_map_leave_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("late.img");
+    // Big enough for a map of more than one page.
+    let nand = small_nand(4096, 64);
+    let mut cfg = small_cfg(GcPolicy::InPath);
+    cfg.checkpoint_interval_bytes = 0;
+    let ftl = create(&path, &nand, cfg.clone());
+    write_pages(&ftl, 0..200, 1);
+    block_on(ftl.flush()).unwrap();
+    // Checkpoint until each area starts a new chain: right after a switch the area holds just
+    // that full checkpoint, so its last programmed page is the full checkpoint's last page.
+    let mut lasts = Vec::new();
+    let mut head = ftl.newest_checkpoint_pages()[0];
+    for _ in 0..200 {
+        ftl.checkpoint().unwrap();
+        let pages = ftl.newest_checkpoint_pages();
+        if pages[0] != head {
+            assert!(pages.len() >= 2, "a full checkpoint of one page: {pages:?}");
+            lasts.push(*pages.last().unwrap());
+            head = pages[0];
+            if lasts.len() == 2 {
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        lasts.len(),
+        2,
+        "no switch of checkpoint area in 200 checkpoints"
+    );
+    write_pages(&ftl, 100..300, 2);
+    block_on(ftl.flush()).unwrap();
+    ftl.simulate_power_loss();
+    for p in &lasts {
+        corrupt(&path, *p);
+    }
+    let ftl = open(&path, cfg);
+    let r = ftl.recovery();
+    assert_eq!(r.mode, RecoveryMode::FullScan, "{r:?}");
+    verify_pages(&ftl, 0..100, 1);
+    verify_pages(&ftl, 100..300, 2);
+    ftl.check_invariants().unwrap();
+}
+
 #[test]
 fn periodic_checkpoints_bound_the_crash_scan() {
     let dir = tempfile::tempdir().unwrap();

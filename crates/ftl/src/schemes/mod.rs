@@ -41,11 +41,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::buffer::SealedPage;
 use crate::cache::Stripe;
-use crate::checkpoint::{MapImage, Snapshot};
+use crate::checkpoint::{Checkpoint, MapImage, MapSink, MapSource};
 use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{Layout, Lpn, Psa};
-use crate::recovery::{Resolved, Scan};
+use crate::recovery::Resolved;
 
 pub mod hybrid;
 pub mod page;
@@ -205,16 +205,24 @@ pub(crate) trait Scheme: Send + Sync {
     /// The scheme's part of a checkpoint (host mutations frozen, GC between steps).
     fn checkpoint_payload(&self, full: bool) -> CheckpointPayload;
 
+    /// A full checkpoint's map read from the live table, and the live trim-log slots (the
+    /// caller holds host mutations and GC off until the checkpoint is written).
+    fn checkpoint_live(&self) -> (&dyn MapSource, Vec<(Psa, u64)>);
+
+    /// The table a loaded checkpoint's map goes into (recovery, before any thread starts).
+    fn map_sink(&self) -> &dyn MapSink;
+
     /// A checkpoint is on flash; `prev_sc` is the sequence counter of the one before it, the
     /// oldest a recovery may fall back to.
     fn checkpoint_written(&self, prev_sc: u64);
 
-    /// Rebuilds the scheme's state from the checkpoint (if any) and the scan of what was
-    /// programmed after it; the shared block states are rebuilt by the caller afterwards.
+    /// Rebuilds the scheme's state from the checkpoint (if any; its map is in [`Scheme::map_sink`]
+    /// already) and a scan of what was programmed after it, which the scheme runs
+    /// ([`Core::scan`]); the shared block states are rebuilt by the caller afterwards.
     fn recover(
         &self,
         core: &Core,
-        ckpt: Option<&mut Snapshot>,
+        ckpt: Option<&Checkpoint>,
         input: RecoverInput,
     ) -> Result<Resolved>;
 
@@ -265,12 +273,15 @@ pub(crate) trait BackgroundWorker: Send {
     fn round(&mut self, core: &Core, max_steps: u32) -> Option<std::time::Duration>;
 }
 
-/// What recovery hands a scheme: the blocks' state now and the scan of everything programmed
-/// after the checkpoint.
+/// What recovery hands a scheme: the blocks' state now and what to scan.
 pub(crate) struct RecoverInput {
     /// Per global block: whether its checkpointed contents were erased since (or it went bad).
     pub erased_since: Vec<bool>,
-    pub scans: Vec<Scan>,
+    /// Per global block: the first page programmed after the checkpoint (0 if erased since);
+    /// a slot below it is the checkpoint's, a slot at or above it the scan's.
+    pub scan_from: Vec<u32>,
+    /// Per bank: `(block, from, to)` page ranges programmed after the checkpoint.
+    pub ranges: Vec<Vec<(u32, u32, u32)>>,
 }
 
 /// What a placer decided for a page.

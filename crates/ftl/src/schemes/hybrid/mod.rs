@@ -68,7 +68,7 @@ use self::merge::MergeKind;
 use crate::blocks::BlockState;
 use crate::buffer::SealedPage;
 use crate::cache::Stripe;
-use crate::checkpoint::Snapshot;
+use crate::checkpoint::{Checkpoint, MapSink, MapSource};
 use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{BlockIdx, Layout, Lpn, Psa};
@@ -244,6 +244,14 @@ impl Scheme for HybridScheme {
         self.map.checkpoint_payload(full)
     }
 
+    fn checkpoint_live(&self) -> (&dyn MapSource, Vec<(Psa, u64)>) {
+        self.map.checkpoint_live()
+    }
+
+    fn map_sink(&self) -> &dyn MapSink {
+        &self.map
+    }
+
     fn checkpoint_written(&self, prev_sc: u64) {
         self.map.prune_trim_log(prev_sc);
     }
@@ -254,17 +262,11 @@ impl Scheme for HybridScheme {
 
     fn recover(
         &self,
-        _core: &Core,
-        ckpt: Option<&mut Snapshot>,
+        core: &Core,
+        ckpt: Option<&Checkpoint>,
         input: RecoverInput,
     ) -> Result<Resolved> {
-        Ok(crate::schemes::page::recover::resolve(
-            self.layout,
-            self.lpns,
-            &self.map,
-            ckpt,
-            input,
-        ))
+        crate::schemes::page::recover::resolve(core, self.layout, self.lpns, &self.map, ckpt, input)
     }
 
     fn after_recovery(&self, core: &Core) -> Result<()> {

@@ -31,7 +31,7 @@ use nand_model::PageAddr;
 
 use crate::buffer::SealedPage;
 use crate::cache::Stripe;
-use crate::checkpoint::{MapImage, CHUNK};
+use crate::checkpoint::{MapImage, MapSink, MapSource, CHUNK};
 use crate::core::Core;
 use crate::layout::{BlockIdx, Layout, Lpn, Psa};
 use crate::oob::SlotKind;
@@ -300,16 +300,31 @@ impl PageMap {
         self.trim_log.lock().clone()
     }
 
-    /// Replaces the whole state (recovery, before the FTL is shared): the map, the live trim-log
-    /// slots, and the valid bits they imply. Returns the number of mapped pages.
-    pub fn install(&self, l2p: &[u32], trim_slots: Vec<(Psa, u64)>) -> u64 {
+    /// The table itself, for recovery's in-place resolution (before the FTL is shared).
+    pub(crate) fn table(&self) -> &[AtomicU32] {
+        &self.l2p
+    }
+
+    /// Finishes recovery's rebuild (before the FTL is shared): the table was filled in place
+    /// (checkpoint, then the scan); sets the valid bits it and the live trim-log slots imply.
+    /// A slot two entries point at (only a corrupt checkpoint can say so) stays with the first
+    /// and the later entry is unmapped, so no page can read another's data. Returns the number
+    /// of mapped pages.
+    pub fn rebuild_valid(&self, trim_slots: Vec<(Psa, u64)>) -> u64 {
         self.valid.clear_all();
         let mut mapped = 0;
-        for (e, v) in self.l2p.iter().zip(l2p) {
-            e.store(*v, Ordering::Release);
-            if *v != Psa::UNMAPPED {
-                self.valid.set(Psa(*v));
+        for (lpn, e) in self.l2p.iter().enumerate() {
+            let v = e.load(Ordering::Acquire);
+            if v == Psa::UNMAPPED {
+                continue;
+            }
+            if self.valid.set(Psa(v)) {
                 mapped += 1;
+            } else {
+                tracing::warn!(
+                    "recovery: page {lpn} maps slot {v}, which another page maps; unmapped"
+                );
+                e.store(Psa::UNMAPPED, Ordering::Release);
             }
         }
         for (psa, _) in &trim_slots {
@@ -317,6 +332,14 @@ impl PageMap {
         }
         *self.trim_log.lock() = trim_slots;
         mapped
+    }
+
+    /// A full checkpoint's payload read from the live table (the caller holds every mutation
+    /// off until it is written): clears the change tracking, returns the table and the live
+    /// trim-log slots.
+    pub(crate) fn checkpoint_live(&self) -> (&dyn MapSource, Vec<(Psa, u64)>) {
+        self.clear_dirty();
+        (self, self.trim_slots())
     }
 
     pub fn is_valid(&self, psa: Psa) -> bool {
@@ -454,6 +477,28 @@ impl PageMap {
     }
 }
 
+impl MapSource for PageMap {
+    fn entries(&self) -> usize {
+        self.l2p.len()
+    }
+    fn read(&self, start: usize, out: &mut [u32]) {
+        for (o, e) in out.iter_mut().zip(&self.l2p[start..]) {
+            *o = e.load(Ordering::Acquire);
+        }
+    }
+}
+
+impl MapSink for PageMap {
+    fn entries(&self) -> usize {
+        self.l2p.len()
+    }
+    fn store(&self, start: usize, v: &[u32]) {
+        for (e, x) in self.l2p[start..].iter().zip(v) {
+            e.store(*x, Ordering::Release);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -503,13 +548,15 @@ mod tests {
     }
 
     #[test]
-    fn install_sets_the_bits_of_what_it_maps() {
+    fn rebuild_sets_the_bits_of_what_it_maps() {
         let m = map();
-        let mut l2p = vec![Psa::UNMAPPED; 20];
-        l2p[0] = 4;
-        l2p[19] = 63;
-        assert_eq!(m.install(&l2p, vec![(Psa(10), 1)]), 2);
+        m.store(0, &[4]);
+        m.store(19, &[63]);
+        // A slot mapped twice (a corrupt checkpoint): the second entry loses it.
+        m.store(7, &[4]);
+        assert_eq!(m.rebuild_valid(vec![(Psa(10), 1)]), 2);
         assert_eq!(m.valid_total(), 3);
+        assert_eq!((m.get(Lpn(0)), m.get(Lpn(7))), (Some(Psa(4)), None));
         assert!(m.check(&[]).is_ok());
         m.prefetch(Lpn(19));
         m.prefetch(Lpn(u32::MAX));

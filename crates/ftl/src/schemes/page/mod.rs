@@ -28,7 +28,7 @@ use self::place::PagePlacer;
 use crate::blocks::BlockState;
 use crate::buffer::SealedPage;
 use crate::cache::Stripe;
-use crate::checkpoint::Snapshot;
+use crate::checkpoint::{Checkpoint, MapSink, MapSource};
 use crate::config::GcPolicy;
 use crate::core::Core;
 use crate::error::Result;
@@ -119,6 +119,14 @@ impl Scheme for PageScheme {
         self.map.checkpoint_payload(full)
     }
 
+    fn checkpoint_live(&self) -> (&dyn MapSource, Vec<(Psa, u64)>) {
+        self.map.checkpoint_live()
+    }
+
+    fn map_sink(&self) -> &dyn MapSink {
+        &self.map
+    }
+
     fn checkpoint_written(&self, prev_sc: u64) {
         // Trim records older than both checkpoints are no longer needed by any recovery path.
         self.map.prune_trim_log(prev_sc);
@@ -126,11 +134,11 @@ impl Scheme for PageScheme {
 
     fn recover(
         &self,
-        _core: &Core,
-        ckpt: Option<&mut Snapshot>,
+        core: &Core,
+        ckpt: Option<&Checkpoint>,
         input: RecoverInput,
     ) -> Result<Resolved> {
-        Ok(self.resolve(ckpt, input))
+        self.resolve(core, ckpt, input)
     }
 
     fn check(&self, core: &Core, zombies: &[Psa]) -> std::result::Result<(), String> {

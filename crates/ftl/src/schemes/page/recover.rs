@@ -21,158 +21,298 @@
 //!
 //! Trim-log slots stay live if they are newer than the older checkpoint (`prev_sc`), so falling
 //! back to it loses no trim.
+//!
+//! # In place, as the scan goes
+//! The checkpoint's map is already in the live table; each bank's scan thread offers every
+//! intact data slot at once (`offer`), which replaces the entry with a compare-and-swap when it
+//! wins. No sequence number is kept per page: when the entry was itself found by the scan
+//! (its slot lies at or past its block's `scan_from`), its number is read from its page's OOB
+//! again (`Scanner::slot_seq`), once per conflict. Equal numbers (a GC copy and its intact
+//! source) go to the higher slot, so the outcome does not depend on which thread came first.
+//! Then suspects, then trims (each entry decided once, by the newest trim covering it). So an
+//! open needs the live table plus a bit per page (lost flags; trim coverage), however much is
+//! scanned. A suspect whose twin was found but is not the newest version is ignored without
+//! being counted as torn (its twin cannot be told apart from another older copy without a
+//! per-page record).
+
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::map::PageMap;
 use super::PageScheme;
-use crate::checkpoint::Snapshot;
+use crate::checkpoint::Checkpoint;
+use crate::core::Core;
+use crate::error::Result;
 use crate::layout::{Layout, Psa};
-use crate::recovery::Resolved;
+use crate::recovery::{Resolved, Scanner};
 use crate::schemes::RecoverInput;
 
 impl PageScheme {
     /// Resolves and installs the map (see the module doc).
-    pub(super) fn resolve(&self, ckpt: Option<&mut Snapshot>, input: RecoverInput) -> Resolved {
-        resolve(self.layout, self.lpns, &self.map, ckpt, input)
+    pub(super) fn resolve(
+        &self,
+        core: &Core,
+        ckpt: Option<&Checkpoint>,
+        input: RecoverInput,
+    ) -> Result<Resolved> {
+        resolve(core, self.layout, self.lpns, &self.map, ckpt, input)
     }
 }
 
-/// Resolves a checkpoint and a scan into `map` by the rules of the module doc. Every scheme
-/// whose data slots carry (logical page, sequence number) and whose copies keep the sequence
-/// number can use it (the hybrid schemes do, then derive their block roles from the map).
-/// Recovery's per-page working state is what an open costs beyond the live map: the map is
-/// moved (not copied) out of the checkpoint, lost flags are one bit per page.
+/// A bitmap of one bit per logical page.
+struct Bits(Vec<u64>);
+
+impl Bits {
+    fn new(n: usize) -> Bits {
+        Bits(vec![0; n.div_ceil(64)])
+    }
+    fn get(&self, i: usize) -> bool {
+        self.0[i / 64] & (1 << (i % 64)) != 0
+    }
+    fn set(&mut self, i: usize) {
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+    fn ones(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().enumerate().flat_map(|(w, &bits)| {
+            let mut b = bits;
+            std::iter::from_fn(move || {
+                (b != 0).then(|| {
+                    let i = w * 64 + b.trailing_zeros() as usize;
+                    b &= b - 1;
+                    i
+                })
+            })
+        })
+    }
+}
+
+/// Resolves a checkpoint (whose map is in `map`'s table) and a scan into `map` by the rules of
+/// the module doc. Every scheme whose data slots carry (logical page, sequence number) and
+/// whose copies keep the sequence number can use it (the hybrid schemes do, then derive their
+/// block roles from the map).
 pub(crate) fn resolve(
+    scanner: &dyn Scanner,
     layout: Layout,
     lpns: u32,
     map: &PageMap,
-    mut ckpt: Option<&mut Snapshot>,
+    ckpt: Option<&Checkpoint>,
     input: RecoverInput,
-) -> Resolved {
-    {
-        let lpns = lpns as usize;
-        let mut l2p: Vec<u32> = match ckpt.as_deref_mut().map(Snapshot::take_l2p) {
-            Some(v) if v.len() == lpns => v,
-            _ => vec![Psa::UNMAPPED; lpns],
-        };
-        let ckpt = ckpt.as_deref();
-        let sc = ckpt.map_or(0, |c| c.sc);
-        let RecoverInput {
-            erased_since,
-            scans,
-        } = input;
-        let mut lost = vec![0u64; lpns.div_ceil(64)];
-        let is_lost = |lost: &[u64], i: usize| lost[i / 64] & (1 << (i % 64)) != 0;
-        for (lpn, e) in l2p.iter_mut().enumerate() {
-            if *e != Psa::UNMAPPED {
-                let blk = layout.block_of(Psa(*e)).0 as usize;
-                if *e as u64 >= layout.total_slots()
-                    || blk >= erased_since.len()
-                    || erased_since[blk]
-                {
-                    lost[lpn / 64] |= 1 << (lpn % 64);
-                    *e = Psa::UNMAPPED;
-                }
-            }
+) -> Result<Resolved> {
+    let lpns = lpns as usize;
+    let table: &[AtomicU32] = map.table();
+    let table = &table[..lpns.min(table.len())];
+    let lpns = table.len();
+    let sc = ckpt.map_or(0, |c| c.sc);
+    let RecoverInput {
+        erased_since,
+        scan_from,
+        ranges,
+    } = input;
+    // A slot the scan found (at or past its block's first page programmed after the
+    // checkpoint), as opposed to one the checkpoint holds.
+    let scanned = |v: u32| {
+        let (addr, _) = layout.split(Psa(v));
+        let blk = layout.block_of(Psa(v)).0 as usize;
+        scan_from.get(blk).is_some_and(|&from| addr.page >= from)
+    };
+    // Checkpointed entries whose block was erased since (or that point nowhere valid) are
+    // lost: a GC copy found by the scan may restore them.
+    let mut lost = Bits::new(lpns);
+    for (i, e) in table.iter().enumerate() {
+        let v = e.load(Ordering::Acquire);
+        if v == Psa::UNMAPPED {
+            continue;
         }
-        // best[lpn] = 1 + sequence number of the winning candidate (0: none).
-        let mut best = vec![0u64; lpns];
-        let mut trim_slots: Vec<(Psa, u64)> = Vec::new();
-        for s in &scans {
-            for &(lpn, seq, psa) in &s.data {
-                let i = lpn as usize;
-                if i < lpns && (seq >= sc || is_lost(&lost, i)) && seq + 1 > best[i] {
-                    best[i] = seq + 1;
-                    l2p[i] = psa.0;
-                }
-            }
-            for &(start, count, seq) in &s.trims {
-                if seq < sc {
-                    continue;
-                }
-                let end = (start as usize + count as usize).min(lpns);
-                for i in start as usize..end {
-                    if seq + 1 > best[i] {
-                        best[i] = seq + 1;
-                        l2p[i] = Psa::UNMAPPED;
-                    }
-                }
-            }
-            let keep_from = ckpt.map_or(0, |c| c.prev_sc);
-            trim_slots.extend(s.trim_slots.iter().filter(|(_, seq)| *seq >= keep_from));
-        }
-        // Suspects, after every intact candidate is known (see the module doc). They are few
-        // (at most one page per scanned block): look for their twins in one pass.
-        let suspects: Vec<(u32, u64, Psa)> = scans
-            .iter()
-            .flat_map(|s| s.suspect.iter().copied())
-            .collect();
-        let mut twinned = std::collections::HashSet::new();
-        if !suspects.is_empty() {
-            let wanted: std::collections::HashSet<(u32, u64)> =
-                suspects.iter().map(|&(l, s, _)| (l, s)).collect();
-            for s in &scans {
-                for &(lpn, seq, _) in &s.data {
-                    if wanted.contains(&(lpn, seq)) {
-                        twinned.insert((lpn, seq));
-                    }
-                }
-            }
-        }
-        let mut torn_slots = 0;
-        for (lpn, seq, psa) in suspects {
-            let i = lpn as usize;
-            if twinned.contains(&(lpn, seq)) || seq >= sc {
-                torn_slots += 1;
-                continue;
-            }
-            if i < lpns && is_lost(&lost, i) && seq + 1 > best[i] {
-                best[i] = seq + 1;
-                l2p[i] = psa.0;
-            }
-        }
-        let lost_pages = best
-            .iter()
-            .enumerate()
-            .filter(|(i, b)| **b == 0 && is_lost(&lost, *i))
-            .count() as u64;
-
-        // Trim-log slots: the checkpoint's own (if their block survived) and the scanned ones.
-        let mut tl = Vec::new();
-        if let Some(c) = ckpt {
-            for &(psa, seq) in &c.trims {
-                let blk = layout.block_of(psa).0 as usize;
-                if blk < erased_since.len() && !erased_since[blk] {
-                    tl.push((psa, seq));
-                }
-            }
-        }
-        tl.extend(trim_slots);
-        tl.sort_unstable();
-        tl.dedup_by_key(|e| e.0);
-        let mapped_pages = map.install(&l2p, tl);
-        Resolved {
-            mapped_pages,
-            lost_pages,
-            torn_slots,
+        let blk = layout.block_of(Psa(v));
+        if u64::from(v) >= layout.total_slots()
+            || erased_since.get(blk.0 as usize).is_none_or(|&e| e)
+            || layout.is_reserved(layout.block_addr(blk))
+        {
+            lost.set(i);
+            e.store(Psa::UNMAPPED, Ordering::Release);
         }
     }
+    // Data slots, as the bank threads find them.
+    let offer = |lpn: u32, seq: u64, psa: Psa| {
+        let i = lpn as usize;
+        if i >= lpns || !(seq >= sc || lost.get(i)) {
+            return;
+        }
+        let e = &table[i];
+        let mut cur = e.load(Ordering::Acquire);
+        loop {
+            if cur != Psa::UNMAPPED && scanned(cur) {
+                if let Some(cs) = scanner.slot_seq(Psa(cur), lpn) {
+                    if (cs, cur) >= (seq, psa.0) {
+                        return;
+                    }
+                }
+            }
+            match e.compare_exchange_weak(cur, psa.0, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(now) => cur = now,
+            }
+        }
+    };
+    let scans = scanner.scan(&ranges, &offer)?;
+    // The winner's sequence number, if the scan found it.
+    let seq_of = |i: usize, v: u32| {
+        (v != Psa::UNMAPPED && scanned(v))
+            .then(|| scanner.slot_seq(Psa(v), i as u32))
+            .flatten()
+    };
+
+    // Suspects (see the module doc): few, at most one page per scanned block.
+    let mut torn_slots = 0;
+    for (lpn, seq, psa) in scans.iter().flat_map(|s| s.suspect.iter().copied()) {
+        let i = lpn as usize;
+        let cur = table.get(i).map(|e| e.load(Ordering::Acquire));
+        let cur_seq = cur.and_then(|v| seq_of(i, v));
+        if cur_seq == Some(seq) || seq >= sc {
+            // Its twin is the newest version, or it is the write the crash interrupted.
+            torn_slots += 1;
+            continue;
+        }
+        if i < lpns && lost.get(i) && cur_seq.is_none_or(|c| c < seq) {
+            // Rot of a moved copy whose source is gone: it stays, so a read reports it.
+            table[i].store(psa.0, Ordering::Release);
+        }
+    }
+
+    // Trims after the checkpoint, newest first: each entry is decided by the newest trim
+    // covering it (it stays only if its version is newer still).
+    let mut trims: Vec<(u32, u32, u64)> = scans
+        .iter()
+        .flat_map(|s| s.trims.iter().copied())
+        .filter(|t| t.2 >= sc)
+        .collect();
+    trims.sort_unstable_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+    let mut trimmed = Bits::new(if trims.is_empty() { 0 } else { lpns });
+    for &(start, count, seq) in &trims {
+        let end = (start as usize).saturating_add(count as usize).min(lpns);
+        for (i, e) in table.iter().enumerate().take(end).skip(start as usize) {
+            if trimmed.get(i) {
+                continue;
+            }
+            trimmed.set(i);
+            let v = e.load(Ordering::Acquire);
+            if v != Psa::UNMAPPED && seq_of(i, v).is_none_or(|c| c < seq) {
+                e.store(Psa::UNMAPPED, Ordering::Release);
+            }
+        }
+    }
+    // Lost: checkpointed, erased since, and neither a copy nor a trim found.
+    let lost_pages = lost
+        .ones()
+        .filter(|&i| {
+            table[i].load(Ordering::Acquire) == Psa::UNMAPPED
+                && (trimmed.0.is_empty() || !trimmed.get(i))
+        })
+        .count() as u64;
+
+    // Trim-log slots: the checkpoint's own (if their block survived) and the scanned ones.
+    let keep_from = ckpt.map_or(0, |c| c.prev_sc);
+    let mut tl = Vec::new();
+    if let Some(c) = ckpt {
+        for &(psa, seq) in &c.trims {
+            let blk = layout.block_of(psa).0 as usize;
+            if blk < erased_since.len() && !erased_since[blk] {
+                tl.push((psa, seq));
+            }
+        }
+    }
+    for s in &scans {
+        tl.extend(s.trim_slots.iter().filter(|(_, seq)| *seq >= keep_from));
+    }
+    tl.sort_unstable();
+    tl.dedup_by_key(|e| e.0);
+    let mapped_pages = map.rebuild_valid(tl);
+    let scanned_totals = scans.iter().fold((0, 0, 0), |(p, b, m), s| {
+        (p + s.pages, b + s.blocks, m.max(s.max_seq + 1))
+    });
+    Ok(Resolved {
+        scanned: scanned_totals,
+        mapped_pages,
+        lost_pages,
+        torn_slots,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::MapImage;
-    use crate::recovery::Scan;
+    use crate::recovery::{OnData, Scan};
 
-    fn scan(data: Vec<(u32, u64, Psa)>, suspect: Vec<(u32, u64, Psa)>) -> Scan {
-        Scan {
-            data,
-            suspect,
+    /// A scan of slots given by hand: `data` are intact, `suspect` fail their CRC.
+    struct Given {
+        data: Vec<(u32, u64, Psa)>,
+        suspect: Vec<(u32, u64, Psa)>,
+        trims: Vec<(u32, u32, u64)>,
+    }
+
+    impl Scanner for Given {
+        fn scan(&self, _ranges: &[Vec<(u32, u32, u32)>], on_data: OnData<'_>) -> Result<Vec<Scan>> {
+            // Newest first, so the order of offers is not what makes the newest win.
+            for &(l, s, p) in self.data.iter().rev() {
+                on_data(l, s, p);
+            }
+            Ok(vec![Scan {
+                suspect: self.suspect.clone(),
+                trims: self.trims.clone(),
+                trim_slots: Vec::new(),
+                max_seq: 0,
+                pages: 0,
+                blocks: 0,
+            }])
+        }
+
+        fn slot_seq(&self, psa: Psa, lpn: u32) -> Option<u64> {
+            self.data
+                .iter()
+                .chain(&self.suspect)
+                .find(|&&(l, _, p)| p == psa && l == lpn)
+                .map(|&(_, s, _)| s)
+        }
+    }
+
+    fn scheme() -> PageScheme {
+        let geo = nand_model::Geometry {
+            channels: 1,
+            banks_per_channel: 1,
+            blocks_per_bank: 16,
+            pages_per_block: 4,
+            page_size: 4096,
+            oob_size: 64,
+        };
+        PageScheme::new(Layout::new(&geo, 1), 8, 1)
+    }
+
+    /// Block 4 (slots 16..20) was erased since the checkpoint; blocks 5 and 6 (20..28) are
+    /// as the checkpoint saw them; 7 and 8 (28..36) were programmed after it.
+    fn input() -> RecoverInput {
+        let mut erased_since = vec![false; 16];
+        erased_since[4] = true;
+        let mut scan_from = vec![4; 16];
+        scan_from[4] = 0;
+        scan_from[7] = 0;
+        scan_from[8] = 0;
+        RecoverInput {
+            erased_since,
+            scan_from,
+            ranges: Vec::new(),
+        }
+    }
+
+    fn checkpoint(map: &PageMap, l2p: &[(usize, u32)]) -> Checkpoint {
+        for &(l, p) in l2p {
+            crate::checkpoint::MapSink::store(map, l, &[p]);
+        }
+        Checkpoint {
+            id: 1,
+            sc: 100,
+            prev_sc: 0,
+            lpns: 8,
+            blocks: Vec::new(),
             trims: Vec::new(),
-            trim_slots: Vec::new(),
-            max_seq: 0,
-            pages: 0,
-            blocks: 0,
         }
     }
 
@@ -182,59 +322,70 @@ mod tests {
     /// write after the checkpoint (ignored: the page keeps its previous version).
     #[test]
     fn suspects_torn_or_rotted() {
-        let geo = nand_model::Geometry {
-            channels: 1,
-            banks_per_channel: 1,
-            blocks_per_bank: 16,
-            pages_per_block: 4,
-            page_size: 4096,
-            oob_size: 64,
-        };
-        let layout = Layout::new(&geo, 1);
-        let scheme = PageScheme::new(layout, 8, 1);
-        // Block 4 was erased since the checkpoint (its slots 16..20), block 5 was not.
-        let mut erased_since = vec![false; 16];
-        erased_since[4] = true;
-        let mut l2p = vec![Psa::UNMAPPED; 8];
-        l2p[1] = 17; // in the erased block: lost, so copies below sc count
-        l2p[2] = 18; // in the erased block
-        l2p[3] = 20; // intact, the previous version of page 3
-        let mut snap = Snapshot {
-            id: 1,
-            sc: 100,
-            prev_sc: 0,
-            lpns: 8,
-            map: MapImage::Full(l2p),
-            blocks: Vec::new(),
+        let scheme = scheme();
+        // 1 and 2 in the erased block: lost, so copies below sc count; 3 intact.
+        let ck = checkpoint(&scheme.map, &[(1, 17), (2, 18), (3, 20)]);
+        let given = Given {
+            data: vec![(1, 40, Psa(30))],
+            suspect: vec![(1, 40, Psa(31)), (2, 50, Psa(32)), (3, 120, Psa(33))],
             trims: Vec::new(),
         };
-        let scans = vec![scan(
-            vec![(1, 40, Psa(30))],
-            vec![(1, 40, Psa(31)), (2, 50, Psa(32)), (3, 120, Psa(33))],
-        )];
-        let r = scheme.resolve(
-            Some(&mut snap),
-            RecoverInput {
-                erased_since,
-                scans,
-            },
-        );
-        assert_eq!(
-            scheme.map.get(crate::layout::Lpn(1)),
-            Some(Psa(30)),
-            "twin wins"
-        );
-        assert_eq!(
-            scheme.map.get(crate::layout::Lpn(2)),
-            Some(Psa(32)),
-            "rot stays"
-        );
-        assert_eq!(
-            scheme.map.get(crate::layout::Lpn(3)),
-            Some(Psa(20)),
-            "torn write ignored"
-        );
+        let r =
+            resolve(&given, scheme.layout, 8, &scheme.map, Some(&ck), input()).expect("resolves");
+        let get = |l| scheme.map.get(crate::layout::Lpn(l));
+        assert_eq!(get(1), Some(Psa(30)), "twin wins");
+        assert_eq!(get(2), Some(Psa(32)), "rot stays");
+        assert_eq!(get(3), Some(Psa(20)), "torn write ignored");
         assert_eq!(r.torn_slots, 2);
         assert_eq!(r.lost_pages, 0);
+    }
+
+    /// Versions against the checkpoint, one another and trims: the highest number wins
+    /// whatever the order of the offers; a copy below `sc` counts only for a lost page; a trim
+    /// removes only what is older than itself; a tie between a copy and its source goes to the
+    /// higher slot; a lost page nothing restores is counted.
+    #[test]
+    fn newest_version_wins() {
+        let scheme = scheme();
+        let ck = checkpoint(
+            &scheme.map,
+            &[(0, 20), (1, 21), (2, 17), (4, 22), (5, 24), (6, 19)],
+        );
+        let given = Given {
+            data: vec![
+                (0, 150, Psa(28)),
+                (0, 170, Psa(29)),
+                (0, 160, Psa(30)),
+                (1, 50, Psa(31)), // below sc, page not lost: ignored
+                (2, 60, Psa(32)), // below sc, page lost: the moved copy
+                (2, 60, Psa(34)), // and its twin: the higher slot wins
+                (3, 130, Psa(33)),
+                (5, 180, Psa(35)),
+            ],
+            suspect: Vec::new(),
+            // Trim 3..6 at 175: removes 3 (130) and 4 (checkpointed), not 5 (180).
+            trims: vec![(3, 3, 175), (0, 1, 165)],
+        };
+        let r =
+            resolve(&given, scheme.layout, 8, &scheme.map, Some(&ck), input()).expect("resolves");
+        let got: Vec<Option<Psa>> = (0..8)
+            .map(|l| scheme.map.get(crate::layout::Lpn(l)))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                Some(Psa(29)),
+                Some(Psa(21)),
+                Some(Psa(34)),
+                None,
+                None,
+                Some(Psa(35)),
+                None,
+                None
+            ]
+        );
+        // Page 6 was in the erased block and nothing restored or trimmed it.
+        assert_eq!(r.lost_pages, 1);
+        assert_eq!(r.mapped_pages, 4);
     }
 }

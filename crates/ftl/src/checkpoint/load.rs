@@ -1,0 +1,268 @@
+//! Finding and reading the newest usable checkpoint chain, streaming its map into the
+//! scheme's live table.
+//!
+//! A checkpoint's pages are read bank-parallel (page `i` of an area lives on bank
+//! `i % banks`): a reader thread per bank reads its pages in order, checks each page's OOB
+//! (checkpoint id, index, count, CRC) and hands it over through a small bounded channel; the
+//! decoder takes page `i` from bank `i % banks`. At most a few pages per bank are in RAM.
+//!
+//! A chain is its full checkpoint, then the deltas appended after it. The full one is decoded
+//! straight into the table; a delta is first checked (read and decoded without storing) and
+//! then applied, so a corrupt delta leaves the table at the chain's previous element (a
+//! fallback). Any failure of the full checkpoint clears the table before the other area's
+//! chain is tried.
+
+use crossbeam_channel::{bounded, Receiver};
+
+use nand_model::NandDevice;
+
+use super::codec::{decode_body, BodySource, Checkpoint, Header, MapOut, MapSink, HEADER};
+use crate::layout::Layout;
+use crate::oob::{self, PageOob};
+
+/// Reads the header OOB of the checkpoint starting at page `offset` of `area`.
+pub(super) fn header_at(
+    nand: &NandDevice,
+    layout: &Layout,
+    area: u32,
+    offset: u64,
+) -> Option<(u64, u32)> {
+    if offset >= layout.ckpt_area_pages() {
+        return None;
+    }
+    let mut oob_buf = vec![0u8; layout.oob_size as usize];
+    let c = nand
+        .read(
+            layout.ckpt_page(area, offset),
+            0,
+            &mut [],
+            Some(&mut oob_buf),
+        )
+        .ok()?;
+    c.wait();
+    match oob::decode(&oob_buf)? {
+        PageOob::Checkpoint {
+            id,
+            index: 0,
+            count,
+            ..
+        } => Some((id, count)),
+        _ => None,
+    }
+}
+
+/// The pages of one checkpoint, in order, from the per-bank reader threads.
+struct Pages {
+    rx: Vec<Receiver<Result<Vec<u8>, String>>>,
+    next: u64,
+    count: u64,
+}
+
+impl BodySource for Pages {
+    fn next_piece(&mut self) -> Result<Vec<u8>, String> {
+        if self.next >= self.count {
+            return Err("checkpoint body longer than its pages".into());
+        }
+        let bank = (self.next % self.rx.len() as u64) as usize;
+        self.next += 1;
+        self.rx[bank]
+            .recv()
+            .map_err(|_| "checkpoint reader stopped".to_string())?
+    }
+}
+
+/// Reads and decodes the checkpoint at page `offset` of `area`, sending its map where `map`
+/// says. Returns it with its page count.
+fn load_at(
+    nand: &NandDevice,
+    layout: &Layout,
+    area: u32,
+    offset: u64,
+    want_full: bool,
+    map: MapOut<'_>,
+) -> Result<(Checkpoint, u64), String> {
+    let (id, count) = header_at(nand, layout, area, offset).ok_or("no checkpoint header")?;
+    let count = u64::from(count);
+    if count == 0 || offset + count > layout.ckpt_area_pages() {
+        return Err(format!("checkpoint claims {count} pages"));
+    }
+    let banks = u64::from(layout.banks).min(count);
+    std::thread::scope(|s| {
+        let mut rx = Vec::new();
+        for bank in 0..banks {
+            // Two pages ahead per bank keep every bank busy while the decoder works.
+            let (tx, r) = bounded(2);
+            rx.push(r);
+            s.spawn(move || {
+                let mut oob_buf = vec![0u8; layout.oob_size as usize];
+                let mut i = bank;
+                while i < count {
+                    let mut page = vec![0u8; layout.page_size as usize];
+                    let at = (area, offset, id, count, i);
+                    let got = read_page(nand, layout, at, &mut page, &mut oob_buf).map(|()| page);
+                    let failed = got.is_err();
+                    // The decoder hung up (it failed or is done): stop.
+                    if tx.send(got).is_err() || failed {
+                        return;
+                    }
+                    i += banks;
+                }
+            });
+        }
+        let mut pages = Pages { rx, next: 0, count };
+        let result = (|| {
+            let mut first = pages.next_piece()?;
+            let h = Header::decode(&first)?;
+            if h.id != id {
+                return Err("checkpoint id mismatch".to_string());
+            }
+            if want_full != h.full {
+                return Err(if want_full {
+                    "chain does not start with a full checkpoint".to_string()
+                } else {
+                    "a full checkpoint in the middle of a chain".to_string()
+                });
+            }
+            let rest = first.split_off(HEADER.min(first.len()));
+            let (c, _) = decode_body(&h, rest, &mut pages, map)?;
+            Ok((c, count))
+        })();
+        // Dropping the receivers stops readers blocked on a full channel.
+        drop(pages);
+        result
+    })
+}
+
+/// Reads page `i` of the checkpoint `id` of `count` pages at page `offset` of `area`, and
+/// checks its OOB.
+fn read_page(
+    nand: &NandDevice,
+    layout: &Layout,
+    (area, offset, id, count, i): (u32, u64, u64, u64, u64),
+    page: &mut [u8],
+    oob_buf: &mut [u8],
+) -> Result<(), String> {
+    nand.read(layout.ckpt_page(area, offset + i), 0, page, Some(oob_buf))
+        .map_err(|e| e.to_string())?
+        .wait();
+    match oob::decode(oob_buf) {
+        Some(PageOob::Checkpoint {
+            id: pid,
+            index,
+            count: c,
+            crc,
+        }) if pid == id
+            && u64::from(index) == i
+            && u64::from(c) == count
+            && crc == crc32fast::hash(page) =>
+        {
+            Ok(())
+        }
+        _ => Err(format!("checkpoint {id} page {i} is missing or corrupt")),
+    }
+}
+
+/// A checkpoint chain loaded from one area: its full checkpoint with every valid delta applied.
+pub(crate) struct Loaded {
+    /// The state as of the chain's last valid element (its map is in the sink).
+    pub snap: Checkpoint,
+    pub area: u32,
+    /// First free page of the area after the chain.
+    pub next_offset: u64,
+    /// Checkpoints in the chain (1 = just the full one).
+    pub chain_len: u32,
+    /// A newer checkpoint (another area's full one, or a delta of this chain) was corrupt.
+    pub fallback: bool,
+}
+
+/// Loads the chain of `area` into `sink`: its full checkpoint, then the deltas after it.
+fn load_chain(
+    nand: &NandDevice,
+    layout: &Layout,
+    area: u32,
+    sink: &dyn MapSink,
+) -> Result<Loaded, String> {
+    let (mut snap, count) = load_at(nand, layout, area, 0, true, MapOut::Sink(sink))?;
+    let mut next = count;
+    let mut chain_len = 1;
+    let mut fallback = false;
+    while let Some((id, _)) = header_at(nand, layout, area, next) {
+        if id <= snap.id {
+            break;
+        }
+        // Check the whole delta before any of it reaches the table.
+        match load_at(nand, layout, area, next, false, MapOut::Skip) {
+            Ok((delta, _)) if delta.lpns != snap.lpns => {
+                tracing::warn!(
+                    "checkpoint area {area}: delta {id} maps {} pages, its chain {}",
+                    delta.lpns,
+                    snap.lpns
+                );
+                fallback = true;
+                break;
+            }
+            Ok(_) => {
+                // A page that read well a moment ago and fails now leaves the table half
+                // updated: the whole chain is unusable then.
+                let (delta, count) =
+                    load_at(nand, layout, area, next, false, MapOut::Sink(sink))
+                        .map_err(|e| format!("delta {id} failed on its second reading: {e}"))?;
+                snap = delta;
+                next += count;
+                chain_len += 1;
+            }
+            Err(e) => {
+                tracing::warn!("checkpoint area {area}: delta {id} unusable: {e}");
+                fallback = true;
+                break;
+            }
+        }
+    }
+    Ok(Loaded {
+        snap,
+        area,
+        next_offset: next,
+        chain_len,
+        fallback,
+    })
+}
+
+/// Finds the newest usable checkpoint and loads its map into `sink`: the chain of the area
+/// whose full checkpoint is newest, else the other area's chain (a fallback). With none, the
+/// sink is left all unmapped.
+pub(crate) fn load_newest(
+    nand: &NandDevice,
+    layout: &Layout,
+    sink: &dyn MapSink,
+) -> Option<Loaded> {
+    let mut areas: Vec<(u64, u32)> = (0..2)
+        .filter_map(|a| header_at(nand, layout, a, 0).map(|(id, _)| (id, a)))
+        .collect();
+    areas.sort_by(|a, b| b.cmp(a));
+    let mut skipped = false;
+    for (_, area) in areas {
+        match load_chain(nand, layout, area, sink) {
+            Ok(mut l) => {
+                l.fallback |= skipped;
+                return Some(l);
+            }
+            Err(e) => {
+                tracing::warn!("checkpoint area {area} unusable: {e}");
+                sink.clear();
+                skipped = true;
+            }
+        }
+    }
+    None
+}
+
+/// A sink that keeps nothing (reading an image's checkpoints without opening it).
+pub(crate) struct Discard(pub u32);
+
+impl MapSink for Discard {
+    fn entries(&self) -> usize {
+        self.0 as usize
+    }
+    fn store(&self, _start: usize, _v: &[u32]) {}
+    fn clear(&self) {}
+}
