@@ -107,6 +107,112 @@ fn multi_plane_programs_take_one_array_time_for_two_pages() {
     );
 }
 
+/// A set of open blocks opened while a single page waited (a FUA write) is as wide as the
+/// bank's planes, so the pages that come after it still pair: writes that alternate a lone
+/// FUA page with a burst of 7 (a block's worth of 8 in all) go out mostly in multi-plane
+/// programs. (A set opened one block wide stayed so for the whole block: here every block.)
+#[test]
+fn a_set_opened_for_one_page_still_pairs_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("narrow.img");
+    let cfg = small_cfg(GcPolicy::Parallel);
+    // One bank, so every page goes to the set the lone page opened.
+    let mut one_bank = nand(2);
+    one_bank.geometry.channels = 1;
+    one_bank.geometry.banks_per_channel = 1;
+    one_bank.geometry.blocks_per_bank = 96;
+    let ftl = Ftl::create(&path, &one_bank, TimingMode::Virtual, cfg, None).unwrap();
+    let pages = ftl.capacity() / 4096 / 2;
+    let mut l = 0;
+    block_on(async {
+        while l + 8 <= pages {
+            ftl.write(0, l * 4096, &stamped(l, 1), true).await.unwrap();
+            let burst: Vec<u8> = (l + 1..l + 8).flat_map(|p| stamped(p, 1)).collect();
+            ftl.write(0, (l + 1) * 4096, &burst, false).await.unwrap();
+            l += 8;
+        }
+        ftl.flush().await.unwrap();
+    });
+    let s = ftl.stats();
+    eprintln!(
+        "{} host page programs, {} multi-plane programs",
+        s.nand_page_programs, s.multi_plane_programs
+    );
+    assert!(
+        s.multi_plane_programs * 2 * 10 >= s.nand_page_programs * 6,
+        "fewer than 60 % of the host pages went out in multi-plane programs: {s:?}"
+    );
+    check_stamps(&ftl, l, |_| Some(1), "after the flush");
+    ftl.check_invariants().unwrap();
+    assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
+}
+
+/// On four-plane banks each of 8 queues' writers keeps four open blocks per bank: an image is
+/// sized for them (`plan_format`), so whatever the device's size it is either refused at
+/// creation ("geometry too small") or takes twice its capacity of random overwrites from all
+/// eight queues without running out of blocks. (Sized for one open block per writer, the
+/// 32-block device was created and went read-only: "no free blocks left and nothing to
+/// reclaim".)
+#[test]
+fn an_image_is_sized_for_a_block_per_plane_per_writer() {
+    let mut ran = 0;
+    for blocks in [32, 40, 64] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sized.img");
+        let cfg = ftl::FtlConfig {
+            queues: 8,
+            ..small_cfg(GcPolicy::Parallel)
+        };
+        let nand = NandConfig {
+            planes: 4,
+            ..small_nand(4096, blocks)
+        };
+        let ftl = match Ftl::create(&path, &nand, TimingMode::Virtual, cfg, None) {
+            Ok(f) => f,
+            Err(e) => {
+                assert!(e.to_string().contains("too small"), "{blocks} blocks: {e}");
+                continue;
+            }
+        };
+        let pages = ftl.capacity() / 4096;
+        let mut tag = vec![0u64; pages as usize];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        block_on(async {
+            for l in 0..pages {
+                ftl.write((l % 8) as usize, l * 4096, &stamped(l, 1), false)
+                    .await
+                    .unwrap();
+                tag[l as usize] = 1;
+            }
+            for i in 0..2 * pages {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let l = x % pages;
+                tag[l as usize] += 1;
+                let data = stamped(l, tag[l as usize]);
+                if let Err(e) = ftl.write((i % 8) as usize, l * 4096, &data, false).await {
+                    panic!("{blocks} blocks, {pages} pages: overwrite {i}: {e}");
+                }
+            }
+            ftl.flush().await.unwrap();
+        });
+        let s = ftl.stats();
+        assert_eq!(s.read_only, None);
+        assert!(s.gc_erases > 0 && s.multi_plane_programs > 0, "{s:?}");
+        check_stamps(
+            &ftl,
+            pages,
+            |l| Some(tag[l as usize]),
+            "after the overwrites",
+        );
+        ftl.check_invariants().unwrap();
+        assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
+        ran += 1;
+    }
+    assert!(ran > 0, "no device size was accepted");
+}
+
 /// Timing `real` with writer threads on four-plane banks: whatever the batching, the data
 /// reads back, after a clean close and after a power loss.
 #[test]

@@ -353,9 +353,10 @@ fn sweep(scheme: SchemeKind, timing: TimingMode) {
 fn sweep_geometry(scheme: SchemeKind, timing: TimingMode, planes: u32, page_sizes: &[u32]) {
     for &page_size in page_sizes {
         let dir = tempfile::tempdir().unwrap();
+        // A writer keeps an open block per plane: two more blocks per bank for them.
         let nand = NandConfig {
             planes,
-            ..small_nand(page_size, 14)
+            ..small_nand(page_size, 14 + 2 * (planes - 1))
         };
         // The run without a cut counts the workload's operations.
         let path = dir.path().join("count.img");

@@ -28,7 +28,8 @@ pub struct Frontier {
 }
 
 /// A writer's frontier on one bank: its open blocks, at most one per plane, opened together
-/// (one block with a single plane, or when a single page was waiting).
+/// (one block with a single plane, or for a page carrying trim records; fewer than the
+/// planes only when the bank had fewer free blocks).
 ///
 /// Invariant: every member's next page is `m` or `m + 1`; the members still at `m` are the
 /// current *row*. A multi-plane program takes a prefix of the row (the pages it writes share
@@ -250,8 +251,13 @@ impl PagePlacer {
             let set = &mut self.frontiers[b as usize];
             if set.is_empty() {
                 let for_gc = use_reserve && core.bank(b).free.load(Ordering::Acquire) > 0;
-                let blocks = if want > 1 {
-                    core.alloc_plane_blocks(b, want, for_gc)
+                // A set is opened a block per plane even when fewer pages wait: a program
+                // may only pair pages at one page index, so a set opened narrow would stay
+                // narrow, and the bank program one page per array time, for a whole block.
+                // A page carrying trim records goes alone (`groupable`): it opens one block.
+                let planes = core.nand.config().planes as usize;
+                let blocks = if planes > 1 && !has_trims {
+                    core.alloc_plane_blocks(b, planes, for_gc)
                 } else {
                     core.alloc_block(b, for_gc).into_iter().collect()
                 };
