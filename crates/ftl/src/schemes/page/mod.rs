@@ -111,6 +111,14 @@ impl Scheme for PageScheme {
         self.update_gc_allowance(core, core.cfg.gc_threads.max(1));
     }
 
+    fn after_recovery(&self, core: &Core) -> Result<()> {
+        let steps = self.restore_headroom(core);
+        if steps > 0 {
+            tracing::info!("open: {steps} GC steps gave every bank a block for writers again");
+        }
+        Ok(())
+    }
+
     fn prefers_full_checkpoint(&self) -> bool {
         self.map.prefers_full_checkpoint()
     }
