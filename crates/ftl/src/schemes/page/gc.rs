@@ -784,16 +784,18 @@ impl PageScheme {
     /// (frontiers start on fresh blocks), so a bank that was at its GC reserve when the image
     /// was closed or crashed has no block a writer may open, and the first writes would all
     /// wait for foreground GC (a benchmark that preconditions, closes and reopens measured
-    /// 200-400 foreground steps from this alone). Cleans each such bank until a writer may open
-    /// a block there again: a victim or two per bank (the GC frontier it opens takes a free
-    /// block first). Returns the steps taken.
+    /// 120-430 foreground steps from this alone). Cleans each bank back to its soft floor, the
+    /// level GC keeps it at while writes go on (the reserve and one block with workers, two
+    /// with in-path GC: only back to the reserve and one, paced in-path GC still fell back on
+    /// foreground steps, 143 on slc-small-004). A victim or a few per bank (the GC frontier
+    /// it opens takes a free block first). Returns the steps taken.
     pub(crate) fn restore_headroom(&self, core: &Core) -> u64 {
         let mut steps = 0;
         for b in 0..core.layout.banks {
             let mut g = self.gc[b as usize].lock();
             // A bound for a bank that cannot get there (worn out, or all its data valid).
             let mut left = 4 * u64::from(core.layout.slots_per_block());
-            while core.bank(b).free.load(Ordering::Acquire) <= GC_RESERVE
+            while core.bank(b).free.load(Ordering::Acquire) < core.gc_soft_free()
                 && core.read_only_reason().is_none()
                 && left > 0
             {
