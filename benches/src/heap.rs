@@ -40,9 +40,10 @@ unsafe impl GlobalAlloc for CountingAlloc {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // Counted first: another thread may get these bytes back as soon as they are freed.
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
         // SAFETY: forwarded unchanged (see the impl).
         unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {

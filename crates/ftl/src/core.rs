@@ -149,6 +149,16 @@ impl Core {
     /// blocks may commit, the maintenance thread may write the trim records GC waits for).
     /// With timing `virtual` there are no other threads: the trim records are sealed here,
     /// unless the caller is the trim queue's own writer (its open page is held).
+    /// A number that grows whenever anything on the device is programmed or erased (host
+    /// pages, GC copies, erases): a writer that finds no room tells "others are still
+    /// working" from "nothing can change" by it.
+    pub(crate) fn progress(&self) -> u64 {
+        let c = &self.counters;
+        c.page_programs.load(Ordering::Relaxed)
+            + c.gc_page_programs.load(Ordering::Relaxed)
+            + c.gc_erases.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn wait_for_others(&self) {
         if self.nand.sim_clock().is_none() {
             std::thread::sleep(std::time::Duration::from_micros(500));

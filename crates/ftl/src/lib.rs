@@ -205,8 +205,9 @@ pub fn plan_format(
     // Blocks per bank kept out of the exported space for frontiers and GC's working room
     // (queues' open blocks, GC's, its reserve and the free blocks it cleans ahead). The FTL
     // keeps fewer idle now (`GC_RESERVE`, `Core::gc_soft_free`); the figure only sizes new
-    // images and is kept as it was so their capacities do not change. On a device with
-    // planes a queue's writer keeps an open block per plane of each bank (`PlaneSet`).
+    // images and is kept as it was on one-plane devices so their capacities do not change. On
+    // a device with planes a queue's writer keeps an open block per plane of each bank
+    // (`PlaneSet`), so such images export less than before 2026-11-25.
     let planes = u64::from(nand.planes.max(1));
     let frontier = banks * (cfg.queues.max(1) as u64 * planes + 5);
     let usable = total.saturating_sub(reserved);

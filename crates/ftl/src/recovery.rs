@@ -95,8 +95,20 @@ pub(crate) trait Scanner: Sync {
     /// slot goes to `on_data` as it is found (from several threads at once).
     fn scan(&self, ranges: &[Vec<(u32, u32, u32)>], on_data: OnData<'_>) -> Result<Vec<Scan>>;
 
-    /// The sequence number of the data slot at `psa` if it holds a version of `lpn`.
-    fn slot_seq(&self, psa: Psa, lpn: u32) -> Option<u64>;
+    /// What the slot at `psa` holds for `lpn`, read again.
+    fn slot_seq(&self, psa: Psa, lpn: u32) -> SlotVersion;
+}
+
+/// A slot read again during recovery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SlotVersion {
+    /// A version of the page, with this sequence number.
+    Of(u64),
+    /// Readable, and not a version of the page (a stale or corrupt pointer).
+    Other,
+    /// Not readable now (the scan read it, so the medium failed since): nothing can be
+    /// decided against it.
+    Unreadable,
 }
 
 /// What a scheme's resolution installed.
@@ -313,21 +325,28 @@ impl Scanner for Core {
         })
     }
 
-    /// Read from the page's OOB again: recovery keeps no sequence number per page.
-    fn slot_seq(&self, psa: Psa, lpn: u32) -> Option<u64> {
+    /// Read from the page's OOB again: recovery keeps no sequence number per page. The scan
+    /// read this page a moment ago, so a read that fails now is retried longer than the
+    /// scan's (a transient fault's spared retry may have gone to another thread's read).
+    fn slot_seq(&self, psa: Psa, lpn: u32) -> SlotVersion {
         if u64::from(psa.0) >= self.layout.total_slots() {
-            return None;
+            return SlotVersion::Other;
         }
         let (addr, slot) = self.layout.split(psa);
         let mut oob_buf = vec![0u8; self.layout.oob_size as usize];
-        if !self.read_retrying(addr, 0, &mut [], &mut oob_buf) {
-            return None;
+        let read = (0..4).any(|_| self.read_retrying(addr, 0, &mut [], &mut oob_buf));
+        if !read {
+            return SlotVersion::Unreadable;
         }
         let Some(PageOob::Data(metas)) = oob::decode(&oob_buf) else {
-            return None;
+            return SlotVersion::Other;
         };
-        let m = metas.get(slot as usize)?;
-        (m.kind == SlotKind::Data && m.lpn.0 == lpn && m.seq < MAX_SEQ).then_some(m.seq)
+        match metas.get(slot as usize) {
+            Some(m) if m.kind == SlotKind::Data && m.lpn.0 == lpn && m.seq < MAX_SEQ => {
+                SlotVersion::Of(m.seq)
+            }
+            _ => SlotVersion::Other,
+        }
     }
 }
 

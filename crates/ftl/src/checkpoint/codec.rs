@@ -212,13 +212,19 @@ impl Header {
             h(56)?,
             h(60)? as usize,
         );
-        let fits = |count: usize, size: usize| count.checked_mul(size).is_some_and(|n| n <= len);
-        let map_ok = if kind == 0 {
-            fits(lpns as usize, 4)
-        } else {
-            fits(chunks, 4)
+        // What the counts say the body holds besides the delta chunks' entries: a full
+        // checkpoint's body is exactly that, a delta's at least that.
+        let fixed = (if kind == 0 { lpns as usize } else { chunks })
+            .checked_mul(4)
+            .zip(blocks.checked_mul(8))
+            .zip(trims.checked_mul(12))
+            .and_then(|((m, b), t)| m.checked_add(b)?.checked_add(t));
+        let counts_ok = match fixed {
+            Some(n) if kind == 0 => n == len,
+            Some(n) => n <= len,
+            None => false,
         };
-        if !map_ok || !fits(blocks, 8) || !fits(trims, 12) || len % 4 != 0 {
+        if !counts_ok || len % 4 != 0 {
             return Err(format!(
                 "checkpoint counts exceed its {len}-byte body (lpns {lpns}, chunks {chunks}, \
                  blocks {blocks}, trims {trims})"
@@ -470,6 +476,9 @@ impl BodySource for Slices<'_> {
 /// when read from flash). Never panics on any input (fuzzed: `fuzz/`).
 pub(crate) fn decode(b: &[u8], piece: usize) -> Result<(Checkpoint, MapImage), String> {
     let h = Header::decode(b)?;
+    if h.len > b.len() - HEADER {
+        return Err("checkpoint shorter than its header says".into());
+    }
     let piece = piece.max(1);
     let first_end = piece.max(HEADER).min(b.len());
     let mut src = Slices {

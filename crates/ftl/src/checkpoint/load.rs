@@ -113,6 +113,10 @@ fn load_at(
         let result = (|| {
             let mut first = pages.next_piece()?;
             let h = Header::decode(&first)?;
+            // Nothing is sized by a length the pages cannot hold.
+            if (HEADER + h.len) as u64 > count * u64::from(layout.page_size) {
+                return Err("checkpoint longer than its pages".to_string());
+            }
             if h.id != id {
                 return Err("checkpoint id mismatch".to_string());
             }

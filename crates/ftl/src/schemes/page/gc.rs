@@ -799,7 +799,10 @@ impl PageScheme {
                 && core.read_only_reason().is_none()
                 && left > 0
             {
-                if self.gc_step(core, b, &mut g, true) == Step::Idle {
+                // Any victim that frees a slot only at the reserve (where writers have no
+                // block); above it, only victims worth their copies, as background GC.
+                let urgent = core.bank(b).free.load(Ordering::Acquire) <= GC_RESERVE;
+                if self.gc_step(core, b, &mut g, urgent) == Step::Idle {
                     break;
                 }
                 steps += 1;

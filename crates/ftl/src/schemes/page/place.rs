@@ -213,6 +213,13 @@ impl PagePlacer {
         let has_trims = !page.zombies.is_empty();
         // Consecutive rounds in which no bank could take the page and GC reclaimed nothing.
         let mut stuck = 0u32;
+        // Of those, consecutive rounds in which nothing on the device moved either (no
+        // program, no erase by anyone): only these count towards giving up. Other writers
+        // filling their open blocks is what makes their garbage reclaimable, and on a loaded
+        // machine they may need more than a second of rounds to get there (CI saw a false
+        // "no free blocks" with eight threads while builds ran beside the test).
+        let mut idle = 0u32;
+        let mut seen = core.progress();
         // Foreground GC steps taken for this page.
         let mut cleaned = 0u32;
         loop {
@@ -231,11 +238,15 @@ impl PagePlacer {
                 // again (a background worker may have freed a block meanwhile).
                 if self.scheme.foreground_gc(core, &mut self.cleaning) {
                     stuck = 0;
+                    idle = 0;
                     cleaned += 1;
                 } else {
                     // Reclaimable space may sit in other writers' open blocks: give them time.
                     stuck += 1;
-                    if stuck > 2000 {
+                    let now = core.progress();
+                    idle = if now == seen { idle + 1 } else { 0 };
+                    seen = now;
+                    if idle > 2000 {
                         core.set_read_only("no free blocks left and nothing to reclaim".into());
                     }
                     core.wait_for_others();

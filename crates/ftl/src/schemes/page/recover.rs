@@ -27,7 +27,8 @@
 //! intact data slot at once (`offer`), which replaces the entry with a compare-and-swap when it
 //! wins. No sequence number is kept per page: when the entry was itself found by the scan
 //! (its slot lies at or past its block's `scan_from`), its number is read from its page's OOB
-//! again (`Scanner::slot_seq`), once per conflict. Equal numbers (a GC copy and its intact
+//! again (`Scanner::slot_seq`), once per conflict; an entry whose slot cannot be read again
+//! (the medium failed during the open) is left as it is rather than decided blindly. Equal numbers (a GC copy and its intact
 //! source) go to the higher slot, so the outcome does not depend on which thread came first.
 //! Then suspects, then trims (each entry decided once, by the newest trim covering it). So an
 //! open needs the live table plus a bit per page (lost flags; trim coverage), however much is
@@ -35,7 +36,7 @@
 //! being counted as torn (its twin cannot be told apart from another older copy without a
 //! per-page record).
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::map::PageMap;
 use super::PageScheme;
@@ -43,7 +44,7 @@ use crate::checkpoint::Checkpoint;
 use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{Layout, Psa};
-use crate::recovery::{Resolved, Scanner};
+use crate::recovery::{Resolved, Scanner, SlotVersion};
 use crate::schemes::RecoverInput;
 
 impl PageScheme {
@@ -131,6 +132,20 @@ pub(crate) fn resolve(
             e.store(Psa::UNMAPPED, Ordering::Release);
         }
     }
+    // Entries left as they were because their slot could not be read again (the medium
+    // failed during the open): nothing could be decided against them.
+    let unreadable = AtomicU64::new(0);
+    // What entry `v` of page `i` is, when the scan found it (`None`: unmapped, or the
+    // checkpoint's, which everything the scan offers is newer than).
+    let current = |i: usize, v: u32| {
+        (v != Psa::UNMAPPED && scanned(v)).then(|| {
+            let r = scanner.slot_seq(Psa(v), i as u32);
+            if r == SlotVersion::Unreadable {
+                unreadable.fetch_add(1, Ordering::Relaxed);
+            }
+            r
+        })
+    };
     // Data slots, as the bank threads find them.
     let offer = |lpn: u32, seq: u64, psa: Psa| {
         let i = lpn as usize;
@@ -140,12 +155,10 @@ pub(crate) fn resolve(
         let e = &table[i];
         let mut cur = e.load(Ordering::Acquire);
         loop {
-            if cur != Psa::UNMAPPED && scanned(cur) {
-                if let Some(cs) = scanner.slot_seq(Psa(cur), lpn) {
-                    if (cs, cur) >= (seq, psa.0) {
-                        return;
-                    }
-                }
+            match current(i, cur) {
+                Some(SlotVersion::Of(cs)) if (cs, cur) >= (seq, psa.0) => return,
+                Some(SlotVersion::Unreadable) => return,
+                _ => {}
             }
             match e.compare_exchange_weak(cur, psa.0, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return,
@@ -154,25 +167,24 @@ pub(crate) fn resolve(
         }
     };
     let scans = scanner.scan(&ranges, &offer)?;
-    // The winner's sequence number, if the scan found it.
-    let seq_of = |i: usize, v: u32| {
-        (v != Psa::UNMAPPED && scanned(v))
-            .then(|| scanner.slot_seq(Psa(v), i as u32))
-            .flatten()
-    };
 
     // Suspects (see the module doc): few, at most one page per scanned block.
     let mut torn_slots = 0;
     for (lpn, seq, psa) in scans.iter().flat_map(|s| s.suspect.iter().copied()) {
         let i = lpn as usize;
         let cur = table.get(i).map(|e| e.load(Ordering::Acquire));
-        let cur_seq = cur.and_then(|v| seq_of(i, v));
-        if cur_seq == Some(seq) || seq >= sc {
+        let cur = cur.and_then(|v| current(i, v));
+        if cur == Some(SlotVersion::Of(seq)) || seq >= sc {
             // Its twin is the newest version, or it is the write the crash interrupted.
             torn_slots += 1;
             continue;
         }
-        if i < lpns && lost.get(i) && cur_seq.is_none_or(|c| c < seq) {
+        let older = match cur {
+            Some(SlotVersion::Of(c)) => c < seq,
+            Some(SlotVersion::Unreadable) => false,
+            Some(SlotVersion::Other) | None => true,
+        };
+        if i < lpns && lost.get(i) && older {
             // Rot of a moved copy whose source is gone: it stays, so a read reports it.
             table[i].store(psa.0, Ordering::Release);
         }
@@ -195,7 +207,15 @@ pub(crate) fn resolve(
             }
             trimmed.set(i);
             let v = e.load(Ordering::Acquire);
-            if v != Psa::UNMAPPED && seq_of(i, v).is_none_or(|c| c < seq) {
+            if v == Psa::UNMAPPED {
+                continue;
+            }
+            let older = match current(i, v) {
+                Some(SlotVersion::Of(c)) => c < seq,
+                Some(SlotVersion::Unreadable) => false,
+                Some(SlotVersion::Other) | None => true,
+            };
+            if older {
                 e.store(Psa::UNMAPPED, Ordering::Release);
             }
         }
@@ -225,6 +245,13 @@ pub(crate) fn resolve(
     }
     tl.sort_unstable();
     tl.dedup_by_key(|e| e.0);
+    let unreadable = unreadable.into_inner();
+    if unreadable > 0 {
+        tracing::warn!(
+            "recovery: {unreadable} time(s) a version's slot could not be read again; \
+             the entry was kept as the scan left it"
+        );
+    }
     let mapped_pages = map.rebuild_valid(tl);
     let scanned_totals = scans.iter().fold((0, 0, 0), |(p, b, m), s| {
         (p + s.pages, b + s.blocks, m.max(s.max_seq + 1))
@@ -247,6 +274,8 @@ mod tests {
         data: Vec<(u32, u64, Psa)>,
         suspect: Vec<(u32, u64, Psa)>,
         trims: Vec<(u32, u32, u64)>,
+        /// Slots whose second reading fails.
+        unreadable: Vec<Psa>,
     }
 
     impl Scanner for Given {
@@ -265,12 +294,15 @@ mod tests {
             }])
         }
 
-        fn slot_seq(&self, psa: Psa, lpn: u32) -> Option<u64> {
+        fn slot_seq(&self, psa: Psa, lpn: u32) -> SlotVersion {
+            if self.unreadable.contains(&psa) {
+                return SlotVersion::Unreadable;
+            }
             self.data
                 .iter()
                 .chain(&self.suspect)
                 .find(|&&(l, _, p)| p == psa && l == lpn)
-                .map(|&(_, s, _)| s)
+                .map_or(SlotVersion::Other, |&(_, s, _)| SlotVersion::Of(s))
         }
     }
 
@@ -329,6 +361,7 @@ mod tests {
             data: vec![(1, 40, Psa(30))],
             suspect: vec![(1, 40, Psa(31)), (2, 50, Psa(32)), (3, 120, Psa(33))],
             trims: Vec::new(),
+            unreadable: Vec::new(),
         };
         let r =
             resolve(&given, scheme.layout, 8, &scheme.map, Some(&ck), input()).expect("resolves");
@@ -365,6 +398,7 @@ mod tests {
             suspect: Vec::new(),
             // Trim 3..6 at 175: removes 3 (130) and 4 (checkpointed), not 5 (180).
             trims: vec![(3, 3, 175), (0, 1, 165)],
+            unreadable: Vec::new(),
         };
         let r =
             resolve(&given, scheme.layout, 8, &scheme.map, Some(&ck), input()).expect("resolves");
@@ -387,5 +421,23 @@ mod tests {
         // Page 6 was in the erased block and nothing restored or trimmed it.
         assert_eq!(r.lost_pages, 1);
         assert_eq!(r.mapped_pages, 4);
+    }
+
+    /// A version whose slot cannot be read again (the medium failed during the open) is not
+    /// replaced by an offer it cannot be compared with, nor unmapped by a trim, nor covered by
+    /// a rotted copy.
+    #[test]
+    fn an_unreadable_winner_is_kept() {
+        let scheme = scheme();
+        let ck = checkpoint(&scheme.map, &[]);
+        let given = Given {
+            // Offered last to first: 28 is installed first, then 29 (older) is offered.
+            data: vec![(0, 140, Psa(29)), (0, 150, Psa(28))],
+            suspect: Vec::new(),
+            trims: vec![(0, 1, 145)],
+            unreadable: vec![Psa(28)],
+        };
+        resolve(&given, scheme.layout, 8, &scheme.map, Some(&ck), input()).expect("resolves");
+        assert_eq!(scheme.map.get(crate::layout::Lpn(0)), Some(Psa(28)));
     }
 }
