@@ -15,8 +15,10 @@
 //! released by [`PageMap::release`] once the record is). Every method that moves an entry moves
 //! its valid bit in the same call: [`PageMap::commit`] (a programmed slot becomes a page's
 //! newest version), [`PageMap::relocate`] (GC moved it), [`PageMap::unmap`] / `release` (trim),
-//! [`PageMap::log_trim_slot`] / `relocate_trim_slot` / `prune_trim_log`, and
-//! [`PageMap::install`] (recovery). [`PageMap::check`] verifies it.
+//! [`PageMap::log_trim_slot`] / `relocate_trim_slot` / `prune_trim_log`. The one exception is
+//! recovery, before the map is shared: the checkpoint's entries (`MapSink::store`) and the
+//! scan's (`table()`) go in without their bits, and [`PageMap::rebuild_valid`] then sets every
+//! bit from the table. [`PageMap::check`] verifies it.
 //!
 //! # Locking
 //! An entry changes only under its page's stripe lock (`cache::WriteCache`), which the
