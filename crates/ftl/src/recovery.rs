@@ -86,6 +86,10 @@ pub(crate) struct Scan {
     pub max_seq: u64,
     pub pages: u64,
     pub blocks: u64,
+    /// Per scanned block holding data slots: (global block, lowest, highest sequence number of
+    /// its data slots, suspects included). A version in the block lies between them, which
+    /// often decides against a trim without reading the slot again.
+    pub block_seqs: Vec<(u32, u64, u64)>,
 }
 
 /// What a scheme's resolution reads from flash: the scan, and a slot's sequence number again.
@@ -228,11 +232,13 @@ impl Core {
             pages: 0,
             blocks: list.len() as u64,
             suspect: Vec::new(),
+            block_seqs: Vec::new(),
         };
         let mut oob_buf = vec![0u8; self.layout.oob_size as usize];
         let mut slot = vec![0u8; LOGICAL_PAGE];
         let mut page_buf = vec![0u8; self.layout.page_size as usize];
         for &(block, from, to) in list {
+            let (mut lo, mut hi) = (u64::MAX, 0);
             for page in from..to {
                 let addr = PageAddr {
                     block: BlockAddr {
@@ -272,10 +278,12 @@ impl Core {
                     match m.kind {
                         SlotKind::Data if suspect & (1 << i) != 0 => {
                             out.max_seq = out.max_seq.max(m.seq);
+                            (lo, hi) = (lo.min(m.seq), hi.max(m.seq));
                             out.suspect.push((m.lpn.0, m.seq, psa));
                         }
                         SlotKind::Data => {
                             out.max_seq = out.max_seq.max(m.seq);
+                            (lo, hi) = (lo.min(m.seq), hi.max(m.seq));
                             on_data(m.lpn.0, m.seq, psa);
                         }
                         SlotKind::TrimLog => {
@@ -299,6 +307,13 @@ impl Core {
                         SlotKind::Pad => {}
                     }
                 }
+            }
+            if lo <= hi {
+                let blk = self.layout.block_idx(BlockAddr {
+                    bank: BankId(bank),
+                    block,
+                });
+                out.block_seqs.push((blk.0, lo, hi));
             }
         }
         Ok(out)
