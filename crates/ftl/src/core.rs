@@ -262,6 +262,23 @@ impl Core {
         }
     }
 
+    /// Free blocks above the banks' GC reserves that background GC keeps device-wide
+    /// (`FtlConfig::gc_free_pool`).
+    pub fn gc_free_pool(&self) -> u32 {
+        match self.cfg.gc_free_pool {
+            0 => (self.layout.banks / 8).max(2),
+            n => n,
+        }
+    }
+
+    /// Free blocks writers may take now: each bank's free blocks above its GC reserve.
+    pub fn free_pool(&self) -> u32 {
+        self.banks
+            .iter()
+            .map(|b| b.free.load(Ordering::Acquire).saturating_sub(GC_RESERVE))
+            .sum()
+    }
+
     /// Re-derives a bank's free count and exclusive-GC flag after its free list changed. The
     /// caller still holds the bank's `BankAlloc` lock: two threads that each changed the free
     /// list and stored their count after unlocking could store them in the wrong order, and a
@@ -273,7 +290,7 @@ impl Core {
         if bank.exclusive_gc.swap(exclusive, Ordering::AcqRel) != exclusive && exclusive {
             self.gc_wake.notify(usize::MAX);
         }
-        if free < self.gc_soft_free() {
+        if free < self.gc_soft_free() || self.free_pool() < self.gc_free_pool() {
             self.gc_wake.notify(usize::MAX);
         }
     }
