@@ -5,7 +5,8 @@ Every experiment script takes:
   --quick        a reduced run (seconds; what ./scripts/test runs) instead of the full one
   --ftld PATH    the ftld binary [default: $FTLD, else target/release/ftld, built if missing]
   --out DIR      where results go [default: experiments/results/<experiment>]
-Only the Python standard library is used.
+Only the Python standard library is used (gc_bound.py also runs libnbd's nbdsh, Debian
+python3-libnbd, as an NBD client).
 """
 
 import argparse

@@ -25,10 +25,22 @@ ends with every bank at its GC reserve, as after a burst), then the writes, back
 The first 2 s are left out of the steady-state figures (background GC restoring its floor
 after the burst); `max all` includes them. Virtual time (deterministic) and real time (the
 emulated device on the host's clock: adds this machine's scheduling noise; 2 vCPUs).
+
+Timing `nbd`: the same device served (`ftld serve --timing real`, NBD on a unix socket) after
+the same precondition (`ftld replay --image` in virtual time), and the FUA writes sent by
+libnbd (`nbdsh`, Debian python3-libnbd: the client library fio's nbd engine uses; fio itself
+has no FUA writes over NBD), one at a time. The latency columns are then the client's
+(request sent to reply received: the transport is included), `server p99.9 us` and `server
+max us` are the daemon's own (`ftld stats` latency_write, request start to completion, every
+write since the open). For the replay rows those two are the in-process figures again.
 """
 
 import json
+import os
+import signal
 import subprocess
+import sys
+import time
 
 import common
 
@@ -39,7 +51,7 @@ QUICK_WARMUP_US = 250_000
 
 
 def preset_timing(ftld, name):
-    """(t_read, t_prog, t_erase, transfer of a page) in us, from `ftld presets --json` (the
+    """(t_read, t_prog, t_erase, transfer of a page) in us and the page size, from `ftld presets --json` (the
     slowest page type's read and program for a multi-level cell: a bound must hold for all)."""
     out = subprocess.run([ftld, "presets", "--json"], capture_output=True, text=True,
                          check=True).stdout
@@ -50,8 +62,96 @@ def preset_timing(ftld, name):
             t_read = max([t["t_read_us"], *cell.get("t_read_upper_us", [])])
             t_prog = max([t["t_prog_us"], *cell.get("t_prog_upper_us", [])])
             xfer = g["page_size"] / t["channel_bytes_per_sec"] * 1e6
-            return t_read, t_prog, t["t_erase_us"], xfer
+            return t_read, t_prog, t["t_erase_us"], xfer, g["page_size"]
     raise SystemExit(f"preset {name} not in `ftld presets`")
+
+
+# Sent through nbdsh (`h` is its connected handle): N FUA writes of 4 KiB at random pages,
+# one at a time; writes [(start us since the first, latency us)] as JSON to OUT.
+NBDSH_WRITES = """
+import json, os, random, time
+import nbd
+n, out = int(os.environ["GC_BOUND_N"]), os.environ["GC_BOUND_OUT"]
+assert h.can_fua(), "the server does not offer FUA"
+pages = h.get_size() // 4096
+rng = random.Random(1)
+buf = bytearray(4096)
+lat = []
+t0 = time.monotonic_ns()
+for i in range(n):
+    off = rng.randrange(pages) * 4096
+    buf[0:8] = i.to_bytes(8, "little")
+    s = time.monotonic_ns()
+    h.pwrite(bytes(buf), off, nbd.CMD_FLAG_FUA)
+    lat.append(((s - t0) / 1000, (time.monotonic_ns() - s) / 1000))
+with open(out, "w") as f:
+    json.dump(lat, f)
+"""
+
+
+def served(a, preset, policy, capacity, n):
+    """The NBD run: precondition an image in virtual time, serve it with timing real, send `n`
+    FUA writes through nbdsh. Returns ([(start us, latency us)], `ftld stats` JSON)."""
+    # nbdsh is `python3 -m nbd` with `python3` from PATH, which may not be the Python the
+    # bindings were built for (a pyenv one): run it with one that can import them.
+    python = next((p for p in (sys.executable, "/usr/bin/python3") if subprocess.run(
+        [p, "-c", "import nbd"], capture_output=True).returncode == 0), None)
+    if python is None:
+        raise SystemExit("gc_bound: nbdsh and libnbd's Python bindings are needed for the "
+                         "NBD rows (Debian package python3-libnbd)")
+    tag = f"{preset}-{policy}-nbd"
+    run_dir = a.out / "runs" / tag
+    run_dir.mkdir(parents=True)
+    image = run_dir / "device.img"
+    common.replay(a, f"{tag}-precondition", [
+        "--image", image, "--preset", preset, "--capacity", capacity,
+        "--gc-policy", policy, "--precondition", 95, "--seed", 1, "--queue-depth", 1,
+        "--workload", "random,bs=4k,read=0,requests=1"])
+    cfg = run_dir / "ftld.toml"
+    cfg.write_text(f'[ftl]\ngc_policy = "{policy}"\n')
+    sock, ctl = run_dir / "nbd.sock", run_dir / "ctl.sock"
+    log = open(run_dir / "serve.log", "w")
+    server = subprocess.Popen(
+        [a.ftld, "serve", "--image", str(image), "--config", str(cfg), "--timing", "real",
+         "--frontend", "nbd", "--nbd-socket", str(sock), "--control-socket", str(ctl)],
+        stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not sock.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"gc_bound: ftld serve did not listen; see {run_dir}/serve.log")
+            time.sleep(0.05)
+        out = run_dir / "latencies.json"
+        env = dict(os.environ, GC_BOUND_N=str(n), GC_BOUND_OUT=str(out))
+        before = ftld_stats(a, ctl)
+        t = time.monotonic()
+        subprocess.run([python, "-m", "nbd", "-u", f"nbd+unix:///?socket={sock}", "-c", NBDSH_WRITES],
+                       env=env, check=True)
+        after = ftld_stats(a, ctl)
+        (run_dir / "stats.json").write_text(json.dumps(after, indent=1))
+        with open(out) as f:
+            lat = json.load(f)
+        print(f"  {tag}: {n} FUA writes over NBD in {time.monotonic() - t:.1f} s",
+              file=sys.stderr)
+        # GC and WAF of the writes alone: the open's own cleaning (`restore_headroom`) is
+        # before them.
+        b, f = before["ftl"], after["ftl"]
+        delta = {k: f[k] - b[k] for k in ("gc_steps", "foreground_gc", "nand_page_programs",
+                                           "gc_page_programs", "host_write_bytes")}
+        return lat, f, delta
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def ftld_stats(a, ctl):
+    return json.loads(subprocess.run(
+        [a.ftld, "stats", "--control-socket", str(ctl)], capture_output=True, text=True,
+        check=True).stdout)
 
 
 def pct(sorted_vals, p):
@@ -65,20 +165,42 @@ def main():
     warmup = QUICK_WARMUP_US if a.quick else WARMUP_US
     rows = []
     for preset in ("default", "slc-small-004"):
-        t_read, t_prog, t_erase, xfer = preset_timing(a.ftld, preset)
+        t_read, t_prog, t_erase, xfer, page = preset_timing(a.ftld, preset)
         own = xfer + t_prog
         copy = max(t_read + t_prog, t_read + 2 * xfer + t_prog)
         one_step = own + t_erase + copy
         bound = own + t_erase + 8 * copy
+        capacity = "64M" if a.quick else "256M"
         for policy in ("adaptive", "in-path"):
-            for timing in ("virtual", "real"):
+            for timing in ("virtual", "real", "nbd"):
+                if timing == "nbd":
+                    n = 1_500 if a.quick else 20_000
+                    timed, ftl, d = served(a, preset, policy, capacity, n)
+                    lat = sorted(l for start, l in timed if start >= warmup)
+                    programs = d["nand_page_programs"] + d["gc_page_programs"]
+                    secs = timed[-1][0] / 1e6 if timed else 0
+                    rows.append({
+                        "preset": preset, "policy": policy, "timing": timing,
+                        "IOPS": len(timed) / secs if secs > 0 else 0.0,
+                        "bound us": bound, "one-step us": one_step,
+                        "p99 us": pct(lat, 99), "p99.9 us": pct(lat, 99.9),
+                        "max us": lat[-1] if lat else None,
+                        "max / bound": lat[-1] / bound if lat else None,
+                        "max all us": max(l for _, l in timed),
+                        "server p99.9 us": ftl["latency_write"]["p999_us"],
+                        "server max us": ftl["latency_write"]["max_us"],
+                        "steps / write": d["gc_steps"] / max(1, n),
+                        "foreground": d["foreground_gc"],
+                        "WAF": programs * page / max(1, d["host_write_bytes"]),
+                    })
+                    continue
                 if timing == "real":
                     n = 1_500 if a.quick else 20_000
                 else:
                     n = 6_000 if a.quick else 100_000
                 tag = f"{preset}-{policy}-{timing}"
                 s, run_dir = common.replay(a, tag, [
-                    "--preset", preset, "--capacity", "64M" if a.quick else "256M",
+                    "--preset", preset, "--capacity", capacity,
                     "--gc-policy", policy, "--timing", timing, "--precondition", 95,
                     "--seed", 1, "--queue-depth", 1, "--workload",
                     f"random,bs=4k,read=0,fua=1,requests={n}"])
@@ -99,6 +221,8 @@ def main():
                     "max us": lat[-1] if lat else None,
                     "max / bound": lat[-1] / bound if lat else None,
                     "max all us": s["write"]["max_us"],
+                    "server p99.9 us": pct(lat, 99.9),
+                    "server max us": lat[-1] if lat else None,
                     "steps / write": gc["steps"] / max(1, s["write"]["count"]),
                     "foreground": gc["foreground"],
                     "WAF": s["waf"],
@@ -106,7 +230,8 @@ def main():
     common.write_table(
         a, "FUA write latency at 95 % fill against the per-write GC bound",
         ["preset", "policy", "timing", "IOPS", "bound us", "one-step us", "p99 us", "p99.9 us", "max us",
-         "max / bound", "max all us", "steps / write", "foreground", "WAF"], rows,
+         "max / bound", "max all us", "server p99.9 us", "server max us", "steps / write",
+         "foreground", "WAF"], rows,
         f"Steady state (arrivals after {warmup / 1e6:g} s). Goal (issue 14): max / bound <= 1; "
         "real-time figures also hold this machine's scheduling delays.")
 

@@ -166,13 +166,25 @@ fn waf_limit() {
 
 #[test]
 fn gc_bound() {
-    if !python() {
+    // The NBD rows send their FUA writes with libnbd's shell.
+    if !python() || !e2e::require_tool("nbdsh", "python3-libnbd") {
         return;
     }
     let t = run("gc_bound.py");
     let t = t.values().next().unwrap();
     let rows = t["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 8);
+    // Two presets x two policies x virtual, real and NBD.
+    assert_eq!(rows.len(), 12);
+    let nbd: Vec<_> = rows
+        .iter()
+        .filter(|r| r["timing"].as_str() == Some("nbd"))
+        .collect();
+    assert_eq!(nbd.len(), 4);
+    for r in nbd {
+        // Every write of the served run reached the daemon and was counted there.
+        assert!(r["server max us"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["IOPS"].as_f64().unwrap() > 0.0, "{r}");
+    }
     assert!(column(t, "bound us").iter().all(|&x| x > 0.0));
     // Virtual time is deterministic and free of this machine's noise: there every write after
     // the warm-up is within the bound (real-time rows also carry scheduling delays).
