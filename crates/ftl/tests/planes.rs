@@ -226,8 +226,11 @@ fn multi_plane_writes_with_timing_real_keep_the_data() {
     let cfg = small_cfg(GcPolicy::Adaptive);
     let ftl = Ftl::create(&path, &nand, TimingMode::Real, cfg.clone(), None).unwrap();
     let pages = ftl.capacity() / 4096 * 3 / 4;
+    // Enough rounds that the device's free space runs out and GC moves multi-plane pages
+    // (three fit in the free blocks without an erase).
+    const ROUNDS: u64 = 5;
     block_on(async {
-        for round in 1..=3u64 {
+        for round in 1..=ROUNDS {
             let mut req = Vec::new();
             for l in 0..pages {
                 req.extend_from_slice(&stamped(l, round));
@@ -250,7 +253,7 @@ fn multi_plane_writes_with_timing_real_keep_the_data() {
     assert!(s.gc_erases > 0);
     ftl.check_invariants().unwrap();
     assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
-    let check = |ftl: &Ftl, when: &str| check_stamps(ftl, pages, |_| Some(3), when);
+    let check = |ftl: &Ftl, when: &str| check_stamps(ftl, pages, |_| Some(ROUNDS), when);
     check(&ftl, "after the flush");
     ftl.simulate_power_loss();
     let ftl = Ftl::open(&path, TimingMode::Real, cfg).unwrap();
