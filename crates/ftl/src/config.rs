@@ -66,9 +66,11 @@ pub struct FtlConfig {
     pub victim_policy: VictimPolicy,
     /// Background GC workers (Parallel and Adaptive policies).
     pub gc_threads: usize,
-    /// Free blocks per bank under which GC starts (0: the GC reserve + 1, i.e. 2, with
-    /// background workers; + 2 with in-path GC; at least the reserve + 1). Each free block is spare space held idle: a higher floor
-    /// absorbs longer write bursts without foreground GC and costs write amplification.
+    /// Free blocks per bank under which in-path GC cleans the bank (0: the GC reserve + 2,
+    /// i.e. 3; at least the reserve + 1), and to which an open cleans every bank (0: the
+    /// reserve + 1 with background workers, which otherwise keep `gc_free_pool`). Each free
+    /// block is spare space held idle: a higher floor absorbs longer write bursts without
+    /// foreground GC and costs write amplification.
     pub gc_soft_free: u32,
     /// Background GC workers (parallel and adaptive policies) clean while the device has fewer
     /// free blocks than this above the banks' GC reserves, taking the cheapest victim anywhere

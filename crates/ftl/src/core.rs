@@ -245,15 +245,17 @@ impl Core {
         self.queues.len() - 1
     }
 
-    /// Free blocks a bank should keep before background GC starts cleaning it.
+    /// A bank's soft floor: under it, in-path GC cleans the bank as pages arrive there and,
+    /// with background workers, a page sent there pays its backstop share while the device's
+    /// free pool is short (`gc_free_pool` is what workers keep); an open cleans every bank
+    /// back to it.
     pub fn gc_soft_free(&self) -> u32 {
         if self.cfg.gc_soft_free > 0 {
             return self.cfg.gc_soft_free.max(GC_RESERVE + 1);
         }
-        // Background workers: one block ahead of the reserve. Each block more held free costs
-        // WAF (`ftld replay --timing off`, 1 GiB, 7 % OP, QD32: 4.74-4.76 with 2, 5.05 with 3;
-        // the 5 of before measured 6.26 over NBD) and buys only a block per bank of burst
-        // before writers clean in the foreground.
+        // Background workers: one block ahead of the reserve, i.e. a bank at its reserve.
+        // Each block more held free costs WAF (`ftld replay --timing off`, 1 GiB, 7 % OP,
+        // QD32: 4.74-4.76 with 2, 5.05 with 3 when workers kept this floor on every bank).
         // In-path GC cleans as pages arrive, paced: it needs a block of its own to pace over
         // before the bank is down to the reserve.
         match self.cfg.gc_policy {

@@ -305,3 +305,72 @@ fn background_gc_keeps_a_device_wide_pool_not_a_floor_per_bank() {
     verify_all(&ftl, &tags);
     ftl.check_invariants().unwrap();
 }
+
+/// Static wear levelling with background workers, which keep a device-wide pool rather than a
+/// floor per bank, so most banks rest at their GC reserve (levelling runs there while the pool
+/// is full). Cold data written once, then a quarter of the pages rewritten many times, with
+/// idle time in between (virtual time): the cold blocks must move.
+#[test]
+fn workers_level_wear_on_banks_at_their_reserve() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wear.img");
+    let mut cfg = small_cfg(GcPolicy::Parallel);
+    cfg.wear_level_spread = 4;
+    let mut nand = small_nand(4096, 24);
+    nand.geometry.channels = 4;
+    nand.geometry.banks_per_channel = 4;
+    let ftl = Ftl::create(
+        &path,
+        &nand,
+        ftl::nand_model::TimingMode::Virtual,
+        cfg,
+        None,
+    )
+    .unwrap();
+    let pages = ftl.capacity() / 4096;
+    let hot = pages / 4;
+    let mut tags = vec![1u64; pages as usize];
+    let mut rng = SmallRng::seed_from_u64(3);
+    block_on(async {
+        for l in 0..pages {
+            ftl.write(0, l * 4096, &stamped(l, 1), false).await.unwrap();
+        }
+        for i in 0..30 * pages {
+            let l = rng.gen_range(0..hot);
+            tags[l as usize] += 1;
+            ftl.write(
+                (i % 2) as usize,
+                l * 4096,
+                &stamped(l, tags[l as usize]),
+                false,
+            )
+            .await
+            .unwrap();
+            if i % 1000 == 999 {
+                ftl.flush().await.unwrap();
+                ftl.advance_to(ftl.now_ns() + 200_000_000).unwrap();
+            }
+        }
+        ftl.flush().await.unwrap();
+    });
+    ftl.advance_to(ftl.now_ns() + 2_000_000_000).unwrap();
+    let s = ftl.stats();
+    eprintln!(
+        "wear {}/{:.1}/{}, {} moves, free {:?}",
+        s.wear.min,
+        s.wear.avg,
+        s.wear.max,
+        s.wear_level_moves,
+        s.banks.iter().map(|b| b.free_blocks).collect::<Vec<_>>()
+    );
+    assert!(
+        s.wear_level_moves > 0,
+        "no cold data moved: wear {}/{:.1}/{}, free {:?}",
+        s.wear.min,
+        s.wear.avg,
+        s.wear.max,
+        s.banks.iter().map(|b| b.free_blocks).collect::<Vec<_>>()
+    );
+    verify_all(&ftl, &tags);
+    ftl.check_invariants().unwrap();
+}

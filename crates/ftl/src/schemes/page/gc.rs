@@ -612,8 +612,15 @@ impl PageScheme {
             .enumerate()
             .position(|(i, s)| *s == BlockState::Retiring && fits(i))
             .and_then(|i| pick(i as u32, Purpose::Retire));
-        // Static wear levelling only on a bank that is not short of free blocks.
-        if chosen.is_none() && a.free_len() >= core.gc_soft_free() {
+        // Static wear levelling only on a bank that is not short of free blocks: with
+        // background workers, while the device's free pool is full (a bank at its reserve is
+        // where workers leave it, and the move's frontier may take that block: `fits` checks
+        // the room); with in-path GC, at its soft floor.
+        let spare = match core.cfg.gc_policy {
+            crate::config::GcPolicy::InPath => a.free_len() >= core.gc_soft_free(),
+            _ => a.free_len() >= GC_RESERVE && core.free_pool() >= core.gc_free_pool(),
+        };
+        if chosen.is_none() && spare {
             chosen = self
                 .wear_level_victim(core, b, &a)
                 .filter(|blk| fits(*blk as usize))
@@ -799,11 +806,13 @@ impl PageScheme {
     /// (frontiers start on fresh blocks), so a bank that was at its GC reserve when the image
     /// was closed or crashed has no block a writer may open, and the first writes would all
     /// wait for foreground GC (a benchmark that preconditions, closes and reopens measured
-    /// 120-430 foreground steps from this alone). Cleans each bank back to its soft floor, the
-    /// level GC keeps it at while writes go on (the reserve and one block with workers, two
-    /// with in-path GC: only back to the reserve and one, paced in-path GC still fell back on
-    /// foreground steps, 143 on slc-small-004). A victim or a few per bank (the GC frontier
-    /// it opens takes a free block first). Returns the steps taken.
+    /// 120-430 foreground steps from this alone). Cleans each bank back to its soft floor (the
+    /// reserve and one block with workers, two with in-path GC, the level paced in-path GC
+    /// keeps a bank at: only back to the reserve and one, in-path GC still fell back on
+    /// foreground steps, 143 on slc-small-004), so every bank can take writes at first; with
+    /// workers that is more than their device-wide pool, and the writes use it up before they
+    /// clean again. A victim or a few per bank (the GC frontier it opens takes a free block
+    /// first). Returns the steps taken.
     pub(crate) fn restore_headroom(&self, core: &Core) -> u64 {
         let mut steps = 0;
         for b in 0..core.layout.banks {
@@ -949,9 +958,10 @@ pub(crate) struct GcWorker {
     adaptive: bool,
     /// Where the next scan of the banks starts (workers spread out).
     rr: u32,
-    /// (does not need GC, busy, valid slots of its best victim (0 below the reserve), place
-    /// from `rr`, bank): sorted, most in need and cheapest first.
-    candidates: Vec<(bool, bool, u32, u32, u32)>,
+    /// (does not need GC, tier (0: below its reserve, 1: a victim under way, 2: other), busy,
+    /// valid slots of its best victim (tier 2 of a bank in need, else 0), place from `rr`,
+    /// bank): sorted, most in need and cheapest first.
+    candidates: Vec<(bool, u8, bool, u32, u32, u32)>,
 }
 
 impl GcWorker {
@@ -975,10 +985,9 @@ impl BackgroundWorker for GcWorker {
         let scheme = &self.scheme;
         let nb = core.layout.banks;
         // Every worker cleans, whatever the host load, once a bank is below its GC reserve.
-        // Not sooner: with the soft floor one block above the reserve, some bank is at its
-        // reserve (or `exclusive_gc`, one block above) nearly all the time on a busy device,
-        // and adaptive GC would never throttle; writers to such a bank pay their paced share
-        // instead (`backstop_gc`).
+        // Not sooner: some bank is at its reserve (or `exclusive_gc`, one block above) nearly
+        // all the time on a busy device, and adaptive GC would never throttle; writers to
+        // such a bank pay their paced share instead while the pool is short (`backstop_gc`).
         let urgent = (0..nb).any(|b| core.bank(b).free.load(Ordering::Acquire) < GC_RESERVE);
         if self.adaptive && !urgent && self.idx >= scheme.gc_load.allowed.load(Ordering::Acquire) {
             return Some(Duration::from_millis(5));
@@ -1005,55 +1014,72 @@ impl BackgroundWorker for GcWorker {
             if !needs && !scheme.wear_level_due(core, b) {
                 continue;
             }
+            // A victim half cleaned is finished before another is started: its bank's next
+            // victim costs more than what is left of it, and with one step per round (virtual
+            // time) workers would otherwise open victims on many banks and free none.
+            let started = || {
+                scheme.gc[b as usize]
+                    .try_lock()
+                    .is_some_and(|g| g.victim.is_some() || !g.staged.is_empty())
+            };
+            let tier = match (below, needs) {
+                (true, _) => 0,
+                (false, true) if started() => 1,
+                _ => 2,
+            };
             // In flight, or still working off an erase nobody waits for (`erase_or_retire`).
             let load = core.nand.bank_load(BankId(b));
             let busy = load.inflight > 0 || load.busy_for.is_some();
-            let cost = match (below, needs) {
-                (true, _) => 0,
-                (false, true) => scheme.best_victim_valid(core, b),
-                (false, false) => u32::MAX,
+            let cost = if needs && tier == 2 {
+                scheme.best_victim_valid(core, b)
+            } else {
+                0
             };
-            self.candidates.push((!needs, busy, cost, i, b));
+            self.candidates.push((!needs, tier, busy, cost, i, b));
         }
         if self.candidates.is_empty() {
             return Some(Duration::from_millis(20));
         }
         self.candidates.sort_unstable();
         // A bank whose cleaner is busy (another worker, or a writer cleaning in the
-        // foreground) is skipped rather than spun on.
-        let Some((b, mut g)) = self
-            .candidates
-            .iter()
-            .find_map(|c| scheme.gc[c.4 as usize].try_lock().map(|g| (c.4, g)))
-        else {
-            return Some(Duration::from_millis(1));
-        };
-        self.rr = (b + 1) % nb;
+        // foreground) is skipped rather than spun on, and so is one with nothing to clean now
+        // (no victim worth its copies, or none that fits the room its GC frontier has): the
+        // next candidate is tried instead of sleeping while the pool is short.
         let start = core.now_ns();
         let mut steps = 0u32;
-        while steps < max_steps {
-            if core.stopping.load(Ordering::Acquire) {
-                break;
+        let mut locked = false;
+        for c in 0..self.candidates.len() {
+            let b = self.candidates[c].5;
+            let Some(mut g) = scheme.gc[b as usize].try_lock() else {
+                continue;
+            };
+            locked = true;
+            while steps < max_steps {
+                if core.stopping.load(Ordering::Acquire) {
+                    return None;
+                }
+                let step = scheme.gc_step(core, b, &mut g, false);
+                if step == Step::Idle {
+                    break;
+                }
+                steps += 1;
+                // After a freed block the next round chooses again: the cheapest victim may
+                // now be on another bank, and the pool may be full.
+                if step == Step::Freed {
+                    self.rr = (b + 1) % nb;
+                    return None;
+                }
+                // The clock is read every 16 steps only: in a VM a read can cost as much as a
+                // step.
+                if steps.is_multiple_of(16) && core.now_ns() - start > 50_000_000 {
+                    break;
+                }
             }
-            let step = scheme.gc_step(core, b, &mut g, false);
-            if step == Step::Idle {
-                return Some(Duration::from_millis(5));
-            }
-            // Give the bank back to host I/O after a freed block once the pool is full again
-            // and the bank is not below its reserve (the next round picks the cheapest victim
-            // afresh).
-            if step == Step::Freed
-                && core.bank(b).free.load(Ordering::Acquire) >= GC_RESERVE
-                && core.free_pool() >= core.gc_free_pool()
-            {
-                break;
-            }
-            // The clock is read every 16 steps only: in a VM a read can cost as much as a step.
-            steps += 1;
-            if steps.is_multiple_of(16) && core.now_ns() - start > 50_000_000 {
-                break;
+            if steps > 0 {
+                self.rr = (b + 1) % nb;
+                return None;
             }
         }
-        None
+        Some(Duration::from_millis(if locked { 5 } else { 1 }))
     }
 }
