@@ -958,7 +958,7 @@ pub(crate) struct GcWorker {
     adaptive: bool,
     /// Where the next scan of the banks starts (workers spread out).
     rr: u32,
-    /// (does not need GC, tier (0: below its reserve, 1: a victim under way, 2: other), busy,
+    /// (does not need GC, tier (0: below its reserve, 2: other), busy,
     /// valid slots of its best victim (tier 2 of a bank in need, else 0), place from `rr`,
     /// bank): sorted, most in need and cheapest first.
     candidates: Vec<(bool, u8, bool, u32, u32, u32)>,
@@ -1014,19 +1014,11 @@ impl BackgroundWorker for GcWorker {
             if !needs && !scheme.wear_level_due(core, b) {
                 continue;
             }
-            // A victim half cleaned is finished before another is started: its bank's next
-            // victim costs more than what is left of it, and with one step per round (virtual
-            // time) workers would otherwise open victims on many banks and free none.
-            let started = || {
-                scheme.gc[b as usize]
-                    .try_lock()
-                    .is_some_and(|g| g.victim.is_some() || !g.staged.is_empty())
-            };
-            let tier = match (below, needs) {
-                (true, _) => 0,
-                (false, true) if started() => 1,
-                _ => 2,
-            };
+            // Not ranked first: a bank whose victim is under way (tried: in virtual time, where
+            // a round is one step, workers then kept stepping on that bank while it was busy
+            // instead of cleaning idle ones, fell behind, and writers cleaned in the
+            // foreground: 262 steps and a 57 ms write on slc-small-004 in `gc_bound.py`).
+            let tier = if below { 0 } else { 2 };
             // In flight, or still working off an erase nobody waits for (`erase_or_retire`).
             let load = core.nand.bank_load(BankId(b));
             let busy = load.inflight > 0 || load.busy_for.is_some();
