@@ -77,7 +77,12 @@ fn epoch() -> &'static Epoch {
     EPOCH.get_or_init(|| {
         // A preemption between the readings would skew every conversion by up to its length
         // (and a wait could then look early against an `Instant` deadline): keep the tightest
-        // of several tries.
+        // of several tries. The `Instant` is paired with the reading *after* it, never one
+        // before: the instant was taken no later than that, so a converted deadline is never
+        // later than the internal one, and a wait that ended on time on the internal clock
+        // is on time against its `Instant` too (pairing with the midpoint left up to half a
+        // gap the other way: CI saw "a future completed before its deadline" in the timing
+        // tests, all of them in one process at once).
         let mut best: Option<(u64, Epoch)> = None;
         for _ in 0..1000 {
             let before = now_ns();
@@ -85,8 +90,7 @@ fn epoch() -> &'static Epoch {
             let after = now_ns();
             let gap = after - before;
             if best.as_ref().is_none_or(|(g, _)| gap < *g) {
-                let ns = before + gap / 2;
-                best = Some((gap, Epoch { instant, ns }));
+                best = Some((gap, Epoch { instant, ns: after }));
             }
             if gap < 1_000 {
                 break;

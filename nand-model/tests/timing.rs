@@ -255,9 +255,13 @@ fn pmcd_transfers_take_any_free_controller() {
     };
     let mut f = Fixture::new(&config(2), TimingMode::Real);
     let dev = f.dev();
+    // Both submissions count from the same arrival: a preemption between the two calls must
+    // not make the second arrive a transfer later (CI saw this fail once).
+    let arrival = nand_model::ArrivalScope::enter(dev.now_ns());
     // Banks 0 and 1 share channel 0 (which TMCD serialises: `channel_transfers_serialize`).
     let a = dev.program(PageAddr::new(0, 1, 0), &PAGE, &[]).unwrap();
     let b = dev.program(PageAddr::new(1, 1, 0), &PAGE, &[]).unwrap();
+    drop(arrival);
     let gap = b.deadline().saturating_duration_since(a.deadline());
     assert!(
         gap < xfer(4096),
