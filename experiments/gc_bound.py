@@ -159,6 +159,15 @@ def ftld_stats(a, ctl):
         check=True).stdout)
 
 
+def tail_columns(lat, bound):
+    """p99, p99.9 and max of the sorted steady-state latencies `lat`, and max / bound."""
+    return {
+        "p99 us": pct(lat, 99), "p99.9 us": pct(lat, 99.9),
+        "max us": lat[-1] if lat else None,
+        "max / bound": lat[-1] / bound if lat else None,
+    }
+
+
 def pct(sorted_vals, p):
     if not sorted_vals:
         return None
@@ -188,9 +197,7 @@ def main():
                         "preset": preset, "policy": policy, "timing": timing,
                         "IOPS": len(timed) / secs if secs > 0 else 0.0,
                         "bound us": bound, "one-step us": one_step,
-                        "p99 us": pct(lat, 99), "p99.9 us": pct(lat, 99.9),
-                        "max us": lat[-1] if lat else None,
-                        "max / bound": lat[-1] / bound if lat else None,
+                        **tail_columns(lat, bound),
                         "max all us": max(l for _, l in timed),
                         "server p99.9 us": ftl["latency_write"]["p999_us"],
                         "server max us": ftl["latency_write"]["max_us"],
@@ -222,9 +229,7 @@ def main():
                     "preset": preset, "policy": policy, "timing": timing,
                     "IOPS": s["write"]["count"] / s["simulated_seconds"],
                     "bound us": bound, "one-step us": one_step,
-                    "p99 us": pct(lat, 99), "p99.9 us": pct(lat, 99.9),
-                    "max us": lat[-1] if lat else None,
-                    "max / bound": lat[-1] / bound if lat else None,
+                    **tail_columns(lat, bound),
                     "max all us": s["write"]["max_us"],
                     "server p99.9 us": pct(lat, 99.9),
                     "server max us": lat[-1] if lat else None,

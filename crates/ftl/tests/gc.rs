@@ -18,6 +18,27 @@ fn verify_all(ftl: &Ftl, tags: &[u64]) {
     });
 }
 
+/// A device on 16 banks (4 channels x 4), where a floor per bank and a device-wide pool differ.
+fn sixteen_banks() -> ftl::nand_model::NandConfig {
+    let mut nand = small_nand(4096, 24);
+    nand.geometry.channels = 4;
+    nand.geometry.banks_per_channel = 4;
+    nand
+}
+
+/// Rewrites page `l` through queue `q` with the next tag, keeping `tags` in step.
+async fn overwrite(ftl: &Ftl, q: u64, l: u64, tags: &mut [u64]) {
+    tags[l as usize] += 1;
+    ftl.write(
+        (q % 2) as usize,
+        l * 4096,
+        &stamped(l, tags[l as usize]),
+        false,
+    )
+    .await
+    .unwrap();
+}
+
 fn sustained(policy: GcPolicy, victim: VictimPolicy, page_size: u32) {
     sustained_with(policy, victim, page_size, true);
 }
@@ -216,16 +237,7 @@ fn an_image_reopened_at_its_gc_reserve_has_room_on_every_bank() {
         }
         // Random overwrites until a bank is down to its reserve.
         while at_reserve(&ftl) == 0 && written < 50 * pages {
-            let l = rng.gen_range(0..pages);
-            tags[l as usize] += 1;
-            ftl.write(
-                (written % 2) as usize,
-                l * 4096,
-                &stamped(l, tags[l as usize]),
-                false,
-            )
-            .await
-            .unwrap();
+            overwrite(&ftl, written, rng.gen_range(0..pages), &mut tags).await;
             written += 1;
         }
         ftl.flush().await.unwrap();
@@ -255,13 +267,10 @@ fn an_image_reopened_at_its_gc_reserve_has_room_on_every_bank() {
 fn background_gc_keeps_a_device_wide_pool_not_a_floor_per_bank() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("pool.img");
-    let mut nand = small_nand(4096, 24);
-    nand.geometry.channels = 4;
-    nand.geometry.banks_per_channel = 4;
     let cfg = small_cfg(GcPolicy::Parallel);
     let ftl = Ftl::create(
         &path,
-        &nand,
+        &sixteen_banks(),
         ftl::nand_model::TimingMode::Virtual,
         cfg.clone(),
         None,
@@ -276,16 +285,7 @@ fn background_gc_keeps_a_device_wide_pool_not_a_floor_per_bank() {
             tags[l as usize] = 1;
         }
         for i in 0..3 * pages {
-            let l = rng.gen_range(0..pages);
-            tags[l as usize] += 1;
-            ftl.write(
-                (i % 2) as usize,
-                l * 4096,
-                &stamped(l, tags[l as usize]),
-                false,
-            )
-            .await
-            .unwrap();
+            overwrite(&ftl, i, rng.gen_range(0..pages), &mut tags).await;
         }
         ftl.flush().await.unwrap();
     });
@@ -316,12 +316,9 @@ fn workers_level_wear_on_banks_at_their_reserve() {
     let path = dir.path().join("wear.img");
     let mut cfg = small_cfg(GcPolicy::Parallel);
     cfg.wear_level_spread = 4;
-    let mut nand = small_nand(4096, 24);
-    nand.geometry.channels = 4;
-    nand.geometry.banks_per_channel = 4;
     let ftl = Ftl::create(
         &path,
-        &nand,
+        &sixteen_banks(),
         ftl::nand_model::TimingMode::Virtual,
         cfg,
         None,
@@ -336,16 +333,7 @@ fn workers_level_wear_on_banks_at_their_reserve() {
             ftl.write(0, l * 4096, &stamped(l, 1), false).await.unwrap();
         }
         for i in 0..30 * pages {
-            let l = rng.gen_range(0..hot);
-            tags[l as usize] += 1;
-            ftl.write(
-                (i % 2) as usize,
-                l * 4096,
-                &stamped(l, tags[l as usize]),
-                false,
-            )
-            .await
-            .unwrap();
+            overwrite(&ftl, i, rng.gen_range(0..hot), &mut tags).await;
             if i % 1000 == 999 {
                 ftl.flush().await.unwrap();
                 ftl.advance_to(ftl.now_ns() + 200_000_000).unwrap();
@@ -355,14 +343,6 @@ fn workers_level_wear_on_banks_at_their_reserve() {
     });
     ftl.advance_to(ftl.now_ns() + 2_000_000_000).unwrap();
     let s = ftl.stats();
-    eprintln!(
-        "wear {}/{:.1}/{}, {} moves, free {:?}",
-        s.wear.min,
-        s.wear.avg,
-        s.wear.max,
-        s.wear_level_moves,
-        s.banks.iter().map(|b| b.free_blocks).collect::<Vec<_>>()
-    );
     assert!(
         s.wear_level_moves > 0,
         "no cold data moved: wear {}/{:.1}/{}, free {:?}",

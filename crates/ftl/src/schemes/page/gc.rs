@@ -958,10 +958,10 @@ pub(crate) struct GcWorker {
     adaptive: bool,
     /// Where the next scan of the banks starts (workers spread out).
     rr: u32,
-    /// (does not need GC, tier (0: below its reserve, 2: other), busy,
-    /// valid slots of its best victim (tier 2 of a bank in need, else 0), place from `rr`,
-    /// bank): sorted, most in need and cheapest first.
-    candidates: Vec<(bool, u8, bool, u32, u32, u32)>,
+    /// (does not need GC, not below its reserve, busy, valid slots of its best victim (of a
+    /// bank in need above its reserve, else 0), place from `rr`, bank): sorted, most in need
+    /// and cheapest first.
+    candidates: Vec<(bool, bool, bool, u32, u32, u32)>,
 }
 
 impl GcWorker {
@@ -1014,20 +1014,19 @@ impl BackgroundWorker for GcWorker {
             if !needs && !scheme.wear_level_due(core, b) {
                 continue;
             }
-            // Not ranked first: a bank whose victim is under way (tried: in virtual time, where
-            // a round is one step, workers then kept stepping on that bank while it was busy
-            // instead of cleaning idle ones, fell behind, and writers cleaned in the
-            // foreground: 262 steps and a 57 ms write on slc-small-004 in `gc_bound.py`).
-            let tier = if below { 0 } else { 2 };
             // In flight, or still working off an erase nobody waits for (`erase_or_retire`).
             let load = core.nand.bank_load(BankId(b));
             let busy = load.inflight > 0 || load.busy_for.is_some();
-            let cost = if needs && tier == 2 {
+            let cost = if needs && !below {
                 scheme.best_victim_valid(core, b)
             } else {
                 0
             };
-            self.candidates.push((!needs, tier, busy, cost, i, b));
+            // Not ranked first: a bank whose victim is under way (tried: in virtual time, where
+            // a round is one step, workers then kept stepping on that bank while it was busy
+            // instead of cleaning idle ones, fell behind, and writers cleaned in the
+            // foreground: 262 steps and a 57 ms write on slc-small-004 in `gc_bound.py`).
+            self.candidates.push((!needs, !below, busy, cost, i, b));
         }
         if self.candidates.is_empty() {
             return Some(Duration::from_millis(20));
