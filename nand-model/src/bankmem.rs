@@ -31,6 +31,7 @@ use memmap2::MmapRaw;
 
 use crate::geometry::Geometry;
 use crate::header::{Layout, BLOCK_ENTRY_SIZE, FRAME_ENTRY_SIZE};
+use crate::stream_copy::copy_streaming;
 
 /// Persistent state of one erase block (one block-table entry).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -342,10 +343,11 @@ impl BankMem {
         let f = self.own_frame(i);
         // SAFETY: the destination ranges are page `i`'s own (unshared) frame and its OOB inside
         // this bank's regions (index checked above, lengths checked just now); `&mut self` means
-        // the bank lock is held, so no other access to them is possible; the source buffers are caller memory
-        // that cannot alias the mapping.
+        // the bank lock is held, so no other access to them is possible; the source buffers are
+        // caller memory that cannot alias the mapping. The frame is written with streaming
+        // stores (it is cold; see `stream_copy`), fenced before the block table's update.
         unsafe {
-            ptr::copy_nonoverlapping(data.as_ptr(), self.frame_ptr(f), data.len());
+            copy_streaming(self.frame_ptr(f), data);
             let o = self.oob.add(i * self.oob_size);
             ptr::copy_nonoverlapping(oob.as_ptr(), o, oob.len());
             ptr::write_bytes(o.add(oob.len()), 0xFF, self.oob_size - oob.len());

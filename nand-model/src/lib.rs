@@ -237,6 +237,7 @@ mod image;
 mod interconnect;
 mod presets;
 mod stats;
+mod stream_copy;
 mod timeline;
 mod timer;
 mod timing;
