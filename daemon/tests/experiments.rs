@@ -137,10 +137,12 @@ fn waf_limit() {
     let t = run("waf_limit.py");
     let t = t.values().next().unwrap();
     let rows = t["rows"].as_array().unwrap();
-    let pick = |workload: &str, victims: &str| -> Vec<f64> {
+    let pick = |workload: &str, victims: &str, separation: &str| -> Vec<f64> {
         rows.iter()
             .filter(|r| {
-                r["workload"].as_str() == Some(workload) && r["victims"].as_str() == Some(victims)
+                r["workload"].as_str() == Some(workload)
+                    && r["victims"].as_str() == Some(victims)
+                    && r["separation"].as_str() == Some(separation)
             })
             .map(|r| r["WAF"].as_f64().unwrap())
             .collect()
@@ -155,13 +157,24 @@ fn waf_limit() {
     }
     // Cost-benefit keeps cold data out of the way of hot data: less WAF than greedy.
     let (greedy, cb) = (
-        pick("hot/cold 80/20", "greedy"),
-        pick("hot/cold 80/20", "cost-benefit"),
+        pick("hot/cold 80/20", "greedy", "none"),
+        pick("hot/cold 80/20", "cost-benefit", "none"),
     );
     assert!(
         cb[0] < greedy[0],
         "cost-benefit {cb:?} vs greedy {greedy:?}"
     );
+    // Separation judges most host pages of the 80/20 workload hot, none of a run without it.
+    for r in rows
+        .iter()
+        .filter(|r| r["workload"].as_str() == Some("hot/cold 80/20"))
+    {
+        let hot = r["hot pages"].as_f64().unwrap();
+        match r["separation"].as_str() {
+            Some("hot-cold") => assert!((0.6..0.95).contains(&hot), "{r}"),
+            _ => assert_eq!(hot, 0.0, "{r}"),
+        }
+    }
 }
 
 #[test]

@@ -51,6 +51,19 @@ pub enum VictimPolicy {
     CostBenefit,
 }
 
+/// How the page scheme groups host writes into blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Separation {
+    /// One open block per bank and writer for every host page (GC-moved data has its own).
+    #[default]
+    None,
+    /// Hot/cold separation by update recency: a page the host wrote before within the last
+    /// `hot_window` host pages goes to a second open block per bank and writer
+    /// (`schemes/page/recency.rs`).
+    HotCold,
+}
+
 /// Tunables of a running FTL. Values that fix the on-flash format (over-provisioning) are used
 /// only when formatting; opening reads them from the superblock.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -64,6 +77,12 @@ pub struct FtlConfig {
     pub overprovision: f64,
     pub gc_policy: GcPolicy,
     pub victim_policy: VictimPolicy,
+    /// Page scheme: hot/cold separation of host writes (a running policy). Each writer then
+    /// keeps up to two open blocks per bank, so a little more spare sits idle.
+    pub separation: Separation,
+    /// With `separation = "hot-cold"`: the window, as a fraction of the exported pages, within
+    /// which a rewrite makes a page hot (1.0: the exported capacity).
+    pub hot_window: f64,
     /// Background GC workers (Parallel and Adaptive policies).
     pub gc_threads: usize,
     /// Free blocks per bank under which in-path GC cleans the bank (0: the GC reserve + 2,
@@ -116,6 +135,8 @@ impl Default for FtlConfig {
             overprovision: 0.07,
             gc_policy: GcPolicy::default(),
             victim_policy: VictimPolicy::default(),
+            separation: Separation::default(),
+            hot_window: 1.0,
             gc_threads: 2,
             gc_soft_free: 0,
             gc_free_pool: 0,

@@ -121,7 +121,7 @@ use nand_model::{NandConfig, NandDevice, TimingMode};
 use parking_lot::Mutex;
 
 pub use crate::checkpoint::{inspect, ImageInfo};
-pub use crate::config::{FtlConfig, GcPolicy, VictimPolicy};
+pub use crate::config::{FtlConfig, GcPolicy, Separation, VictimPolicy};
 pub use crate::error::{FtlError, Result};
 pub use crate::layout::{Lpn, Psa, LOGICAL_PAGE, SECTOR};
 pub use crate::recovery::{RecoveryMode, RecoveryReport};
@@ -187,6 +187,12 @@ pub fn plan_format(
             "queues {} is outside 1..={}",
             cfg.queues,
             checkpoint::MAX_QUEUES
+        ));
+    }
+    if !(cfg.hot_window > 0.0 && cfg.hot_window <= 1000.0) {
+        return bad(format!(
+            "hot_window {} is outside (0, 1000] (a fraction of the exported pages)",
+            cfg.hot_window
         ));
     }
     if !(0.0..0.9).contains(&cfg.overprovision) {
@@ -335,7 +341,7 @@ impl Ftl {
             nand.geometry(),
             nand.config().interconnect,
         );
-        let scheme = sb.scheme.build(layout, sb.lpns, sb.log_blocks, plan);
+        let scheme = sb.scheme.build(layout, sb.lpns, sb.log_blocks, plan, &cfg);
         let mut txs = Vec::new();
         let mut rxs = Vec::new();
         for q in 0..cfg.queues + 1 {

@@ -37,6 +37,8 @@ pub struct Counters {
     pub wear_level_moves: AtomicU64,
     /// Partly filled pages programmed by the idle flush (`[ftl] idle_flush_ms`).
     pub idle_flushes: AtomicU64,
+    /// Host pages placed in hot open blocks (`[ftl] separation = "hot-cold"`).
+    pub hot_pages: AtomicU64,
     /// Pages whose program failed (each one's block is retired).
     pub program_failures: AtomicU64,
     pub erase_failures: AtomicU64,
@@ -204,6 +206,9 @@ pub struct FtlStats {
     pub wear_level_moves: u64,
     /// Partly filled pages programmed by the idle flush (`[ftl] idle_flush_ms`).
     pub idle_flushes: u64,
+    /// Host pages placed in hot open blocks (`[ftl] separation = "hot-cold"`): what the
+    /// recency tracker judged rewritten within its window.
+    pub hot_pages: u64,
     /// NAND bytes programmed for host data and GC / host bytes written.
     pub waf: f64,
     /// Physical space for host data (good blocks but the superblock and checkpoint areas) /
@@ -313,6 +318,7 @@ impl Core {
             foreground_gc: ld(&c.foreground_gc),
             wear_level_moves: ld(&c.wear_level_moves),
             idle_flushes: ld(&c.idle_flushes),
+            hot_pages: ld(&c.hot_pages),
             waf: if host_bytes == 0 {
                 0.0
             } else {

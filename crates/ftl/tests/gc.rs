@@ -354,3 +354,83 @@ fn workers_level_wear_on_banks_at_their_reserve() {
     verify_all(&ftl, &tags);
     ftl.check_invariants().unwrap();
 }
+
+/// Hot/cold separation (`[ftl] separation = "hot-cold"`): once the host has rewritten a hot
+/// fifth of the pages long enough for the fill to leave the recency window, a cold page
+/// rewritten among hot ones (one in five writes) goes to a block of its own temperature. The
+/// blocks holding those cold rewrites are then mostly cold: hot pages there are only the few
+/// whose last write fell out of the window (~8 % of hot writes here). Without separation they
+/// are mostly hot, as the write stream is. The data survives a power cut and reopen with both
+/// frontiers open.
+#[test]
+fn hot_cold_separation_keeps_cold_rewrites_out_of_hot_blocks() {
+    // Returns the hot pages' share of the pages in blocks holding cold rewrites, and
+    // `hot_pages`.
+    let run = |separation: ftl::Separation| -> (f64, u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sep.img");
+        let mut cfg = small_cfg(GcPolicy::Parallel);
+        cfg.separation = separation;
+        let ftl = Ftl::create(
+            &path,
+            &sixteen_banks(),
+            ftl::nand_model::TimingMode::Virtual,
+            cfg.clone(),
+            None,
+        )
+        .unwrap();
+        let pages = ftl.capacity() / 4096;
+        let hot = pages / 5;
+        let mut rng = SmallRng::seed_from_u64(11);
+        let mut tags = vec![0u64; pages as usize];
+        let mut cold_rewrites = Vec::new();
+        block_on(async {
+            for l in 0..pages {
+                overwrite(&ftl, l, l, &mut tags).await;
+            }
+            // Past the window (the exported pages): the fill is forgotten, hot pages are hot.
+            for i in 0..2 * pages {
+                overwrite(&ftl, i, rng.gen_range(0..hot), &mut tags).await;
+            }
+            // Four hot writes, then one cold rewrite of a page not written since the fill.
+            for i in 0..hot {
+                let l = if i % 5 == 4 {
+                    let l = hot + cold_rewrites.len() as u64;
+                    cold_rewrites.push(l);
+                    l
+                } else {
+                    rng.gen_range(0..hot)
+                };
+                overwrite(&ftl, i, l, &mut tags).await;
+            }
+            ftl.flush().await.unwrap();
+        });
+        let block_of = |l: u64| ftl.physical_slot(l as u32).map(|(a, _)| a.block);
+        let blocks: std::collections::HashSet<_> =
+            cold_rewrites.iter().filter_map(|&l| block_of(l)).collect();
+        let (mut hot_there, mut all_there) = (0, 0);
+        for l in 0..pages {
+            if block_of(l).is_some_and(|b| blocks.contains(&b)) {
+                all_there += 1;
+                hot_there += usize::from(l < hot);
+            }
+        }
+        let hot_pages = ftl.stats().hot_pages;
+        verify_all(&ftl, &tags);
+        ftl.simulate_power_loss();
+        let ftl = Ftl::open(&path, ftl::nand_model::TimingMode::Virtual, cfg).unwrap();
+        verify_all(&ftl, &tags);
+        ftl.check_invariants().unwrap();
+        (hot_there as f64 / all_there.max(1) as f64, hot_pages)
+    };
+    let (share_on, hot_pages) = run(ftl::Separation::HotCold);
+    let (share_off, hot_off) = run(ftl::Separation::None);
+    eprintln!("hot share: {share_on:.3} separated, {share_off:.3} not; {hot_pages} hot pages");
+    assert!(hot_pages > 0, "no page was judged hot");
+    assert_eq!(hot_off, 0);
+    assert!(
+        share_off > 0.6 && share_on < 0.35,
+        "hot pages' share of the blocks holding cold rewrites: {share_on:.2} separated, \
+         {share_off:.2} not"
+    );
+}

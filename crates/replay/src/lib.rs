@@ -64,6 +64,8 @@ pub struct GcSummary {
     pub foreground: u64,
     pub wear_level_moves: u64,
     pub checkpoints: u64,
+    /// Page scheme with hot/cold separation: host pages placed in hot blocks.
+    pub hot_pages: u64,
     /// Hybrid schemes: switch, partial and full merges.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub merges: Option<MergeCounts>,
@@ -144,6 +146,7 @@ fn gc_counts(s: &ftl::FtlStats) -> GcSummary {
         foreground: s.foreground_gc,
         wear_level_moves: s.wear_level_moves,
         checkpoints: s.checkpoints,
+        hot_pages: s.hot_pages,
         merges: s.merges.as_ref().map(|m| MergeCounts {
             switch: m.switch.count,
             partial: m.partial.count,
@@ -161,6 +164,7 @@ fn minus(a: &GcSummary, b: &GcSummary) -> GcSummary {
         foreground: a.foreground - b.foreground,
         wear_level_moves: a.wear_level_moves - b.wear_level_moves,
         checkpoints: a.checkpoints - b.checkpoints,
+        hot_pages: a.hot_pages - b.hot_pages,
         merges: match (&a.merges, &b.merges) {
             (Some(x), Some(y)) => Some(MergeCounts {
                 switch: x.switch - y.switch,

@@ -131,6 +131,7 @@ impl SchemeKind {
         lpns: u32,
         log_blocks: u32,
         plan: BankPlan,
+        cfg: &crate::config::FtlConfig,
     ) -> Arc<dyn Scheme> {
         let hybrid = |policy| {
             Arc::new(hybrid::HybridScheme::new(
@@ -139,7 +140,12 @@ impl SchemeKind {
         };
         match self {
             SchemeKind::Page => {
-                Arc::new(page::PageScheme::new(layout, lpns, layout.banks as usize))
+                let mut scheme = page::PageScheme::new(layout, lpns, layout.banks as usize);
+                if cfg.separation == crate::config::Separation::HotCold {
+                    let window = (f64::from(lpns) * cfg.hot_window).round() as u64;
+                    scheme.recency = Some(page::recency::WriteRecency::new(lpns, window));
+                }
+                Arc::new(scheme)
             }
             SchemeKind::Bast => hybrid(hybrid::LogPolicy::Bast),
             SchemeKind::Fast => hybrid(hybrid::LogPolicy::Fast),

@@ -5,6 +5,7 @@
 //! | `map` | L2P table, valid-slot bitmap and live trim log, kept in step (invariant 2) |
 //! | `place` | per-queue write frontiers on every bank, bank choice |
 //! | `gc` | bounded-step GC, victim policies, wear levelling, GC workers |
+//! | `recency` | which pages the host rewrote recently (hot/cold separation) |
 //! | `recover` | resolving a checkpoint and an OOB scan into the map |
 //!
 //! A 4 KiB logical page can live in any slot of any block. Writers pack slots of any pages into
@@ -15,6 +16,7 @@
 mod gc;
 pub mod map;
 mod place;
+pub mod recency;
 pub(crate) mod recover;
 
 use std::sync::Arc;
@@ -52,6 +54,8 @@ pub struct PageScheme {
     pub gc_load: LoadGauge,
     /// Where foreground GC starts breaking ties between equally cheap banks.
     pub foreground_rr: std::sync::atomic::AtomicU32,
+    /// Recent host writes, with hot/cold separation on (`[ftl] separation`).
+    pub recency: Option<recency::WriteRecency>,
 }
 
 impl PageScheme {
@@ -63,6 +67,7 @@ impl PageScheme {
             gc: (0..banks).map(|_| Mutex::new(BankGc::default())).collect(),
             gc_load: LoadGauge::default(),
             foreground_rr: Default::default(),
+            recency: None,
         }
     }
 }
@@ -169,7 +174,7 @@ impl Scheme for PageScheme {
     }
 
     fn memory_bytes(&self) -> usize {
-        self.map.memory_bytes()
+        self.map.memory_bytes() + self.recency.as_ref().map_or(0, |r| r.memory_bytes())
     }
 
     fn describe(&self, core: &Core, lpn: Lpn) -> String {

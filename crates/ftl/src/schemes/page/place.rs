@@ -7,6 +7,10 @@
 //! under its soft floor first pays its paced share of that bank's cleaning (with the in-path
 //! policy, or with workers that let the bank fall to its reserve), and when every bank is at
 //! its GC reserve the writer cleans in the foreground, a step at a time (`gc.rs`).
+//!
+//! With hot/cold separation (`[ftl] separation = "hot-cold"`) a writer has two frontiers per
+//! bank: a page the host rewrote recently (`recency.rs`) goes to the hot one, any other to the
+//! cold one, so blocks fill with pages of like lifetimes.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -109,6 +113,8 @@ fn groupable(page: &SealedPage) -> bool {
 pub struct PagePlacer {
     scheme: Arc<PageScheme>,
     frontiers: Vec<PlaneSet>,
+    /// Frontiers for hot pages (hot/cold separation only; else every set stays empty).
+    hot: Vec<PlaneSet>,
     rr: u32,
     /// Pages this placer sent to each bank.
     placed: Vec<u64>,
@@ -130,6 +136,7 @@ impl PagePlacer {
         PagePlacer {
             scheme,
             frontiers: vec![PlaneSet::default(); banks as usize],
+            hot: vec![PlaneSet::default(); banks as usize],
             rr: q as u32,
             placed: vec![0; banks as usize],
             weight: vec![1; banks as usize],
@@ -153,6 +160,33 @@ impl PagePlacer {
         self.uniform = self.weight.windows(2).all(|w| w[0] == w[1]);
     }
 
+    /// The frontier on bank `b` for pages of this temperature.
+    fn frontier(&mut self, b: u32, hot: bool) -> &mut PlaneSet {
+        let sets = if hot {
+            &mut self.hot
+        } else {
+            &mut self.frontiers
+        };
+        &mut sets[b as usize]
+    }
+
+    /// Whether `page` goes to a hot frontier: separation is on and most of its data slots
+    /// were written within the recency window. Pages carrying trim records are cold.
+    fn is_hot(&self, page: &SealedPage) -> bool {
+        let Some(recency) = &self.scheme.recency else {
+            return false;
+        };
+        let (mut data, mut hot) = (0usize, 0usize);
+        for (meta, _) in &page.slots {
+            if meta.kind != crate::oob::SlotKind::Data {
+                return false;
+            }
+            data += 1;
+            hot += usize::from(recency.is_hot(meta.lpn.0));
+        }
+        data > 0 && 2 * hot > data
+    }
+
     /// Whether bank `a` has had fewer pages than bank `b` for its capacity.
     fn behind(&self, a: u32, b: u32) -> bool {
         let (a, b) = (a as usize, b as usize);
@@ -163,7 +197,7 @@ impl PagePlacer {
     /// Picks a bank for the next page: idle first, then the one that frees up soonest; among
     /// equals, the one furthest behind its share of writes; banks under exclusive GC only if
     /// nothing else can take the page.
-    fn choose_bank(&mut self, core: &Core, may_use_reserve: bool) -> Option<u32> {
+    fn choose_bank(&mut self, core: &Core, may_use_reserve: bool, hot: bool) -> Option<u32> {
         let n = core.layout.banks;
         // Blocks turn bad at open (before any placement) and in `erase_or_retire`, which counts
         // them: a changed count is the one reason to re-read the weights.
@@ -176,7 +210,7 @@ impl PagePlacer {
         for i in 0..n {
             let b = (self.rr + i) % n;
             let floor = if may_use_reserve { 0 } else { GC_RESERVE };
-            let has_room = !self.frontiers[b as usize].is_empty()
+            let has_room = !self.frontier(b, hot).is_empty()
                 || core.bank(b).free.load(Ordering::Acquire) > floor;
             if !has_room {
                 continue;
@@ -211,6 +245,7 @@ impl PagePlacer {
     /// it (see [`Placer::target_group`]).
     fn place(&mut self, core: &Core, page: &SealedPage, want: usize) -> Target {
         let has_trims = !page.zombies.is_empty();
+        let hot = self.is_hot(page);
         // Consecutive rounds in which no bank could take the page and GC reclaimed nothing.
         let mut stuck = 0u32;
         // Of those, consecutive rounds in which nothing on the device moved either (no
@@ -233,7 +268,7 @@ impl PagePlacer {
             // Sooner, the page could take the block a bank's GC frontier needs next (the
             // reserve is one block) and leave that bank with reclaimable space it cannot reach.
             let use_reserve = has_trims && (stuck > 0 || cleaned >= core.layout.pages_per_block);
-            let Some(b) = self.choose_bank(core, use_reserve) else {
+            let Some(b) = self.choose_bank(core, use_reserve, hot) else {
                 // Every bank is at its GC reserve: clean a step in the foreground, then look
                 // again (a background worker may have freed a block meanwhile).
                 if self.scheme.foreground_gc(core, &mut self.cleaning) {
@@ -259,7 +294,7 @@ impl PagePlacer {
                 self.scheme
                     .backstop_gc(core, b, &mut self.cleaning, &mut self.backstop_credit);
             }
-            let set = &mut self.frontiers[b as usize];
+            let set = self.frontier(b, hot);
             if set.is_empty() {
                 let for_gc = use_reserve && core.bank(b).free.load(Ordering::Acquire) > 0;
                 // A set is opened a block per plane even when fewer pages wait: a program
@@ -284,6 +319,11 @@ impl PagePlacer {
                 Target::Planes(addrs) => addrs.len(),
                 _ => 1,
             };
+            if hot {
+                core.counters
+                    .hot_pages
+                    .fetch_add(pages as u64, Ordering::Relaxed);
+            }
             // Each further page of a multi-plane program is a page sent to this bank: it pays
             // its share of the bank's cleaning as the first did.
             for _ in 1..pages {
@@ -310,13 +350,32 @@ impl Placer for PagePlacer {
     }
 
     fn target_group(&mut self, core: &Core, pages: &[SealedPage]) -> Target {
-        let want = pages.iter().take_while(|p| groupable(p)).count();
+        // A multi-plane program writes into one frontier: the pages of one temperature.
+        let hot = self.is_hot(&pages[0]);
+        let want = pages
+            .iter()
+            .take_while(|p| groupable(p) && self.is_hot(p) == hot)
+            .count();
         self.place(core, &pages[0], want.max(1))
+    }
+
+    /// A committed page's host writes count towards recency from now on (a page programmed
+    /// again after a failure is noted once).
+    fn committed(&mut self, _core: &Core, page: &SealedPage, _addr: PageAddr) {
+        if let Some(recency) = &self.scheme.recency {
+            recency.note(
+                page.slots
+                    .iter()
+                    .filter(|(m, _)| m.kind == crate::oob::SlotKind::Data)
+                    .map(|(m, _)| m.lpn.0),
+            );
+        }
     }
 
     fn failed(&mut self, core: &Core, _page: &SealedPage, addr: PageAddr) {
         let (b, block) = (addr.block.bank.0, addr.block.block);
         self.frontiers[b as usize].remove(block);
+        self.hot[b as usize].remove(block);
         core.retire_block(b, block);
     }
 }
