@@ -59,8 +59,8 @@ pub enum Separation {
     #[default]
     None,
     /// Hot/cold separation by update recency: a page the host wrote before within the last
-    /// `hot_window` host pages goes to a second open block per bank and writer
-    /// (`schemes/page/recency.rs`).
+    /// half to whole `hot_window` goes to a second write frontier per bank and writer (an open
+    /// block per plane) (`schemes/page/recency.rs`).
     HotCold,
 }
 
@@ -78,10 +78,13 @@ pub struct FtlConfig {
     pub gc_policy: GcPolicy,
     pub victim_policy: VictimPolicy,
     /// Page scheme: hot/cold separation of host writes (a running policy). Each writer then
-    /// keeps up to two open blocks per bank, so a little more spare sits idle.
+    /// keeps two write frontiers per bank, so more spare sits idle in open blocks (the image's
+    /// format reserves room for one per queue and bank; a writer with no room in its page's
+    /// temperature takes the other's open block before it cleans).
     pub separation: Separation,
-    /// With `separation = "hot-cold"`: the window, as a fraction of the exported pages, within
-    /// which a rewrite makes a page hot (1.0: the exported capacity).
+    /// With `separation = "hot-cold"`: the window, in exported capacities, within which a
+    /// rewrite makes a page hot (judged over the last half to whole window; 1.0: the exported
+    /// capacity).
     pub hot_window: f64,
     /// Background GC workers (Parallel and Adaptive policies).
     pub gc_threads: usize,

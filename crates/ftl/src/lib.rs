@@ -156,6 +156,17 @@ pub struct FormatPlan {
     pub max_export_bytes: u64,
 }
 
+/// Checks the tunables a running FTL uses whatever the image (at create and at open).
+fn check_running_policy(cfg: &FtlConfig) -> Result<()> {
+    if !(cfg.hot_window > 0.0 && cfg.hot_window <= 1000.0) {
+        return Err(FtlError::Config(format!(
+            "hot_window {} is outside (0, 1000] (a fraction of the exported pages)",
+            cfg.hot_window
+        )));
+    }
+    Ok(())
+}
+
 /// Works out the exported size and checkpoint area of a geometry, without touching any file.
 pub fn plan_format(
     nand: &NandConfig,
@@ -189,12 +200,7 @@ pub fn plan_format(
             checkpoint::MAX_QUEUES
         ));
     }
-    if !(cfg.hot_window > 0.0 && cfg.hot_window <= 1000.0) {
-        return bad(format!(
-            "hot_window {} is outside (0, 1000] (a fraction of the exported pages)",
-            cfg.hot_window
-        ));
-    }
+    check_running_policy(cfg)?;
     if !(0.0..0.9).contains(&cfg.overprovision) {
         return bad(format!(
             "over-provisioning {} is outside 0..0.9",
@@ -321,6 +327,7 @@ impl Ftl {
         if cfg.queues == 0 {
             return Err(FtlError::Config("queues must be at least 1".into()));
         }
+        check_running_policy(&cfg)?;
         if cfg.queues > sb.max_queues as usize {
             tracing::info!(
                 "using {} write queues (the image was formatted for at most {})",

@@ -206,8 +206,9 @@ pub struct FtlStats {
     pub wear_level_moves: u64,
     /// Partly filled pages programmed by the idle flush (`[ftl] idle_flush_ms`).
     pub idle_flushes: u64,
-    /// Host pages placed in hot open blocks (`[ftl] separation = "hot-cold"`): what the
-    /// recency tracker judged rewritten within its window.
+    /// Host 4 KiB pages placed in hot open blocks (`[ftl] separation = "hot-cold"`): what the
+    /// recency tracker judged rewritten within its window (a page programmed again after a
+    /// program failure counts again).
     pub hot_pages: u64,
     /// NAND bytes programmed for host data and GC / host bytes written.
     pub waf: f64,

@@ -54,9 +54,28 @@ fn sustained_scheme(
     page_size: u32,
     copyback: bool,
 ) {
+    sustained_separated(
+        scheme,
+        policy,
+        victim,
+        page_size,
+        copyback,
+        ftl::Separation::None,
+    );
+}
+
+fn sustained_separated(
+    scheme: SchemeKind,
+    policy: GcPolicy,
+    victim: VictimPolicy,
+    page_size: u32,
+    copyback: bool,
+    separation: ftl::Separation,
+) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gc.img");
     let mut cfg = small_cfg(policy);
+    cfg.separation = separation;
     cfg.scheme = scheme;
     cfg.victim_policy = victim;
     cfg.wear_level_spread = 16;
@@ -112,6 +131,12 @@ fn sustained_scheme(
     );
     assert!(s.gc_erases > 0);
     assert_eq!(s.nand_violations, 0);
+    assert_eq!(
+        s.hot_pages > 0,
+        separation == ftl::Separation::HotCold,
+        "hot pages {}",
+        s.hot_pages
+    );
     // Fully valid victim pages move by NAND copyback; the rest through the staging buffer.
     let copybacks = ftl.nand().stats().totals.copybacks;
     println!(
@@ -175,6 +200,23 @@ fn sustained_overwrite_fast() {
         16384,
         true,
     );
+}
+
+/// Hot/cold separation at 92 % utilisation: two frontiers per bank and writer on a device of
+/// 4 banks, with 4 KiB pages and with 16 KiB ones (a NAND page's temperature is its slots'
+/// majority).
+#[test]
+fn sustained_overwrite_hot_cold_separation() {
+    for page in [4096, 16384] {
+        sustained_separated(
+            SchemeKind::Page,
+            GcPolicy::Adaptive,
+            VictimPolicy::CostBenefit,
+            page,
+            true,
+            ftl::Separation::HotCold,
+        );
+    }
 }
 
 #[test]
@@ -359,7 +401,7 @@ fn workers_level_wear_on_banks_at_their_reserve() {
 /// fifth of the pages long enough for the fill to leave the recency window, a cold page
 /// rewritten among hot ones (one in five writes) goes to a block of its own temperature. The
 /// blocks holding those cold rewrites are then mostly cold: hot pages there are only the few
-/// whose last write fell out of the window (~8 % of hot writes here). Without separation they
+/// whose last write fell out of the window (a few % of hot writes here). Without separation they
 /// are mostly hot, as the write stream is. The data survives a power cut and reopen with both
 /// frontiers open.
 #[test]

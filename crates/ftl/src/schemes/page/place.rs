@@ -129,6 +129,8 @@ pub struct PagePlacer {
     cleaning: Option<u32>,
     /// Backstop GC steps this writer's pages owe (see `PageScheme::backstop_gc`).
     backstop_credit: f64,
+    /// Whether the last target [`PagePlacer::place`] returned is in a hot frontier.
+    placed_hot: bool,
 }
 
 impl PagePlacer {
@@ -144,6 +146,7 @@ impl PagePlacer {
             seen_bad: None,
             cleaning: None,
             backstop_credit: 0.0,
+            placed_hot: false,
         }
     }
 
@@ -185,6 +188,28 @@ impl PagePlacer {
             hot += usize::from(recency.is_hot(meta.lpn.0));
         }
         data > 0 && 2 * hot > data
+    }
+
+    /// Counts the host slots of the pages `target` programs into a hot frontier
+    /// (`FtlStats::hot_pages`: 4 KiB host pages, whatever the NAND page size).
+    fn count_hot(&self, core: &Core, pages: &[SealedPage], target: &Target) {
+        let n = match target {
+            Target::Program(_) => 1,
+            Target::Planes(addrs) => addrs.len(),
+            _ => return,
+        };
+        if !self.placed_hot {
+            return;
+        }
+        let slots = pages
+            .iter()
+            .take(n)
+            .flat_map(|p| &p.slots)
+            .filter(|(m, _)| m.kind == crate::oob::SlotKind::Data)
+            .count();
+        core.counters
+            .hot_pages
+            .fetch_add(slots as u64, Ordering::Relaxed);
     }
 
     /// Whether bank `a` has had fewer pages than bank `b` for its capacity.
@@ -242,10 +267,10 @@ impl PagePlacer {
 
 impl PagePlacer {
     /// Where the next program goes of `page` and, up to `want` in all, the pages sealed after
-    /// it (see [`Placer::target_group`]).
-    fn place(&mut self, core: &Core, page: &SealedPage, want: usize) -> Target {
+    /// it (see [`Placer::target_group`]), all of temperature `hot` (`is_hot`, judged once by
+    /// the caller: the bitmaps move under other writers' commits).
+    fn place(&mut self, core: &Core, page: &SealedPage, want: usize, hot: bool) -> Target {
         let has_trims = !page.zombies.is_empty();
-        let hot = self.is_hot(page);
         // Consecutive rounds in which no bank could take the page and GC reclaimed nothing.
         let mut stuck = 0u32;
         // Of those, consecutive rounds in which nothing on the device moved either (no
@@ -268,7 +293,17 @@ impl PagePlacer {
             // Sooner, the page could take the block a bank's GC frontier needs next (the
             // reserve is one block) and leave that bank with reclaimable space it cannot reach.
             let use_reserve = has_trims && (stuck > 0 || cleaned >= core.layout.pages_per_block);
-            let Some(b) = self.choose_bank(core, use_reserve, hot) else {
+            // With separation, a page no bank has room for in its own temperature's frontier
+            // takes a half-filled one of the other temperature before anyone cleans: free
+            // space must not sit stranded in open blocks while the writer waits for GC.
+            let chosen = self
+                .choose_bank(core, use_reserve, hot)
+                .map(|b| (b, hot))
+                .or_else(|| {
+                    self.scheme.recency.as_ref()?;
+                    self.choose_bank(core, use_reserve, !hot).map(|b| (b, !hot))
+                });
+            let Some((b, temp)) = chosen else {
                 // Every bank is at its GC reserve: clean a step in the foreground, then look
                 // again (a background worker may have freed a block meanwhile).
                 if self.scheme.foreground_gc(core, &mut self.cleaning) {
@@ -294,7 +329,7 @@ impl PagePlacer {
                 self.scheme
                     .backstop_gc(core, b, &mut self.cleaning, &mut self.backstop_credit);
             }
-            let set = self.frontier(b, hot);
+            let set = self.frontier(b, temp);
             if set.is_empty() {
                 let for_gc = use_reserve && core.bank(b).free.load(Ordering::Acquire) > 0;
                 // A set is opened a block per plane even when fewer pages wait: a program
@@ -319,11 +354,7 @@ impl PagePlacer {
                 Target::Planes(addrs) => addrs.len(),
                 _ => 1,
             };
-            if hot {
-                core.counters
-                    .hot_pages
-                    .fetch_add(pages as u64, Ordering::Relaxed);
-            }
+            self.placed_hot = temp;
             // Each further page of a multi-plane program is a page sent to this bank: it pays
             // its share of the bank's cleaning as the first did.
             for _ in 1..pages {
@@ -342,7 +373,10 @@ impl PagePlacer {
 
 impl Placer for PagePlacer {
     fn target(&mut self, core: &Core, page: &SealedPage) -> Target {
-        self.place(core, page, 1)
+        let hot = self.is_hot(page);
+        let target = self.place(core, page, 1, hot);
+        self.count_hot(core, std::slice::from_ref(page), &target);
+        target
     }
 
     fn group_size(&self, planes: u32) -> usize {
@@ -356,7 +390,9 @@ impl Placer for PagePlacer {
             .iter()
             .take_while(|p| groupable(p) && self.is_hot(p) == hot)
             .count();
-        self.place(core, &pages[0], want.max(1))
+        let target = self.place(core, &pages[0], want.max(1), hot);
+        self.count_hot(core, pages, &target);
+        target
     }
 
     /// A committed page's host writes count towards recency from now on (a page programmed

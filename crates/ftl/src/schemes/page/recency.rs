@@ -10,10 +10,12 @@
 //! A page counts as hot when the host wrote it before within the last *window* host pages.
 //! Two bitmaps, one bit per logical page, record the writes of the current and the previous
 //! epoch of `window / 2` pages; at an epoch boundary the older one is cleared and reused. So
-//! "hot" means "written within the last `window / 2` to `window` pages", at 2 bits per logical
-//! page (0.25 B/page, against the map's ~4.3). The window defaults to the exported capacity:
-//! under 80/20 a hot page is rewritten every ~N/4 host pages on average and a cold one every
-//! ~4N (N = exported pages), so a window of N tells them apart ~90 % of the time either way.
+//! "hot" means "written within the last `window / 2` to `window` pages" (3/4 of a window on
+//! average), at 2 bits per logical page (0.25 B/page, against the map's ~4.3). The window
+//! defaults to the exported capacity N: under 80/20 a hot page is rewritten every ~N/4 host
+//! pages on average and a cold one every ~4N, so ~95 % of hot rewrites are judged hot and ~83 %
+//! of cold ones cold (`waf_limit.py` measures 77 % of the host pages hot against 80 % sent to
+//! the hot fifth).
 //!
 //! The bitmaps live in RAM only: after a restart every page starts cold, which costs a window
 //! of less effective separation, never correctness (placement does not affect what is read).
@@ -127,8 +129,10 @@ mod tests {
     fn skipped_epochs_clear_both_bitmaps() {
         let r = WriteRecency::new(64, 2);
         r.note([1].into_iter());
-        // Simulate noters racing past two epoch boundaries before anyone advanced.
-        r.noted.store(10, std::sync::atomic::Ordering::Relaxed);
+        // Simulate noters racing past several epoch boundaries before anyone advanced. Epoch
+        // 11 reuses the bitmap of odd epochs: page 1's bit (epoch 0, even) goes only if the
+        // other bitmap is cleared too.
+        r.noted.store(11, std::sync::atomic::Ordering::Relaxed);
         r.note([2].into_iter());
         assert!(!r.is_hot(1) && r.is_hot(2));
     }
