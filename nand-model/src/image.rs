@@ -284,6 +284,23 @@ pub fn page_data_offset(path: &Path, addr: PageAddr) -> Result<u64, ImageError> 
     Ok(layout.data + (bank_first + frame as u64) * u64::from(g.page_size))
 }
 
+/// Byte offset in the image file at `path` of page `addr`'s OOB area, for tools that damage or
+/// inspect an image offline (call it on a closed image, as [`page_data_offset`]).
+pub fn page_oob_offset(path: &Path, addr: PageAddr) -> Result<u64, ImageError> {
+    let file = File::open(path).map_err(io_err(path))?;
+    let actual = file.metadata().map_err(io_err(path))?.len();
+    let mut buf = vec![0u8; HEADER_SIZE];
+    let got = read_prefix(&file, &mut buf).map_err(io_err(path))?;
+    let g = decode_header(path, &buf[..got], actual)?.config.geometry;
+    if !g.contains_page(addr) {
+        return Err(ImageError::Io {
+            path: path.to_path_buf(),
+            source: io::Error::new(ErrorKind::InvalidInput, format!("{addr}: out of range")),
+        });
+    }
+    Ok(Layout::of(&g).oob + g.page_index(addr) * u64::from(g.oob_size))
+}
+
 /// Decodes the header bytes of the image at `path` (`actual` bytes long), with the error each
 /// refusal deserves.
 fn decode_header(path: &Path, bytes: &[u8], actual: u64) -> Result<Header, ImageError> {

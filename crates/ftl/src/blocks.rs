@@ -27,6 +27,13 @@ pub enum BlockState {
     Full,
     /// Being cleaned by GC.
     Victim,
+    /// GC found valid slots here it could not read (their OOB or data fails on every read):
+    /// their data is lost and host reads of them fail, so the map keeps pointing here and the
+    /// block cannot be erased. Never a victim while any slot is valid, so GC does not clean it
+    /// again and again (one unreadable page would otherwise stall GC, then the device); a
+    /// victim again once the host has overwritten them all. Not persisted: after a restart GC
+    /// finds it out again.
+    Damaged,
     /// A program failed here: GC moves its data out, then it is marked bad.
     Retiring,
     /// Worn out or failed: never used again.

@@ -265,7 +265,7 @@ impl Core {
                 match s {
                     BlockState::Bad => bad += 1,
                     BlockState::Reserved => continue,
-                    BlockState::Full => full += 1,
+                    BlockState::Full | BlockState::Damaged => full += 1,
                     _ => {}
                 }
                 usable += u64::from(*s != BlockState::Bad);

@@ -299,6 +299,7 @@ impl PageScheme {
         let Some(metas) = metas else {
             core.count_uncorrectable(addr.block.bank.0);
             tracing::error!("GC cannot read {addr:?}: its valid data is lost");
+            mark_damaged(core, addr);
             return;
         };
         if bad_slots > 0 {
@@ -488,6 +489,7 @@ impl PageScheme {
                             // Staging would have found the same OOB and lost the page too.
                             core.count_uncorrectable(b);
                             tracing::error!("GC cannot read {src:?}: its valid data is lost");
+                            mark_damaged(core, src);
                         }
                     }
                     if dst.page + 1 == core.layout.pages_per_block {
@@ -539,6 +541,13 @@ impl PageScheme {
         };
         let idx = core.layout.block_idx(blk_addr);
         let left = self.map.valid_count(idx).max(self.map.valid_bits(idx));
+        if left != 0 && core.bank(b).alloc.lock().state[cur.block as usize] == BlockState::Damaged {
+            tracing::warn!(
+                "bank {b} block {}: {left} slots unreadable; kept until the host rewrites them",
+                cur.block
+            );
+            return Step::Idle;
+        }
         if left != 0 {
             // Slots unmapped by a trim whose record is not on flash yet stay valid: the block
             // must wait. Ask the maintenance thread to write the trim records out.
@@ -667,7 +676,7 @@ impl PageScheme {
         let now = core.current_seq();
         let mut best: Option<(f64, u32)> = None;
         for (i, s) in a.state.iter().enumerate() {
-            if *s != BlockState::Full {
+            if !matches!(s, BlockState::Full | BlockState::Damaged) {
                 continue;
             }
             let blk = BlockAddr {
@@ -675,7 +684,9 @@ impl PageScheme {
                 block: i as u32,
             };
             let valid = self.map.valid_count(core.layout.block_idx(blk));
-            if valid >= spb || valid > room {
+            // A damaged block only once its unreadable slots were all overwritten.
+            let damaged = *s == BlockState::Damaged && valid > 0;
+            if damaged || valid >= spb || valid > room {
                 continue;
             }
             let score = match core.cfg.victim_policy {
@@ -1073,4 +1084,11 @@ impl BackgroundWorker for GcWorker {
         }
         Some(Duration::from_millis(if locked { 5 } else { 1 }))
     }
+}
+
+/// Marks the block of `page`, a victim with valid slots GC could not read, as damaged (see
+/// [`BlockState::Damaged`]): it stays out of victim choice until they are overwritten.
+fn mark_damaged(core: &Core, page: PageAddr) {
+    core.bank(page.block.bank.0).alloc.lock().state[page.block.block as usize] =
+        BlockState::Damaged;
 }
