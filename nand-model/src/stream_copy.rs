@@ -8,7 +8,7 @@
 //! read. Non-temporal stores write whole lines without reading them. Measured on this project's
 //! 2-vCPU build machine (1.2 GiB tmpfs mapping, 4 KiB pages round-robin over 16 streams): 12 us
 //! per 128 KiB with `memcpy`, 5.5 us with streaming stores, the same as `memcpy` of one
-//! contiguous 128 KiB (`benches/README.md`, issue 14).
+//! contiguous 128 KiB (`benches/README.md`, "Streaming stores for the copy into the image").
 
 use std::ptr;
 
