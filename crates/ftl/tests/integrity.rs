@@ -175,15 +175,15 @@ fn gc_and_recovery_keep_corrupt_slots_detectably_bad() {
     }
 }
 
-/// Flips one byte of a page's OOB area in the image file: in slot 0's data CRC, so the OOB's
-/// own CRC fails (GC cannot decode it) and so does a host read of the slot.
-fn flip_oob(path: &Path, page: ftl::nand_model::PageAddr) {
+/// Flips one byte, at `at`, of a page's OOB area in the image file (the layout is in
+/// `crates/ftl/src/oob.rs`: 0..4 the OOB's CRC, 6..8 reserved, slot 0's data CRC at 24).
+fn flip_oob(path: &Path, page: ftl::nand_model::PageAddr, at: u64) {
     let mut f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(path)
         .unwrap();
-    let off = ftl::nand_model::page_oob_offset(path, page).unwrap() + 24;
+    let off = ftl::nand_model::page_oob_offset(path, page).unwrap() + at;
     let mut b = [0u8];
     f.seek(SeekFrom::Start(off)).unwrap();
     f.read_exact(&mut b).unwrap();
@@ -221,8 +221,10 @@ fn gc_keeps_blocks_with_unreadable_pages_instead_of_stalling() {
             .map(|&l| ftl.physical_slot(l as u32).unwrap().0)
             .collect();
         drop(ftl);
+        // Slot 0's data CRC: the OOB's own CRC fails (GC cannot decode it) and so does a host
+        // read of the slot.
         for &page in &where_ {
-            flip_oob(&path, page);
+            flip_oob(&path, page, 24);
         }
         let ftl = open(&path, cfg.clone());
         // Random overwrites: victims keep some valid slots, so a block whose only valid slot
@@ -262,6 +264,73 @@ fn gc_keeps_blocks_with_unreadable_pages_instead_of_stalling() {
         block_on(ftl.flush()).unwrap();
         for l in 0..pages {
             verify(&ftl, l, tag + 1);
+        }
+        ftl.check_invariants().unwrap();
+    }
+}
+
+/// A page whose OOB fails its own CRC while its slot entries hold (a flipped reserved byte):
+/// host reads check only their slot's entry and succeed, and GC salvages the slots the map
+/// places there instead of giving them up, so they move and the block is cleaned as usual.
+#[test]
+fn gc_salvages_slots_of_an_oob_that_fails_only_its_own_crc() {
+    for copyback in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.img");
+        let nand = small_nand(4096, 24);
+        let cfg = ftl::FtlConfig {
+            gc_copyback: copyback,
+            ..small_cfg(GcPolicy::InPath)
+        };
+        let ftl = create(&path, &nand, cfg.clone());
+        let pages = ftl.capacity() / 4096;
+        for l in 0..pages {
+            write(&ftl, l, 1);
+        }
+        ftl.close().unwrap();
+        let kept: Vec<u64> = (0..pages).step_by(31).collect();
+        let where_: Vec<_> = kept
+            .iter()
+            .map(|&l| ftl.physical_slot(l as u32).unwrap())
+            .collect();
+        drop(ftl);
+        for &(page, _) in &where_ {
+            flip_oob(&path, page, 6);
+        }
+        let ftl = open(&path, cfg.clone());
+        for &l in &kept {
+            verify(&ftl, l, 1);
+        }
+        let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(5);
+        let mut tags = vec![1u64; pages as usize];
+        for _ in 0..8 * pages {
+            let l = rand::Rng::gen_range(&mut rng, 0..pages);
+            if kept.contains(&l) {
+                continue;
+            }
+            tags[l as usize] += 1;
+            write(&ftl, l, tags[l as usize]);
+        }
+        block_on(ftl.flush()).unwrap();
+        let moved = kept
+            .iter()
+            .zip(&where_)
+            .filter(|(l, w)| ftl.physical_slot(**l as u32) != Some(**w))
+            .count();
+        assert_eq!(
+            moved,
+            kept.len(),
+            "copyback {copyback}: GC left slots behind"
+        );
+        for l in 0..pages {
+            verify(&ftl, l, tags[l as usize]);
+        }
+        assert_eq!(ftl.stats().uncorrectable_reads, 0);
+        ftl.check_invariants().unwrap();
+        ftl.simulate_power_loss();
+        let ftl = open(&path, cfg.clone());
+        for l in 0..pages {
+            verify(&ftl, l, tags[l as usize]);
         }
         ftl.check_invariants().unwrap();
     }

@@ -256,19 +256,26 @@ impl PageScheme {
         // fails is read again, as after an injected read fault).
         let mut metas = None;
         let mut bad_slots = 0;
+        // Whether the buffers hold the page as last read (for a salvage of its slot entries).
+        let mut read_ok = false;
         for _ in 0..=core.cfg.read_retries {
             match core.nand.read(addr, 0, buf, Some(oob)) {
-                Ok(c) => c.wait(),
+                Ok(c) => {
+                    c.wait();
+                    read_ok = true;
+                }
                 Err(NandError::Uncorrectable { .. }) => {
                     // The buffers are unspecified after a failed read: what an earlier attempt
                     // decoded no longer describes them.
                     core.counters.read_retries.fetch_add(1, Ordering::Relaxed);
                     metas = None;
+                    read_ok = false;
                     continue;
                 }
                 Err(e) => {
                     tracing::error!("GC read of {addr:?} failed: {e}");
                     metas = None;
+                    read_ok = false;
                     break;
                 }
             }
@@ -296,11 +303,50 @@ impl PageScheme {
                 .crc_errors
                 .fetch_add(bad_slots as u64, Ordering::Relaxed);
         }
-        let Some(metas) = metas else {
-            core.count_uncorrectable(addr.block.bank.0);
-            tracing::error!("GC cannot read {addr:?}: its valid data is lost");
-            mark_damaged(core, addr);
-            return;
+        let mut salvaged = Vec::new();
+        let (metas, valid) = match metas {
+            Some(m) => (m, valid),
+            None if read_ok => {
+                // The OOB as a whole fails its CRC, but each slot's entry may still be intact
+                // (a host read checks only its own): one whose LPN the map places exactly here
+                // names its slot (a damaged LPN cannot, as no other page maps here). Its data
+                // is checked against its CRC below, as always.
+                let mut m = vec![SlotMeta::PAD; spp];
+                for &s in valid {
+                    let here = core.layout.psa(addr, s);
+                    if let Some(e) = oob::slot_entry(oob, s)
+                        .filter(|e| e.kind == SlotKind::Data && self.map.get(e.lpn) == Some(here))
+                    {
+                        m[s as usize] = e;
+                        salvaged.push(s);
+                    }
+                }
+                bad_slots = salvaged
+                    .iter()
+                    .filter(|&&s| {
+                        let from = s as usize * LOGICAL_PAGE;
+                        m[s as usize].crc != crc32fast::hash(&buf[from..from + LOGICAL_PAGE])
+                    })
+                    .count();
+                if salvaged.len() < valid.len() {
+                    core.count_uncorrectable(addr.block.bank.0);
+                    tracing::error!(
+                        "GC cannot read {addr:?}'s OOB: {} of its {} valid slots are lost",
+                        valid.len() - salvaged.len(),
+                        valid.len()
+                    );
+                    mark_damaged(core, addr);
+                } else {
+                    tracing::warn!("GC: {addr:?}'s OOB fails its CRC; its slots' entries hold");
+                }
+                (m, salvaged.as_slice())
+            }
+            None => {
+                core.count_uncorrectable(addr.block.bank.0);
+                tracing::error!("GC cannot read {addr:?}: its valid data is lost");
+                mark_damaged(core, addr);
+                return;
+            }
         };
         if bad_slots > 0 {
             // Moved as they are, with the CRC they were written with: they stay detectably bad
@@ -486,10 +532,12 @@ impl PageScheme {
                             }
                         }
                         _ => {
-                            // Staging would have found the same OOB and lost the page too.
-                            core.count_uncorrectable(b);
-                            tracing::error!("GC cannot read {src:?}: its valid data is lost");
-                            mark_damaged(core, src);
+                            // The OOB does not decode: the copy at `dst` is never mapped.
+                            // Staging reads `src` again and salvages what the map vouches for.
+                            if dst.page + 1 == core.layout.pages_per_block {
+                                core.mark_full(b, dst.block.block);
+                            }
+                            return Moved::Staging;
                         }
                     }
                     if dst.page + 1 == core.layout.pages_per_block {
