@@ -115,6 +115,9 @@ fn sustained_separated(
     });
     verify_all(&ftl, &tags);
     ftl.check_invariants().unwrap();
+    // Closed first: background workers may still be cleaning after the flush, and the FTL's
+    // counters and the device's below must come from the same moment.
+    ftl.close().unwrap();
     let s = ftl.stats();
     println!(
         "{scheme} {:>9} {:?} page {page_size}: WAF {:.2}, gc erases {}, copies {}, foreground {}, wear {}/{:.1}/{}, wl moves {}",
@@ -159,7 +162,6 @@ fn sustained_separated(
         assert_eq!(copybacks, 0);
     }
     assert!(s.waf >= 1.0);
-    ftl.close().unwrap();
     drop(ftl);
     let ftl = open(&path, small_cfg(policy));
     verify_all(&ftl, &tags);
