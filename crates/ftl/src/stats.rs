@@ -163,6 +163,9 @@ pub struct BankStats {
     pub free_blocks: u32,
     pub full_blocks: u32,
     pub bad_blocks: u32,
+    /// Blocks GC keeps because they hold valid slots it could not read (lost data, whose host
+    /// reads fail) until the host rewrites them (counted in `full_blocks` too).
+    pub damaged_blocks: u32,
     pub exclusive_gc: bool,
     pub erase_min: u32,
     pub erase_max: u32,
@@ -260,12 +263,16 @@ impl Core {
         let mut usable = 0u64;
         for bank in &self.banks {
             let a = bank.alloc.lock();
-            let (mut full, mut bad, mut emin, mut emax) = (0, 0, u32::MAX, 0);
+            let (mut full, mut bad, mut damaged, mut emin, mut emax) = (0, 0, 0, u32::MAX, 0);
             for (s, e) in a.state.iter().zip(&a.erase_count) {
                 match s {
                     BlockState::Bad => bad += 1,
                     BlockState::Reserved => continue,
-                    BlockState::Full | BlockState::Damaged => full += 1,
+                    BlockState::Full => full += 1,
+                    BlockState::Damaged => {
+                        full += 1;
+                        damaged += 1;
+                    }
                     _ => {}
                 }
                 usable += u64::from(*s != BlockState::Bad);
@@ -280,6 +287,7 @@ impl Core {
                 free_blocks: a.free_len(),
                 full_blocks: full,
                 bad_blocks: bad,
+                damaged_blocks: damaged,
                 exclusive_gc: bank.exclusive_gc.load(Ordering::Relaxed),
                 erase_min: if emin == u32::MAX { 0 } else { emin },
                 erase_max: emax,
