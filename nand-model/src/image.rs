@@ -253,17 +253,7 @@ impl Image {
 /// page's frame-table entry; it does not lock the file, so call it on a closed image.
 pub fn page_data_offset(path: &Path, addr: PageAddr) -> Result<u64, ImageError> {
     let p = || path.to_path_buf();
-    let file = File::open(path).map_err(io_err(path))?;
-    let actual = file.metadata().map_err(io_err(path))?.len();
-    let mut buf = vec![0u8; HEADER_SIZE];
-    let got = read_prefix(&file, &mut buf).map_err(io_err(path))?;
-    let g = decode_header(path, &buf[..got], actual)?.config.geometry;
-    if !g.contains_page(addr) {
-        return Err(ImageError::Io {
-            path: p(),
-            source: io::Error::new(ErrorKind::InvalidInput, format!("{addr}: out of range")),
-        });
-    }
+    let (file, g) = open_for_page(path, addr)?;
     let index = g.page_index(addr);
     let layout = Layout::of(&g);
     let mut raw = [0u8; 4];
@@ -287,6 +277,13 @@ pub fn page_data_offset(path: &Path, addr: PageAddr) -> Result<u64, ImageError> 
 /// Byte offset in the image file at `path` of page `addr`'s OOB area, for tools that damage or
 /// inspect an image offline (call it on a closed image, as [`page_data_offset`]).
 pub fn page_oob_offset(path: &Path, addr: PageAddr) -> Result<u64, ImageError> {
+    let (_, g) = open_for_page(path, addr)?;
+    Ok(Layout::of(&g).oob + g.page_index(addr) * u64::from(g.oob_size))
+}
+
+/// Opens the image at `path` read-only and decodes its geometry, which must contain `addr`
+/// (the offline offset helpers above).
+fn open_for_page(path: &Path, addr: PageAddr) -> Result<(File, Geometry), ImageError> {
     let file = File::open(path).map_err(io_err(path))?;
     let actual = file.metadata().map_err(io_err(path))?.len();
     let mut buf = vec![0u8; HEADER_SIZE];
@@ -298,7 +295,7 @@ pub fn page_oob_offset(path: &Path, addr: PageAddr) -> Result<u64, ImageError> {
             source: io::Error::new(ErrorKind::InvalidInput, format!("{addr}: out of range")),
         });
     }
-    Ok(Layout::of(&g).oob + g.page_index(addr) * u64::from(g.oob_size))
+    Ok((file, g))
 }
 
 /// Decodes the header bytes of the image at `path` (`actual` bytes long), with the error each

@@ -26,6 +26,18 @@ fn sixteen_banks() -> ftl::nand_model::NandConfig {
     nand
 }
 
+/// A new FTL at `path` on [`sixteen_banks`], in virtual time (deterministic GC workers).
+fn create_sixteen_banks(path: &std::path::Path, cfg: ftl::FtlConfig) -> Ftl {
+    Ftl::create(
+        path,
+        &sixteen_banks(),
+        ftl::nand_model::TimingMode::Virtual,
+        cfg,
+        None,
+    )
+    .unwrap()
+}
+
 /// Rewrites page `l` through queue `q` with the next tag, keeping `tags` in step.
 async fn overwrite(ftl: &Ftl, q: u64, l: u64, tags: &mut [u64]) {
     tags[l as usize] += 1;
@@ -312,14 +324,7 @@ fn background_gc_keeps_a_device_wide_pool_not_a_floor_per_bank() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("pool.img");
     let cfg = small_cfg(GcPolicy::Parallel);
-    let ftl = Ftl::create(
-        &path,
-        &sixteen_banks(),
-        ftl::nand_model::TimingMode::Virtual,
-        cfg.clone(),
-        None,
-    )
-    .unwrap();
+    let ftl = create_sixteen_banks(&path, cfg.clone());
     let pages = ftl.capacity() / 4096;
     let mut rng = SmallRng::seed_from_u64(5);
     let mut tags = vec![0u64; pages as usize];
@@ -360,14 +365,7 @@ fn workers_level_wear_on_banks_at_their_reserve() {
     let path = dir.path().join("wear.img");
     let mut cfg = small_cfg(GcPolicy::Parallel);
     cfg.wear_level_spread = 4;
-    let ftl = Ftl::create(
-        &path,
-        &sixteen_banks(),
-        ftl::nand_model::TimingMode::Virtual,
-        cfg,
-        None,
-    )
-    .unwrap();
+    let ftl = create_sixteen_banks(&path, cfg);
     let pages = ftl.capacity() / 4096;
     let hot = pages / 4;
     let mut tags = vec![1u64; pages as usize];
@@ -415,14 +413,7 @@ fn hot_cold_separation_keeps_cold_rewrites_out_of_hot_blocks() {
         let path = dir.path().join("sep.img");
         let mut cfg = small_cfg(GcPolicy::Parallel);
         cfg.separation = separation;
-        let ftl = Ftl::create(
-            &path,
-            &sixteen_banks(),
-            ftl::nand_model::TimingMode::Virtual,
-            cfg.clone(),
-            None,
-        )
-        .unwrap();
+        let ftl = create_sixteen_banks(&path, cfg.clone());
         let pages = ftl.capacity() / 4096;
         let hot = pages / 5;
         let mut rng = SmallRng::seed_from_u64(11);

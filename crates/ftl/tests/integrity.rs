@@ -14,12 +14,17 @@ use ftl::{Ftl, FtlError, GcPolicy};
 
 /// Flips one bit of byte `at` of a slot's data in the image file.
 fn flip(path: &Path, page: ftl::nand_model::PageAddr, slot: u32, at: u64) {
+    let off = ftl::nand_model::page_data_offset(path, page).unwrap() + slot as u64 * 4096 + at;
+    flip_byte(path, off);
+}
+
+/// Flips one bit of the image file's byte at `off`.
+fn flip_byte(path: &Path, off: u64) {
     let mut f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(path)
         .unwrap();
-    let off = ftl::nand_model::page_data_offset(path, page).unwrap() + slot as u64 * 4096 + at;
     let mut b = [0u8];
     f.seek(SeekFrom::Start(off)).unwrap();
     f.read_exact(&mut b).unwrap();
@@ -178,18 +183,44 @@ fn gc_and_recovery_keep_corrupt_slots_detectably_bad() {
 /// Flips one byte, at `at`, of a page's OOB area in the image file (the layout is in
 /// `crates/ftl/src/oob.rs`: 0..4 the OOB's CRC, 6..8 reserved, slot 0's data CRC at 24).
 fn flip_oob(path: &Path, page: ftl::nand_model::PageAddr, at: u64) {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let off = ftl::nand_model::page_oob_offset(path, page).unwrap() + at;
-    let mut b = [0u8];
-    f.seek(SeekFrom::Start(off)).unwrap();
-    f.read_exact(&mut b).unwrap();
-    b[0] ^= 0x10;
-    f.seek(SeekFrom::Start(off)).unwrap();
-    f.write_all(&b).unwrap();
+    flip_byte(
+        path,
+        ftl::nand_model::page_oob_offset(path, page).unwrap() + at,
+    );
+}
+
+/// A small device at `path` (4 banks, 4 KiB pages) with every page written once (tag 1),
+/// closed: where its pages live can still be asked before it is dropped.
+fn written_once(path: &Path, copyback: bool, policy: GcPolicy) -> (Ftl, ftl::FtlConfig, u64) {
+    let cfg = ftl::FtlConfig {
+        gc_copyback: copyback,
+        ..small_cfg(policy)
+    };
+    let ftl = create(path, &small_nand(4096, 24), cfg.clone());
+    let pages = ftl.capacity() / 4096;
+    for l in 0..pages {
+        write(&ftl, l, 1);
+    }
+    ftl.close().unwrap();
+    (ftl, cfg, pages)
+}
+
+/// Random overwrites of every page but `spared`, 8 device capacities, flushed; returns each
+/// page's tag (1 for the spared). Victims keep some valid slots, so a block whose only valid
+/// slot is a spared one is the cheapest victim on its bank, time after time.
+fn overwrite_at_random(ftl: &Ftl, pages: u64, spared: &[u64], seed: u64) -> Vec<u64> {
+    let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(seed);
+    let mut tags = vec![1u64; pages as usize];
+    for _ in 0..8 * pages {
+        let l = rand::Rng::gen_range(&mut rng, 0..pages);
+        if spared.contains(&l) {
+            continue;
+        }
+        tags[l as usize] += 1;
+        write(ftl, l, tags[l as usize]);
+    }
+    block_on(ftl.flush()).unwrap();
+    tags
 }
 
 /// A page whose OOB no longer decodes: host reads of its slot fail, and GC neither loops on
@@ -213,17 +244,7 @@ fn gc_keeps_blocks_with_unreadable_pages_instead_of_stalling() {
     for (at, copyback, policy) in runs {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("o.img");
-        let nand = small_nand(4096, 24);
-        let cfg = ftl::FtlConfig {
-            gc_copyback: copyback,
-            ..small_cfg(policy)
-        };
-        let ftl = create(&path, &nand, cfg.clone());
-        let pages = ftl.capacity() / 4096;
-        for l in 0..pages {
-            write(&ftl, l, 1);
-        }
-        ftl.close().unwrap();
+        let (ftl, cfg, pages) = written_once(&path, copyback, policy);
         let lost: Vec<u64> = (0..pages).step_by(97).collect();
         let where_: Vec<_> = lost
             .iter()
@@ -234,19 +255,7 @@ fn gc_keeps_blocks_with_unreadable_pages_instead_of_stalling() {
             flip_oob(&path, page, at);
         }
         let ftl = open(&path, cfg.clone());
-        // Random overwrites: victims keep some valid slots, so a block whose only valid slot
-        // is a lost one is the cheapest victim on its bank, time after time.
-        let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(3);
-        let mut tags = vec![1u64; pages as usize];
-        for _ in 0..8 * pages {
-            let l = rand::Rng::gen_range(&mut rng, 0..pages);
-            if lost.contains(&l) {
-                continue;
-            }
-            tags[l as usize] += 1;
-            write(&ftl, l, tags[l as usize]);
-        }
-        block_on(ftl.flush()).unwrap();
+        let tags = overwrite_at_random(&ftl, pages, &lost, 3);
         assert!(
             ftl.read_only_reason().is_none(),
             "{:?}",
@@ -307,17 +316,7 @@ fn gc_salvages_slots_of_an_oob_that_fails_only_its_own_crc() {
     for copyback in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.img");
-        let nand = small_nand(4096, 24);
-        let cfg = ftl::FtlConfig {
-            gc_copyback: copyback,
-            ..small_cfg(GcPolicy::InPath)
-        };
-        let ftl = create(&path, &nand, cfg.clone());
-        let pages = ftl.capacity() / 4096;
-        for l in 0..pages {
-            write(&ftl, l, 1);
-        }
-        ftl.close().unwrap();
+        let (ftl, cfg, pages) = written_once(&path, copyback, GcPolicy::InPath);
         let kept: Vec<u64> = (0..pages).step_by(31).collect();
         let where_: Vec<_> = kept
             .iter()
@@ -331,17 +330,7 @@ fn gc_salvages_slots_of_an_oob_that_fails_only_its_own_crc() {
         for &l in &kept {
             verify(&ftl, l, 1);
         }
-        let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(5);
-        let mut tags = vec![1u64; pages as usize];
-        for _ in 0..8 * pages {
-            let l = rand::Rng::gen_range(&mut rng, 0..pages);
-            if kept.contains(&l) {
-                continue;
-            }
-            tags[l as usize] += 1;
-            write(&ftl, l, tags[l as usize]);
-        }
-        block_on(ftl.flush()).unwrap();
+        let tags = overwrite_at_random(&ftl, pages, &kept, 5);
         let moved = kept
             .iter()
             .zip(&where_)

@@ -129,8 +129,6 @@ pub struct PagePlacer {
     cleaning: Option<u32>,
     /// Backstop GC steps this writer's pages owe (see `PageScheme::backstop_gc`).
     backstop_credit: f64,
-    /// Whether the last target [`PagePlacer::place`] returned is in a hot frontier.
-    placed_hot: bool,
 }
 
 impl PagePlacer {
@@ -146,7 +144,6 @@ impl PagePlacer {
             seen_bad: None,
             cleaning: None,
             backstop_credit: 0.0,
-            placed_hot: false,
         }
     }
 
@@ -190,16 +187,16 @@ impl PagePlacer {
         data > 0 && 2 * hot > data
     }
 
-    /// Counts the host slots of the pages `target` programs into a hot frontier
+    /// Counts the host slots of the pages `target` programs, when it is in a hot frontier
     /// (`FtlStats::hot_pages`: 4 KiB host pages, whatever the NAND page size).
-    fn count_hot(&self, core: &Core, pages: &[SealedPage], target: &Target) {
-        let n = match target {
+    fn count_hot(core: &Core, pages: &[SealedPage], (target, hot): (Target, bool)) -> Target {
+        let n = match &target {
             Target::Program(_) => 1,
             Target::Planes(addrs) => addrs.len(),
-            _ => return,
+            _ => 0,
         };
-        if !self.placed_hot {
-            return;
+        if !hot || n == 0 {
+            return target;
         }
         let slots = pages
             .iter()
@@ -210,6 +207,7 @@ impl PagePlacer {
         core.counters
             .hot_pages
             .fetch_add(slots as u64, Ordering::Relaxed);
+        target
     }
 
     /// Whether bank `a` has had fewer pages than bank `b` for its capacity.
@@ -268,8 +266,9 @@ impl PagePlacer {
 impl PagePlacer {
     /// Where the next program goes of `page` and, up to `want` in all, the pages sealed after
     /// it (see [`Placer::target_group`]), all of temperature `hot` (`is_hot`, judged once by
-    /// the caller: the bitmaps move under other writers' commits).
-    fn place(&mut self, core: &Core, page: &SealedPage, want: usize, hot: bool) -> Target {
+    /// the caller: the bitmaps move under other writers' commits), and whether the target is
+    /// in a hot frontier (with no room in its own temperature a page takes the other's).
+    fn place(&mut self, core: &Core, page: &SealedPage, want: usize, hot: bool) -> (Target, bool) {
         let has_trims = !page.zombies.is_empty();
         // Consecutive rounds in which no bank could take the page and GC reclaimed nothing.
         let mut stuck = 0u32;
@@ -284,7 +283,7 @@ impl PagePlacer {
         let mut cleaned = 0u32;
         loop {
             if core.read_only_reason().is_some() {
-                return Target::ReadOnly;
+                return (Target::ReadOnly, false);
             }
             // A page carrying trim records may use GC's reserve, but only once GC found nothing
             // else to reclaim, or a block's worth of foreground steps found no room: the
@@ -354,7 +353,6 @@ impl PagePlacer {
                 Target::Planes(addrs) => addrs.len(),
                 _ => 1,
             };
-            self.placed_hot = temp;
             // Each further page of a multi-plane program is a page sent to this bank: it pays
             // its share of the bank's cleaning as the first did.
             for _ in 1..pages {
@@ -366,7 +364,7 @@ impl PagePlacer {
                         .backstop_gc(core, b, &mut self.cleaning, &mut self.backstop_credit);
                 }
             }
-            return target;
+            return (target, temp);
         }
     }
 }
@@ -374,9 +372,8 @@ impl PagePlacer {
 impl Placer for PagePlacer {
     fn target(&mut self, core: &Core, page: &SealedPage) -> Target {
         let hot = self.is_hot(page);
-        let target = self.place(core, page, 1, hot);
-        self.count_hot(core, std::slice::from_ref(page), &target);
-        target
+        let placed = self.place(core, page, 1, hot);
+        Self::count_hot(core, std::slice::from_ref(page), placed)
     }
 
     fn group_size(&self, planes: u32) -> usize {
@@ -390,9 +387,8 @@ impl Placer for PagePlacer {
             .iter()
             .take_while(|p| groupable(p) && self.is_hot(p) == hot)
             .count();
-        let target = self.place(core, &pages[0], want.max(1), hot);
-        self.count_hot(core, pages, &target);
-        target
+        let placed = self.place(core, &pages[0], want.max(1), hot);
+        Self::count_hot(core, pages, placed)
     }
 
     /// A committed page's host writes count towards recency from now on (a page programmed

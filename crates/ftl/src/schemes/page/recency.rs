@@ -13,9 +13,9 @@
 //! "hot" means "written within the last `window / 2` to `window` pages" (3/4 of a window on
 //! average), at 2 bits per logical page (0.25 B/page, against the map's ~4.3). The window
 //! defaults to the exported capacity N: under 80/20 a hot page is rewritten every ~N/4 host
-//! pages on average and a cold one every ~4N, so ~95 % of hot rewrites are judged hot and ~83 %
-//! of cold ones cold (`waf_limit.py` measures 77 % of the host pages hot against 80 % sent to
-//! the hot fifth).
+//! pages on average and a cold one every ~4N, so one expects ~95 % of hot rewrites judged hot
+//! and ~83 % of cold ones cold (`waf_limit.py` measures 77 % of the host pages hot against
+//! 80 % sent to the hot fifth).
 //!
 //! The bitmaps live in RAM only: after a restart every page starts cold, which costs a window
 //! of less effective separation, never correctness (placement does not affect what is read).
