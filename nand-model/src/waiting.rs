@@ -143,7 +143,7 @@ impl Margin {
         };
         // Relaxed and racy on purpose: a lost update only delays learning by one sample.
         self.ns
-            .store(next.clamp(MIN_MARGIN_NS, MAX_MARGIN_NS), Ordering::Relaxed);
+            .store(next.clamp(MIN_MARGIN_NS, self.max), Ordering::Relaxed);
     }
 }
 
@@ -254,5 +254,13 @@ mod tests {
             m.observe(cur, 10_000_000);
         }
         assert_eq!(m.ns.load(Ordering::Relaxed), MAX_MARGIN_NS);
+        // A future's margin stops at its own, lower cap (its spin holds an executor thread).
+        let f = Margin::new(MAX_FUTURE_MARGIN_NS);
+        f.ns.store(200_000, Ordering::Relaxed);
+        for _ in 0..40 {
+            let cur = f.ns.load(Ordering::Relaxed);
+            f.observe(cur, 10_000_000);
+        }
+        assert_eq!(f.ns.load(Ordering::Relaxed), MAX_FUTURE_MARGIN_NS);
     }
 }
