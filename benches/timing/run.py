@@ -9,6 +9,12 @@ For each preset, on an image in /dev/shm, with fio's nbd engine on a unix socket
               same job with timing off: the emulator's ceiling)
               min(banks x page / (transfer(page + OOB) + mean t_prog),
                   channels x channel bandwidth x page / (page + OOB))
+  seq read    128 KiB sequential reads at QD32 of what the seq write wrote (same servers,
+              timing real, then off), against the modelled limit
+              min(banks x N x page / (mean t_read + N x transfer(bytes per read)),
+                  channels x channel bandwidth x page / bytes per read)
+              for N planes (a page is read into its register once and the columns asked for
+              cross the channel; the FTL reads the slots of one page as one column read)
   QD1 read    4 KiB random reads of a full device, QD1: mean completion latency with timing real
               (timer hybrid, and sleep) minus the same with timing off on the same build (the
               transport cancels out) = the device latency, against the model's
@@ -186,7 +192,7 @@ def main():
         try:
             row = {"preset": name if a.planes == 1 else f"{name} x{a.planes}p"}
             # Sequential writes on a fresh image, timing real, then timing off (the ceiling).
-            seq = {}
+            seq, seqr = {}, {}
             for mode in ("real", "off"):
                 s = Server(ftld, work, name, a.capacity, mode, config=conf)
                 st0 = s.stats()["nand"]["totals"]
@@ -195,10 +201,16 @@ def main():
                               f"--size={int(parse_size(a.capacity) / 2)}", "--end_fsync=1"],
                              work)
                 st1 = s.stats()["nand"]["totals"]
+                rjob, _ = fio(s, f"{name}-seqread-{mode}",
+                              ["--rw=read", "--bs=128k", "--iodepth=32",
+                               f"--size={int(parse_size(a.capacity) / 2)}", *rt], work)
+                st2 = s.stats()["nand"]["totals"]
                 s.stop()
                 (work / "ftld.img").unlink()
                 secs = job["job_runtime"] / 1000
                 seq[mode] = (job["write"]["io_bytes"] / secs if secs > 0 else 0, st0, st1)
+                rsecs = rjob["job_runtime"] / 1000
+                seqr[mode] = (rjob["read"]["io_bytes"] / rsecs if rsecs > 0 else 0, st1, st2)
             bw, st0, st1 = seq["real"]
             progs = st1["programs"] - st0["programs"]
             per_prog = (st1["bytes_programmed"] - st0["bytes_programmed"]) / max(progs, 1)
@@ -209,6 +221,16 @@ def main():
             limit = min(bank_bw, chan_bw)
             row.update(seq_write_mb_s=bw / 1e6, seq_write_limit_mb_s=limit / 1e6,
                        seq_write_ratio=bw / limit, seq_write_off_mb_s=seq["off"][0] / 1e6)
+            rbw, st1, st2 = seqr["real"]
+            reads = st2["reads"] - st1["reads"]
+            per_read = (st2["bytes_read"] - st1["bytes_read"]) / max(reads, 1)
+            bank_bw = banks * a.planes * page / (
+                (t_read + a.planes * xfer_ns(t, int(per_read))) / 1e9)
+            chan_bw = g["channels"] * t["channel_bytes_per_sec"] * page / max(per_read, 1)
+            rlimit = min(bank_bw, chan_bw)
+            row.update(seq_read_mb_s=rbw / 1e6, seq_read_limit_mb_s=rlimit / 1e6,
+                       seq_read_ratio=rbw / rlimit, seq_read_off_mb_s=seqr["off"][0] / 1e6,
+                       seq_read_bytes_per_read=per_read)
             # Fill the rest (timing off), then alternate off / real hybrid / real sleep.
             s = Server(ftld, work, name, a.capacity, "off", config=conf)
             fio(s, f"{name}-fill", ["--rw=write", "--bs=1m", "--iodepth=8",
@@ -322,6 +344,14 @@ def main():
     for r in results:
         print(f"{r['preset']:<16} {r['seq_write_mb_s']:>10.1f} {r['seq_write_limit_mb_s']:>8.1f} "
               f"{r['seq_write_ratio']:>6.3f} {r['seq_write_off_mb_s']:>9.1f}")
+    print()
+    print("Sequential 128 KiB reads (QD32, of the sequential write's data)")
+    print(f"{'preset':<16} {'real MB/s':>10} {'limit':>8} {'ratio':>6} {'off MB/s':>9} "
+          f"{'bytes/read':>11}")
+    for r in results:
+        print(f"{r['preset']:<16} {r['seq_read_mb_s']:>10.1f} {r['seq_read_limit_mb_s']:>8.1f} "
+              f"{r['seq_read_ratio']:>6.3f} {r['seq_read_off_mb_s']:>9.1f} "
+              f"{r['seq_read_bytes_per_read']:>11.0f}")
     print()
     print("4 KiB random reads at QD128 (4 x 32), kIOPS: timing real against the model's own closed")
     print("loop (virtual time), the bank/channel bound, and timing off")

@@ -73,7 +73,7 @@ fn fio_benchmark_script_smoke() {
 }
 
 /// `benches/timing/run.py --smoke`: the timing-fidelity benchmark runs its jobs (sequential
-/// writes with timing real and off, QD1 and QD128 random reads with timing off, real/hybrid
+/// writes and reads with timing real and off, QD1 and QD128 random reads with timing off, real/hybrid
 /// and real/sleep, the virtual-time replay of the QD128 loop) on one preset and prints every
 /// table with numbers in it.
 #[test]
@@ -98,7 +98,7 @@ fn timing_benchmark_script_smoke() {
     );
     assert!(out.status.success(), "run.py --smoke failed:\n{text}");
     let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with("k9-003")).collect();
-    assert_eq!(rows.len(), 4, "a row per table:\n{text}");
+    assert_eq!(rows.len(), 5, "a row per table:\n{text}");
     let results: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("json");
     let r = &results[0];
@@ -114,7 +114,18 @@ fn timing_benchmark_script_smoke() {
         "server_mean_sleep_us",
         "qd128_model_iops",
         "seq_write_off_mb_s",
+        "seq_read_mb_s",
+        "seq_read_off_mb_s",
+        "seq_read_limit_mb_s",
     ] {
         assert!(r[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {text}");
     }
+    // k9-003 has 4 KiB pages: each read is one slot and its OOB entry.
+    let per_read = r["seq_read_bytes_per_read"]
+        .as_f64()
+        .expect("bytes per read");
+    assert!(
+        (4096.0..4096.0 + 128.0).contains(&per_read),
+        "{per_read}: {text}"
+    );
 }

@@ -1,10 +1,6 @@
-//! Host operations: read, write (with read-modify-write of partial pages), trim/write-zeroes and
-//! flush. The scheme says where a page lives (`Scheme::locate`) and unmaps trimmed pages
-//! (`Scheme::unmap`); everything else here is the same for every scheme.
-//!
-//! Read plan per logical page, decided under its stripe lock: the overlay (newest buffered
-//! version), else zeroes (unmapped), else a NAND column read of the slot with the block pinned so
-//! GC cannot erase it under the read.
+//! Host operations: write (with read-modify-write of partial pages), trim/write-zeroes and
+//! flush (reads: `read`). The scheme says where a page lives (`Scheme::locate`) and unmaps
+//! trimmed pages (`Scheme::unmap`); everything else here is the same for every scheme.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,18 +9,13 @@ use std::sync::atomic::Ordering;
 use event_listener::Listener;
 use std::task::{Context, Poll};
 
-use nand_model::{Completion, NandError};
-
 use crate::buffer::TrimRecord;
 use crate::cache::PageData;
 use crate::core::Core;
 use crate::error::{FtlError, Result};
 use crate::layout::{Lpn, LOGICAL_PAGE, SECTOR};
-use crate::oob::{self, SlotKind};
 
 const LP: u64 = LOGICAL_PAGE as u64;
-/// Slots in the largest NAND page the model accepts.
-const MAX_SLOTS_PER_PAGE: u32 = nand_model::MAX_PAGE_SIZE / LOGICAL_PAGE as u32;
 /// Pages covered by one trim record (and one hold of the stripe locks).
 const TRIM_CHUNK: u32 = 1 << 16;
 
@@ -59,110 +50,6 @@ impl Core {
             return Err(FtlError::ReadOnly(r));
         }
         Ok(())
-    }
-
-    /// Reads `buf.len()` bytes at `offset` (already range-checked).
-    ///
-    /// The NAND reads count from the request's arrival (NVMeVirt's accounting, see
-    /// `nand_model::ArrivalScope`): the FTL's own lookup time is absorbed into the modelled
-    /// latency instead of added to it.
-    pub(crate) async fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let mut pending: Vec<Completion> = Vec::new();
-        {
-            // Not held across an await: the scope is this thread's.
-            let _arrival = nand_model::ArrivalScope::enter(self.nand.now_ns());
-            let mut pos = 0usize;
-            while pos < buf.len() {
-                let abs = offset + pos as u64;
-                let lpn = Lpn((abs / LP) as u32);
-                let in_page = (abs % LP) as usize;
-                let n = (LOGICAL_PAGE - in_page).min(buf.len() - pos);
-                if let Some(c) = self.read_lpn(lpn, in_page, &mut buf[pos..pos + n])? {
-                    pending.push(c);
-                }
-                pos += n;
-            }
-        }
-        for c in pending {
-            if !c.is_complete() {
-                c.into_future().await;
-            }
-        }
-        Ok(())
-    }
-
-    /// Fills `dst` from logical page `lpn` starting at byte `off`; returns the NAND completion to
-    /// wait for, if the data came from flash.
-    ///
-    /// A slot read from flash is checked before its bytes are used: the whole 4 KiB slot is
-    /// read (the slot is the check's unit, as a codeword is an ECC's) with its OOB entry, and
-    /// its CRC must match the entry's and the entry must name `lpn`. A slot that fails is read
-    /// again like one with an injected read fault; after `read_retries` it is an uncorrectable
-    /// read (`FtlError::Uncorrectable`: EIO to the host), never wrong bytes. A partial write
-    /// to such a page fails the same way (its read-modify-write cannot read the page); a whole
-    /// 4 KiB write or a trim replaces it.
-    fn read_lpn(&self, lpn: Lpn, off: usize, dst: &mut [u8]) -> Result<Option<Completion>> {
-        let retries = self.cfg.read_retries;
-        // A partial read needs the whole slot to check it; a whole one is read in place.
-        let partial = dst.len() != LOGICAL_PAGE;
-        let mut scratch = [0u8; LOGICAL_PAGE];
-        for attempt in 0..=retries {
-            let st = self.cache.lock(lpn);
-            if let Some(b) = st.overlay.get(&lpn.0) {
-                dst.copy_from_slice(&b.data[off..off + dst.len()]);
-                return Ok(None);
-            }
-            let Some(psa) = self.scheme.locate(&st, lpn) else {
-                dst.fill(0);
-                return Ok(None);
-            };
-            let blk = self.layout.block_of(psa);
-            self.pins.pin(blk);
-            drop(st);
-            let (page, slot) = self.layout.split(psa);
-            let mut oob_buf = [0u8; oob::slot_entry_len(MAX_SLOTS_PER_PAGE - 1)];
-            let oob_buf = &mut oob_buf[..oob::slot_entry_len(slot)];
-            let buf: &mut [u8] = if partial { &mut scratch } else { &mut *dst };
-            let r = self
-                .nand
-                .read(page, slot * LOGICAL_PAGE as u32, buf, Some(oob_buf));
-            self.pins.unpin(blk);
-            match r {
-                Ok(c) => {
-                    let intact = oob::slot_entry(oob_buf, slot).is_some_and(|m| {
-                        m.kind == SlotKind::Data && m.lpn == lpn && m.crc == crc32fast::hash(buf)
-                    });
-                    if intact {
-                        if partial {
-                            dst.copy_from_slice(&scratch[off..off + dst.len()]);
-                        }
-                        return Ok(Some(c));
-                    }
-                    self.counters.crc_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(
-                        "lpn {}: the data read from {page:?} slot {slot} fails its check (attempt {} of {})",
-                        lpn.0,
-                        attempt + 1,
-                        retries + 1
-                    );
-                }
-                Err(NandError::Uncorrectable { .. }) => {}
-                Err(e) => {
-                    dst.fill(0);
-                    return Err(e.into());
-                }
-            }
-            self.counters.read_retries.fetch_add(1, Ordering::Relaxed);
-            if attempt == retries {
-                self.count_uncorrectable(page.block.bank.0);
-            }
-        }
-        // Never leave bytes that failed their check where the caller could use them.
-        dst.fill(0);
-        Err(FtlError::Uncorrectable {
-            lpn: lpn.0,
-            retries,
-        })
     }
 
     /// Writes `data` at `offset` (already range-checked) through queue `q`.

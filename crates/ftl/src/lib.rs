@@ -29,7 +29,8 @@
 //! | `cache` | the write cache's overlay of buffered pages and its stripe locks |
 //! | `buffer` | per-queue write buffers (MT-FTL) and trim records |
 //! | `writer` | per-queue writer threads: programs in flight, commits in seal order |
-//! | `io` | host read / write / trim / flush paths |
+//! | `read` | host reads: where each page comes from, slots of one NAND page read as one column read, multi-plane reads |
+//! | `io` | host write / trim / flush paths |
 //! | `blocks` | block states, erase counts, per-bank free lists, read pins |
 //! | `checkpoint` | superblock, checkpoints (format streamed in `codec`, chains read into the live map in `load`), the maintenance thread |
 //! | `recovery` | the OOB scan (slots handed to the scheme's resolution as found), block states after an open |
@@ -104,6 +105,7 @@ mod gate;
 mod io;
 pub mod layout;
 mod oob;
+mod read;
 mod recovery;
 pub mod schemes;
 mod sim;

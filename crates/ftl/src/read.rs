@@ -1,0 +1,369 @@
+//! Host reads: where each logical page comes from, and how the flash reads of one request are
+//! grouped into NAND operations.
+//!
+//! Plan per logical page, decided under its stripe lock: the overlay (newest buffered version),
+//! else zeroes (unmapped), else flash, with the block pinned so GC cannot erase it under the
+//! read.
+//!
+//! **Grouping.** A device reads a NAND page into its page register once and then transfers the
+//! columns asked for; reading the slots of one page one by one would charge the array time
+//! (`t_read`) per 4 KiB slot, so a sequential read of a 32 KiB-page part would see an eighth of
+//! its bandwidth. So the whole 4 KiB pieces of a request that lie in consecutive slots of one
+//! page, in the request's order, become one column read (a [`SlotRun`]: one `t_read`, its bytes
+//! and their OOB entries over the channel), as NVMeVirt's `conv_read` aggregates reads within a
+//! flash page. Runs on pages at one page index in different planes of one bank, as multi-plane
+//! writes place consecutive pages, go out as one multi-plane read ([`NandDevice::read_planes`]:
+//! one array time for all). A partial piece (an unaligned start or end) is read on its own.
+//!
+//! **Checks.** Every slot read from flash is checked before its bytes are used, as a codeword
+//! is by an ECC: its OOB entry must be a data entry naming the logical page, with the CRC of
+//! the bytes read. A slot that fails is read again on its own like one with an injected read
+//! fault; after `read_retries` retries it is an uncorrectable read
+//! ([`FtlError::Uncorrectable`]: EIO to the host), never wrong bytes.
+//!
+//! [`NandDevice::read_planes`]: nand_model::NandDevice::read_planes
+
+use std::sync::atomic::Ordering;
+
+use nand_model::{Completion, NandError, PageAddr, PlaneRead};
+
+use crate::core::Core;
+use crate::error::{FtlError, Result};
+use crate::layout::{BlockIdx, Lpn, Psa, LOGICAL_PAGE};
+use crate::oob::{self, SlotKind};
+
+const LP: u64 = LOGICAL_PAGE as u64;
+/// Slots in the largest NAND page the model accepts.
+const MAX_SLOTS_PER_PAGE: u32 = nand_model::MAX_PAGE_SIZE / LOGICAL_PAGE as u32;
+/// OOB bytes that hold the entries of every slot of the largest page.
+const MAX_ENTRIES_LEN: usize = oob::slot_entry_len(MAX_SLOTS_PER_PAGE - 1);
+
+/// Where a logical page's bytes come from.
+enum Source {
+    /// Copied from the overlay or zero-filled already.
+    Served,
+    /// On flash at this slot; the block is pinned (the caller unpins it).
+    Flash(Psa),
+}
+
+/// Consecutive slots of one NAND page holding consecutive logical pages of a request: one
+/// column read.
+#[derive(Clone, Copy, Debug)]
+struct SlotRun {
+    page: PageAddr,
+    /// Pinned while the run waits in a [`ReadGroup`].
+    block: BlockIdx,
+    first_slot: u32,
+    first_lpn: Lpn,
+    /// Where the run's bytes go in the request's buffer.
+    pos: usize,
+    slots: u32,
+}
+
+impl SlotRun {
+    fn len(&self) -> usize {
+        self.slots as usize * LOGICAL_PAGE
+    }
+
+    /// The slot after the run's last, if `psa`, `lpn` and `pos` continue it.
+    fn continues(&self, page: PageAddr, slot: u32, lpn: Lpn, pos: usize) -> bool {
+        self.page == page
+            && slot == self.first_slot + self.slots
+            && lpn.0 == self.first_lpn.0 + self.slots
+            && pos == self.pos + self.len()
+    }
+}
+
+/// The runs of one NAND operation (one page, or pages of one bank at one page index in
+/// distinct planes), each holding a pin on its block until it is read or dropped.
+struct ReadGroup<'a> {
+    core: &'a Core,
+    runs: Vec<SlotRun>,
+}
+
+impl Drop for ReadGroup<'_> {
+    fn drop(&mut self) {
+        for run in self.runs.drain(..) {
+            self.core.pins.unpin(run.block);
+        }
+    }
+}
+
+impl<'a> ReadGroup<'a> {
+    fn new(core: &'a Core) -> ReadGroup<'a> {
+        ReadGroup {
+            core,
+            runs: Vec::new(),
+        }
+    }
+
+    /// Adds the pinned slot `psa` (logical page `lpn`, at `pos` in the buffer) if one
+    /// operation can still read it with the rest; false (nothing taken) if not.
+    fn try_add(&mut self, psa: Psa, lpn: Lpn, pos: usize) -> bool {
+        let layout = &self.core.layout;
+        let (page, slot) = layout.split(psa);
+        if let Some(last) = self.runs.last_mut() {
+            if last.continues(page, slot, lpn, pos) {
+                last.slots += 1;
+                // One pin per run is enough: drop the one taken for this slot.
+                self.core.pins.unpin(layout.block_of(psa));
+                return true;
+            }
+        }
+        let planes = self.core.nand.config().planes.max(1);
+        let fits = self.runs.len() < planes as usize
+            && self.runs.iter().all(|r| {
+                r.page.block.bank == page.block.bank
+                    && r.page.page == page.page
+                    && r.page.block.block % planes != page.block.block % planes
+            });
+        if !fits {
+            return false;
+        }
+        self.runs.push(SlotRun {
+            page,
+            block: layout.block_of(psa),
+            first_slot: slot,
+            first_lpn: lpn,
+            pos,
+            slots: 1,
+        });
+        true
+    }
+}
+
+impl Core {
+    /// Reads `buf.len()` bytes at `offset` (already range-checked).
+    ///
+    /// The NAND reads count from the request's arrival (NVMeVirt's accounting, see
+    /// `nand_model::ArrivalScope`): the FTL's own lookup time is absorbed into the modelled
+    /// latency instead of added to it.
+    pub(crate) async fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let mut pending: Vec<Completion> = Vec::new();
+        {
+            // Not held across an await: the scope is this thread's.
+            let _arrival = nand_model::ArrivalScope::enter(self.nand.now_ns());
+            let mut group = ReadGroup::new(self);
+            let mut pos = 0usize;
+            while pos < buf.len() {
+                let abs = offset + pos as u64;
+                let lpn = Lpn((abs / LP) as u32);
+                let in_page = (abs % LP) as usize;
+                let n = (LOGICAL_PAGE - in_page).min(buf.len() - pos);
+                if n < LOGICAL_PAGE {
+                    if let Some(c) = self.read_lpn(lpn, in_page, &mut buf[pos..pos + n], 0)? {
+                        pending.push(c);
+                    }
+                } else if let Source::Flash(psa) = self.source(lpn, 0, &mut buf[pos..pos + n]) {
+                    if !group.try_add(psa, lpn, pos) {
+                        // Read what the group holds, then start a new one with this slot
+                        // (whose pin it takes over, even if the read failed).
+                        let read = self.read_group(&mut group, buf);
+                        let added = group.try_add(psa, lpn, pos);
+                        debug_assert!(added, "an empty group takes any slot");
+                        pending.extend(read?);
+                    }
+                }
+                pos += n;
+            }
+            pending.extend(self.read_group(&mut group, buf)?);
+        }
+        for c in pending {
+            if !c.is_complete() {
+                c.into_future().await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Serves logical page `lpn` from the overlay or as zeroes into `dst` (from byte `off` of
+    /// the page), or says where on flash it is, with its block pinned.
+    fn source(&self, lpn: Lpn, off: usize, dst: &mut [u8]) -> Source {
+        let st = self.cache.lock(lpn);
+        if let Some(b) = st.overlay.get(&lpn.0) {
+            dst.copy_from_slice(&b.data[off..off + dst.len()]);
+            return Source::Served;
+        }
+        let Some(psa) = self.scheme.locate(&st, lpn) else {
+            dst.fill(0);
+            return Source::Served;
+        };
+        self.pins.pin(self.layout.block_of(psa));
+        Source::Flash(psa)
+    }
+
+    /// Reads the runs `group` holds into `buf` with one NAND operation, checks every slot, and
+    /// empties the group (unpinning its blocks, whatever the outcome). A slot that fails its check, or sits on a page
+    /// the operation could not read, is read again on its own ([`Self::read_lpn`]); the
+    /// completions to wait for are returned.
+    fn read_group(&self, group: &mut ReadGroup<'_>, buf: &mut [u8]) -> Result<Vec<Completion>> {
+        if group.runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Owns the pins from here on: they are released however this returns.
+        let group = ReadGroup {
+            core: self,
+            runs: std::mem::take(&mut group.runs),
+        };
+        let mut entries = vec![[0u8; MAX_ENTRIES_LEN]; group.runs.len()];
+        // Slots to read again on their own: (logical page, buffer position, first attempt).
+        let mut again: Vec<(Lpn, usize, u32)> = Vec::new();
+        let mut done = None;
+        {
+            let mut reads: Vec<PlaneRead<'_>> = Vec::with_capacity(group.runs.len());
+            // Runs are in buffer order and do not overlap: hand each its own slice.
+            let mut rest: &mut [u8] = buf;
+            let mut base = 0usize;
+            for (run, entry) in group.runs.iter().zip(entries.iter_mut()) {
+                let (_, tail) = std::mem::take(&mut rest).split_at_mut(run.pos - base);
+                let (data, tail) = tail.split_at_mut(run.len());
+                rest = tail;
+                base = run.pos + run.len();
+                let last = run.first_slot + run.slots - 1;
+                reads.push((
+                    run.page,
+                    run.first_slot * LOGICAL_PAGE as u32,
+                    data,
+                    Some(&mut entry[..oob::slot_entry_len(last)]),
+                ));
+            }
+            match self.nand.read_planes(&mut reads) {
+                Ok(c) => {
+                    for (run, (page, _, data, entry)) in group.runs.iter().zip(&reads) {
+                        let entry = entry.as_deref().unwrap_or_default();
+                        for i in 0..run.slots {
+                            let slot = run.first_slot + i;
+                            let lpn = Lpn(run.first_lpn.0 + i);
+                            let bytes = &data[i as usize * LOGICAL_PAGE..][..LOGICAL_PAGE];
+                            if !intact(entry, slot, lpn, bytes) {
+                                self.count_failed_check(lpn, *page, slot, 0);
+                                again.push((lpn, run.pos + i as usize * LOGICAL_PAGE, 1));
+                            }
+                        }
+                    }
+                    done = Some(c);
+                }
+                // The device names the first page it could not read; the others' buffers are
+                // unspecified, so every slot is read again, those of that page as a retry.
+                Err(NandError::Uncorrectable { page: failed }) => {
+                    for run in &group.runs {
+                        let first = u32::from(run.page == failed);
+                        for i in 0..run.slots {
+                            if first == 1 {
+                                self.count_failed_read(failed);
+                            }
+                            let lpn = Lpn(run.first_lpn.0 + i);
+                            again.push((lpn, run.pos + i as usize * LOGICAL_PAGE, first));
+                        }
+                    }
+                }
+                Err(e) => {
+                    for (_, _, data, _) in reads.iter_mut() {
+                        data.fill(0);
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+        // The group's bytes are read (or to be read again by slot): release its pins.
+        drop(group);
+        let mut pending: Vec<Completion> = done.into_iter().collect();
+        for (lpn, pos, first) in again {
+            let dst = &mut buf[pos..pos + LOGICAL_PAGE];
+            if let Some(c) = self.read_lpn(lpn, 0, dst, first)? {
+                pending.push(c);
+            }
+        }
+        Ok(pending)
+    }
+
+    /// Counts and logs a slot read that failed its check (attempt `attempt` of the slot).
+    fn count_failed_check(&self, lpn: Lpn, page: PageAddr, slot: u32, attempt: u32) {
+        self.counters.crc_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            "lpn {}: the data read from {page:?} slot {slot} fails its check (attempt {} of {})",
+            lpn.0,
+            attempt + 1,
+            self.cfg.read_retries + 1
+        );
+        self.count_failed_attempt(page, attempt);
+    }
+
+    /// Counts a first attempt the device could not read (an injected read fault).
+    fn count_failed_read(&self, page: PageAddr) {
+        self.count_failed_attempt(page, 0);
+    }
+
+    /// Every failed attempt counts as a retry; the last one makes the read uncorrectable.
+    fn count_failed_attempt(&self, page: PageAddr, attempt: u32) {
+        self.counters.read_retries.fetch_add(1, Ordering::Relaxed);
+        if attempt == self.cfg.read_retries {
+            self.count_uncorrectable(page.block.bank.0);
+        }
+    }
+
+    /// Fills `dst` from logical page `lpn` starting at byte `off`, on its own, attempts
+    /// `first..=read_retries` (a read that already failed in a group starts at 1); returns the
+    /// NAND completion to wait for, if the data came from flash. A partial read needs the whole
+    /// slot to check it; a whole one is read in place. A partial write to a page that cannot be
+    /// read fails the same way (its read-modify-write cannot read the page); a whole 4 KiB
+    /// write or a trim replaces it.
+    fn read_lpn(
+        &self,
+        lpn: Lpn,
+        off: usize,
+        dst: &mut [u8],
+        first: u32,
+    ) -> Result<Option<Completion>> {
+        let retries = self.cfg.read_retries;
+        let partial = dst.len() != LOGICAL_PAGE;
+        let mut scratch = [0u8; LOGICAL_PAGE];
+        // With `first > retries` (a group read failed and no retry is allowed) the failure is
+        // counted already: nothing is read.
+        for attempt in first..=retries {
+            let psa = match self.source(lpn, off, dst) {
+                Source::Served => return Ok(None),
+                Source::Flash(psa) => psa,
+            };
+            let blk = self.layout.block_of(psa);
+            let (page, slot) = self.layout.split(psa);
+            let mut entry = [0u8; MAX_ENTRIES_LEN];
+            let entry = &mut entry[..oob::slot_entry_len(slot)];
+            let buf: &mut [u8] = if partial { &mut scratch } else { &mut *dst };
+            let r = self
+                .nand
+                .read(page, slot * LOGICAL_PAGE as u32, buf, Some(entry));
+            self.pins.unpin(blk);
+            match r {
+                Ok(c) => {
+                    if intact(entry, slot, lpn, buf) {
+                        if partial {
+                            dst.copy_from_slice(&scratch[off..off + dst.len()]);
+                        }
+                        return Ok(Some(c));
+                    }
+                    self.count_failed_check(lpn, page, slot, attempt);
+                }
+                Err(NandError::Uncorrectable { .. }) => self.count_failed_attempt(page, attempt),
+                Err(e) => {
+                    dst.fill(0);
+                    return Err(e.into());
+                }
+            }
+        }
+        // Never leave bytes that failed their check where the caller could use them.
+        dst.fill(0);
+        Err(FtlError::Uncorrectable {
+            lpn: lpn.0,
+            retries,
+        })
+    }
+}
+
+/// True if slot `slot`'s OOB entry (from `entries`, the page's first OOB bytes) is a data
+/// entry for `lpn` whose CRC matches `bytes`.
+fn intact(entries: &[u8], slot: u32, lpn: Lpn, bytes: &[u8]) -> bool {
+    oob::slot_entry(entries, slot).is_some_and(|m| {
+        m.kind == SlotKind::Data && m.lpn == lpn && m.crc == crc32fast::hash(bytes)
+    })
+}

@@ -1,0 +1,191 @@
+//! Host reads as NAND operations: the whole 4 KiB pieces of a request that lie in consecutive
+//! slots of one NAND page are one column read (one array time, as a device reads a page into
+//! its register once), pages at one page index in different planes one multi-plane read, and
+//! a slot that fails its check inside such a read is read again on its own.
+
+mod common;
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+
+use common::*;
+use ftl::nand_model::{NandConfig, TimingMode};
+use ftl::{Ftl, FtlError, GcPolicy};
+
+/// Writes logical pages `0..pages` stamped with `tag`, `per_request` pages per request on
+/// queue 0, and flushes.
+fn write_sequential(ftl: &Ftl, pages: u64, per_request: u64, tag: u64) {
+    block_on(async {
+        for first in (0..pages).step_by(per_request as usize) {
+            let req: Vec<u8> = (first..(first + per_request).min(pages))
+                .flat_map(|l| stamped(l, tag))
+                .collect();
+            ftl.write(0, first * 4096, &req, false).await.unwrap();
+        }
+        ftl.flush().await.unwrap();
+    })
+}
+
+/// Reads `len` bytes at `offset` and checks them against the stamps of `tag`.
+fn read_checked(ftl: &Ftl, offset: u64, len: usize, tag: u64) {
+    let mut buf = vec![0u8; len];
+    block_on(ftl.read(offset, &mut buf)).unwrap();
+    // Compare against the stamped pages the range covers, byte for byte.
+    let first = offset / 4096;
+    let last = (offset + len as u64).div_ceil(4096);
+    let want: Vec<u8> = (first..last).flat_map(|l| stamped(l, tag)).collect();
+    let at = (offset - first * 4096) as usize;
+    assert!(buf == want[at..at + len], "{len} bytes at {offset}");
+}
+
+fn nand_reads(ftl: &Ftl) -> u64 {
+    ftl.nand().stats().totals.reads
+}
+
+/// 32 KiB pages hold 8 slots: reading 1 MiB back in 128 KiB requests reads each of its 32
+/// NAND pages once (a slot at a time took 256 reads, 8 array times per page); an unaligned
+/// request reads its partial first and last pieces alone.
+#[test]
+fn a_sequential_read_reads_each_nand_page_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reads.img");
+    let cfg = small_cfg(GcPolicy::Parallel);
+    let nand = small_nand(32768, 32);
+    let ftl = Ftl::create(&path, &nand, TimingMode::Virtual, cfg, None).unwrap();
+    write_sequential(&ftl, 256, 32, 1);
+    let before = nand_reads(&ftl);
+    let start = ftl.now_ns();
+    for req in 0..8u64 {
+        read_checked(&ftl, req * 128 * 1024, 128 * 1024, 1);
+    }
+    let elapsed = ftl.now_ns() - start;
+    assert_eq!(
+        nand_reads(&ftl) - before,
+        32,
+        "NAND reads for 1 MiB in 32 KiB pages"
+    );
+    // 2 KiB in: page 0's slots 1-7 and pages 1-3 whole (4 column reads), and the halves of
+    // logical pages 0 and 32 alone.
+    let before = nand_reads(&ftl);
+    read_checked(&ftl, 2048, 128 * 1024, 1);
+    assert_eq!(
+        nand_reads(&ftl) - before,
+        6,
+        "NAND reads of an unaligned 128 KiB"
+    );
+    // Each 128 KiB request: 4 pages on 4 banks, 25 us array time then 32 KiB over a 400 MB/s
+    // channel two banks share, about 190 us; a slot at a time cost 8 array times per page.
+    eprintln!("1 MiB read in {} us of simulated time", elapsed / 1000);
+    assert!(elapsed < 8 * 400_000, "1 MiB took {elapsed} ns");
+    ftl.check_invariants().unwrap();
+    assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
+}
+
+fn sequential_read_time(planes: u32) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("planes.img");
+    let nand = NandConfig {
+        planes,
+        ..small_nand(4096, 32)
+    };
+    let cfg = small_cfg(GcPolicy::Parallel);
+    let ftl = Ftl::create(&path, &nand, TimingMode::Virtual, cfg, None).unwrap();
+    let pages = 512;
+    write_sequential(&ftl, pages, 16, 1);
+    let start = ftl.now_ns();
+    for req in 0..pages / 16 {
+        read_checked(&ftl, req * 16 * 4096, 16 * 4096, 1);
+    }
+    let elapsed = ftl.now_ns() - start;
+    assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
+    elapsed
+}
+
+/// Two planes: the page pairs multi-plane programs wrote at one page index are read back as
+/// one multi-plane read each, one array time for both (per bank and pair: 25 us + 2 x 10 us
+/// of transfer, against 2 x 35 us a page at a time).
+#[test]
+fn multi_plane_reads_take_one_array_time_for_two_pages() {
+    let one = sequential_read_time(1);
+    let two = sequential_read_time(2);
+    eprintln!(
+        "2 MiB read back: 1 plane {} us, 2 planes {} us",
+        one / 1000,
+        two / 1000
+    );
+    assert!(
+        two * 10 < one * 8,
+        "two planes took {two} ns against {one} ns with one"
+    );
+}
+
+/// Flips one bit of byte `at` of a slot's data in the image file.
+fn flip(path: &Path, page: ftl::nand_model::PageAddr, slot: u32, at: u64) {
+    let off = ftl::nand_model::page_data_offset(path, page).unwrap() + slot as u64 * 4096 + at;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = [0u8];
+    f.seek(SeekFrom::Start(off)).unwrap();
+    f.read_exact(&mut b).unwrap();
+    b[0] ^= 0x10;
+    f.seek(SeekFrom::Start(off)).unwrap();
+    f.write_all(&b).unwrap();
+}
+
+/// A slot whose bytes changed on the medium, in the middle of a page read as one run, fails
+/// the whole request with an uncorrectable read of that logical page after its retries (each
+/// counted), while every other page of the run reads back; an injected read fault on a
+/// page read as a run has its slots read again alone, and the request succeeds.
+#[test]
+fn a_slot_that_fails_inside_a_run_is_read_again_on_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.img");
+    let cfg = small_cfg(GcPolicy::Parallel);
+    let nand = small_nand(32768, 32);
+    let ftl = create(&path, &nand, cfg.clone());
+    write_sequential(&ftl, 64, 32, 1);
+    let (page, slot) = ftl.physical_slot(11).unwrap();
+    assert_eq!(slot, 3, "logical page 11 is slot 3 of its NAND page");
+    ftl.close().unwrap();
+    drop(ftl);
+    flip(&path, page, slot, 100);
+
+    let ftl = open(&path, cfg.clone());
+    let retries = u64::from(cfg.read_retries);
+    let mut buf = vec![0u8; 64 * 1024];
+    match block_on(ftl.read(0, &mut buf)) {
+        Err(FtlError::Uncorrectable { lpn: 11, .. }) => {}
+        other => panic!("expected an uncorrectable read of page 11, got {other:?}"),
+    }
+    let s = ftl.stats();
+    assert_eq!(
+        (s.crc_errors, s.read_retries, s.uncorrectable_reads),
+        (retries + 1, retries + 1, 1),
+        "the run's attempt and each retry alone are counted, then one uncorrectable read"
+    );
+    read_checked(&ftl, 0, 11 * 4096, 1);
+    read_checked(&ftl, 12 * 4096, 52 * 4096, 1);
+
+    // An injected fault on the NAND page holding logical pages 16-23.
+    let (page, slot) = ftl.physical_slot(16).unwrap();
+    assert_eq!(slot, 0);
+    let before = ftl.stats();
+    ftl.nand().faults().fail_read_at(page);
+    read_checked(&ftl, 16 * 4096, 8 * 4096, 1);
+    let after = ftl.stats();
+    assert_eq!(
+        after.read_retries - before.read_retries,
+        8,
+        "each slot of the page that failed is read again"
+    );
+    assert_eq!(after.uncorrectable_reads, before.uncorrectable_reads);
+    assert_eq!(
+        ftl.nand().stats().injected.read,
+        1,
+        "the injected fault fired"
+    );
+    ftl.check_invariants().unwrap();
+}
