@@ -117,6 +117,7 @@ fn timing_benchmark_script_smoke() {
         "seq_read_mb_s",
         "seq_read_off_mb_s",
         "seq_read_limit_mb_s",
+        "seq_read_model_mb_s",
     ] {
         assert!(r[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {text}");
     }

@@ -400,7 +400,8 @@ fn info_on_a_missing_image_names_it() {
 }
 
 /// Two-plane banks served with timing real: 128 KiB writes through NBD go out largely as
-/// multi-plane programs (`ftld stats`), read back, and survive a kill -9 after the flush.
+/// multi-plane programs (`ftld stats`), read back largely as multi-plane reads, and survive a
+/// kill -9 after the flush.
 #[test]
 fn a_two_plane_image_is_written_with_multi_plane_programs() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -442,6 +443,21 @@ fn a_two_plane_image_is_written_with_multi_plane_programs() {
             "MiB {i}"
         );
     }
+    // The pairs multi-plane programs wrote are read back as multi-plane reads.
+    let st = d.stats();
+    let (multi, reads) = (
+        st["ftl"]["multi_plane_reads"]
+            .as_u64()
+            .expect("multi_plane_reads"),
+        st["ftl"]["nand_page_reads"]
+            .as_u64()
+            .expect("nand_page_reads"),
+    );
+    eprintln!("{reads} host NAND reads, {multi} multi-plane");
+    assert!(
+        multi * 2 * 4 >= programs,
+        "under a quarter of the pages read in multi-plane reads: {st:#}"
+    );
     drop(c);
     d.kill9();
     d.restart();

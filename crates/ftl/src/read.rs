@@ -168,6 +168,9 @@ impl Core {
             }
             pending.extend(self.read_group(&mut group, buf)?);
         }
+        // The latest first: the others are then past too (a read's end does not move), so a
+        // request costs one timer wake-up, not one per NAND read.
+        pending.sort_unstable_by_key(|c| std::cmp::Reverse(c.deadline_ns()));
         for c in pending {
             if !c.is_complete() {
                 c.into_future().await;
@@ -226,6 +229,12 @@ impl Core {
                     data,
                     Some(&mut entry[..oob::slot_entry_len(last)]),
                 ));
+            }
+            self.counters.page_reads.fetch_add(1, Ordering::Relaxed);
+            if reads.len() > 1 {
+                self.counters
+                    .multi_plane_reads
+                    .fetch_add(1, Ordering::Relaxed);
             }
             match self.nand.read_planes(&mut reads) {
                 Ok(c) => {
@@ -330,6 +339,7 @@ impl Core {
             let mut entry = [0u8; MAX_ENTRIES_LEN];
             let entry = &mut entry[..oob::slot_entry_len(slot)];
             let buf: &mut [u8] = if partial { &mut scratch } else { &mut *dst };
+            self.counters.page_reads.fetch_add(1, Ordering::Relaxed);
             let r = self
                 .nand
                 .read(page, slot * LOGICAL_PAGE as u32, buf, Some(entry));

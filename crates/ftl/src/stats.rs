@@ -18,6 +18,9 @@ pub struct Counters {
     pub host_reads: AtomicU64,
     pub host_writes: AtomicU64,
     pub host_read_bytes: AtomicU64,
+    /// NAND reads for host reads (see [`FtlStats::nand_page_reads`]).
+    pub page_reads: AtomicU64,
+    pub multi_plane_reads: AtomicU64,
     pub host_write_bytes: AtomicU64,
     pub host_trims: AtomicU64,
     pub host_flushes: AtomicU64,
@@ -200,6 +203,12 @@ pub struct FtlStats {
     pub nand_page_programs: u64,
     /// Multi-plane programs among the host page programs (`[nand] planes` > 1).
     pub multi_plane_programs: u64,
+    /// NAND reads for host reads: the consecutive slots of one page a request reads are one
+    /// column read, pages at one page index in different planes one multi-plane read, each
+    /// counted once (a slot read again after a failed check counts again).
+    pub nand_page_reads: u64,
+    /// Multi-plane reads among `nand_page_reads`.
+    pub multi_plane_reads: u64,
     pub gc_page_programs: u64,
     pub gc_copies: u64,
     pub gc_erases: u64,
@@ -320,6 +329,8 @@ impl Core {
             trimmed_pages: ld(&c.trimmed_pages),
             nand_page_programs: ld(&c.page_programs),
             multi_plane_programs: ld(&c.multi_plane_programs),
+            nand_page_reads: ld(&c.page_reads),
+            multi_plane_reads: ld(&c.multi_plane_reads),
             gc_page_programs: ld(&c.gc_page_programs),
             gc_copies: ld(&c.gc_copies),
             gc_erases: ld(&c.gc_erases),

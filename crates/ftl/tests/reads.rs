@@ -64,6 +64,8 @@ fn a_sequential_read_reads_each_nand_page_once() {
         32,
         "NAND reads for 1 MiB in 32 KiB pages"
     );
+    let s = ftl.stats();
+    assert_eq!((s.nand_page_reads, s.multi_plane_reads), (32, 0), "{s:?}");
     // 2 KiB in: page 0's slots 1-7 and pages 1-3 whole (4 column reads), and the halves of
     // logical pages 0 and 32 alone.
     let before = nand_reads(&ftl);
@@ -81,7 +83,9 @@ fn a_sequential_read_reads_each_nand_page_once() {
     assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
 }
 
-fn sequential_read_time(planes: u32) -> u64 {
+/// The simulated time reading back 2 MiB written sequentially takes, and the FTL's counts of
+/// NAND reads and multi-plane reads for it.
+fn sequential_read_time(planes: u32) -> (u64, u64, u64) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("planes.img");
     let nand = NandConfig {
@@ -98,7 +102,8 @@ fn sequential_read_time(planes: u32) -> u64 {
     }
     let elapsed = ftl.now_ns() - start;
     assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
-    elapsed
+    let s = ftl.stats();
+    (elapsed, s.nand_page_reads, s.multi_plane_reads)
 }
 
 /// Two planes: the page pairs multi-plane programs wrote at one page index are read back as
@@ -106,13 +111,24 @@ fn sequential_read_time(planes: u32) -> u64 {
 /// of transfer, against 2 x 35 us a page at a time).
 #[test]
 fn multi_plane_reads_take_one_array_time_for_two_pages() {
-    let one = sequential_read_time(1);
-    let two = sequential_read_time(2);
+    let (one, reads1, multi1) = sequential_read_time(1);
+    let (two, reads2, multi2) = sequential_read_time(2);
     eprintln!(
-        "2 MiB read back: 1 plane {} us, 2 planes {} us",
+        "2 MiB read back: 1 plane {} us, {reads1} NAND reads; 2 planes {} us, {reads2} NAND \
+         reads, {multi2} multi-plane",
         one / 1000,
         two / 1000
     );
+    assert_eq!(
+        (reads1, multi1),
+        (512, 0),
+        "a read per 4 KiB page with one plane"
+    );
+    assert!(
+        multi2 * 2 * 10 >= 512 * 8,
+        "fewer than 80 % of the pages read in multi-plane reads"
+    );
+    assert_eq!(reads2, 512 - multi2, "a multi-plane read takes two pages");
     assert!(
         two * 10 < one * 8,
         "two planes took {two} ns against {one} ns with one"
