@@ -335,19 +335,26 @@ impl BankMem {
         }
     }
 
-    /// Writes a whole page and its OOB; OOB bytes past `oob.len()` are set to 0xFF, as if left
-    /// unprogrammed.
-    pub(crate) fn write_page(&mut self, block: u32, page: u32, data: &[u8], oob: &[u8]) {
+    /// Writes a whole page, given as parts that follow one another, and its OOB; OOB bytes past
+    /// `oob.len()` are set to 0xFF, as if left unprogrammed.
+    pub(crate) fn write_page(&mut self, block: u32, page: u32, data: &[&[u8]], oob: &[u8]) {
         let i = self.page_index(block, page);
-        assert!(data.len() == self.page_size && oob.len() <= self.oob_size);
+        let len: usize = data.iter().map(|d| d.len()).sum();
+        assert!(len == self.page_size && oob.len() <= self.oob_size);
         let f = self.own_frame(i);
         // SAFETY: the destination ranges are page `i`'s own (unshared) frame and its OOB inside
-        // this bank's regions (index checked above, lengths checked just now); `&mut self` means
-        // the bank lock is held, so no other access to them is possible; the source buffers are
-        // caller memory that cannot alias the mapping. The frame is written with streaming
-        // stores (it is cold; see `stream_copy`), fenced before the block table's update.
+        // this bank's regions (index checked above, lengths checked just now: the parts add up
+        // to the frame, each written after the ones before it); `&mut self` means the bank lock
+        // is held, so no other access to them is possible; the source buffers are caller
+        // memory that cannot alias the mapping. The frame is written with streaming stores (it
+        // is cold; see `stream_copy`), fenced before the block table's update.
         unsafe {
-            copy_streaming(self.frame_ptr(f), data);
+            let frame = self.frame_ptr(f);
+            let mut at = 0;
+            for part in data {
+                copy_streaming(frame.add(at), part);
+                at += part.len();
+            }
             let o = self.oob.add(i * self.oob_size);
             ptr::copy_nonoverlapping(oob.as_ptr(), o, oob.len());
             ptr::write_bytes(o.add(oob.len()), 0xFF, self.oob_size - oob.len());
@@ -419,6 +426,6 @@ impl BankMem {
             chunk.copy_from_slice(&state.to_le_bytes()[..chunk.len()]);
         }
         let (data, oob) = noise.split_at(self.page_size);
-        self.write_page(block, page, data, oob);
+        self.write_page(block, page, &[data], oob);
     }
 }

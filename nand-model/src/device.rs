@@ -404,15 +404,52 @@ impl NandDevice {
         &self,
         pages: &[(PageAddr, &[u8], &[u8])],
     ) -> Result<Completion, NandError> {
+        // Each page as one part; on the stack (GC stages every page it moves through here).
+        const MAX: usize = MAX_PLANES as usize;
+        if pages.len() > MAX {
+            // More pages than any bank has planes: the checks name the rule.
+            let whole: Vec<[&[u8]; 1]> = pages.iter().map(|p| [p.1]).collect();
+            let ops: Vec<PlaneProgram<'_>> = pages
+                .iter()
+                .zip(&whole)
+                .map(|(p, w)| (p.0, &w[..], p.2))
+                .collect();
+            return self.program_planes_parts(&ops);
+        }
+        let n = pages.len();
+        let mut whole: [[&[u8]; 1]; MAX] = [[&[]]; MAX];
+        for (w, p) in whole.iter_mut().zip(pages) {
+            *w = [p.1];
+        }
+        // Filler for the unused entries (only `..n` is passed on).
+        let unused = PageAddr {
+            block: BlockAddr::new(0, 0),
+            page: 0,
+        };
+        let mut ops: [PlaneProgram<'_>; MAX] = [(unused, &[], &[]); MAX];
+        for ((op, p), w) in ops.iter_mut().zip(pages).zip(&whole) {
+            *op = (p.0, w, p.2);
+        }
+        self.program_planes_parts(&ops[..n])
+    }
+
+    /// [`Self::program_planes`] with each page's data given as parts that follow one another
+    /// (their lengths must add up to `page_size`): the FTL's 4 KiB slots go into the page
+    /// without being assembled in a buffer first.
+    pub fn program_planes_parts(
+        &self,
+        pages: &[PlaneProgram<'_>],
+    ) -> Result<Completion, NandError> {
         let bank = self.check_planes(pages.iter().map(|p| p.0))?;
         let g = self.geometry();
-        for &(addr, data, oob) in pages {
-            if data.len() != g.page_size as usize {
+        for &(addr, parts, oob) in pages {
+            let len: usize = parts.iter().map(|d| d.len()).sum();
+            if len != g.page_size as usize {
                 return Err(self.violation(NandError::BufferSize {
                     page: addr,
                     buffer: BufferKind::Data,
                     offset: 0,
-                    len: data.len(),
+                    len,
                     rule: "length must equal page_size",
                 }));
             }
@@ -444,7 +481,7 @@ impl NandDevice {
         let mut failed = None;
         let mut failed_mask = 0u32;
         let mut faults = 0;
-        for (i, (mut blk, &(addr, data, oob))) in blks.into_iter().zip(pages).enumerate() {
+        for (i, (mut blk, &(addr, parts, oob))) in blks.into_iter().zip(pages).enumerate() {
             let fault = self.faults.program_fails(addr);
             // Data and OOB first, the counter last (see BankMem::set_block).
             if fault {
@@ -453,15 +490,19 @@ impl NandDevice {
                 failed_mask |= 1 << i;
                 faults += 1;
             } else if power == Power::Cut {
-                let torn = torn(addr, data);
-                st.mem.write_page(addr.block.block, addr.page, &torn, oob);
+                let torn = torn(addr, &parts.concat());
+                st.mem
+                    .write_page(addr.block.block, addr.page, &[&torn], oob);
             } else {
-                st.mem.write_page(addr.block.block, addr.page, data, oob);
+                st.mem.write_page(addr.block.block, addr.page, parts, oob);
             }
             blk.programmed_pages += 1;
             st.mem.set_block(addr.block.block, blk);
         }
-        let bytes: u64 = pages.iter().map(|p| (p.1.len() + p.2.len()) as u64).sum();
+        let bytes: u64 = pages
+            .iter()
+            .map(|p| (g.page_size as usize + p.2.len()) as u64)
+            .sum();
         let t_prog = pages
             .iter()
             .map(|p| self.config.timing.prog_ns(p.0.page))
@@ -472,7 +513,7 @@ impl NandDevice {
             &mut st.tl,
             &mut st.ops,
             &bank.counters,
-            bank_id(pages),
+            bank_id_of(pages.iter().map(|p| p.0)),
             t_prog,
             bytes,
         );
@@ -702,7 +743,7 @@ impl NandDevice {
                 .read_page(src.block.block, src.page, 0, &mut data, Some(&mut page_oob));
             let torn = torn(dst, &data);
             st.mem
-                .write_page(dst.block.block, dst.page, &torn, &page_oob);
+                .write_page(dst.block.block, dst.page, &[&torn], &page_oob);
         } else if programmed {
             st.mem
                 .copy_page((src.block.block, src.page), (dst.block.block, dst.page));
@@ -843,11 +884,11 @@ impl NandDevice {
 /// buffer and, optionally, the OOB buffer (as [`NandDevice::read`] takes them).
 pub type PlaneRead<'a> = (PageAddr, u32, &'a mut [u8], Option<&'a mut [u8]>);
 
-/// The bank of a checked, non-empty multi-plane program.
-fn bank_id(pages: &[(PageAddr, &[u8], &[u8])]) -> BankId {
-    pages.first().map_or(BankId(0), |p| p.0.block.bank)
-}
+/// One page of [`NandDevice::program_planes_parts`]: its address, its data as parts that follow
+/// one another, and its OOB bytes.
+pub type PlaneProgram<'a> = (PageAddr, &'a [&'a [u8]], &'a [u8]);
 
+/// The bank of a checked, non-empty multi-plane program.
 /// The bank of a checked, non-empty list of pages.
 fn bank_id_of(mut pages: impl Iterator<Item = PageAddr>) -> BankId {
     pages.next().map_or(BankId(0), |p| p.block.bank)

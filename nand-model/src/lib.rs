@@ -248,7 +248,7 @@ pub use bankmem::BlockState;
 pub use clock::{precise_sleep_until, SimClock};
 pub use completion::{Completion, CompletionFuture};
 pub use config::{NandConfig, MAX_PLANES, MIN_SCALED_BLOCKS_PER_BANK};
-pub use device::{BankLoad, NandDevice, PlaneRead};
+pub use device::{BankLoad, NandDevice, PlaneProgram, PlaneRead};
 pub use error::{BufferKind, GeometryError, ImageError, NandError};
 pub use faults::{FaultCounts, FaultInjector, FaultRates};
 pub use geometry::{

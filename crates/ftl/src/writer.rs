@@ -17,9 +17,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use nand_model::{Completion, NandError, PageAddr};
+use nand_model::{Completion, NandError, PageAddr, PlaneProgram};
 
 use crate::buffer::{SealedPage, WriterMsg};
+use crate::cache::PageData;
 use crate::core::Core;
 use crate::layout::LOGICAL_PAGE;
 use crate::oob::{self, SlotKind, SlotMeta};
@@ -38,9 +39,9 @@ pub struct Writer {
     q: usize,
     placer: Box<dyn Placer>,
     inflight: VecDeque<InFlight>,
-    /// Scratch page and OOB buffers, one per page of a multi-plane program, and a page's slot
-    /// metadata on its way into the OOB.
-    data: Vec<Vec<u8>>,
+    /// Scratch OOB buffers, one per page of a multi-plane program, and a page's slot metadata
+    /// on its way into the OOB. (A page's data goes to the device as its slots' own buffers:
+    /// `program_planes_parts`.)
     oob: Vec<Vec<u8>>,
     metas: Vec<SlotMeta>,
     /// Pages the placer may program at once (`Placer::group_size`).
@@ -145,7 +146,6 @@ impl Writer {
             q,
             placer,
             inflight: VecDeque::new(),
-            data: vec![vec![0; layout.page_size as usize]; group],
             oob: vec![vec![0; layout.oob_size as usize]; group],
             metas: Vec::with_capacity(layout.slots_per_page as usize),
             group,
@@ -384,12 +384,31 @@ impl Writer {
             for (i, page) in pages[..n].iter().enumerate() {
                 self.fill(i, page);
             }
-            // On the stack: this runs for every page programmed.
-            let mut ops: [(PageAddr, &[u8], &[u8]); nand_model::MAX_PLANES as usize] =
-                [(addrs[0], &[], &[]); nand_model::MAX_PLANES as usize];
+            // Each page's data is its slots' own buffers (a padding slot: zeroes), copied
+            // into the page without being assembled here first. On the stack for one-slot
+            // pages: this runs for every page programmed.
+            const MAX: usize = nand_model::MAX_PLANES as usize;
+            let mut one_slot: [&[u8]; MAX] = [&[]; MAX];
+            let many: Vec<&[u8]>;
+            let parts: &[&[u8]] = if pages[..n].iter().all(|p| p.slots.len() == 1) {
+                for (part, page) in one_slot.iter_mut().zip(&pages[..n]) {
+                    *part = slot_data(&page.slots[0]);
+                }
+                &one_slot[..n]
+            } else {
+                many = pages[..n]
+                    .iter()
+                    .flat_map(|p| &p.slots)
+                    .map(slot_data)
+                    .collect();
+                &many
+            };
+            let mut ops: [PlaneProgram<'_>; MAX] = [(addrs[0], &[], &[]); MAX];
+            let mut from = 0;
             for (i, (page, &addr)) in pages[..n].iter().zip(addrs).enumerate() {
-                let bytes = single_slot(page).unwrap_or(&self.data[i]);
-                ops[i] = (addr, bytes, self.oob[i].as_slice());
+                let to = from + page.slots.len();
+                ops[i] = (addr, &parts[from..to], self.oob[i].as_slice());
+                from = to;
             }
             // The program counts from when its pages were sealed (or the in-flight window
             // opened, or a wait in here ended), not from when this thread woke up to issue it.
@@ -405,7 +424,7 @@ impl Writer {
                 .max(self.gate_ns);
             let programmed = {
                 let _arrival = nand_model::ArrivalScope::enter(arrival);
-                core.nand.program_planes(&ops[..n])
+                core.nand.program_planes_parts(&ops[..n])
             };
             match programmed {
                 Ok(done) => {
@@ -471,22 +490,20 @@ impl Writer {
         }
     }
 
-    /// Assembles the page's bytes and OOB into scratch buffer `i`.
+    /// Encodes the page's OOB into scratch buffer `i`.
     fn fill(&mut self, i: usize, page: &SealedPage) {
         self.metas.clear();
-        let single = single_slot(page).is_some();
-        for (s, (meta, data)) in page.slots.iter().enumerate() {
-            if !single {
-                let dst = &mut self.data[i][s * LOGICAL_PAGE..(s + 1) * LOGICAL_PAGE];
-                match data {
-                    Some(d) => dst.copy_from_slice(d),
-                    None => dst.fill(0),
-                }
-            }
-            self.metas.push(*meta);
-        }
+        self.metas.extend(page.slots.iter().map(|(meta, _)| *meta));
         oob::encode_data(&mut self.oob[i], &self.metas);
     }
+}
+
+/// What a padding slot (no data) is programmed as.
+static ZERO_SLOT: [u8; LOGICAL_PAGE] = [0; LOGICAL_PAGE];
+
+/// A sealed slot's bytes as programmed (a padding slot: zeroes).
+fn slot_data((_, data): &(SlotMeta, Option<PageData>)) -> &[u8] {
+    data.as_deref().unwrap_or(&ZERO_SLOT)
 }
 
 /// Counts a sealed page's host data slots (once, however often the page is programmed).
@@ -499,13 +516,4 @@ fn count_host_slots(core: &Core, page: &SealedPage) {
     core.counters
         .host_slots_programmed
         .fetch_add(n as u64, Ordering::Relaxed);
-}
-
-/// The slot's own buffer when the page is exactly one full slot (4 KiB pages): programmed as
-/// it is, without assembling a copy.
-fn single_slot(page: &SealedPage) -> Option<&[u8]> {
-    match page.slots.as_slice() {
-        [(_, Some(d))] if d.len() == LOGICAL_PAGE => Some(d),
-        _ => None,
-    }
 }
