@@ -26,6 +26,7 @@
 use std::sync::atomic::Ordering;
 
 use nand_model::{Completion, NandError, PageAddr, PlaneRead};
+use smallvec::{smallvec, SmallVec};
 
 use crate::core::Core;
 use crate::error::{FtlError, Result};
@@ -158,15 +159,15 @@ impl Core {
                     if !group.try_add(psa, lpn, pos) {
                         // Read what the group holds, then start a new one with this slot
                         // (whose pin it takes over, even if the read failed).
-                        let read = self.read_group(&mut group, buf);
+                        let read = self.read_group(&mut group, buf, &mut pending);
                         let added = group.try_add(psa, lpn, pos);
                         debug_assert!(added, "an empty group takes any slot");
-                        pending.extend(read?);
+                        read?;
                     }
                 }
                 pos += n;
             }
-            pending.extend(self.read_group(&mut group, buf)?);
+            self.read_group(&mut group, buf, &mut pending)?;
         }
         // The latest first: the others are then past too (a read's end does not move), so a
         // request costs one timer wake-up, not one per NAND read.
@@ -196,24 +197,30 @@ impl Core {
     }
 
     /// Reads the runs `group` holds into `buf` with one NAND operation, checks every slot, and
-    /// empties the group (unpinning its blocks, whatever the outcome). A slot that fails its check, or sits on a page
-    /// the operation could not read, is read again on its own ([`Self::read_lpn`]); the
-    /// completions to wait for are returned.
-    fn read_group(&self, group: &mut ReadGroup<'_>, buf: &mut [u8]) -> Result<Vec<Completion>> {
+    /// empties the group (unpinning its blocks, whatever the outcome). A slot that fails its
+    /// check, or sits on a page the operation could not read, is read again on its own
+    /// ([`Self::read_lpn`]). The completions to wait for go to `pending`.
+    fn read_group(
+        &self,
+        group: &mut ReadGroup<'_>,
+        buf: &mut [u8],
+        pending: &mut Vec<Completion>,
+    ) -> Result<()> {
         if group.runs.is_empty() {
-            return Ok(Vec::new());
+            return Ok(());
         }
         // Owns the pins from here on: they are released however this returns.
         let group = ReadGroup {
             core: self,
             runs: std::mem::take(&mut group.runs),
         };
-        let mut entries = vec![[0u8; MAX_ENTRIES_LEN]; group.runs.len()];
+        // Inline for the usual group of one page (every 4 KiB random read comes here).
+        let mut entries: SmallVec<[[u8; MAX_ENTRIES_LEN]; 1]> =
+            smallvec![[0u8; MAX_ENTRIES_LEN]; group.runs.len()];
         // Slots to read again on their own: (logical page, buffer position, first attempt).
         let mut again: Vec<(Lpn, usize, u32)> = Vec::new();
-        let mut done = None;
         {
-            let mut reads: Vec<PlaneRead<'_>> = Vec::with_capacity(group.runs.len());
+            let mut reads: SmallVec<[PlaneRead<'_>; 1]> = SmallVec::new();
             // Runs are in buffer order and do not overlap: hand each its own slice.
             let mut rest: &mut [u8] = buf;
             let mut base = 0usize;
@@ -250,7 +257,7 @@ impl Core {
                             }
                         }
                     }
-                    done = Some(c);
+                    pending.push(c);
                 }
                 // The device names the first page it could not read; the others' buffers are
                 // unspecified, so every slot is read again, those of that page as a retry.
@@ -276,14 +283,13 @@ impl Core {
         }
         // The group's bytes are read (or to be read again by slot): release its pins.
         drop(group);
-        let mut pending: Vec<Completion> = done.into_iter().collect();
         for (lpn, pos, first) in again {
             let dst = &mut buf[pos..pos + LOGICAL_PAGE];
             if let Some(c) = self.read_lpn(lpn, 0, dst, first)? {
                 pending.push(c);
             }
         }
-        Ok(pending)
+        Ok(())
     }
 
     /// Counts and logs a slot read that failed its check (attempt `attempt` of the slot).
