@@ -66,6 +66,10 @@ impl SlotRun {
         self.slots as usize * LOGICAL_PAGE
     }
 
+    fn last_slot(&self) -> u32 {
+        self.first_slot + self.slots - 1
+    }
+
     /// The slot after the run's last, if `psa`, `lpn` and `pos` continue it.
     fn continues(&self, page: PageAddr, slot: u32, lpn: Lpn, pos: usize) -> bool {
         self.page == page
@@ -73,6 +77,17 @@ impl SlotRun {
             && lpn.0 == self.first_lpn.0 + self.slots
             && pos == self.pos + self.len()
     }
+}
+
+/// A slot of a group read to read again on its own.
+struct Again {
+    lpn: Lpn,
+    /// Where its bytes go in the request's buffer.
+    pos: usize,
+    /// How the group's attempt failed it: its page and, for a failed check, its slot (the
+    /// device could not read the page: `None`); `None` if its page was not the one that
+    /// failed (its bytes are unspecified, but its attempts are all still to come).
+    failed: Option<(PageAddr, Option<u32>)>,
 }
 
 /// The runs of one NAND operation (one page, or pages of one bank at one page index in
@@ -217,24 +232,24 @@ impl Core {
         // Inline for the usual group of one page (every 4 KiB random read comes here).
         let mut entries: SmallVec<[[u8; MAX_ENTRIES_LEN]; 1]> =
             smallvec![[0u8; MAX_ENTRIES_LEN]; group.runs.len()];
-        // Slots to read again on their own: (logical page, buffer position, first attempt).
-        let mut again: Vec<(Lpn, usize, u32)> = Vec::new();
-        {
+        // Slots to read again on their own, with how their group attempt failed.
+        let mut again: Vec<Again> = Vec::new();
+        let read = {
             let mut reads: SmallVec<[PlaneRead<'_>; 1]> = SmallVec::new();
             // Runs are in buffer order and do not overlap: hand each its own slice.
             let mut rest: &mut [u8] = buf;
             let mut base = 0usize;
             for (run, entry) in group.runs.iter().zip(entries.iter_mut()) {
+                debug_assert!(run.pos >= base, "runs in buffer order");
                 let (_, tail) = std::mem::take(&mut rest).split_at_mut(run.pos - base);
                 let (data, tail) = tail.split_at_mut(run.len());
                 rest = tail;
                 base = run.pos + run.len();
-                let last = run.first_slot + run.slots - 1;
                 reads.push((
                     run.page,
                     run.first_slot * LOGICAL_PAGE as u32,
                     data,
-                    Some(&mut entry[..oob::slot_entry_len(last)]),
+                    Some(&mut entry[..oob::slot_entry_len(run.last_slot())]),
                 ));
             }
             self.counters.page_reads.fetch_add(1, Ordering::Relaxed);
@@ -243,49 +258,70 @@ impl Core {
                     .multi_plane_reads
                     .fetch_add(1, Ordering::Relaxed);
             }
-            match self.nand.read_planes(&mut reads) {
-                Ok(c) => {
-                    for (run, (page, _, data, entry)) in group.runs.iter().zip(&reads) {
-                        let entry = entry.as_deref().unwrap_or_default();
-                        for i in 0..run.slots {
-                            let slot = run.first_slot + i;
-                            let lpn = Lpn(run.first_lpn.0 + i);
-                            let bytes = &data[i as usize * LOGICAL_PAGE..][..LOGICAL_PAGE];
-                            if !intact(entry, slot, lpn, bytes) {
-                                self.count_failed_check(lpn, *page, slot, 0);
-                                again.push((lpn, run.pos + i as usize * LOGICAL_PAGE, 1));
-                            }
-                        }
-                    }
-                    pending.push(c);
-                }
-                // The device names the first page it could not read; the others' buffers are
-                // unspecified, so every slot is read again, those of that page as a retry.
-                Err(NandError::Uncorrectable { page: failed }) => {
-                    for run in &group.runs {
-                        let first = u32::from(run.page == failed);
-                        for i in 0..run.slots {
-                            if first == 1 {
-                                self.count_failed_read(failed);
-                            }
-                            let lpn = Lpn(run.first_lpn.0 + i);
-                            again.push((lpn, run.pos + i as usize * LOGICAL_PAGE, first));
+            self.nand.read_planes(&mut reads)
+        };
+        match read {
+            Ok(c) => {
+                for (run, entry) in group.runs.iter().zip(&entries) {
+                    let entry = &entry[..oob::slot_entry_len(run.last_slot())];
+                    for i in 0..run.slots {
+                        let slot = run.first_slot + i;
+                        let lpn = Lpn(run.first_lpn.0 + i);
+                        let pos = run.pos + i as usize * LOGICAL_PAGE;
+                        if !intact(entry, slot, lpn, &buf[pos..pos + LOGICAL_PAGE]) {
+                            again.push(Again {
+                                lpn,
+                                pos,
+                                failed: Some((run.page, Some(slot))),
+                            });
                         }
                     }
                 }
-                Err(e) => {
-                    for (_, _, data, _) in reads.iter_mut() {
-                        data.fill(0);
+                pending.push(c);
+            }
+            // The device names the first page it could not read; the others' buffers are
+            // unspecified, so every slot is read again, those of that page as a retry.
+            Err(NandError::Uncorrectable { page: failed }) => {
+                for run in &group.runs {
+                    for i in 0..run.slots {
+                        again.push(Again {
+                            lpn: Lpn(run.first_lpn.0 + i),
+                            pos: run.pos + i as usize * LOGICAL_PAGE,
+                            failed: (run.page == failed).then_some((failed, None)),
+                        });
                     }
-                    return Err(e.into());
                 }
+            }
+            Err(e) => {
+                for run in &group.runs {
+                    buf[run.pos..run.pos + run.len()].fill(0);
+                }
+                return Err(e.into());
             }
         }
         // The group's bytes are read (or to be read again by slot): release its pins.
         drop(group);
-        for (lpn, pos, first) in again {
-            let dst = &mut buf[pos..pos + LOGICAL_PAGE];
-            if let Some(c) = self.read_lpn(lpn, 0, dst, first)? {
+        // Never leave bytes that failed their check, or that the device left unspecified,
+        // where the caller could use them, even if a retry below ends the request first.
+        for a in &again {
+            buf[a.pos..a.pos + LOGICAL_PAGE].fill(0);
+        }
+        for a in again {
+            // The group's attempt is counted here, slot by slot as the old per-slot reads
+            // did: counting stops with the slot that fails the request.
+            let first = match a.failed {
+                None => 0,
+                Some((page, Some(slot))) => {
+                    self.count_failed_check(a.lpn, page, slot, 0);
+                    1
+                }
+                Some((page, None)) => {
+                    self.count_failed_attempt(page, 0);
+                    1
+                }
+            };
+            let dst = &mut buf[a.pos..a.pos + LOGICAL_PAGE];
+            if let Some(c) = self.read_lpn(a.lpn, 0, dst, first)? {
                 pending.push(c);
             }
         }
@@ -302,11 +338,6 @@ impl Core {
             self.cfg.read_retries + 1
         );
         self.count_failed_attempt(page, attempt);
-    }
-
-    /// Counts a first attempt the device could not read (an injected read fault).
-    fn count_failed_read(&self, page: PageAddr) {
-        self.count_failed_attempt(page, 0);
     }
 
     /// Every failed attempt counts as a retry; the last one makes the read uncorrectable.

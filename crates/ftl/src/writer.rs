@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use nand_model::{Completion, NandError, PageAddr, PlaneProgram};
+use smallvec::SmallVec;
 
 use crate::buffer::{SealedPage, WriterMsg};
 use crate::cache::PageData;
@@ -384,32 +385,6 @@ impl Writer {
             for (i, page) in pages[..n].iter().enumerate() {
                 self.fill(i, page);
             }
-            // Each page's data is its slots' own buffers (a padding slot: zeroes), copied
-            // into the page without being assembled here first. On the stack for one-slot
-            // pages: this runs for every page programmed.
-            const MAX: usize = nand_model::MAX_PLANES as usize;
-            let mut one_slot: [&[u8]; MAX] = [&[]; MAX];
-            let many: Vec<&[u8]>;
-            let parts: &[&[u8]] = if pages[..n].iter().all(|p| p.slots.len() == 1) {
-                for (part, page) in one_slot.iter_mut().zip(&pages[..n]) {
-                    *part = slot_data(&page.slots[0]);
-                }
-                &one_slot[..n]
-            } else {
-                many = pages[..n]
-                    .iter()
-                    .flat_map(|p| &p.slots)
-                    .map(slot_data)
-                    .collect();
-                &many
-            };
-            let mut ops: [PlaneProgram<'_>; MAX] = [(addrs[0], &[], &[]); MAX];
-            let mut from = 0;
-            for (i, (page, &addr)) in pages[..n].iter().zip(addrs).enumerate() {
-                let to = from + page.slots.len();
-                ops[i] = (addr, &parts[from..to], self.oob[i].as_slice());
-                from = to;
-            }
             // The program counts from when its pages were sealed (or the in-flight window
             // opened, or a wait in here ended), not from when this thread woke up to issue it.
             let waited = nand_model::last_wait_end_ns();
@@ -423,6 +398,22 @@ impl Writer {
                 .unwrap_or(0)
                 .max(self.gate_ns);
             let programmed = {
+                // Each page's data is its slots' own buffers (a padding slot: zeroes), copied
+                // into the page without being assembled here first. Inline up to a 32 KiB page
+                // in two planes (this runs for every page programmed).
+                const MAX: usize = nand_model::MAX_PLANES as usize;
+                let parts: SmallVec<[&[u8]; 16]> = pages[..n]
+                    .iter()
+                    .flat_map(|p| &p.slots)
+                    .map(slot_data)
+                    .collect();
+                let mut ops: [PlaneProgram<'_>; MAX] = [(addrs[0], &[], &[]); MAX];
+                let mut from = 0;
+                for (i, (page, &addr)) in pages[..n].iter().zip(addrs).enumerate() {
+                    let to = from + page.slots.len();
+                    ops[i] = (addr, &parts[from..to], self.oob[i].as_slice());
+                    from = to;
+                }
                 let _arrival = nand_model::ArrivalScope::enter(arrival);
                 core.nand.program_planes_parts(&ops[..n])
             };

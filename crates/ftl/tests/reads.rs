@@ -205,3 +205,54 @@ fn a_slot_that_fails_inside_a_run_is_read_again_on_its_own() {
     );
     ftl.check_invariants().unwrap();
 }
+
+/// With no retries, two bad slots in one run: the first fails the request and is the only
+/// one counted (as slot-by-slot reads counted), and neither's bytes are left in the buffer.
+#[test]
+fn without_retries_the_first_bad_slot_of_a_run_fails_the_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs0.img");
+    let cfg = ftl::FtlConfig {
+        read_retries: 0,
+        ..small_cfg(GcPolicy::Parallel)
+    };
+    let ftl = create(&path, &small_nand(32768, 32), cfg.clone());
+    write_sequential(&ftl, 32, 32, 1);
+    let bad = [11u64, 13];
+    let slots: Vec<_> = bad
+        .iter()
+        .map(|&l| ftl.physical_slot(l as u32).unwrap())
+        .collect();
+    assert_eq!(slots[0].0, slots[1].0, "both in one NAND page");
+    ftl.close().unwrap();
+    drop(ftl);
+    for &(page, slot) in &slots {
+        flip(&path, page, slot, 7);
+    }
+
+    let ftl = open(&path, cfg);
+    let mut buf = vec![0xEEu8; 32 * 4096];
+    match block_on(ftl.read(0, &mut buf)) {
+        Err(FtlError::Uncorrectable { lpn: 11, .. }) => {}
+        other => panic!("expected an uncorrectable read of page 11, got {other:?}"),
+    }
+    let s = ftl.stats();
+    assert_eq!(
+        (s.crc_errors, s.read_retries, s.uncorrectable_reads),
+        (1, 1, 1),
+        "only the slot that failed the request is counted"
+    );
+    for l in bad {
+        let at = l as usize * 4096;
+        assert!(
+            buf[at..at + 4096].iter().all(|&b| b == 0),
+            "page {l}'s bytes failed their check and must not stay in the buffer"
+        );
+    }
+    match block_on(ftl.read(13 * 4096, &mut buf[..4096])) {
+        Err(FtlError::Uncorrectable { lpn: 13, .. }) => {}
+        other => panic!("expected an uncorrectable read of page 13, got {other:?}"),
+    }
+    read_checked(&ftl, 0, 11 * 4096, 1);
+    read_checked(&ftl, 14 * 4096, 18 * 4096, 1);
+}
