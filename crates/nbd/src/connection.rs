@@ -36,6 +36,7 @@
 //! A connection still negotiating gets the same grace to notice `NBD_REP_ERR_SHUTDOWN`.
 
 use crate::backend::BlockBackend;
+use crate::buffers::ReadBuffers;
 use crate::error::{ProtocolError, RequestError};
 use crate::handshake::{greet, negotiate, ExportInfo, Negotiated, Outcome};
 use crate::protocol::*;
@@ -45,6 +46,7 @@ use crate::server::{ServerConfig, ShutdownSignal};
 use crate::stats::Counters;
 use crate::tls::TlsPolicy;
 use std::future::Future;
+use std::io::IoSlice;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -266,7 +268,9 @@ where
     let grace = cfg.shutdown_grace;
     let queue = usize::try_from(ctx.id).unwrap_or(0) % ctx.backend.queues().max(1);
     let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
-    let mut writer = Some(tokio::spawn(write_replies(w, rx)));
+    // Read buffers go back here once their reply is sent (see `buffers`).
+    let buffers = Arc::new(ReadBuffers::default());
+    let mut writer = Some(tokio::spawn(write_replies(w, rx, Arc::clone(&buffers))));
     let slots = Arc::new(Semaphore::new(cfg.max_inflight_per_connection));
     let budget_units = cfg.max_inflight_bytes_per_connection / BUDGET_UNIT as usize;
     let budget = Arc::new(Semaphore::new(budget_units));
@@ -378,10 +382,13 @@ where
         }
         let backend = Arc::clone(&ctx.backend);
         let stats = Arc::clone(&ctx.stats);
+        let buffers = Arc::clone(&buffers);
         let tx = tx.clone();
         let (conn, cookie) = (ctx.id, h.cookie);
         let mut request = Box::pin(async move {
-            let run = execute(&*backend, queue, cookie, cmd, payload, &params, &stats);
+            let run = execute(
+                &*backend, queue, cookie, cmd, payload, &params, &stats, &buffers,
+            );
             let reply = CatchUnwind(Box::pin(run)).await.unwrap_or_else(|()| {
                 error!(conn, cookie, ?cmd, "backend panicked");
                 let err = RequestError::new(Errno::Io, "backend panicked");
@@ -431,26 +438,52 @@ where
 async fn write_replies<W: AsyncWrite + Unpin>(
     mut w: BufWriter<W>,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    buffers: Arc<ReadBuffers>,
 ) -> std::io::Result<()> {
     while let Some(msg) = rx.recv().await {
-        write_one(&mut w, msg).await?;
+        write_one(&mut w, msg, &buffers).await?;
         while let Ok(msg) = rx.try_recv() {
-            write_one(&mut w, msg).await?;
+            write_one(&mut w, msg, &buffers).await?;
         }
         w.flush().await?;
     }
     w.shutdown().await
 }
 
+/// Queues one reply; a read's data buffer then goes back to `buffers` (written out or copied
+/// into the writer's buffer, it is free).
 async fn write_one<W: AsyncWrite + Unpin>(
     w: &mut BufWriter<W>,
     msg: Outgoing,
+    buffers: &ReadBuffers,
 ) -> std::io::Result<()> {
-    w.write_all(&msg.reply.head).await?;
-    if let Some(data) = &msg.reply.data {
-        w.write_all(data).await?;
+    write_reply(w, &msg.reply).await?;
+    if let Some(data) = msg.reply.data {
+        buffers.put(data);
     }
     Ok(())
+}
+
+/// Its header and data go as one vectored write: a small reply joins the buffer (replies that
+/// complete together leave in one `send`), a large one (a 128 KiB read) goes out with its
+/// header in one `writev` instead of the header alone and then the data.
+async fn write_reply<W: AsyncWrite + Unpin>(
+    w: &mut BufWriter<W>,
+    reply: &Reply,
+) -> std::io::Result<()> {
+    let (mut head, mut data) = (&reply.head[..], reply.data.as_deref().unwrap_or(&[]));
+    while !head.is_empty() {
+        let n = w
+            .write_vectored(&[IoSlice::new(head), IoSlice::new(data)])
+            .await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        let from_head = n.min(head.len());
+        head = &head[from_head..];
+        data = &data[n - from_head..];
+    }
+    w.write_all(data).await
 }
 
 /// Runs `fut`; gives up (`None`) once `grace` has passed after shutdown was signalled.

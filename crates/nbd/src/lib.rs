@@ -69,6 +69,7 @@
 //! ```
 
 pub mod backend;
+mod buffers;
 pub mod client;
 mod connection;
 pub mod error;

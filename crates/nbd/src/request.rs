@@ -25,6 +25,7 @@
 //! happened. Other successful commands get a simple reply, which the spec allows.
 
 use crate::backend::BlockBackend;
+use crate::buffers::ReadBuffers;
 use crate::error::RequestError;
 use crate::protocol::*;
 use crate::stats::Counters;
@@ -169,6 +170,7 @@ pub(crate) fn error_reply(cookie: u64, err: &RequestError, structured: bool) -> 
 
 /// Runs a validated command against the backend and encodes the reply. `payload` is the write
 /// data for [`Command::Write`] and empty otherwise. Counts bytes and errors in `stats`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn execute<B: BlockBackend>(
     backend: &B,
     queue: usize,
@@ -177,16 +179,21 @@ pub(crate) async fn execute<B: BlockBackend>(
     payload: Vec<u8>,
     ex: &ExportParams,
     stats: &Counters,
+    buffers: &ReadBuffers,
 ) -> Reply {
     let result = match cmd {
         Command::Read { offset, len } => {
-            let mut buf = vec![0u8; len as usize];
+            // Its bytes are unspecified until the backend fills them all (`ReadBuffers`).
+            let mut buf = buffers.take(len as usize);
             match backend.read(offset, &mut buf).await {
                 Ok(()) => {
                     stats.bytes_read.fetch_add(len.into(), Relaxed);
                     return read_reply(cookie, offset, buf, ex.structured);
                 }
-                Err(e) => Err(e),
+                Err(e) => {
+                    buffers.put(buf);
+                    Err(e)
+                }
             }
         }
         Command::Write { offset, len, fua } => {
