@@ -33,7 +33,9 @@ pub trait BlockBackend: Send + Sync + 'static {
     fn read_only(&self) -> bool;
     /// Number of independent write queues; the server passes `queue` = connection index % queues.
     fn queues(&self) -> usize;
-    /// Fills `buf` with the bytes at `offset`.
+    /// Fills `buf` with the bytes at `offset`. On `Ok` every byte of `buf` must have been
+    /// written: the server reuses a connection's read buffers, so `buf` may hold an earlier
+    /// read's bytes when it is passed in (on `Err` nothing of it is sent).
     fn read(
         &self,
         offset: u64,
