@@ -423,14 +423,11 @@ fn a_two_plane_image_is_written_with_multi_plane_programs() {
         assert_eq!(c.write((i as u64) << 17, chunk).expect("write"), 0);
     }
     c.flush().expect("flush");
+    let count = |st: &serde_json::Value, key: &str| st["ftl"][key].as_u64().expect(key);
     let st = d.stats();
     let (multi, programs) = (
-        st["ftl"]["multi_plane_programs"]
-            .as_u64()
-            .expect("multi_plane_programs"),
-        st["ftl"]["nand_page_programs"]
-            .as_u64()
-            .expect("nand_page_programs"),
+        count(&st, "multi_plane_programs"),
+        count(&st, "nand_page_programs"),
     );
     eprintln!("{programs} host page programs, {multi} multi-plane programs");
     assert!(
@@ -446,12 +443,8 @@ fn a_two_plane_image_is_written_with_multi_plane_programs() {
     // The pairs multi-plane programs wrote are read back as multi-plane reads.
     let st = d.stats();
     let (multi, reads) = (
-        st["ftl"]["multi_plane_reads"]
-            .as_u64()
-            .expect("multi_plane_reads"),
-        st["ftl"]["nand_page_reads"]
-            .as_u64()
-            .expect("nand_page_reads"),
+        count(&st, "multi_plane_reads"),
+        count(&st, "nand_page_reads"),
     );
     eprintln!("{reads} host NAND reads, {multi} multi-plane");
     assert!(

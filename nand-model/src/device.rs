@@ -404,29 +404,16 @@ impl NandDevice {
         &self,
         pages: &[(PageAddr, &[u8], &[u8])],
     ) -> Result<Completion, NandError> {
+        // Refuses more pages than a bank has planes, so the arrays below hold them all.
+        self.check_planes(pages.iter().map(|p| p.0))?;
         // Each page as one part; on the stack (GC stages every page it moves through here).
         const MAX: usize = MAX_PLANES as usize;
-        if pages.len() > MAX {
-            // More pages than any bank has planes: the checks name the rule.
-            let whole: Vec<[&[u8]; 1]> = pages.iter().map(|p| [p.1]).collect();
-            let ops: Vec<PlaneProgram<'_>> = pages
-                .iter()
-                .zip(&whole)
-                .map(|(p, w)| (p.0, &w[..], p.2))
-                .collect();
-            return self.program_planes_parts(&ops);
-        }
         let n = pages.len();
         let mut whole: [[&[u8]; 1]; MAX] = [[&[]]; MAX];
         for (w, p) in whole.iter_mut().zip(pages) {
             *w = [p.1];
         }
-        // Filler for the unused entries (only `..n` is passed on).
-        let unused = PageAddr {
-            block: BlockAddr::new(0, 0),
-            page: 0,
-        };
-        let mut ops: [PlaneProgram<'_>; MAX] = [(unused, &[], &[]); MAX];
+        let mut ops: [PlaneProgram<'_>; MAX] = [(pages[0].0, &[], &[]); MAX];
         for ((op, p), w) in ops.iter_mut().zip(pages).zip(&whole) {
             *op = (p.0, w, p.2);
         }

@@ -13,7 +13,7 @@ use crate::buffer::TrimRecord;
 use crate::cache::PageData;
 use crate::core::Core;
 use crate::error::{FtlError, Result};
-use crate::layout::{Lpn, LOGICAL_PAGE, SECTOR};
+use crate::layout::{pieces, Lpn, LOGICAL_PAGE, SECTOR};
 
 const LP: u64 = LOGICAL_PAGE as u64;
 /// Pages covered by one trim record (and one hold of the stripe locks).
@@ -63,22 +63,17 @@ impl Core {
     ) -> Result<()> {
         self.check_writable()?;
         let q = q % self.data_queues();
-        let mut pos = 0usize;
-        while pos < data.len() {
-            let abs = offset + pos as u64;
-            let lpn = Lpn((abs / LP) as u32);
-            let in_page = (abs % LP) as usize;
-            let n = (LOGICAL_PAGE - in_page).min(data.len() - pos);
-            if n == LOGICAL_PAGE {
+        for p in pieces(offset, data.len()) {
+            let range = p.pos..p.pos + p.len;
+            if p.whole() {
                 self.wait_room(q).await;
                 let _g = self.gate.enter().await;
                 self.check_writable()?;
-                self.buffer_page(q, lpn, data.slice(pos..pos + n));
+                self.buffer_page(q, p.lpn, data.slice(range));
             } else {
-                self.write_partial(q, lpn, in_page, &data[pos..pos + n])
+                self.write_partial(q, p.lpn, p.in_page, &data[range])
                     .await?;
             }
-            pos += n;
         }
         self.note_written(data.len() as u64);
         if fua {

@@ -18,6 +18,45 @@ use nand_model::{BankId, BlockAddr, Geometry, PageAddr};
 
 /// Bytes in a logical page (the FTL's mapping unit).
 pub const LOGICAL_PAGE: usize = 4096;
+
+/// One logical page's share of a host byte range (see [`pieces`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Piece {
+    /// Bytes into the range.
+    pub pos: usize,
+    pub lpn: Lpn,
+    /// Byte of the logical page the piece starts at.
+    pub in_page: usize,
+    pub len: usize,
+}
+
+impl Piece {
+    /// The piece covers its whole logical page.
+    pub fn whole(&self) -> bool {
+        self.len == LOGICAL_PAGE
+    }
+}
+
+/// The logical pages the `len` bytes at byte `offset` cover, in order: a partial first and
+/// last piece where the range is not page-aligned, whole pages between.
+pub(crate) fn pieces(offset: u64, len: usize) -> impl Iterator<Item = Piece> {
+    let mut pos = 0usize;
+    std::iter::from_fn(move || {
+        if pos >= len {
+            return None;
+        }
+        let abs = offset + pos as u64;
+        let in_page = (abs % LOGICAL_PAGE as u64) as usize;
+        let piece = Piece {
+            pos,
+            lpn: Lpn((abs / LOGICAL_PAGE as u64) as u32),
+            in_page,
+            len: (LOGICAL_PAGE - in_page).min(len - pos),
+        };
+        pos += piece.len;
+        Some(piece)
+    })
+}
 /// Exported sector size: requests must be aligned to it.
 pub const SECTOR: u64 = 512;
 
@@ -155,6 +194,24 @@ impl Layout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pieces_split_a_range_at_logical_pages() {
+        let got: Vec<_> = pieces(4096 + 512, 3 * 4096)
+            .map(|p| (p.pos, p.lpn.0, p.in_page, p.len, p.whole()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, 1, 512, 3584, false),
+                (3584, 2, 0, 4096, true),
+                (7680, 3, 0, 4096, true),
+                (11776, 4, 0, 512, false),
+            ]
+        );
+        assert_eq!(pieces(8192, 4096).count(), 1);
+        assert_eq!(pieces(8192, 0).count(), 0);
+    }
 
     fn geo() -> Geometry {
         Geometry {

@@ -30,10 +30,9 @@ use smallvec::{smallvec, SmallVec};
 
 use crate::core::Core;
 use crate::error::{FtlError, Result};
-use crate::layout::{BlockIdx, Lpn, Psa, LOGICAL_PAGE};
+use crate::layout::{pieces, BlockIdx, Lpn, Piece, Psa, LOGICAL_PAGE};
 use crate::oob::{self, SlotKind};
 
-const LP: u64 = LOGICAL_PAGE as u64;
 /// Slots in the largest NAND page the model accepts.
 const MAX_SLOTS_PER_PAGE: u32 = nand_model::MAX_PAGE_SIZE / LOGICAL_PAGE as u32;
 /// OOB bytes that hold the entries of every slot of the largest page.
@@ -84,10 +83,19 @@ struct Again {
     lpn: Lpn,
     /// Where its bytes go in the request's buffer.
     pos: usize,
-    /// How the group's attempt failed it: its page and, for a failed check, its slot (the
-    /// device could not read the page: `None`); `None` if its page was not the one that
-    /// failed (its bytes are unspecified, but its attempts are all still to come).
-    failed: Option<(PageAddr, Option<u32>)>,
+    /// What the group's attempt was for this slot.
+    attempt: GroupAttempt,
+}
+
+/// What a group read was for one of its slots that is read again.
+enum GroupAttempt {
+    /// Not an attempt: another page of the multi-plane read failed, so this slot's bytes are
+    /// unspecified and all its attempts are still to come.
+    None,
+    /// Its first attempt: the slot at this page and index failed its check.
+    FailedCheck(PageAddr, u32),
+    /// Its first attempt: the device could not read its page.
+    Unreadable(PageAddr),
 }
 
 /// The runs of one NAND operation (one page, or pages of one bank at one page index in
@@ -160,17 +168,19 @@ impl Core {
             // Not held across an await: the scope is this thread's.
             let _arrival = nand_model::ArrivalScope::enter(self.nand.now_ns());
             let mut group = ReadGroup::new(self);
-            let mut pos = 0usize;
-            while pos < buf.len() {
-                let abs = offset + pos as u64;
-                let lpn = Lpn((abs / LP) as u32);
-                let in_page = (abs % LP) as usize;
-                let n = (LOGICAL_PAGE - in_page).min(buf.len() - pos);
-                if n < LOGICAL_PAGE {
-                    if let Some(c) = self.read_lpn(lpn, in_page, &mut buf[pos..pos + n], 0)? {
+            for Piece {
+                pos,
+                lpn,
+                in_page,
+                len,
+            } in pieces(offset, buf.len())
+            {
+                let dst = &mut buf[pos..pos + len];
+                if len < LOGICAL_PAGE {
+                    if let Some(c) = self.read_lpn(lpn, in_page, dst, 0)? {
                         pending.push(c);
                     }
-                } else if let Source::Flash(psa) = self.source(lpn, 0, &mut buf[pos..pos + n]) {
+                } else if let Source::Flash(psa) = self.source(lpn, 0, dst) {
                     if !group.try_add(psa, lpn, pos) {
                         // Read what the group holds, then start a new one with this slot
                         // (whose pin it takes over, even if the read failed).
@@ -180,7 +190,6 @@ impl Core {
                         read?;
                     }
                 }
-                pos += n;
             }
             self.read_group(&mut group, buf, &mut pending)?;
         }
@@ -272,7 +281,7 @@ impl Core {
                             again.push(Again {
                                 lpn,
                                 pos,
-                                failed: Some((run.page, Some(slot))),
+                                attempt: GroupAttempt::FailedCheck(run.page, slot),
                             });
                         }
                     }
@@ -287,7 +296,11 @@ impl Core {
                         again.push(Again {
                             lpn: Lpn(run.first_lpn.0 + i),
                             pos: run.pos + i as usize * LOGICAL_PAGE,
-                            failed: (run.page == failed).then_some((failed, None)),
+                            attempt: if run.page == failed {
+                                GroupAttempt::Unreadable(failed)
+                            } else {
+                                GroupAttempt::None
+                            },
                         });
                     }
                 }
@@ -309,13 +322,13 @@ impl Core {
         for a in again {
             // The group's attempt is counted here, slot by slot as the old per-slot reads
             // did: counting stops with the slot that fails the request.
-            let first = match a.failed {
-                None => 0,
-                Some((page, Some(slot))) => {
+            let first = match a.attempt {
+                GroupAttempt::None => 0,
+                GroupAttempt::FailedCheck(page, slot) => {
                     self.count_failed_check(a.lpn, page, slot, 0);
                     1
                 }
-                Some((page, None)) => {
+                GroupAttempt::Unreadable(page) => {
                     self.count_failed_attempt(page, 0);
                     1
                 }

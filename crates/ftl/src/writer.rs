@@ -383,7 +383,7 @@ impl Writer {
                 .clamp(1, pages.len())
                 .min(nand_model::MAX_PLANES as usize);
             for (i, page) in pages[..n].iter().enumerate() {
-                self.fill(i, page);
+                self.encode_oob(i, page);
             }
             // The program counts from when its pages were sealed (or the in-flight window
             // opened, or a wait in here ended), not from when this thread woke up to issue it.
@@ -482,7 +482,7 @@ impl Writer {
     }
 
     /// Encodes the page's OOB into scratch buffer `i`.
-    fn fill(&mut self, i: usize, page: &SealedPage) {
+    fn encode_oob(&mut self, i: usize, page: &SealedPage) {
         self.metas.clear();
         self.metas.extend(page.slots.iter().map(|(meta, _)| *meta));
         oob::encode_data(&mut self.oob[i], &self.metas);

@@ -6,32 +6,10 @@
 
 mod common;
 
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use common::*;
 use ftl::{Ftl, FtlError, GcPolicy};
-
-/// Flips one bit of byte `at` of a slot's data in the image file.
-fn flip(path: &Path, page: ftl::nand_model::PageAddr, slot: u32, at: u64) {
-    let off = ftl::nand_model::page_data_offset(path, page).unwrap() + slot as u64 * 4096 + at;
-    flip_byte(path, off);
-}
-
-/// Flips one bit of the image file's byte at `off`.
-fn flip_byte(path: &Path, off: u64) {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut b = [0u8];
-    f.seek(SeekFrom::Start(off)).unwrap();
-    f.read_exact(&mut b).unwrap();
-    b[0] ^= 0x10;
-    f.seek(SeekFrom::Start(off)).unwrap();
-    f.write_all(&b).unwrap();
-}
 
 fn write(ftl: &Ftl, l: u64, tag: u64) {
     block_on(ftl.write(l as usize, l * 4096, &stamped(l, tag), false)).unwrap();

@@ -5,9 +5,6 @@
 
 mod common;
 
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
-
 use common::*;
 use ftl::nand_model::{NandConfig, TimingMode};
 use ftl::{Ftl, FtlError, GcPolicy};
@@ -36,6 +33,14 @@ fn read_checked(ftl: &Ftl, offset: u64, len: usize, tag: u64) {
     let want: Vec<u8> = (first..last).flat_map(|l| stamped(l, tag)).collect();
     let at = (offset - first * 4096) as usize;
     assert!(buf == want[at..at + len], "{len} bytes at {offset}");
+}
+
+/// `r` is the uncorrectable read of logical page `lpn`.
+fn expect_uncorrectable(r: Result<(), FtlError>, lpn: u32) {
+    match r {
+        Err(FtlError::Uncorrectable { lpn: l, .. }) if l == lpn => {}
+        other => panic!("expected an uncorrectable read of page {lpn}, got {other:?}"),
+    }
 }
 
 fn nand_reads(ftl: &Ftl) -> u64 {
@@ -76,9 +81,10 @@ fn a_sequential_read_reads_each_nand_page_once() {
         "NAND reads of an unaligned 128 KiB"
     );
     // Each 128 KiB request: 4 pages on 4 banks, 25 us array time then 32 KiB over a 400 MB/s
-    // channel two banks share, about 190 us; a slot at a time cost 8 array times per page.
+    // channel two banks share, about 190 us (1517 us measured for the 8); a slot at a time
+    // paid 8 array times per page (2356 us measured for the 8 on the code before).
     eprintln!("1 MiB read in {} us of simulated time", elapsed / 1000);
-    assert!(elapsed < 8 * 400_000, "1 MiB took {elapsed} ns");
+    assert!(elapsed < 8 * 250_000, "1 MiB took {elapsed} ns");
     ftl.check_invariants().unwrap();
     assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
 }
@@ -135,22 +141,6 @@ fn multi_plane_reads_take_one_array_time_for_two_pages() {
     );
 }
 
-/// Flips one bit of byte `at` of a slot's data in the image file.
-fn flip(path: &Path, page: ftl::nand_model::PageAddr, slot: u32, at: u64) {
-    let off = ftl::nand_model::page_data_offset(path, page).unwrap() + slot as u64 * 4096 + at;
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut b = [0u8];
-    f.seek(SeekFrom::Start(off)).unwrap();
-    f.read_exact(&mut b).unwrap();
-    b[0] ^= 0x10;
-    f.seek(SeekFrom::Start(off)).unwrap();
-    f.write_all(&b).unwrap();
-}
-
 /// A slot whose bytes changed on the medium, in the middle of a page read as one run, fails
 /// the whole request with an uncorrectable read of that logical page after its retries (each
 /// counted), while every other page of the run reads back; an injected read fault on a
@@ -172,10 +162,7 @@ fn a_slot_that_fails_inside_a_run_is_read_again_on_its_own() {
     let ftl = open(&path, cfg.clone());
     let retries = u64::from(cfg.read_retries);
     let mut buf = vec![0u8; 64 * 1024];
-    match block_on(ftl.read(0, &mut buf)) {
-        Err(FtlError::Uncorrectable { lpn: 11, .. }) => {}
-        other => panic!("expected an uncorrectable read of page 11, got {other:?}"),
-    }
+    expect_uncorrectable(block_on(ftl.read(0, &mut buf)), 11);
     let s = ftl.stats();
     assert_eq!(
         (s.crc_errors, s.read_retries, s.uncorrectable_reads),
@@ -232,10 +219,7 @@ fn without_retries_the_first_bad_slot_of_a_run_fails_the_request() {
 
     let ftl = open(&path, cfg);
     let mut buf = vec![0xEEu8; 32 * 4096];
-    match block_on(ftl.read(0, &mut buf)) {
-        Err(FtlError::Uncorrectable { lpn: 11, .. }) => {}
-        other => panic!("expected an uncorrectable read of page 11, got {other:?}"),
-    }
+    expect_uncorrectable(block_on(ftl.read(0, &mut buf)), 11);
     let s = ftl.stats();
     assert_eq!(
         (s.crc_errors, s.read_retries, s.uncorrectable_reads),
@@ -249,10 +233,7 @@ fn without_retries_the_first_bad_slot_of_a_run_fails_the_request() {
             "page {l}'s bytes failed their check and must not stay in the buffer"
         );
     }
-    match block_on(ftl.read(13 * 4096, &mut buf[..4096])) {
-        Err(FtlError::Uncorrectable { lpn: 13, .. }) => {}
-        other => panic!("expected an uncorrectable read of page 13, got {other:?}"),
-    }
+    expect_uncorrectable(block_on(ftl.read(13 * 4096, &mut buf[..4096])), 13);
     read_checked(&ftl, 0, 11 * 4096, 1);
     read_checked(&ftl, 14 * 4096, 18 * 4096, 1);
 }

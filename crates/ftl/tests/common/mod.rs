@@ -1,6 +1,7 @@
 //! Shared helpers for the FTL's integration tests: small geometries and a blocking executor.
 #![allow(dead_code)]
 
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::time::Duration;
 
@@ -94,4 +95,25 @@ pub fn hash(b: &[u8]) -> u64 {
         h = h.wrapping_mul(0x100_0000_01b3);
     }
     h
+}
+
+/// Flips one bit of byte `at` of a slot's data in the image file (bit rot under the FTL).
+pub fn flip(path: &Path, page: ftl::nand_model::PageAddr, slot: u32, at: u64) {
+    let off = ftl::nand_model::page_data_offset(path, page).unwrap() + slot as u64 * 4096 + at;
+    flip_byte(path, off);
+}
+
+/// Flips one bit of the image file's byte at `off`.
+pub fn flip_byte(path: &Path, off: u64) {
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = [0u8];
+    f.seek(SeekFrom::Start(off)).unwrap();
+    f.read_exact(&mut b).unwrap();
+    b[0] ^= 0x10;
+    f.seek(SeekFrom::Start(off)).unwrap();
+    f.write_all(&b).unwrap();
 }
