@@ -133,6 +133,13 @@ impl Margin {
         }
     }
 
+    /// Sets the margin (tests that need a wait to fall inside it).
+    #[cfg(test)]
+    pub(crate) fn set(&self, ns: u64) {
+        self.ns
+            .store(ns.clamp(MIN_MARGIN_NS, self.max), Ordering::Relaxed);
+    }
+
     /// Learns from a wake-up `late_ns` after the early target it was asked for (which was
     /// `margin` before the deadline).
     pub(crate) fn observe(&self, margin: u64, late_ns: u64) {
