@@ -72,6 +72,16 @@ struct Cursor {
     valid: u32,
 }
 
+/// What one pass over a bank's blocks found ([`PageScheme::scan_bank`]).
+#[derive(Default)]
+struct BankScan {
+    /// The best reclaim victim and its valid slots.
+    best: Option<(u32, u32)>,
+    /// Highest erase count of a usable block, lowest of a full one (static wear levelling).
+    max_erases: Option<u32>,
+    min_full_erases: Option<u32>,
+}
+
 /// Valid slots read from victims, laid out as they will be on the next GC page: slot `i` of
 /// the page is `data[i * LOGICAL_PAGE..]`. Staging happens only while fewer than a page of slots
 /// wait, so at most two pages' worth are ever held.
@@ -421,7 +431,7 @@ impl PageScheme {
                     st.data
                         .copy_within(take * LOGICAL_PAGE..take * LOGICAL_PAGE + rest, 0);
                     if addr.page + 1 == core.layout.pages_per_block {
-                        core.mark_full(addr.block.bank.0, addr.block.block);
+                        self.mark_full(core, addr.block.bank.0, addr.block.block);
                     }
                     return true;
                 }
@@ -535,13 +545,13 @@ impl PageScheme {
                             // The OOB does not decode: the copy at `dst` is never mapped.
                             // Staging reads `src` again and salvages what the map vouches for.
                             if dst.page + 1 == core.layout.pages_per_block {
-                                core.mark_full(b, dst.block.block);
+                                self.mark_full(core, b, dst.block.block);
                             }
                             return Moved::Staging;
                         }
                     }
                     if dst.page + 1 == core.layout.pages_per_block {
-                        core.mark_full(b, dst.block.block);
+                        self.mark_full(core, b, dst.block.block);
                     }
                     return Moved::Done;
                 }
@@ -604,6 +614,7 @@ impl PageScheme {
                 cur.block
             );
             core.bank(b).alloc.lock().state[cur.block as usize] = BlockState::Full;
+            self.costs.touch(b);
             core.flush_requested.store(true, Ordering::Release);
             core.maint_wake.notify(usize::MAX);
             return Step::Idle;
@@ -618,6 +629,8 @@ impl PageScheme {
                 .fetch_add(1, Ordering::Relaxed);
         }
         core.erase_or_retire(blk_addr, cur.purpose == Purpose::Retire);
+        // Erase counts moved (the wear verdict).
+        self.costs.touch(b);
         Step::Freed
     }
 
@@ -699,6 +712,7 @@ impl PageScheme {
         }
         let (block, purpose) = chosen?;
         a.state[block as usize] = BlockState::Victim;
+        self.costs.victim_taken(b);
         let valid = self.map.valid_count(core.layout.block_idx(BlockAddr {
             bank: BankId(b),
             block,
@@ -720,12 +734,26 @@ impl PageScheme {
         a: &crate::blocks::BankAlloc,
         room: u32,
     ) -> Option<u32> {
+        self.scan_bank(core, b, a, room).best.map(|(blk, _)| blk)
+    }
+
+    /// One pass over bank `b`'s blocks: its best reclaim victim whose valid slots fit in
+    /// `room`, and the erase counts static wear levelling compares.
+    fn scan_bank(&self, core: &Core, b: u32, a: &crate::blocks::BankAlloc, room: u32) -> BankScan {
         let spb = core.layout.slots_per_block();
         let now = core.current_seq();
-        let mut best: Option<(f64, u32)> = None;
+        let mut best: Option<(f64, u32, u32)> = None;
+        let mut scan = BankScan::default();
         for (i, s) in a.state.iter().enumerate() {
+            let erases = a.erase_count[i];
+            if !matches!(s, BlockState::Bad | BlockState::Reserved) {
+                scan.max_erases = scan.max_erases.max(Some(erases));
+            }
             if !matches!(s, BlockState::Full | BlockState::Damaged) {
                 continue;
+            }
+            if *s == BlockState::Full {
+                scan.min_full_erases = Some(scan.min_full_erases.map_or(erases, |m| m.min(erases)));
             }
             let blk = BlockAddr {
                 bank: BankId(b),
@@ -749,11 +777,12 @@ impl PageScheme {
                     }
                 }
             };
-            if best.is_none_or(|(s, _)| score > s) {
-                best = Some((score, i as u32));
+            if best.is_none_or(|(s, _, _)| score > s) {
+                best = Some((score, i as u32, valid));
             }
         }
-        best.map(|(_, blk)| blk)
+        scan.best = best.map(|(_, blk, valid)| (blk, valid));
+        scan
     }
 
     /// The greedy/cost-benefit choice on bank `b`, without marking it (benchmarks).
@@ -786,22 +815,40 @@ impl PageScheme {
         (max - min > spread).then_some(i as u32)
     }
 
-    /// Whether bank `b` has a wear spread worth levelling.
-    fn wear_level_due(&self, core: &Core, b: u32) -> bool {
-        let a = core.bank(b).alloc.lock();
-        self.wear_level_victim(core, b, &a).is_some()
+    /// Marks a frontier block full once its last page committed (GC may pick it from now on):
+    /// bank `b` has a new candidate victim.
+    pub(super) fn mark_full(&self, core: &Core, b: u32, block: u32) {
+        core.mark_full(b, block);
+        self.costs.touch(b);
     }
 
-    /// Valid slots of bank `b`'s best reclaim victim (`u32::MAX`: it has none).
+    /// Bank `b`'s best victim's valid slots (`u32::MAX`: it has none) and whether its wear
+    /// spread is worth levelling: from its last scan unless it changed since (`costs.rs`).
+    fn bank_costs(&self, core: &Core, b: u32) -> (u32, bool) {
+        if let Some(c) = self.costs.cached(b) {
+            return c;
+        }
+        let scan = {
+            let a = core.bank(b).alloc.lock();
+            self.scan_bank(core, b, &a, u32::MAX)
+        };
+        let valid = scan.best.map_or(u32::MAX, |(_, valid)| valid);
+        let spread = core.cfg.wear_level_spread;
+        let wear = spread != 0
+            && matches!((scan.max_erases, scan.min_full_erases), (Some(max), Some(min)) if max - min > spread);
+        self.costs.store(b, valid, wear);
+        (valid, wear)
+    }
+
+    /// Whether bank `b` has a wear spread worth levelling (as of its last scan).
+    fn wear_level_due(&self, core: &Core, b: u32) -> bool {
+        self.bank_costs(core, b).1
+    }
+
+    /// Valid slots of bank `b`'s best reclaim victim (`u32::MAX`: it has none), as of its last
+    /// scan: for ranking banks; the victim itself is chosen by a fresh scan.
     fn best_victim_valid(&self, core: &Core, b: u32) -> u32 {
-        let a = core.bank(b).alloc.lock();
-        self.best_reclaim_victim(core, b, &a, u32::MAX)
-            .map_or(u32::MAX, |blk| {
-                self.map.valid_count(core.layout.block_idx(BlockAddr {
-                    bank: BankId(b),
-                    block: blk,
-                }))
-            })
+        self.bank_costs(core, b).0
     }
 
     fn needs_gc(&self, core: &Core, b: u32) -> bool {

@@ -5,6 +5,7 @@
 //! | `map` | L2P table, valid-slot bitmap and live trim log, kept in step (invariant 2) |
 //! | `place` | per-queue write frontiers on every bank, bank choice |
 //! | `gc` | bounded-step GC, victim policies, wear levelling, GC workers |
+//! | `costs` | each bank's cleaning cost and wear verdict, cached for ranking banks |
 //! | `recency` | which pages the host rewrote recently (hot/cold separation) |
 //! | `recover` | resolving a checkpoint and an OOB scan into the map |
 //!
@@ -13,6 +14,7 @@
 //! holds the L2P table (full or the chunks changed since the last one) and the live trim-log
 //! slots.
 
+mod costs;
 mod gc;
 pub mod map;
 mod place;
@@ -24,6 +26,7 @@ use std::sync::Arc;
 use nand_model::PageAddr;
 use parking_lot::Mutex;
 
+use self::costs::VictimCosts;
 use self::gc::{BankGc, LoadGauge};
 use self::map::PageMap;
 use self::place::PagePlacer;
@@ -56,6 +59,8 @@ pub struct PageScheme {
     pub foreground_rr: std::sync::atomic::AtomicU32,
     /// Recent host writes, with hot/cold separation on (`[ftl] separation`).
     pub recency: Option<recency::WriteRecency>,
+    /// Each bank's cleaning cost and wear verdict from its last scan (ranking banks).
+    costs: VictimCosts,
 }
 
 impl PageScheme {
@@ -68,6 +73,7 @@ impl PageScheme {
             gc_load: LoadGauge::default(),
             foreground_rr: Default::default(),
             recency: None,
+            costs: VictimCosts::new(layout.banks, layout.blocks_per_bank),
         }
     }
 }
@@ -96,7 +102,7 @@ impl Scheme for PageScheme {
         self.map.commit_page(core, self.layout, page, addr);
         // From now on GC may pick the block.
         if addr.page + 1 == self.layout.pages_per_block {
-            core.mark_full(addr.block.bank.0, addr.block.block);
+            self.mark_full(core, addr.block.bank.0, addr.block.block);
         }
     }
 
