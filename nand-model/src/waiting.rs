@@ -133,11 +133,11 @@ impl Margin {
         }
     }
 
-    /// Sets the margin (tests that need a wait to fall inside it).
+    /// Replaces the margin, past its cap if need be, and returns the old one (tests that need
+    /// a wait to fall inside it whatever the machine's scheduling).
     #[cfg(test)]
-    pub(crate) fn set(&self, ns: u64) {
-        self.ns
-            .store(ns.clamp(MIN_MARGIN_NS, self.max), Ordering::Relaxed);
+    pub(crate) fn replace_for_test(&self, ns: u64) -> u64 {
+        self.ns.swap(ns, Ordering::Relaxed)
     }
 
     /// Learns from a wake-up `late_ns` after the early target it was asked for (which was

@@ -825,9 +825,10 @@ impl PageScheme {
     /// Bank `b`'s best victim's valid slots (`u32::MAX`: it has none) and whether its wear
     /// spread is worth levelling: from its last scan unless it changed since (`costs.rs`).
     fn bank_costs(&self, core: &Core, b: u32) -> (u32, bool) {
-        if let Some(c) = self.costs.cached(b) {
-            return c;
-        }
+        let refresh = match self.costs.cached(b) {
+            Ok(answers) => return answers,
+            Err(refresh) => refresh,
+        };
         let scan = {
             let a = core.bank(b).alloc.lock();
             self.scan_bank(core, b, &a, u32::MAX)
@@ -836,7 +837,7 @@ impl PageScheme {
         let spread = core.cfg.wear_level_spread;
         let wear = spread != 0
             && matches!((scan.max_erases, scan.min_full_erases), (Some(max), Some(min)) if max - min > spread);
-        self.costs.store(b, valid, wear);
+        self.costs.store(refresh, valid, wear);
         (valid, wear)
     }
 
