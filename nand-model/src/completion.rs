@@ -118,6 +118,13 @@ impl Completion {
     /// With timing `virtual` it moves the simulated clock to the deadline (if it is earlier)
     /// and returns at once.
     pub fn wait(self) {
+        let timer = self.timer;
+        self.wait_as(timer);
+    }
+
+    /// [`Completion::wait`] with timer `timer` instead of the device's setting (a waiter that
+    /// knows nobody needs its wake-up to be exact passes [`TimerMode::Sleep`]).
+    pub fn wait_as(self, timer: TimerMode) {
         if let Some(c) = &self.sim {
             c.advance_to(self.current_ns());
         } else if self.deadline_ns != ALREADY_DONE {
@@ -125,7 +132,7 @@ impl Completion {
             // A suspension may move the end while we wait: wait again until it stays.
             let end = loop {
                 let d = self.current_ns();
-                wait_until(d, self.timer);
+                wait_until(d, timer);
                 if self.current_ns() <= d {
                     break d;
                 }

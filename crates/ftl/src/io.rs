@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use event_listener::Listener;
 use std::task::{Context, Poll};
 
-use crate::buffer::TrimRecord;
+use crate::buffer::{CommitWaiter, TrimRecord};
 use crate::cache::PageData;
 use crate::core::Core;
 use crate::error::{FtlError, Result};
@@ -186,6 +186,8 @@ impl Core {
 
     /// Makes everything buffered in queue `q` durable.
     pub(crate) async fn flush_queue(&self, q: usize) -> Result<()> {
+        // Counted before the seal: the writer then waits for this page precisely.
+        let _waiter = CommitWaiter::new(&self.queues[q]);
         let target = self.force_seal(q);
         self.wait_committed(q, target).await;
         self.check_durable()
@@ -193,6 +195,7 @@ impl Core {
 
     /// Makes everything acknowledged so far durable.
     pub(crate) async fn flush_all(&self) -> Result<()> {
+        let _waiters: Vec<_> = self.queues.iter().filter_map(CommitWaiter::new).collect();
         let targets: Vec<u64> = (0..self.queues.len()).map(|q| self.force_seal(q)).collect();
         for (q, t) in targets.into_iter().enumerate() {
             self.wait_committed(q, t).await;

@@ -182,7 +182,13 @@ pub fn run(core: Arc<Core>, q: usize, rx: Receiver<WriterMsg>) {
                 // Woken a timer margin early, the oldest program is then waited for precisely
                 // (`commit_front`): a channel timeout alone wakes as late as the kernel's
                 // latency, and every FUA write and flush behind it would wait that much longer.
-                Some(f) => match rx.recv_deadline(f.done.wake_hint()) {
+                // With no host waiting for this queue's commits, the deadline itself (no spin;
+                // the first waiter's `Wake` ends this wait).
+                Some(f) => match rx.recv_deadline(if w.precise(&core) {
+                    f.done.wake_hint()
+                } else {
+                    f.done.deadline()
+                }) {
                     Ok(m) => m,
                     Err(RecvTimeoutError::Timeout) => {
                         w.commit_front(&core);
@@ -197,6 +203,7 @@ pub fn run(core: Arc<Core>, q: usize, rx: Receiver<WriterMsg>) {
                     count_host_slots(&core, &p);
                     w.pending.push_back(p);
                 }
+                WriterMsg::Wake => {}
                 WriterMsg::Stop => stopping = true,
             }
         } else if w.inflight.len() >= max_inflight {
@@ -214,6 +221,7 @@ pub fn run(core: Arc<Core>, q: usize, rx: Receiver<WriterMsg>) {
                     count_host_slots(&core, &p);
                     w.pending.push_back(p);
                 }
+                Ok(WriterMsg::Wake) => {}
                 Ok(WriterMsg::Stop) => stopping = true,
                 Err(_) => break,
             }
@@ -248,11 +256,22 @@ impl Writer {
             if self.inflight.len() + 1 >= self.max_inflight {
                 self.gate_ns = self.gate_ns.max(f.done.deadline_ns());
             }
-            f.done.wait();
+            if self.precise(core) {
+                f.done.wait();
+            } else {
+                f.done.wait_as(nand_model::TimerMode::Sleep);
+            }
             for (page, addr) in f.pages {
                 self.commit(core, page, addr);
             }
         }
+    }
+
+    /// Whether a host waits for this queue's commits, so the oldest program's completion is
+    /// worth waiting for exactly (the device's timer) rather than asleep (see
+    /// [`crate::buffer::CommitWaiter`]).
+    fn precise(&self, core: &Core) -> bool {
+        core.queues[self.q].commit_waiters.load(Ordering::Acquire) > 0
     }
 
     fn commit(&mut self, core: &Core, page: SealedPage, addr: PageAddr) {
