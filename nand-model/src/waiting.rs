@@ -207,7 +207,13 @@ pub(crate) fn spin_until(deadline_ns: u64) {
 /// Blocks until `deadline_ns` the way `mode` says.
 pub(crate) fn wait_until(deadline_ns: u64, mode: TimerMode) {
     match mode {
-        TimerMode::Sleep => sleep_until(deadline_ns),
+        TimerMode::Sleep => {
+            // Counted too: a thread asleep on its own completion is a wait in progress, and a
+            // hybrid wait elsewhere that thought itself alone would spin beside it (a writer
+            // that sleeps because nobody waits for its commits passes `Sleep` under `hybrid`).
+            let _waiting = Waiting::enter();
+            sleep_until(deadline_ns)
+        }
         TimerMode::Spin => spin_until(deadline_ns),
         TimerMode::Hybrid => {
             let (_waiting, alone) = Waiting::enter();

@@ -256,6 +256,15 @@ impl Writer {
             if self.inflight.len() + 1 >= self.max_inflight {
                 self.gate_ns = self.gate_ns.max(f.done.deadline_ns());
             }
+            if !self.precise(core) {
+                // Asleep until the point a precise wait would start spinning, then precise if a
+                // host began waiting meanwhile (a writer blocked here with its window full
+                // cannot see that host's `Wake`).
+                let hint = f.done.wake_hint();
+                if let Some(d) = hint.checked_duration_since(std::time::Instant::now()) {
+                    std::thread::sleep(d);
+                }
+            }
             if self.precise(core) {
                 f.done.wait();
             } else {
