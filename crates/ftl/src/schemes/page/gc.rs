@@ -77,9 +77,19 @@ struct Cursor {
 struct BankScan {
     /// The best reclaim victim and its valid slots.
     best: Option<(u32, u32)>,
-    /// Highest erase count of a usable block, lowest of a full one (static wear levelling).
+    /// Highest erase count of a usable block (static wear levelling).
     max_erases: Option<u32>,
-    min_full_erases: Option<u32>,
+    /// The least-worn full block (the first of equals) and its erase count.
+    least_worn_full: Option<(u32, u32)>,
+}
+
+impl BankScan {
+    /// The least-worn full block, if the bank's erase-count spread is wider than `spread`
+    /// (0: wear levelling off).
+    fn wear_victim(&self, spread: u32) -> Option<u32> {
+        let (max, (block, min)) = (self.max_erases?, self.least_worn_full?);
+        (spread != 0 && max - min > spread).then_some(block)
+    }
 }
 
 /// Valid slots read from victims, laid out as they will be on the next GC page: slot `i` of
@@ -690,12 +700,6 @@ impl PageScheme {
             crate::config::GcPolicy::InPath => a.free_len() >= core.gc_soft_free(),
             _ => a.free_len() >= GC_RESERVE && core.free_pool() >= core.gc_free_pool(),
         };
-        if chosen.is_none() && spare {
-            chosen = self
-                .wear_level_victim(core, b, &a)
-                .filter(|blk| fits(*blk as usize))
-                .and_then(|blk| pick(blk, Purpose::WearLevel));
-        }
         if chosen.is_none() {
             // Background cleaning takes a victim only if it is no fuller than the device's
             // average used block (`worth_limit`): cleaning fuller blocks frees almost nothing,
@@ -706,9 +710,16 @@ impl PageScheme {
             } else {
                 self.worth_limit(core)
             };
-            chosen = self
-                .best_reclaim_victim(core, b, &a, room.min(worth))
-                .and_then(|blk| pick(blk, Purpose::Reclaim));
+            let scan = self.scan_bank(core, b, &a, room.min(worth));
+            if spare {
+                chosen = scan
+                    .wear_victim(core.cfg.wear_level_spread)
+                    .filter(|blk| fits(*blk as usize))
+                    .and_then(|blk| pick(blk, Purpose::WearLevel));
+            }
+            if chosen.is_none() {
+                chosen = scan.best.and_then(|(blk, _)| pick(blk, Purpose::Reclaim));
+            }
         }
         let (block, purpose) = chosen?;
         a.state[block as usize] = BlockState::Victim;
@@ -725,20 +736,8 @@ impl PageScheme {
         })
     }
 
-    /// The best block to reclaim on bank `b` (greedy or cost-benefit) whose valid slots fit in
-    /// `room`.
-    fn best_reclaim_victim(
-        &self,
-        core: &Core,
-        b: u32,
-        a: &crate::blocks::BankAlloc,
-        room: u32,
-    ) -> Option<u32> {
-        self.scan_bank(core, b, a, room).best.map(|(blk, _)| blk)
-    }
-
-    /// One pass over bank `b`'s blocks: its best reclaim victim whose valid slots fit in
-    /// `room`, and the erase counts static wear levelling compares.
+    /// One pass over bank `b`'s blocks: its best reclaim victim (greedy or cost-benefit) whose
+    /// valid slots fit in `room`, and the erase counts static wear levelling compares.
     fn scan_bank(&self, core: &Core, b: u32, a: &crate::blocks::BankAlloc, room: u32) -> BankScan {
         let spb = core.layout.slots_per_block();
         let now = core.current_seq();
@@ -752,8 +751,8 @@ impl PageScheme {
             if !matches!(s, BlockState::Full | BlockState::Damaged) {
                 continue;
             }
-            if *s == BlockState::Full {
-                scan.min_full_erases = Some(scan.min_full_erases.map_or(erases, |m| m.min(erases)));
+            if *s == BlockState::Full && scan.least_worn_full.is_none_or(|(_, e)| erases < e) {
+                scan.least_worn_full = Some((i as u32, erases));
             }
             let blk = BlockAddr {
                 bank: BankId(b),
@@ -788,31 +787,9 @@ impl PageScheme {
     /// The greedy/cost-benefit choice on bank `b`, without marking it (benchmarks).
     pub(crate) fn victim_scan(&self, core: &Core, b: u32) -> Option<u32> {
         let a = core.bank(b).alloc.lock();
-        self.best_reclaim_victim(core, b, &a, u32::MAX)
-    }
-
-    /// The least-worn full block of bank `b` if its erase-count spread is too wide.
-    fn wear_level_victim(&self, core: &Core, _b: u32, a: &crate::blocks::BankAlloc) -> Option<u32> {
-        let spread = core.cfg.wear_level_spread;
-        if spread == 0 {
-            return None;
-        }
-        let max = a
-            .state
-            .iter()
-            .zip(&a.erase_count)
-            .filter(|(s, _)| !matches!(s, BlockState::Bad | BlockState::Reserved))
-            .map(|(_, e)| *e)
-            .max()?;
-        let (i, min) = a
-            .state
-            .iter()
-            .zip(&a.erase_count)
-            .enumerate()
-            .filter(|(_, (s, _))| **s == BlockState::Full)
-            .map(|(i, (_, e))| (i, *e))
-            .min_by_key(|(_, e)| *e)?;
-        (max - min > spread).then_some(i as u32)
+        self.scan_bank(core, b, &a, u32::MAX)
+            .best
+            .map(|(blk, _)| blk)
     }
 
     /// Marks a frontier block full once its last page committed (GC may pick it from now on):
@@ -834,9 +811,7 @@ impl PageScheme {
             self.scan_bank(core, b, &a, u32::MAX)
         };
         let valid = scan.best.map_or(u32::MAX, |(_, valid)| valid);
-        let spread = core.cfg.wear_level_spread;
-        let wear = spread != 0
-            && matches!((scan.max_erases, scan.min_full_erases), (Some(max), Some(min)) if max - min > spread);
+        let wear = scan.wear_victim(core.cfg.wear_level_spread).is_some();
         self.costs.store(refresh, valid, wear);
         (valid, wear)
     }
