@@ -7,8 +7,9 @@
 //! ```text
 //!  NbdServer::serve_unix / serve_tcp      accept loop, connection limit, shutdown   (server)
 //!        └─ one task per connection       fixed newstyle handshake                  (handshake)
-//!              └─ transmission            reader → requests (inline or tasks) → reply writer (connection)
+//!              └─ transmission            reader → requests polled once → reply task     (connection)
 //!                    ├─ request reader    headers buffered, large payloads read directly  (reader)
+//!                    ├─ reply task        runs waiting requests, writes replies in batches (replies)
 //!                    └─ validate/execute  spec error codes, reply encoding          (request)
 //!                          └─ BlockBackend::read / write / flush / trim / write_zeroes
 //! ```
@@ -77,6 +78,7 @@ mod handshake;
 pub mod mem;
 pub mod protocol;
 mod reader;
+mod replies;
 mod request;
 mod server;
 mod stats;

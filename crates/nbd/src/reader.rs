@@ -69,6 +69,11 @@ impl<R: AsyncRead + Unpin> RequestReader<R> {
         Ok(&self.buf[self.pos..self.end])
     }
 
+    /// How many bytes are buffered (read from the socket, not yet consumed).
+    pub fn buffered(&self) -> usize {
+        self.end - self.pos
+    }
+
     /// Copies buffered bytes into `out`; returns how many.
     fn take_buffered(&mut self, out: &mut [u8]) -> usize {
         let n = out.len().min(self.end - self.pos);
