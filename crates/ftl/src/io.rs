@@ -205,25 +205,24 @@ impl Core {
 
     /// Blocking flush, for threads outside any executor (checkpoint, close).
     pub(crate) fn flush_all_blocking(&self) {
+        // Counted before the seal, as `flush_all`: the writers wait for these pages precisely.
+        let _waiters: Vec<_> = self.queues.iter().filter_map(CommitWaiter::new).collect();
         let targets: Vec<u64> = (0..self.queues.len()).map(|q| self.force_seal(q)).collect();
         for (q, t) in targets.into_iter().enumerate() {
-            if self.sim_wait_durable(q) {
-                continue;
-            }
-            let queue = &self.queues[q];
-            while queue.committed.load(Ordering::Acquire) < t && !self.writers_gone() {
-                let l = queue.progress.listen();
-                if queue.committed.load(Ordering::Acquire) < t && !self.writers_gone() {
-                    l.wait();
-                }
-            }
+            self.wait_committed_blocking(q, t);
         }
     }
 
     /// Blocking flush of one queue, for threads outside any executor (a merge waiting for
     /// the trim records that hold its blocks).
     pub(crate) fn flush_queue_blocking(&self, q: usize) {
+        let _waiter = CommitWaiter::new(&self.queues[q]);
         let target = self.force_seal(q);
+        self.wait_committed_blocking(q, target);
+    }
+
+    /// Blocks until queue `q` has committed `target` pages (see [`Core::wait_committed`]).
+    fn wait_committed_blocking(&self, q: usize, target: u64) {
         if self.sim_wait_durable(q) {
             return;
         }
