@@ -258,6 +258,7 @@ pub use image::{page_data_offset, page_oob_offset};
 pub use interconnect::{Interconnect, MAX_CONTROLLERS};
 pub use presets::{preset, presets, Preset};
 pub use stats::{BankStats, ChannelStats, NandStats, TotalStats};
+pub use timer::{EventLoopTimer, EventLoopTimerError};
 pub use timing::{
     CellTiming, CellType, ReadRetry, Suspend, Timing, TimingMode, MAX_READ_RETRY_STEPS,
 };
