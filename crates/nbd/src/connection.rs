@@ -267,7 +267,8 @@ where
     let buffers = Arc::new(ReadBuffers::default());
     let (failed_tx, mut failed) = oneshot::channel();
     let (abandon, abandon_rx) = oneshot::channel();
-    let replies = Replies::new(w, rx, Arc::clone(&buffers), failed_tx, abandon_rx);
+    let (done_tx, requests_done) = oneshot::channel();
+    let replies = Replies::new(w, rx, Arc::clone(&buffers), failed_tx, abandon_rx, done_tx);
     let mut replies = tokio::spawn(replies.run());
     let slots = Arc::new(Semaphore::new(cfg.max_inflight_per_connection));
     let budget_units = cfg.max_inflight_bytes_per_connection / BUDGET_UNIT as usize;
@@ -421,10 +422,12 @@ where
         }
     };
 
-    // The reply task runs every request to its end, then lets the replies drain; after
-    // shutdown the drain gets the grace period, then the writes are given up (the requests
-    // still run to their end).
+    // The reply task runs every request to its end (however long that takes: backend calls
+    // are always awaited), then lets the replies drain; after shutdown the drain gets the
+    // grace period, then the writes are given up. (`requests_done` also resolves if the task
+    // ended early, e.g. after a panic.)
     drop(tx);
+    let _ = requests_done.await;
     let drained = match until_grace(&shutdown, grace, &mut replies).await {
         Some(res) => res,
         None => {

@@ -12,14 +12,18 @@
 //! one `send` (the buffer is flushed only when nothing more is ready).
 //!
 //! # Rules
-//! - A reply goes out as soon as nothing else is ready; nothing waits to fill a batch.
+//! - A reply goes out as soon as nothing else is ready; nothing waits to fill a batch. Replies
+//!   the reader finished go out before the waiting requests are polled (a lone NAND wait may
+//!   spin in its poll).
 //! - Requests are always run to completion, even after a write failed (the peer is gone) or
 //!   the writes were abandoned after shutdown: backend futures are never dropped half-way.
 //!   Their replies are then dropped, which frees their permits.
 //! - While a write is blocked (the peer does not read), waiting requests are still polled, so
 //!   they finish and release whatever they hold in the backend.
 //! - The first write failure is reported once to the reader through `failed`, so it stops
-//!   reading requests; an explicit `abandon` (after the shutdown grace) stops writing.
+//!   reading requests. Once the reader is done and every request finished, `requests_done`
+//!   tells it so: the shutdown grace then times only the drain of the replies, and an explicit
+//!   `abandon` after it stops writing.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -80,6 +84,9 @@ pub(crate) struct Replies<W> {
     failed: Option<oneshot::Sender<()>>,
     /// Resolves when the writes are to be given up (taken when it resolved).
     abandon: Option<oneshot::Receiver<()>>,
+    /// Tells the reader that the reader is done and every request finished, so only the
+    /// replies' drain is left (taken when used): the shutdown grace times that drain only.
+    requests_done: Option<oneshot::Sender<()>>,
     /// Where a read's data buffer goes once its reply is written.
     buffers: Arc<ReadBuffers>,
 }
@@ -91,6 +98,7 @@ impl<W: AsyncWrite + Unpin> Replies<W> {
         buffers: Arc<ReadBuffers>,
         failed: oneshot::Sender<()>,
         abandon: oneshot::Receiver<()>,
+        requests_done: oneshot::Sender<()>,
     ) -> Replies<W> {
         Replies {
             w,
@@ -103,6 +111,7 @@ impl<W: AsyncWrite + Unpin> Replies<W> {
             writing: Writing::On,
             failed: Some(failed),
             abandon: Some(abandon),
+            requests_done: Some(requests_done),
             buffers,
         }
     }
@@ -132,11 +141,30 @@ impl<W: AsyncWrite + Unpin> Replies<W> {
                     Poll::Pending => break,
                 }
             }
+            // Replies the reader finished go out before the waiting requests are polled: a
+            // lone NAND wait may spin in its poll (`CompletionFuture`), and these are ready now.
+            if !self.ready.is_empty() && matches!(self.writing, Writing::On) {
+                match self.poll_write_ready(cx).map_ok(|()| self.unflushed) {
+                    Poll::Ready(Ok(true)) => match Pin::new(&mut self.w).poll_flush(cx) {
+                        Poll::Ready(Ok(())) => self.unflushed = false,
+                        Poll::Ready(Err(e)) => self.fail(e),
+                        // Polled again when the socket drains; the requests are polled below.
+                        Poll::Pending => {}
+                    },
+                    Poll::Ready(Ok(false)) | Poll::Pending => {}
+                    Poll::Ready(Err(e)) => self.fail(e),
+                }
+            }
             // Polls the requests just added too, which registers their wakers.
             while let Poll::Ready(Some(out)) = self.waiting.poll_next_unpin(cx) {
                 self.ready.push_back(out);
             }
             let finished = self.closed && self.waiting.is_empty();
+            if finished {
+                if let Some(done) = self.requests_done.take() {
+                    let _ = done.send(());
+                }
+            }
             if !matches!(self.writing, Writing::On) {
                 // Dropping the replies frees their permits.
                 self.ready.clear();
@@ -276,6 +304,7 @@ mod tests {
         tx: mpsc::UnboundedSender<ToReplies>,
         failed: oneshot::Receiver<()>,
         abandon: oneshot::Sender<()>,
+        done: oneshot::Receiver<()>,
         run: tokio::task::JoinHandle<std::io::Result<()>>,
         permits: Arc<Semaphore>,
     }
@@ -284,12 +313,14 @@ mod tests {
         let (tx, rx) = mpsc::unbounded_channel();
         let (failed_tx, failed) = oneshot::channel();
         let (abandon, abandon_rx) = oneshot::channel();
+        let (done_tx, done) = oneshot::channel();
         let w = BufWriter::with_capacity(64 << 10, socket);
-        let replies = Replies::new(w, rx, Arc::default(), failed_tx, abandon_rx);
+        let replies = Replies::new(w, rx, Arc::default(), failed_tx, abandon_rx, done_tx);
         Harness {
             tx,
             failed,
             abandon,
+            done,
             run: tokio::spawn(replies.run()),
             permits: Arc::new(Semaphore::new(1024)),
         }
@@ -388,7 +419,8 @@ mod tests {
     }
 
     /// With a peer that never reads, waiting requests are still run while the write is
-    /// blocked, and once the writes are abandoned the task ends.
+    /// blocked, the reader learns when they all finished, and once the writes are abandoned
+    /// the task ends.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn requests_run_while_a_write_is_blocked() {
         let socket = Socket {
@@ -415,6 +447,9 @@ mod tests {
         go.notify_waiters();
         until(|| done.load(Ordering::SeqCst) == 4).await;
         drop(h.tx);
+        // Every request finished: the reader is told, though the replies cannot drain.
+        let told = tokio::time::timeout(std::time::Duration::from_secs(2), h.done).await;
+        assert!(matches!(told, Ok(Ok(()))), "requests_done not sent");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         assert!(
             !h.run.is_finished(),

@@ -583,6 +583,28 @@ async fn graceful_shutdown_finishes_in_flight_requests() {
     assert_eq!(backend.mem.contents()[..4096], [4u8; 4096]);
 }
 
+/// The shutdown grace bounds the drain of replies to a peer that does not read, not the
+/// backend calls: a request slower than the grace still gets its reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_slower_than_the_grace_still_gets_its_reply() {
+    let backend = TestBackend::new(SIZE).fault(0, Fault::Delay(Duration::from_millis(700)));
+    let cfg = ServerConfig {
+        shutdown_grace: Duration::from_millis(200),
+        ..config()
+    };
+    let mut srv = TestServer::start(backend, cfg);
+    let (mut c, _, _) = srv.client(true).await;
+    let slow = c.request(NBD_CMD_WRITE, 0, 0, 4096, &[9; 4096]).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    srv.signal_stop();
+    let r = c.reply().await;
+    assert_eq!((r.cookie, r.error), (slow, 0));
+    c.expect_closed().await;
+    let backend = Arc::clone(&srv.backend);
+    srv.stop().await.expect("serve_unix result");
+    assert_eq!(backend.mem.contents()[..4096], [9u8; 4096]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_is_bounded_when_the_client_stops_reading() {
     let cfg = ServerConfig {
