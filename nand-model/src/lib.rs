@@ -90,7 +90,9 @@
 //! clock; `spin`: a spin) and `Completion::into_future` (or `.await`) is woken by a
 //! crate-global timer thread (`FUTEX_WAIT_BITSET` with an absolute monotonic deadline, also
 //! 1 ns slack; with `hybrid`, a lone waiting future is woken a margin early and spins the rest
-//! on its own thread) — never early, runtime-agnostic, no tokio. With [`TimingMode::Off`] deadlines are
+//! on its own thread) — never early, runtime-agnostic, no tokio. An event loop may drive that
+//! timer instead, through a timerfd ([`EventLoopTimer`]; `ftld serve` does, from its tokio
+//! runtime), which spares a wake-up per expiry. With [`TimingMode::Off`] deadlines are
 //! "now" and waits return at once; busy time is still accounted with the modelled durations.
 //! With [`TimingMode::Virtual`] the timeline is the same but "now" is the device's [`SimClock`]
 //! (simulated nanoseconds, set by a simulation driver) and waiting moves that clock to the

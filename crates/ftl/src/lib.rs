@@ -10,8 +10,8 @@
 //! never a torn 4 KiB page, never another page's data.
 //!
 //! The API is `Send + Sync` and runtime-agnostic: its `async fn`s are woken by the NAND model's
-//! timer thread and by the FTL's own threads, so they run under tokio, under a ublk queue's
-//! executor or under `futures::executor::block_on` alike.
+//! timer (its thread, or the event loop that drives it) and by the FTL's own threads, so they
+//! run under tokio, under a ublk queue's executor or under `futures::executor::block_on` alike.
 //!
 //! With timing `virtual` the same code runs as a deterministic simulation: no thread is
 //! started, every `async fn` is ready on its first poll, writers, GC workers and maintenance
