@@ -143,17 +143,9 @@ impl<W: AsyncWrite + Unpin> Replies<W> {
             }
             // Replies the reader finished go out before the waiting requests are polled: a
             // lone NAND wait may spin in its poll (`CompletionFuture`), and these are ready now.
-            if !self.ready.is_empty() && matches!(self.writing, Writing::On) {
-                match self.poll_write_ready(cx).map_ok(|()| self.unflushed) {
-                    Poll::Ready(Ok(true)) => match Pin::new(&mut self.w).poll_flush(cx) {
-                        Poll::Ready(Ok(())) => self.unflushed = false,
-                        Poll::Ready(Err(e)) => self.fail(e),
-                        // Polled again when the socket drains; the requests are polled below.
-                        Poll::Pending => {}
-                    },
-                    Poll::Ready(Ok(false)) | Poll::Pending => {}
-                    Poll::Ready(Err(e)) => self.fail(e),
-                }
+            if !self.ready.is_empty() && self.poll_write_out(cx).is_ready() {
+                // Polled again when the socket drains; the requests are polled below.
+                let _ = self.poll_flush_out(cx);
             }
             // Polls the requests just added too, which registers their wakers.
             while let Poll::Ready(Some(out)) = self.waiting.poll_next_unpin(cx) {
@@ -179,26 +171,14 @@ impl<W: AsyncWrite + Unpin> Replies<W> {
                 return Poll::Pending;
             }
             if !self.ready.is_empty() {
-                match self.poll_write_ready(cx) {
-                    // Look for more before flushing: replies that complete together leave
-                    // in one `send`.
-                    Poll::Ready(Ok(())) => continue,
-                    Poll::Ready(Err(e)) => {
-                        self.fail(e);
-                        continue;
-                    }
-                    Poll::Pending => return Poll::Pending,
-                }
+                ready!(self.poll_write_out(cx));
+                // Look for more before flushing (replies that complete together leave in one
+                // `send`), or handle a failed write at the top.
+                continue;
             }
-            if self.unflushed {
-                match Pin::new(&mut self.w).poll_flush(cx) {
-                    Poll::Ready(Ok(())) => self.unflushed = false,
-                    Poll::Ready(Err(e)) => {
-                        self.fail(e);
-                        continue;
-                    }
-                    Poll::Pending => return Poll::Pending,
-                }
+            ready!(self.poll_flush_out(cx));
+            if !matches!(self.writing, Writing::On) {
+                continue;
             }
             if finished {
                 return match ready!(Pin::new(&mut self.w).poll_shutdown(cx)) {
@@ -242,6 +222,29 @@ impl<W: AsyncWrite + Unpin> Replies<W> {
             }
         }
         Poll::Ready(Ok(()))
+    }
+
+    /// Writes the ready replies while writing is on (a failure stops it: [`Self::fail`]).
+    /// Ready once they are all written or the writing stopped.
+    fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if matches!(self.writing, Writing::On) {
+            if let Err(e) = ready!(self.poll_write_ready(cx)) {
+                self.fail(e);
+            }
+        }
+        Poll::Ready(())
+    }
+
+    /// Flushes what was written since the last flush, while writing is on (a failure stops
+    /// it). Ready once flushed or the writing stopped.
+    fn poll_flush_out(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.unflushed && matches!(self.writing, Writing::On) {
+            match ready!(Pin::new(&mut self.w).poll_flush(cx)) {
+                Ok(()) => self.unflushed = false,
+                Err(e) => self.fail(e),
+            }
+        }
+        Poll::Ready(())
     }
 
     /// A write failed: the peer is gone. Stop writing and tell the reader once.
@@ -327,23 +330,29 @@ mod tests {
     }
 
     impl Harness {
-        /// A request that waits for `go`, then counts itself in `done` and replies 16 bytes.
-        fn waiting(&self, go: &Arc<Notify>, done: &Arc<AtomicUsize>) {
+        /// A reply of a 16-byte head and `data`, holding one of the harness's permits.
+        fn reply(&self, data: Option<Vec<u8>>) -> Outgoing {
             let slot = Arc::clone(&self.permits)
                 .try_acquire_owned()
                 .expect("permit");
+            Outgoing {
+                reply: Reply {
+                    head: vec![7; 16],
+                    data,
+                },
+                _slot: slot,
+                _bytes: None,
+            }
+        }
+
+        /// A request that waits for `go`, then counts itself in `done` and replies 16 bytes.
+        fn waiting(&self, go: &Arc<Notify>, done: &Arc<AtomicUsize>) {
+            let out = self.reply(None);
             let (go, done) = (Arc::clone(go), Arc::clone(done));
             let req: Waiting = Box::pin(async move {
                 go.notified().await;
                 done.fetch_add(1, Ordering::SeqCst);
-                Outgoing {
-                    reply: Reply {
-                        head: vec![7; 16],
-                        data: None,
-                    },
-                    _slot: slot,
-                    _bytes: None,
-                }
+                out
             });
             assert!(self.tx.send(ToReplies::Waiting(req)).is_ok());
         }
@@ -430,15 +439,7 @@ mod tests {
         let h = start(socket);
         let (go, done) = (Arc::new(Notify::new()), Arc::new(AtomicUsize::new(0)));
         // Larger than the buffer: this reply's write reaches the socket and blocks.
-        let slot = Arc::clone(&h.permits).try_acquire_owned().expect("permit");
-        let big = Outgoing {
-            reply: Reply {
-                head: vec![1; 16],
-                data: Some(vec![2; 256 << 10]),
-            },
-            _slot: slot,
-            _bytes: None,
-        };
+        let big = h.reply(Some(vec![2; 256 << 10]));
         assert!(h.tx.send(ToReplies::Done(big)).is_ok());
         for _ in 0..4 {
             h.waiting(&go, &done);
