@@ -36,6 +36,15 @@ write since the open). For the replay rows those two are the in-process figures 
 real-time replay (which also preconditions, closes and reopens), the open cleans every bank back
 to its soft floor first, so the first ~2 s of writes of `default` need no GC: the warm-up the
 steady-state figures leave out; `steps / write` and `WAF` count from the first write.
+
+Host stalls (real time and NBD): on a virtual machine the hypervisor sometimes stops a vCPU
+for milliseconds (`ftld stalls` on this 2-vCPU guest, idle: 2.5 ms in 5 s; `cyclictest` saw
+16 ms under load), and a write in flight then is late by that much whatever the FTL does. A
+stall probe runs beside those rows (`ftld replay --stall-probe`, or `ftld stalls` beside the
+NBD client: a thread per CPU waking every millisecond; a wake-up over 200 us late is a stall).
+`host stall us` is the longest stall of the steady-state window, `stalled writes` the
+steady-state writes whose own window (sent to completed) overlaps a stall on any CPU, and
+`max calm us` / `calm / bound` the max of the others: the FTL's and emulator's own worst case.
 """
 
 import json
@@ -70,7 +79,8 @@ def preset_timing(ftld, name):
 
 
 # Sent through nbdsh (`h` is its connected handle): N FUA writes of 4 KiB at random pages,
-# one at a time; writes [(start us since the first, latency us)] as JSON to OUT.
+# one at a time; writes {"origin_ns": CLOCK_MONOTONIC of the first, "writes": [(start us since
+# the first, latency us)]} as JSON to OUT.
 NBDSH_WRITES = """
 import json, os, random, time
 import nbd
@@ -88,13 +98,14 @@ for i in range(n):
     h.pwrite(bytes(buf), off, nbd.CMD_FLAG_FUA)
     lat.append(((s - t0) / 1000, (time.monotonic_ns() - s) / 1000))
 with open(out, "w") as f:
-    json.dump(lat, f)
+    json.dump({"origin_ns": t0, "writes": lat}, f)
 """
 
 
 def served(a, preset, policy, capacity, n):
     """The NBD run: precondition an image in virtual time, serve it with timing real, send `n`
-    FUA writes through nbdsh. Returns ([(start us, latency us)], `ftld stats` JSON)."""
+    FUA writes through nbdsh. Returns ([(start us, latency us)], `ftld stats` JSON, the GC
+    counters' deltas, [(stall start us, length us)] on the writes' clock)."""
     # nbdsh is `python3 -m nbd` with `python3` from PATH, which may not be the Python the
     # bindings were built for (a pyenv one): run it with one that can import them.
     python = next((p for p in (sys.executable, "/usr/bin/python3") if subprocess.run(
@@ -128,13 +139,28 @@ def served(a, preset, policy, capacity, n):
         env = dict(os.environ, GC_BOUND_N=str(n), GC_BOUND_OUT=str(out))
         before = ftld_stats(a, ctl)
         t = time.monotonic()
-        # A write takes milliseconds: an hour is a hung server, not a slow one.
-        subprocess.run([python, "-m", "nbd", "-u", f"nbd+unix:///?socket={sock}", "-c",
-                        NBDSH_WRITES], env=env, check=True, timeout=3600)
+        stalls_csv = run_dir / "stalls.csv"
+        probe = subprocess.Popen([a.ftld, "stalls", "--seconds", "7200", "--csv", str(stalls_csv)],
+                                 stdout=subprocess.DEVNULL)
+        try:
+            # A write takes milliseconds: an hour is a hung server, not a slow one.
+            subprocess.run([python, "-m", "nbd", "-u", f"nbd+unix:///?socket={sock}", "-c",
+                            NBDSH_WRITES], env=env, check=True, timeout=3600)
+        finally:
+            probe.send_signal(signal.SIGINT)
+            probe.wait(timeout=60)
         after = ftld_stats(a, ctl)
         (run_dir / "stats.json").write_text(json.dumps(after, indent=1))
         with open(out) as f:
-            lat = json.load(f)
+            client = json.load(f)
+        lat = client["writes"]
+        # The probe's stalls on the client's clock (both CLOCK_MONOTONIC): us since its first write.
+        stalls = []
+        with open(stalls_csv) as f:
+            next(f)
+            for line in f:
+                start_ns, _, length_us = line.rstrip("\n").split(",")
+                stalls.append(((int(start_ns) - client["origin_ns"]) / 1000, float(length_us)))
         print(f"  {tag}: {n} FUA writes over NBD in {time.monotonic() - t:.1f} s",
               file=sys.stderr)
         # GC and WAF of the writes alone: the open's own cleaning (`restore_headroom`) is
@@ -142,7 +168,7 @@ def served(a, preset, policy, capacity, n):
         b, f = before["ftl"], after["ftl"]
         delta = {k: f[k] - b[k] for k in ("gc_steps", "foreground_gc", "nand_page_programs",
                                            "gc_page_programs", "host_write_bytes")}
-        return lat, f, delta
+        return lat, f, delta, stalls
     finally:
         server.send_signal(signal.SIGINT)
         try:
@@ -157,6 +183,33 @@ def ftld_stats(a, ctl):
     return json.loads(subprocess.run(
         [a.ftld, "stats", "--control-socket", str(ctl)], capture_output=True, text=True,
         check=True).stdout)
+
+
+def stall_columns(timed, stalls, warmup, bound):
+    """The host-stall columns of a real-time row: `timed` [(start us, latency us)] of every
+    write, `stalls` [(start us, length us)] on the same clock."""
+    steady = [(s, l) for s, l in timed if s >= warmup]
+    t0 = steady[0][0] if steady else 0.0
+    in_window = [length for start, length in stalls if start + length > t0]
+
+    def stalled(s, l):
+        return any(start < s + l and start + length > s for start, length in stalls)
+
+    calm = [l for s, l in steady if not stalled(s, l)]
+    return {
+        "host stall us": max(in_window, default=0.0),
+        "stalled writes": len(steady) - len(calm),
+        "max calm us": max(calm) if calm else None,
+        "calm / bound": max(calm) / bound if calm else None,
+    }
+
+
+def read_stalls(run_dir):
+    """[(start us, length us)] from a replay's stalls.csv."""
+    with open(run_dir / "stalls.csv") as f:
+        next(f)
+        return [(float(start), float(length)) for start, _, length in
+                (line.rstrip("\n").split(",") for line in f)]
 
 
 def tail_columns(lat, bound):
@@ -189,7 +242,7 @@ def main():
             for timing in ("virtual", "real", "nbd"):
                 if timing == "nbd":
                     n = 1_500 if a.quick else 20_000
-                    timed, ftl, d = served(a, preset, policy, capacity, n)
+                    timed, ftl, d, stalls = served(a, preset, policy, capacity, n)
                     lat = sorted(l for start, l in timed if start >= warmup)
                     programs = d["nand_page_programs"] + d["gc_page_programs"]
                     secs = sum(timed[-1]) / 1e6 if timed else 0
@@ -201,6 +254,7 @@ def main():
                         "max all us": max(l for _, l in timed),
                         "server p99.9 us": ftl["latency_write"]["p999_us"],
                         "server max us": ftl["latency_write"]["max_us"],
+                        **stall_columns(timed, stalls, warmup, bound),
                         "steps / write": d["gc_steps"] / max(1, n),
                         "foreground": d["foreground_gc"],
                         "WAF": programs * page / max(1, d["host_write_bytes"]),
@@ -211,19 +265,22 @@ def main():
                 else:
                     n = 6_000 if a.quick else 100_000
                 tag = f"{preset}-{policy}-{timing}"
+                probe = ["--stall-probe"] if timing == "real" else []
                 s, run_dir = common.replay(a, tag, [
                     "--preset", preset, "--capacity", capacity,
                     "--gc-policy", policy, "--timing", timing, "--precondition", 95,
-                    "--seed", 1, "--queue-depth", 1, "--workload",
+                    "--seed", 1, "--queue-depth", 1, *probe, "--workload",
                     f"random,bs=4k,read=0,fua=1,requests={n}"])
-                lat = []
+                timed = []
                 with open(run_dir / "requests.csv") as f:
                     next(f)
                     for line in f:
                         arrival, op, _, _, latency = line.rstrip("\n").split(",")
-                        if op == "write" and float(arrival) >= warmup:
-                            lat.append(float(latency))
-                lat.sort()
+                        if op == "write":
+                            timed.append((float(arrival), float(latency)))
+                lat = sorted(l for start, l in timed if start >= warmup)
+                stalls = (stall_columns(timed, read_stalls(run_dir), warmup, bound)
+                          if timing == "real" else {})
                 gc = s["gc"]
                 rows.append({
                     "preset": preset, "policy": policy, "timing": timing,
@@ -233,6 +290,7 @@ def main():
                     "max all us": s["write"]["max_us"],
                     "server p99.9 us": pct(lat, 99.9),
                     "server max us": lat[-1] if lat else None,
+                    **stalls,
                     "steps / write": gc["steps"] / max(1, s["write"]["count"]),
                     "foreground": gc["foreground"],
                     "WAF": s["waf"],
@@ -240,10 +298,12 @@ def main():
     common.write_table(
         a, "FUA write latency at 95 % fill against the per-write GC bound",
         ["preset", "policy", "timing", "IOPS", "bound us", "one-step us", "p99 us", "p99.9 us", "max us",
-         "max / bound", "max all us", "server p99.9 us", "server max us", "steps / write",
-         "foreground", "WAF"], rows,
+         "max / bound", "max all us", "server p99.9 us", "server max us", "host stall us",
+         "stalled writes", "max calm us", "calm / bound", "steps / write", "foreground", "WAF"],
+        rows,
         f"Steady state (arrivals after {warmup / 1e6:g} s). Goal (issue 14): max / bound <= 1; "
-        "real-time figures also hold this machine's scheduling delays.")
+        "real-time figures also hold this machine's scheduling delays: `calm` leaves out the "
+        "writes during which the host stalled a CPU (stall probe, see the script's doc).")
 
 
 if __name__ == "__main__":

@@ -57,6 +57,29 @@ pub enum Command {
     /// Replay a block trace or a synthetic workload on the FTL in simulated (virtual) time and
     /// write latency, WAF and GC figures, a per-request log and plots.
     Replay(ReplayArgs),
+    /// Measure how late this machine lets a due thread run (host scheduling stalls: the limit
+    /// of real-time emulation on it), like cyclictest.
+    Stalls(StallsArgs),
+}
+
+/// `ftld stalls`.
+#[derive(Args, Debug, Clone)]
+pub struct StallsArgs {
+    /// How long to measure; SIGINT or SIGTERM ends it earlier, with the report.
+    #[arg(long, value_name = "S", default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Each probe thread (one per CPU) wakes this often.
+    #[arg(long, value_name = "US", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
+    pub period_us: u64,
+    /// A wake-up later than this is a stall.
+    #[arg(long, value_name = "US", default_value_t = 200)]
+    pub threshold_us: u64,
+    /// Write every stall to this CSV: start_ns (CLOCK_MONOTONIC), cpu, length_us.
+    #[arg(long, value_name = "PATH")]
+    pub csv: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `--timing` of `ftld replay`.
@@ -137,6 +160,12 @@ pub struct ReplayArgs {
     /// Time-series interval in simulated milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000.0)]
     pub interval_ms: f64,
+    /// Real time: run the stall probe beside the replay (`ftld stalls`: a thread per CPU
+    /// waking every millisecond to see whether the host let it run on time), its stalls in
+    /// summary.json and stalls.csv, to tell which slow requests the machine delayed. Each
+    /// wake-up takes its CPU for a few microseconds: leave it off for microsecond tails.
+    #[arg(long)]
+    pub stall_probe: bool,
 }
 
 /// Which frontend exports the device.

@@ -11,6 +11,7 @@
 //! | `control` | the control socket (JSON lines) and its client for `ftld stats` |
 //! | `image` | creating/opening images, checking flags against an existing image |
 //! | `replay` | `ftld replay`: a trace or workload in virtual time (`ftl-replay`) |
+//! | `stalls` | `ftld stalls`: the host's scheduling stalls (`nand_model::StallProbe`) |
 //! | `format`, `info`, `presets` | the other subcommands |
 //! | `units` | sizes and listen addresses |
 //!
@@ -46,6 +47,7 @@ mod notify;
 mod presets;
 mod replay;
 mod serve;
+mod stalls;
 mod ublk;
 mod units;
 
@@ -89,6 +91,7 @@ fn main() -> ExitCode {
         Command::Stats(a) => stats(a),
         Command::Presets(a) => presets::print(a.json),
         Command::Replay(a) => replay::run(a),
+        Command::Stalls(a) => stalls::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

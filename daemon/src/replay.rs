@@ -298,6 +298,7 @@ fn replay_on(
         interval_ns: (args.interval_ms * 1e6) as u64,
         out: args.out.clone(),
         config: cfg_json,
+        probe_stalls: matches!(dev, Device::Real(..)) && args.stall_probe,
     };
     let summary = match dev {
         Device::Virtual(ftl) => ftl_replay::replay(ftl, requests, &cfg, &mut tick)?,
@@ -360,6 +361,19 @@ fn report(args: &ReplayArgs, summary: &Summary) -> anyhow::Result<()> {
             d.late_p99_us,
             d.late_max_us,
             d.workers
+        );
+    }
+    if let Some(h) = &summary.host_stalls {
+        let steal = h
+            .steal_ms
+            .map_or_else(|| "unknown".to_string(), |s| format!("{s:.0} ms"));
+        out!(
+            "  host stalls: {} over {:.0} us on {} CPU(s), longest {:.0} us, {:.1} ms in all, steal {steal} (stalls.csv)",
+            h.stalls,
+            h.threshold_us,
+            h.cpus,
+            h.longest_us,
+            h.stalled_ms
         );
     }
     out!("  outputs in {}", dir.display());

@@ -199,6 +199,20 @@ fn gc_bound() {
         assert!(r["IOPS"].as_f64().unwrap() > 0.0, "{r}");
     }
     assert!(column(t, "bound us").iter().all(|&x| x > 0.0));
+    // Real-time rows ran the stall probe: its columns are there (how many writes a stall
+    // touched depends on the machine), and a write left out as stalled was never the only one.
+    for r in rows
+        .iter()
+        .filter(|r| r["timing"].as_str() != Some("virtual"))
+    {
+        assert!(r["host stall us"].as_f64().unwrap() >= 0.0, "{r}");
+        let max = r["max us"].as_f64().unwrap();
+        let calm = r["max calm us"].as_f64().unwrap();
+        assert!(calm > 0.0 && calm <= max, "{r}");
+        if r["stalled writes"].as_u64().unwrap() == 0 {
+            assert_eq!(calm, max, "{r}");
+        }
+    }
     // Virtual time is deterministic and free of this machine's noise: there every write after
     // the warm-up is within the bound (real-time rows also carry scheduling delays).
     for r in rows

@@ -219,6 +219,39 @@ fn real_time_replay_on_the_emulated_device() {
     assert!(s["dispatch"]["workers"].as_u64().unwrap() >= 1, "{s}");
     // Open loop at 2000/s: 400 requests take about 0.2 s of host time.
     assert!(s["simulated_seconds"].as_f64().unwrap() >= 0.19, "{s}");
+    // Without --stall-probe there is no probe.
+    assert!(s.get("host_stalls").is_none(), "{s}");
+    assert!(!read.join("stalls.csv").exists());
+    // With it: a thread per CPU waking every millisecond for ~0.1 s, and stalls.csv lists
+    // what they saw (how many depends on the machine).
+    let probed = dir.path().join("probed");
+    let o = ftld(
+        &[
+            &base[..],
+            &[
+                "--workload",
+                "random,bs=4k,span=8M,requests=200,read=100,iops=2000",
+            ],
+            &["--stall-probe", "--out", probed.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("host stalls:"),
+        "{}",
+        text(&o)
+    );
+    let s = summary(&probed);
+    let h = &s["host_stalls"];
+    let cpus = h["cpus"].as_u64().unwrap();
+    assert!(cpus >= 1, "{s}");
+    assert!(h["wakeups"].as_u64().unwrap() >= 50 * cpus, "{s}");
+    assert_eq!(h["period_us"].as_f64(), Some(1000.0), "{s}");
+    let csv = std::fs::read_to_string(probed.join("stalls.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("start_us,cpu,length_us"));
+    assert_eq!(lines.count() as u64, h["stalls"].as_u64().unwrap(), "{csv}");
 }
 
 #[test]
@@ -370,6 +403,64 @@ fn replay_against_a_file_with_o_direct() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("socket"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// `ftld stalls` as a user runs it beside a measurement: JSON figures, every stall in the CSV
+/// on CLOCK_MONOTONIC, SIGINT ending the run early with the report, and a clear usage error.
+#[test]
+fn stalls_measures_the_host_and_stops_on_sigint() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("stalls.csv");
+    let o = Command::new(FTLD)
+        .args(["stalls", "--seconds", "0.3", "--json", "--csv"])
+        .arg(&csv)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cpus = v["cpus"].as_u64().unwrap();
+    assert!(cpus >= 1, "{v}");
+    // A wake-up per millisecond per CPU for 0.3 s (a long stall takes some away).
+    assert!(v["wakeups"].as_u64().unwrap() >= 100 * cpus, "{v}");
+    assert!(v["seconds"].as_f64().unwrap() >= 0.3, "{v}");
+    let text_csv = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text_csv.lines();
+    assert_eq!(lines.next(), Some("start_ns,cpu,length_us"));
+    let mut n = 0;
+    for l in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        assert!(f[1].parse::<u64>().unwrap() < 4096, "{l}");
+        assert!(f[2].parse::<f64>().unwrap() > 200.0, "{l}");
+        n += 1;
+    }
+    assert_eq!(n, v["stalls"].as_u64().unwrap());
+
+    let child = Command::new(FTLD)
+        .args(["stalls", "--seconds", "600"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: kill(2) with the pid of our own child and a valid signal number.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).starts_with("host stalls over "),
+        "{}",
+        text(&o)
+    );
+
+    let o = Command::new(FTLD)
+        .args(["stalls", "--seconds=0"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--seconds"),
         "{}",
         text(&o)
     );

@@ -238,6 +238,7 @@ pub mod fuzzing {
 mod image;
 mod interconnect;
 mod presets;
+mod stall_probe;
 mod stats;
 mod stream_copy;
 mod timeline;
@@ -259,6 +260,7 @@ pub use geometry::{
 pub use image::{page_data_offset, page_oob_offset};
 pub use interconnect::{Interconnect, MAX_CONTROLLERS};
 pub use presets::{preset, presets, Preset};
+pub use stall_probe::{monotonic_ns, Stall, StallProbe, StallReport};
 pub use stats::{BankStats, ChannelStats, NandStats, TotalStats};
 pub use timer::{EventLoopTimer, EventLoopTimerError};
 pub use timing::{

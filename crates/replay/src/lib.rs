@@ -52,6 +52,9 @@ pub struct ReplayConfig {
     pub out: Option<PathBuf>,
     /// Anything the caller wants in `summary.json`'s `config` (the command line, say).
     pub config: serde_json::Value,
+    /// Real time: run a [`nand_model::StallProbe`] beside the replay, so its host stalls are
+    /// in `summary.json` (`host_stalls`) and `stalls.csv`.
+    pub probe_stalls: bool,
 }
 
 /// GC and merge work done during the replay.
@@ -109,11 +112,79 @@ pub struct Summary {
     /// Real timing, open loop: how late requests were sent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dispatch: Option<Dispatch>,
+    /// Real timing: what the stall probe saw while the requests ran (`stalls.csv` lists them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_stalls: Option<HostStalls>,
     /// Host time the replay took; the only figure that differs between identical virtual runs.
     pub wall_seconds: f64,
     pub requests_per_second: f64,
     pub nand_ops_per_second: Option<f64>,
     pub config: serde_json::Value,
+}
+
+/// The host's scheduling stalls during a real-time replay (see [`nand_model::StallProbe`]): a
+/// request whose window holds one was delayed by the machine, not only by the device.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct HostStalls {
+    /// Probe threads (one per CPU) and whether they ran as `SCHED_FIFO`.
+    pub cpus: u32,
+    pub realtime: bool,
+    pub period_us: f64,
+    /// Wake-ups later than this are stalls.
+    pub threshold_us: f64,
+    pub wakeups: u64,
+    pub stalls: u64,
+    pub longest_us: f64,
+    /// Sum of the stalls, all CPUs.
+    pub stalled_ms: f64,
+    /// The hypervisor's steal time over the run, all CPUs (`/proc/stat`, 10 ms resolution).
+    pub steal_ms: Option<f64>,
+}
+
+impl HostStalls {
+    fn of(r: &nand_model::StallReport) -> HostStalls {
+        HostStalls {
+            cpus: r.cpus,
+            realtime: r.realtime,
+            period_us: r.period_ns as f64 / 1e3,
+            threshold_us: r.threshold_ns as f64 / 1e3,
+            wakeups: r.wakeups,
+            stalls: r.stalls.len() as u64 + r.dropped,
+            longest_us: r.longest_ns() as f64 / 1e3,
+            stalled_ms: r.total_stalled_ns() as f64 / 1e6,
+            steal_ms: r.steal_ns.map(|s| s as f64 / 1e6),
+        }
+    }
+}
+
+/// The stall probe of a real-time replay: a wake-up every millisecond per CPU, stalls from
+/// 200 us (this guest's own wake-up latency is ~70 us on average).
+const PROBE_PERIOD: std::time::Duration = std::time::Duration::from_millis(1);
+const PROBE_THRESHOLD: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// Writes `stalls.csv`: each stall's start (us since the replay's time 0, as `requests.csv`'s
+/// arrivals), its CPU and its length.
+fn write_stalls(
+    dir: &Path,
+    r: &nand_model::StallReport,
+    origin_ns: u64,
+) -> Result<(), ReplayError> {
+    use std::fmt::Write as _;
+    let mut stalls = r.stalls.clone();
+    stalls.sort_by_key(|s| s.start_ns);
+    let mut csv = String::from("start_us,cpu,length_us\n");
+    for s in &stalls {
+        let start = s.start_ns as f64 - origin_ns as f64;
+        let _ = writeln!(
+            csv,
+            "{:.3},{},{:.3}",
+            start / 1e3,
+            s.cpu,
+            s.late_ns as f64 / 1e3
+        );
+    }
+    let p = dir.join("stalls.csv");
+    std::fs::write(&p, csv).map_err(|e| output(&p, e))
 }
 
 /// NAND operations during the replay.
@@ -229,6 +300,7 @@ struct Outcome {
     errors: u64,
     first_error: Option<String>,
     dispatch: Option<Dispatch>,
+    host_stalls: Option<HostStalls>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -274,6 +346,7 @@ fn finish(
         errors: outcome.errors,
         first_error: outcome.first_error,
         dispatch: outcome.dispatch,
+        host_stalls: outcome.host_stalls,
         requests_per_second: requests as f64 / wall_seconds.max(1e-9),
         nand_ops_per_second: nand
             .as_ref()
@@ -307,6 +380,7 @@ pub fn replay(
         errors: driver.errors,
         first_error: None,
         dispatch: None,
+        host_stalls: None,
     };
     finish(
         "virtual",
@@ -337,12 +411,22 @@ pub fn replay_real(
     };
     let (mut rec, csv) = recorder(cfg, waf)?;
     let before = ftl.map(Before::of);
+    // A probe that cannot start (no threads left) costs the figures, not the replay.
+    let probe = cfg
+        .probe_stalls
+        .then(|| nand_model::StallProbe::start(PROBE_PERIOD, PROBE_THRESHOLD).ok())
+        .flatten();
     let o = realtime::run(target, waf, &cfg.driver, requests, &mut rec, progress)?;
+    let stalls = probe.map(nand_model::StallProbe::finish);
+    if let (Some(dir), Some(r)) = (&cfg.out, &stalls) {
+        write_stalls(dir, r, o.origin_ns)?;
+    }
     let outcome = Outcome {
         adjusted: o.adjusted,
         errors: o.errors,
         first_error: o.first_error,
         dispatch: o.dispatch,
+        host_stalls: stalls.as_ref().map(HostStalls::of),
     };
     let ftl = ftl.zip(before);
     finish("real", rec, csv, waf, ftl, outcome, wall, cfg)

@@ -56,6 +56,9 @@ pub struct RealOutcome {
     pub first_error: Option<String>,
     /// Open loop only.
     pub dispatch: Option<Dispatch>,
+    /// The replay's time 0 (what `requests.csv`'s arrival times count from) on
+    /// `CLOCK_MONOTONIC`, in ns: where a [`nand_model::StallReport`]'s stalls fall.
+    pub origin_ns: u64,
 }
 
 /// A request handed to a worker.
@@ -237,9 +240,11 @@ pub fn run(
     rec: &mut Recorder,
     progress: &mut (dyn FnMut(u64) + Send),
 ) -> Result<RealOutcome, ReplayError> {
+    let start = Instant::now();
+    let origin_ns = nand_model::monotonic_ns();
     let shared = Shared {
         target,
-        start: Instant::now(),
+        start,
         stop: AtomicBool::new(false),
         inflight: Mutex::new(InFlight::default()),
         drained: Condvar::new(),
@@ -263,6 +268,7 @@ pub fn run(
         let (adjusted, dispatch) = fed?;
         outcome.adjusted = adjusted;
         outcome.dispatch = dispatch;
+        outcome.origin_ns = origin_ns;
         match fatal {
             Some(reason) => Err(ReplayError::Target(reason)),
             None => Ok(outcome),

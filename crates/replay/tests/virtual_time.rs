@@ -135,6 +135,7 @@ fn run_once(dir: &Path) -> Vec<(String, Vec<u8>)> {
         interval_ns: 50_000_000,
         out: Some(out.clone()),
         config: serde_json::Value::Null,
+        probe_stalls: false,
     };
     let s = replay(&ftl, w.map(Ok::<Request, TraceError>), &cfg, &mut |_| {}).unwrap();
     let gc = s.gc.as_ref().expect("GC counts of an FTL");
@@ -224,6 +225,7 @@ fn fua_workload_writes_complete_when_programmed() {
         interval_ns: 1_000_000_000,
         out: Some(out.clone()),
         config: serde_json::Value::Null,
+        probe_stalls: false,
     };
     let s = replay(&ftl, w.map(Ok::<Request, TraceError>), &rc, &mut |_| {}).unwrap();
     assert_eq!(s.write.count, 20);

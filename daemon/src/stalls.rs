@@ -1,0 +1,121 @@
+//! `ftld stalls`: measures how long this machine keeps a thread from running when it is due
+//! (`nand_model::StallProbe`), the limit of any real-time emulation on it: a completion cannot
+//! be on time while the host has the vCPU stopped. Run it before trusting real-time tails on a
+//! virtual machine, or beside a measurement (`--csv`, times on `CLOCK_MONOTONIC`) to tell which
+//! slow requests the host delayed.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use nand_model::{StallProbe, StallReport};
+
+use crate::cli::StallsArgs;
+
+pub fn run(a: &StallsArgs) -> anyhow::Result<()> {
+    if !(a.seconds > 0.0 && a.seconds.is_finite()) {
+        return Err(crate::UsageError(format!(
+            "--seconds must be a positive number of seconds, not {}",
+            a.seconds
+        ))
+        .into());
+    }
+    // SIGINT and SIGTERM end the run early, with the report: blocked here, before the probe's
+    // threads exist (they inherit the mask), and taken by `sigtimedwait` below.
+    let signals = block_stop_signals();
+    let probe = StallProbe::start(
+        Duration::from_micros(a.period_us),
+        Duration::from_micros(a.threshold_us),
+    )
+    .context("starting the probe threads")?;
+    wait_for_stop(&signals, Duration::from_secs_f64(a.seconds));
+    let r = probe.finish();
+    if let Some(path) = &a.csv {
+        write_csv(path, &r).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if a.json {
+        out!("{}", serde_json::to_string_pretty(&json(&r))?);
+    } else {
+        out!("{}", r.summary());
+        let mut longest: Vec<_> = r.stalls.clone();
+        longest.sort_by_key(|s| std::cmp::Reverse(s.late_ns));
+        for s in longest.iter().take(5) {
+            out!(
+                "  {:>9.0} us on CPU {} at {:.3} s",
+                s.late_ns as f64 / 1e3,
+                s.cpu,
+                s.start_ns.saturating_sub(r.started_ns) as f64 / 1e9
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Stalls as CSV: start (`CLOCK_MONOTONIC` ns, the clock of `time.monotonic_ns()` and of the NAND
+/// model in real time), CPU, length in us; in order of start.
+fn write_csv(path: &Path, r: &StallReport) -> std::io::Result<()> {
+    use std::fmt::Write as _;
+    let mut stalls = r.stalls.clone();
+    stalls.sort_by_key(|s| s.start_ns);
+    let mut csv = String::from("start_ns,cpu,length_us\n");
+    for s in &stalls {
+        let _ = writeln!(
+            csv,
+            "{},{},{:.3}",
+            s.start_ns,
+            s.cpu,
+            s.late_ns as f64 / 1e3
+        );
+    }
+    std::fs::write(path, csv)
+}
+
+fn json(r: &StallReport) -> serde_json::Value {
+    serde_json::json!({
+        "seconds": r.finished_ns.saturating_sub(r.started_ns) as f64 / 1e9,
+        "cpus": r.cpus,
+        "realtime": r.realtime,
+        "period_us": r.period_ns as f64 / 1e3,
+        "threshold_us": r.threshold_ns as f64 / 1e3,
+        "wakeups": r.wakeups,
+        "stalls": r.stalls.len() as u64 + r.dropped,
+        "longest_us": r.longest_ns() as f64 / 1e3,
+        "stalled_ms": r.total_stalled_ns() as f64 / 1e6,
+        "latest_wakeup_us": r.max_late_ns as f64 / 1e3,
+        "steal_ms": r.steal_ns.map(|s| s as f64 / 1e6),
+    })
+}
+
+/// Blocks SIGINT and SIGTERM in this thread (and the threads it starts); returns the set.
+fn block_stop_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise and write only `set`;
+    // pthread_sigmask reads `set` and changes this thread's mask only.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// Returns after `limit`, or earlier when a signal of `set` arrives.
+fn wait_for_stop(set: &libc::sigset_t, limit: Duration) {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        let Some(left) = end.checked_duration_since(std::time::Instant::now()) else {
+            return;
+        };
+        let ts = libc::timespec {
+            tv_sec: left.as_secs() as libc::time_t,
+            tv_nsec: left.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `set` and `ts` are valid for the call; the siginfo pointer may be null.
+        let rc = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) };
+        // A signal of the set: stop. EAGAIN: the time is up. EINTR: another signal; go on.
+        if rc >= 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN) {
+            return;
+        }
+    }
+}
