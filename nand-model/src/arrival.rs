@@ -21,9 +21,10 @@ thread_local! {
 }
 
 /// When the calling thread's latest blocking wait ended, on the device clock (timing `real`);
-/// 0 if it never waited. A [`crate::Completion::wait`] that had to wait counts, ending at the
-/// operation's modelled completion (a late wake-up is the host's, not the device's), and so
-/// does any wait its caller notes with [`note_blocking_wait`]. A submitter that dates its
+/// 0 if it never waited. Every [`crate::Completion::wait`] counts, ending at the operation's
+/// modelled completion (a late wake-up is the host's, not the device's; an operation already
+/// done when waited for ended then too), and so does any wait its caller notes with
+/// [`note_blocking_wait`]. A submitter that dates its
 /// operations back to an arrival compares this before and after its own work: an operation
 /// it issues after such a wait could not have started before the wait ended.
 pub fn last_wait_end_ns() -> u64 {
@@ -65,11 +66,14 @@ impl Drop for ArrivalScope {
     }
 }
 
-/// "Now" for a submission on this thread whose host clock reads `now`.
+/// "Now" for a submission on this thread whose host clock reads `now`: inside a scope, the
+/// arrival or, once the thread has waited for an operation since, that operation's modelled end
+/// (a chain of dependent operations, a GC step's read then program, counts each from the one
+/// before it, not from when the thread woke up to see it done), never later than `now`.
 pub(crate) fn submission_time(now: u64) -> u64 {
     match ARRIVAL.with(Cell::get) {
         0 => now,
-        a => a.min(now),
+        a => a.max(WAIT_END.with(Cell::get)).min(now),
     }
 }
 
@@ -91,5 +95,25 @@ mod tests {
             assert_eq!(submission_time(100), 40);
         }
         assert_eq!(submission_time(100), 100);
+    }
+
+    /// Inside a scope, an operation submitted after a wait counts from the waited operation's
+    /// modelled end (never later than now, never earlier than the arrival); outside, from now.
+    #[test]
+    fn a_wait_inside_a_scope_moves_the_next_submission_to_its_end() {
+        WAIT_END.with(|w| w.set(0));
+        let _a = ArrivalScope::enter(40);
+        note_wait_end(30);
+        assert_eq!(
+            submission_time(100),
+            40,
+            "a wait that ended before the arrival"
+        );
+        note_wait_end(65);
+        assert_eq!(submission_time(100), 65);
+        assert_eq!(submission_time(50), 50, "not later than now");
+        drop(_a);
+        assert_eq!(submission_time(100), 100, "outside a scope: now");
+        WAIT_END.with(|w| w.set(0));
     }
 }

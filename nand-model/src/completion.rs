@@ -128,7 +128,6 @@ impl Completion {
         if let Some(c) = &self.sim {
             c.advance_to(self.current_ns());
         } else if self.deadline_ns != ALREADY_DONE {
-            let blocks = self.current_ns() > now_ns();
             // A suspension may move the end while we wait: wait again until it stays.
             let end = loop {
                 let d = self.current_ns();
@@ -137,9 +136,9 @@ impl Completion {
                     break d;
                 }
             };
-            if blocks {
-                crate::arrival::note_wait_end(end);
-            }
+            // Also when it was done before the wait: what this thread submits next depends on
+            // it and cannot be dated before it (see `arrival::submission_time`).
+            crate::arrival::note_wait_end(end);
         }
     }
 

@@ -79,7 +79,9 @@
 //! suspends it (`t_suspend`), runs, and the operation resumes (`t_resume`) and completes that
 //! much later: its [`Completion`] follows the moved end. An operation submitted inside an
 //! [`ArrivalScope`] counts from the request's arrival instead of its submission (NVMeVirt's
-//! accounting: the emulator's own processing time is absorbed, not added).
+//! accounting: the emulator's own processing time is absorbed, not added), and one submitted
+//! after the thread waited for another from that one's modelled end (a chain of dependent
+//! operations, as a GC step's, does not add the thread's wake-ups between them).
 //!
 //! Banks run in parallel; a controller carries one transfer at a time (TMCD: one per channel). Transfer time is
 //! `bytes / channel_bytes_per_sec`, rounded up to the nanosecond. The data effect happens at

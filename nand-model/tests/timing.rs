@@ -526,11 +526,37 @@ fn submissions_count_from_the_request_arrival() {
     assert_eq!(c.deadline_ns(), busy_until + ns(t.t_read) + ns(xfer(4096)));
 }
 
-/// `last_wait_end_ns` moves when a wait on this thread had to wait, to the operation's
-/// completion, and only then (what a submitter that dates operations back checks to see
-/// whether it was held meanwhile).
+/// Inside an arrival scope, an operation submitted after waiting for another counts from that
+/// one's modelled end (a GC step's read, then the program of what it read): the thread's late
+/// wake-up between the two is absorbed, and the second never starts before the first ended,
+/// although the scope's arrival is earlier.
 #[test]
-fn a_blocking_wait_is_noted_for_the_thread() {
+fn a_dependent_operation_counts_from_the_end_of_the_one_waited_for() {
+    use nand_model::ArrivalScope;
+    let f = real();
+    let dev = f.dev();
+    let t = small_config().timing;
+    dev.program(PageAddr::new(0, 0, 0), &PAGE, &[])
+        .unwrap()
+        .wait();
+    let mut buf = [0u8; 4096];
+    let _scope = ArrivalScope::enter(dev.now_ns());
+    let r = dev.read(PageAddr::new(0, 0, 0), 0, &mut buf, None).unwrap();
+    let read_end = r.deadline_ns();
+    r.wait();
+    // The thread wakes up late (or works) for 2 ms before it submits the dependent program, on
+    // bank 2 (the other channel: idle).
+    std::thread::sleep(Duration::from_millis(2));
+    let c = dev.program(PageAddr::new(2, 0, 0), &buf, &[]).unwrap();
+    assert_eq!(c.deadline_ns(), read_end + ns(xfer(4096)) + ns(t.t_prog));
+}
+
+/// `last_wait_end_ns` moves to the operation's completion at every wait on this thread, one
+/// that had to wait or one that found the operation done (what a submitter that dates
+/// operations back checks: what it submits next depends on the waited operation), and not at
+/// other threads' waits.
+#[test]
+fn a_wait_is_noted_for_the_thread() {
     let f = real();
     let dev = f.dev();
     let c = dev.program(PageAddr::new(0, 0, 0), &PAGE, &[]).unwrap();
@@ -542,14 +568,16 @@ fn a_blocking_wait_is_noted_for_the_thread() {
         after != before && after == deadline,
         "{before} -> {after}, deadline {deadline}"
     );
-    // A completion whose deadline has passed returns at once and is not noted.
+    // A completion whose deadline has passed returns at once, noted at its deadline.
     let c = dev.erase(BlockAddr::new(1, 0)).unwrap();
+    let erased = c.deadline_ns();
     std::thread::sleep(Duration::from_nanos(
         c.deadline_ns().saturating_sub(dev.now_ns()),
     ));
     std::thread::sleep(Duration::from_millis(1));
     c.wait();
-    assert_eq!(nand_model::last_wait_end_ns(), after);
+    assert_eq!(nand_model::last_wait_end_ns(), erased);
+    let after = erased;
     // Another thread's waits are its own.
     let c = dev.program(PageAddr::new(0, 0, 1), &PAGE, &[]).unwrap();
     std::thread::scope(|s| {

@@ -452,6 +452,10 @@ impl Ftl {
             helpers.push(spawn(w.name(), move || {
                 writer::precise_timers();
                 while !c.stopping.load(Ordering::Acquire) {
+                    // A round's operations count from its start, each dependent one from the
+                    // modelled end of what it waited for (`nand_model::ArrivalScope`): the
+                    // worker's wake-ups inside a step are the host's, not the device's time.
+                    let _arrival = nand_model::ArrivalScope::enter(c.nand.now_ns());
                     if let Some(d) = w.round(&c, u32::MAX) {
                         let l = c.gc_wake.listen();
                         if !c.stopping.load(Ordering::Acquire) {

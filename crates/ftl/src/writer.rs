@@ -394,7 +394,20 @@ impl Writer {
                 queue.progress.notify(usize::MAX);
                 return Vec::new();
             }
-            let target = self.placer.target_group(core, &pages);
+            let target = {
+                // GC the placer runs for these pages (in-path or foreground steps) counts from
+                // their arrival, and each dependent operation from the modelled end of the one
+                // it waited for (`nand_model::ArrivalScope`), so the thread's wake-ups between
+                // a step's operations are not added to the device's time.
+                let arrival = pages
+                    .iter()
+                    .map(|p| p.sealed_ns)
+                    .max()
+                    .unwrap_or(0)
+                    .max(self.gate_ns);
+                let _arrival = nand_model::ArrivalScope::enter(arrival);
+                self.placer.target_group(core, &pages)
+            };
             let addrs: &[PageAddr] = match &target {
                 Target::Program(addr) => std::slice::from_ref(addr),
                 Target::Planes(addrs) => addrs,
