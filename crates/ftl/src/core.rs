@@ -293,7 +293,11 @@ impl Core {
             self.gc_wake.notify(usize::MAX);
         }
         if free < self.gc_soft_free() || self.free_pool() < self.gc_free_pool() {
-            self.gc_wake.notify(usize::MAX);
+            // One parked worker: a free block taken is one block of cleaning, and a worker
+            // still busy is not parked, so the next block taken wakes another. Waking all of
+            // them here woke both workers for every block a writer opened (128 KiB sequential
+            // overwrites, timing off: 64.6 -> 60.7 us of server CPU per request, same WAF).
+            self.gc_wake.notify(1);
         }
     }
 
