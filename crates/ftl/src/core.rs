@@ -89,6 +89,9 @@ pub struct Core {
     pub recovery: Mutex<crate::recovery::RecoveryReport>,
     /// Origin of [`Core::now_ns`] with timing `off` and `real`.
     epoch: std::time::Instant,
+    /// With timing `virtual`: the background work (GC workers, maintenance) as actors, run by
+    /// `Ftl::advance_to` and, while a writer or host waits, by [`Core::sim_yield`].
+    pub(crate) sim_background: std::sync::OnceLock<Mutex<crate::sim::Background>>,
 }
 
 impl Core {
@@ -133,6 +136,7 @@ impl Core {
             latencies: crate::stats::Latencies::default(),
             recovery: Mutex::new(crate::recovery::RecoveryReport::default()),
             epoch: std::time::Instant::now(),
+            sim_background: std::sync::OnceLock::new(),
         }
     }
 
@@ -157,6 +161,25 @@ impl Core {
         c.page_programs.load(Ordering::Relaxed)
             + c.gc_page_programs.load(Ordering::Relaxed)
             + c.gc_erases.load(Ordering::Relaxed)
+    }
+
+    /// With timing `virtual`, runs the background actors (GC workers, maintenance, other
+    /// queues' writers) due before the simulated now, and leaves the clock there; returns
+    /// whether any ran. A served device's workers clean while a writer waits for room or a host
+    /// for its writer; a request in virtual time runs whole on one thread, so without this the
+    /// workers stood still for as long as it waited and a writer with no room cleaned alone,
+    /// one step at a time (steady random writes, default preset: 370 IOPS, against 1100 served
+    /// with the same two workers). No-op with other timings, and when called from inside the
+    /// background's own run (an actor that waits).
+    pub(crate) fn sim_yield(&self) -> bool {
+        let (Some(clock), Some(bg)) = (self.nand.sim_clock(), self.sim_background.get()) else {
+            return false;
+        };
+        let Some(mut bg) = bg.try_lock() else {
+            return false;
+        };
+        let now = clock.now_ns();
+        bg.advance_nested(self, now)
     }
 
     pub(crate) fn wait_for_others(&self) {

@@ -143,9 +143,6 @@ pub struct Ftl {
     core: Arc<Core>,
     writers: Mutex<Vec<JoinHandle<()>>>,
     helpers: Mutex<Vec<JoinHandle<()>>>,
-    /// With timing `virtual`: the background work, run by [`Ftl::advance_to`] instead of
-    /// threads.
-    background: Option<Mutex<sim::Background>>,
 }
 
 /// What formatting an image decided.
@@ -439,11 +436,12 @@ impl Ftl {
         let workers = scheme.workers(&core);
         if virtual_time {
             let background = sim::Background::new(&core, workers);
+            // Set once, here, before anything can read it.
+            let _ = core.sim_background.set(Mutex::new(background));
             return Ok(Ftl {
                 core,
                 writers: Mutex::new(writers),
                 helpers: Mutex::new(Vec::new()),
-                background: Some(Mutex::new(background)),
             });
         }
         let mut helpers = Vec::new();
@@ -473,7 +471,6 @@ impl Ftl {
             core,
             writers: Mutex::new(writers),
             helpers: Mutex::new(helpers),
-            background: None,
         })
     }
 
@@ -497,7 +494,7 @@ impl Ftl {
     /// next request starts (see `sim.rs`). A simulation driver calls it before each request with
     /// the request's arrival time. Other timing modes: an error.
     pub fn advance_to(&self, t_ns: u64) -> Result<()> {
-        let Some(bg) = &self.background else {
+        let Some(bg) = self.core.sim_background.get() else {
             return Err(FtlError::Config(
                 "advance_to needs an FTL opened with timing virtual".into(),
             ));

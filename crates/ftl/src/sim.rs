@@ -62,11 +62,28 @@ impl Background {
 
     /// Runs the background work due before `t` (simulated ns), earliest first, and leaves the
     /// clock at `t`. The clock's value on entry is when the host last acted (the previous
-    /// request's completion, or `t` itself if that is later).
-    pub(crate) fn advance_to(&mut self, core: &Core, t: u64) {
+    /// request's completion, or `t` itself if that is later). Returns whether any actor ran.
+    ///
+    /// Also called while a writer or a host waits for room (`Core::sim_yield`, `nested`): then
+    /// only the GC workers run. Not maintenance: a checkpoint waits for every queue's pages to
+    /// be durable, which a writer in the middle of placing cannot give it until it returns (a
+    /// power cut after such a checkpoint lost a flushed write). Not the queue writers: the
+    /// caller may hold locks their placement takes (a hybrid merge holds its logical block
+    /// while it drains a queue).
+    pub(crate) fn advance_to(&mut self, core: &Core, t: u64) -> bool {
+        self.run_until(core, t, false)
+    }
+
+    /// [`Background::advance_to`] from inside a writer's work (see there).
+    pub(crate) fn advance_nested(&mut self, core: &Core, t: u64) -> bool {
+        self.run_until(core, t, true)
+    }
+
+    fn run_until(&mut self, core: &Core, t: u64, nested: bool) -> bool {
         let Some(clock) = core.nand.sim_clock() else {
-            return;
+            return false;
         };
+        let mut ran = false;
         let woken = clock.now_ns().min(t);
         for a in &mut self.actors {
             if matches!(a.work, Work::Worker(_)) && a.idle && a.at > woken {
@@ -80,20 +97,29 @@ impl Background {
             }
             // The earliest actor: queue writers (their time is their next page's), then the
             // workers and maintenance; ties in that order.
-            let writer = core
-                .queues
+            let writer = (!nested)
+                .then(|| {
+                    core.queues
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(q, queue)| {
+                            let w = queue.inline.as_ref()?.try_lock()?;
+                            w.sim_next_at().map(|at| (at, q))
+                        })
+                        .min()
+                })
+                .flatten();
+            let other = self
+                .actors
                 .iter()
                 .enumerate()
-                .filter_map(|(q, queue)| {
-                    let w = queue.inline.as_ref()?.lock();
-                    w.sim_next_at().map(|at| (at, q))
-                })
+                .filter(|(_, a)| !nested || matches!(a.work, Work::Worker(_)))
+                .map(|(i, a)| (a.at, i))
                 .min();
-            let other = self.actors.iter().enumerate().map(|(i, a)| (a.at, i)).min();
             match (writer, other) {
                 (Some((wt, q)), o) if wt < t && o.is_none_or(|(at, _)| wt <= at) => {
-                    if let Some(w) = &core.queues[q].inline {
-                        w.lock().sim_place_next(core);
+                    if let Some(mut w) = core.queues[q].inline.as_ref().and_then(|w| w.try_lock()) {
+                        ran |= w.sim_place_next(core);
                     }
                     // A writer stuck for space may have asked for the trim records.
                     self.wake_maintenance_if_asked(core, clock.now_ns().min(t));
@@ -128,11 +154,13 @@ impl Background {
             };
             a.idle = idle;
             a.at = next;
+            ran = true;
             // Work one actor did (a trim GC waits for, a checkpoint asked for) may be the
             // maintenance actor's business at once.
             self.wake_maintenance_if_asked(core, clock.now_ns().min(t));
         }
         clock.set_ns(t);
+        ran
     }
 
     /// If GC or a scheme asked for maintenance (`Maintenance::requested`), it runs at `now`

@@ -359,6 +359,16 @@ impl Writer {
             if self.sim.inbox.len() + self.sim.commits.len() < max {
                 return now;
             }
+            // The GC workers act up to the time this writer places its next page at, as they
+            // would beside it while the host waits (`Core::sim_yield`).
+            if let Some(at) = self.sim_next_at() {
+                let caller = core.nand.sim_clock().map(|c| c.now_ns());
+                if let (Some(c), Some(caller)) = (core.nand.sim_clock(), caller) {
+                    c.set_ns(at);
+                    core.sim_yield();
+                    c.set_ns(caller);
+                }
+            }
             if !self.sim_place_next(core) {
                 now = now.max(self.sim.commits.pop_front().unwrap_or(now));
             }

@@ -40,6 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nand_model::{BankId, BlockAddr, NandError, PageAddr};
+use parking_lot::MutexGuard;
 
 use super::place::Frontier;
 use super::PageScheme;
@@ -138,6 +139,11 @@ pub struct BankGc {
     out_oob: Vec<u8>,
     /// Paced GC: steps the pages sent to this bank owe and have not paid yet.
     credit: f64,
+    /// Timing `virtual`: when the last step on this bank ended (simulated ns). A served device's
+    /// cleaner holds the bank's GC mutex through its step's waits; the simulation runs a step
+    /// at once and moves its actor's clock on, so the mutex alone would let another actor step
+    /// the same bank in simulated time the first still holds it (see [`PageScheme::try_gc`]).
+    held_until: u64,
 }
 
 /// What a step achieved.
@@ -167,6 +173,37 @@ impl PageScheme {
     /// a quarter of a block are worth their copies — cleaning nearly-full blocks of a bank that
     /// lost many blocks would wear it out for almost nothing.
     pub(crate) fn gc_step(&self, core: &Core, b: u32, g: &mut BankGc, urgent: bool) -> Step {
+        let step = self.run_step(core, b, g, urgent);
+        if let Some(clock) = core.nand.sim_clock() {
+            g.held_until = g.held_until.max(clock.now_ns());
+        }
+        step
+    }
+
+    /// Bank `b`'s GC mutex if no one holds it, for a cleaner that goes elsewhere rather than
+    /// wait. With timing `virtual` a bank whose last step (by another actor) ends after the
+    /// caller's simulated now counts as held too: on a served device that cleaner would still
+    /// hold the mutex, waiting for its step's operations, and the others would clean other
+    /// banks rather than queue steps behind it on one bank's timeline.
+    pub(crate) fn try_gc(&self, core: &Core, b: u32) -> Option<MutexGuard<'_, BankGc>> {
+        let g = self.gc[b as usize].try_lock()?;
+        match core.nand.sim_clock() {
+            Some(clock) if clock.now_ns() < g.held_until => None,
+            _ => Some(g),
+        }
+    }
+
+    /// Bank `b`'s GC mutex, waiting for it: with timing `virtual`, until the simulated time the
+    /// last step on the bank ended (see [`PageScheme::try_gc`]).
+    pub(crate) fn lock_gc(&self, core: &Core, b: u32) -> MutexGuard<'_, BankGc> {
+        let g = self.gc[b as usize].lock();
+        if let Some(clock) = core.nand.sim_clock() {
+            clock.advance_to(g.held_until);
+        }
+        g
+    }
+
+    fn run_step(&self, core: &Core, b: u32, g: &mut BankGc, urgent: bool) -> Step {
         let _gate = core.gc_gate.read();
         if g.victim.is_none() {
             // Never start a victim whose valid data could not all be written back: the GC
@@ -846,7 +883,7 @@ impl PageScheme {
         if !self.needs_gc(core, b) {
             return;
         }
-        let mut g = self.gc[b as usize].lock();
+        let mut g = self.lock_gc(core, b);
         let free = core.bank(b).free.load(Ordering::Acquire);
         let below = core.gc_soft_free().saturating_sub(free).max(1);
         let owed = g.credit + f64::from(below) * self.steps_per_page(core, &g);
@@ -898,7 +935,7 @@ impl PageScheme {
     pub(crate) fn restore_headroom(&self, core: &Core) -> u64 {
         let mut steps = 0;
         for b in 0..core.layout.banks {
-            let mut g = self.gc[b as usize].lock();
+            let mut g = self.lock_gc(core, b);
             // A bound for a bank that cannot get there (worn out, or all its data valid).
             let mut left = 4 * u64::from(core.layout.slots_per_block());
             while core.bank(b).free.load(Ordering::Acquire) < core.gc_soft_free()
@@ -966,7 +1003,7 @@ impl PageScheme {
     /// anywhere can be reclaimed.
     fn cheapest_step(&self, core: &Core, bank: &mut Option<u32>) -> Option<f64> {
         if let Some(b) = *bank {
-            if let Some(mut g) = self.gc[b as usize].try_lock() {
+            if let Some(mut g) = self.try_gc(core, b) {
                 match self.gc_step(core, b, &mut g, true) {
                     Step::Progress => return Some(self.steps_per_page(core, &g)),
                     Step::Freed => {
@@ -990,7 +1027,7 @@ impl PageScheme {
         order.sort_unstable();
         let mut passed = false;
         for &(_, _, b) in &order {
-            let Some(mut g) = self.gc[b as usize].try_lock() else {
+            let Some(mut g) = self.try_gc(core, b) else {
                 passed = true;
                 continue;
             };
@@ -1008,7 +1045,7 @@ impl PageScheme {
         }
         // Every bank with something to clean is being cleaned by a worker: wait for one.
         for &(_, _, b) in &order {
-            let mut g = self.gc[b as usize].lock();
+            let mut g = self.lock_gc(core, b);
             match self.gc_step(core, b, &mut g, true) {
                 Step::Progress | Step::Freed => return Some(self.steps_per_page(core, &g)),
                 Step::Idle => {}
@@ -1123,7 +1160,7 @@ impl BackgroundWorker for GcWorker {
         let mut locked = false;
         for c in 0..self.candidates.len() {
             let b = self.candidates[c].5;
-            let Some(mut g) = scheme.gc[b as usize].try_lock() else {
+            let Some(mut g) = scheme.try_gc(core, b) else {
                 continue;
             };
             locked = true;

@@ -303,6 +303,11 @@ impl PagePlacer {
                     self.choose_bank(core, use_reserve, !hot).map(|b| (b, !hot))
                 });
             let Some((b, temp)) = chosen else {
+                // Virtual time: the workers catch up to this writer's time first, as they
+                // clean beside it on a served device (`Core::sim_yield`).
+                if core.sim_yield() {
+                    continue;
+                }
                 // Every bank is at its GC reserve: clean a step in the foreground, then look
                 // again (a background worker may have freed a block meanwhile).
                 if self.scheme.foreground_gc(core, &mut self.cleaning) {
