@@ -279,8 +279,11 @@ def main():
                         if op == "write":
                             timed.append((float(arrival), float(latency)))
                 lat = sorted(l for start, l in timed if start >= warmup)
+                # Virtual time has no host to stall it.
                 stalls = (stall_columns(timed, read_stalls(run_dir), warmup, bound)
-                          if timing == "real" else {})
+                          if timing == "real" else
+                          dict.fromkeys(("host stall us", "stalled writes", "max calm us",
+                                         "calm / bound"), "-"))
                 gc = s["gc"]
                 rows.append({
                     "preset": preset, "policy": policy, "timing": timing,

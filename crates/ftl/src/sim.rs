@@ -15,8 +15,12 @@
 //! What replaces the threads' wake-ups: a worker that found nothing to do sleeps for the time
 //! its thread would, but is woken early by any host activity since its last look (on a served
 //! device a host write that drains a bank wakes the workers); maintenance runs on its 50 ms tick
-//! and as soon as GC or a scheme asks for it. Nothing here reads the host's clock or depends on
-//! thread scheduling, so the same calls give the same simulated times on any machine.
+//! and as soon as GC or a scheme asks for it. A request runs whole, but while it (or its
+//! writer) waits for room the GC workers due before then run first (`Core::sim_yield`), as
+//! the served device's workers clean beside a waiting writer; and a bank a worker stepped is
+//! held until that step's simulated end (`PageScheme::try_gc`), as its GC mutex would be.
+//! Nothing here reads the host's clock or depends on thread scheduling, so the same calls give
+//! the same simulated times on any machine.
 
 use crate::checkpoint::Maintenance;
 use crate::core::Core;
