@@ -59,6 +59,8 @@ import common
 # Left out of the steady-state figures: background GC restoring its floor after the
 # precondition's burst. The quick run is too short for 2 s: a quarter second there.
 WARMUP_US = 2_000_000
+# The stall probe's period (`ftld stalls`, `ftld replay --stall-probe`: 1 ms).
+PROBE_PERIOD_US = 1000.0
 QUICK_WARMUP_US = 250_000
 
 
@@ -190,7 +192,12 @@ def stall_columns(timed, stalls, warmup, bound):
     write, `stalls` [(start us, length us)] on the same clock."""
     steady = [(s, l) for s, l in timed if s >= warmup]
     t0 = steady[0][0] if steady else 0.0
-    in_window = [length for start, length in stalls if start + length > t0]
+    t1 = max((s + l for s, l in steady), default=0.0)
+    # A stall is known by the wake-up it delayed (due at `start`), but the CPU may have stopped
+    # up to a period (1 ms) earlier: a write is counted as stalled from then.
+    stalls = [(start - PROBE_PERIOD_US, length + PROBE_PERIOD_US) for start, length in stalls]
+    in_window = [length - PROBE_PERIOD_US for start, length in stalls
+                 if start + length > t0 and start < t1]
 
     def stalled(s, l):
         return any(start < s + l and start + length > s for start, length in stalls)

@@ -69,7 +69,7 @@ pub struct StallsArgs {
     #[arg(long, value_name = "S", default_value_t = 10.0)]
     pub seconds: f64,
     /// Each probe thread (one per CPU) wakes this often.
-    #[arg(long, value_name = "US", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
+    #[arg(long, value_name = "US", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
     pub period_us: u64,
     /// A wake-up later than this is a stall.
     #[arg(long, value_name = "US", default_value_t = 200)]

@@ -18,6 +18,10 @@ thread_local! {
     static ARRIVAL: Cell<u64> = const { Cell::new(0) };
     /// When this thread's latest blocking [`crate::Completion::wait`] returned (0: never).
     static WAIT_END: Cell<u64> = const { Cell::new(0) };
+    /// The latest wait end inside the innermost [`ArrivalScope`] (0: none yet): what its
+    /// dependent submissions count from. A wait before the scope is not the scope's business
+    /// (a writer's wait for an older program on another bank must not date its next page).
+    static SCOPE_WAIT: Cell<u64> = const { Cell::new(0) };
 }
 
 /// When the calling thread's latest blocking wait ended, on the device clock (timing `real`);
@@ -38,7 +42,10 @@ pub fn note_blocking_wait() {
 }
 
 pub(crate) fn note_wait_end(ns: u64) {
-    WAIT_END.with(|w| w.set(ns));
+    // A maximum: waits on operations that ended earlier than one already waited for (several
+    // reads in flight, waited in any order) must not move it back.
+    WAIT_END.with(|w| w.set(w.get().max(ns)));
+    SCOPE_WAIT.with(|w| w.set(w.get().max(ns)));
 }
 
 /// While alive, this thread's NAND submissions count from `arrival_ns` (see the module doc).
@@ -46,6 +53,7 @@ pub(crate) fn note_wait_end(ns: u64) {
 #[must_use = "the arrival time applies only while the scope is alive"]
 pub struct ArrivalScope {
     prev: u64,
+    prev_wait: u64,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -55,6 +63,7 @@ impl ArrivalScope {
     pub fn enter(arrival_ns: u64) -> ArrivalScope {
         ArrivalScope {
             prev: ARRIVAL.with(|a| a.replace(arrival_ns)),
+            prev_wait: SCOPE_WAIT.with(|w| w.replace(0)),
             _not_send: PhantomData,
         }
     }
@@ -63,17 +72,20 @@ impl ArrivalScope {
 impl Drop for ArrivalScope {
     fn drop(&mut self) {
         ARRIVAL.with(|a| a.set(self.prev));
+        // The enclosing scope's dependents follow this one's waits too.
+        SCOPE_WAIT.with(|w| w.set(w.get().max(self.prev_wait)));
     }
 }
 
 /// "Now" for a submission on this thread whose host clock reads `now`: inside a scope, the
-/// arrival or, once the thread has waited for an operation since, that operation's modelled end
+/// arrival or, once the thread has waited for an operation since it entered the scope, the
+/// latest such operation's modelled end
 /// (a chain of dependent operations, a GC step's read then program, counts each from the one
 /// before it, not from when the thread woke up to see it done), never later than `now`.
 pub(crate) fn submission_time(now: u64) -> u64 {
     match ARRIVAL.with(Cell::get) {
         0 => now,
-        a => a.max(WAIT_END.with(Cell::get)).min(now),
+        a => a.max(SCOPE_WAIT.with(Cell::get)).min(now),
     }
 }
 
@@ -97,12 +109,14 @@ mod tests {
         assert_eq!(submission_time(100), 100);
     }
 
-    /// Inside a scope, an operation submitted after a wait counts from the waited operation's
-    /// modelled end (never later than now, never earlier than the arrival); outside, from now.
+    /// Inside a scope, an operation submitted after a wait counts from the latest waited
+    /// operation's modelled end (never later than now, never earlier than the arrival); a wait
+    /// before the scope does not count; outside a scope, from now.
     #[test]
     fn a_wait_inside_a_scope_moves_the_next_submission_to_its_end() {
-        WAIT_END.with(|w| w.set(0));
-        let _a = ArrivalScope::enter(40);
+        note_wait_end(90);
+        let a = ArrivalScope::enter(40);
+        assert_eq!(submission_time(100), 40, "a wait before the scope");
         note_wait_end(30);
         assert_eq!(
             submission_time(100),
@@ -110,10 +124,29 @@ mod tests {
             "a wait that ended before the arrival"
         );
         note_wait_end(65);
-        assert_eq!(submission_time(100), 65);
+        note_wait_end(55);
+        assert_eq!(
+            submission_time(100),
+            65,
+            "the latest end, not the last waited"
+        );
         assert_eq!(submission_time(50), 50, "not later than now");
-        drop(_a);
+        {
+            let _b = ArrivalScope::enter(45);
+            assert_eq!(submission_time(100), 45, "an inner scope starts afresh");
+            note_wait_end(80);
+        }
+        assert_eq!(
+            submission_time(100),
+            80,
+            "the inner scope's waits count outside it"
+        );
+        drop(a);
         assert_eq!(submission_time(100), 100, "outside a scope: now");
-        WAIT_END.with(|w| w.set(0));
+        assert_eq!(
+            last_wait_end_ns(),
+            90,
+            "the thread's latest wait end never moves back"
+        );
     }
 }

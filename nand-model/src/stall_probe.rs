@@ -142,7 +142,8 @@ impl StallProbe {
     /// Starts one probe thread per CPU this process may run on, waking every `period` and
     /// recording wake-ups later than `threshold`.
     pub fn start(period: Duration, threshold: Duration) -> std::io::Result<StallProbe> {
-        let period_ns = (period.as_nanos() as u64).max(10_000);
+        // At least 100 us: a SCHED_FIFO thread waking more often would take most of a CPU.
+        let period_ns = (period.as_nanos() as u64).max(100_000);
         let threshold_ns = threshold.as_nanos() as u64;
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
@@ -174,7 +175,6 @@ impl StallProbe {
         self.stop.store(true, Ordering::Release);
         let mut r = StallReport {
             started_ns: self.started_ns,
-            finished_ns: now_ns(),
             period_ns: self.period_ns,
             threshold_ns: self.threshold_ns,
             realtime: true,
@@ -196,6 +196,8 @@ impl StallProbe {
             r.stalls.extend(log.stalls);
         }
         r.realtime &= r.cpus > 0;
+        // After the joins: a thread asleep when `stop` was set still records its last wake-up.
+        r.finished_ns = now_ns();
         r
     }
 }

@@ -316,11 +316,12 @@ impl Core {
             self.gc_wake.notify(usize::MAX);
         }
         if free < self.gc_soft_free() || self.free_pool() < self.gc_free_pool() {
-            // One parked worker: a free block taken is one block of cleaning, and a worker
-            // still busy is not parked, so the next block taken wakes another. Waking all of
-            // them here woke both workers for every block a writer opened (128 KiB sequential
-            // overwrites, timing off: 64.6 -> 60.7 us of server CPU per request, same WAF).
-            self.gc_wake.notify(1);
+            // All of them, though one would do for one block (tried: 64.6 -> 60.7 us of
+            // server CPU per 128 KiB write, same WAF): `notify(1)` wakes the oldest listener,
+            // which under adaptive throttling may be a worker not allowed to clean, while the
+            // one that is sleeps out its timeout (up to 20 ms). Waking one *allowed* worker
+            // needs an event per worker.
+            self.gc_wake.notify(usize::MAX);
         }
     }
 
