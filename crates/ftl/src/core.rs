@@ -163,9 +163,9 @@ impl Core {
             + c.gc_erases.load(Ordering::Relaxed)
     }
 
-    /// With timing `virtual`, runs the background actors (GC workers, maintenance, other
-    /// queues' writers) due before the simulated now, and leaves the clock there; returns
-    /// whether any ran. A served device's workers clean while a writer waits for room or a host
+    /// With timing `virtual`, runs the GC worker actors due before the simulated now (not
+    /// maintenance, not the queue writers: see `sim::Background::advance_nested`), and leaves
+    /// the clock there; returns whether any ran. A served device's workers clean while a writer waits for room or a host
     /// for its writer; a request in virtual time runs whole on one thread, so without this the
     /// workers stood still for as long as it waited and a writer with no room cleaned alone,
     /// one step at a time (steady random writes, default preset: 370 IOPS, against 1100 served

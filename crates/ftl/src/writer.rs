@@ -361,13 +361,11 @@ impl Writer {
             }
             // The GC workers act up to the time this writer places its next page at, as they
             // would beside it while the host waits (`Core::sim_yield`).
-            if let Some(at) = self.sim_next_at() {
-                let caller = core.nand.sim_clock().map(|c| c.now_ns());
-                if let (Some(c), Some(caller)) = (core.nand.sim_clock(), caller) {
-                    c.set_ns(at);
-                    core.sim_yield();
-                    c.set_ns(caller);
-                }
+            if let (Some(at), Some(clock)) = (self.sim_next_at(), core.nand.sim_clock()) {
+                let caller = clock.now_ns();
+                clock.set_ns(at);
+                core.sim_yield();
+                clock.set_ns(caller);
             }
             if !self.sim_place_next(core) {
                 now = now.max(self.sim.commits.pop_front().unwrap_or(now));
