@@ -193,14 +193,13 @@ def stall_columns(timed, stalls, warmup, bound):
     steady = [(s, l) for s, l in timed if s >= warmup]
     t0 = steady[0][0] if steady else 0.0
     t1 = max((s + l for s, l in steady), default=0.0)
+    in_window = [length for start, length in stalls if start + length > t0 and start < t1]
     # A stall is known by the wake-up it delayed (due at `start`), but the CPU may have stopped
     # up to a period (1 ms) earlier: a write is counted as stalled from then.
-    stalls = [(start - PROBE_PERIOD_US, length + PROBE_PERIOD_US) for start, length in stalls]
-    in_window = [length - PROBE_PERIOD_US for start, length in stalls
-                 if start + length > t0 and start < t1]
+    early = [(start - PROBE_PERIOD_US, length + PROBE_PERIOD_US) for start, length in stalls]
 
     def stalled(s, l):
-        return any(start < s + l and start + length > s for start, length in stalls)
+        return any(start < s + l and start + length > s for start, length in early)
 
     calm = [l for s, l in steady if not stalled(s, l)]
     return {

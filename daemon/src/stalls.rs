@@ -55,10 +55,8 @@ pub fn run(a: &StallsArgs) -> anyhow::Result<()> {
 /// model in real time), CPU, length in us; in order of start.
 fn write_csv(path: &Path, r: &StallReport) -> std::io::Result<()> {
     use std::fmt::Write as _;
-    let mut stalls = r.stalls.clone();
-    stalls.sort_by_key(|s| s.start_ns);
     let mut csv = String::from("start_ns,cpu,length_us\n");
-    for s in &stalls {
+    for s in &r.stalls {
         let _ = writeln!(
             csv,
             "{},{},{:.3}",
@@ -70,20 +68,22 @@ fn write_csv(path: &Path, r: &StallReport) -> std::io::Result<()> {
     std::fs::write(path, csv)
 }
 
-fn json(r: &StallReport) -> serde_json::Value {
-    serde_json::json!({
-        "seconds": r.finished_ns.saturating_sub(r.started_ns) as f64 / 1e9,
-        "cpus": r.cpus,
-        "realtime": r.realtime,
-        "period_us": r.period_ns as f64 / 1e3,
-        "threshold_us": r.threshold_ns as f64 / 1e3,
-        "wakeups": r.wakeups,
-        "stalls": r.stalls.len() as u64 + r.dropped,
-        "longest_us": r.longest_ns() as f64 / 1e3,
-        "stalled_ms": r.total_stalled_ns() as f64 / 1e6,
-        "latest_wakeup_us": r.max_late_ns as f64 / 1e3,
-        "steal_ms": r.steal_ns.map(|s| s as f64 / 1e6),
-    })
+/// `--json`: the replay summary's `host_stalls` figures, with the run's length and its latest
+/// wake-up (stall or not).
+#[derive(serde::Serialize)]
+struct Json {
+    seconds: f64,
+    latest_wakeup_us: f64,
+    #[serde(flatten)]
+    stalls: ftl_replay::HostStalls,
+}
+
+fn json(r: &StallReport) -> Json {
+    Json {
+        seconds: r.finished_ns.saturating_sub(r.started_ns) as f64 / 1e9,
+        latest_wakeup_us: r.max_late_ns as f64 / 1e3,
+        stalls: ftl_replay::HostStalls::of(r),
+    }
 }
 
 /// Blocks SIGINT and SIGTERM in this thread (and the threads it starts); returns the set.

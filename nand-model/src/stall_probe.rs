@@ -67,7 +67,7 @@ pub struct StallReport {
     pub realtime: bool,
     /// Wake-ups over all CPUs.
     pub wakeups: u64,
-    /// Wake-ups later than the threshold, in order of their start per CPU, then by CPU.
+    /// Wake-ups later than the threshold, in order of their start.
     pub stalls: Vec<Stall>,
     /// Stalls seen but not kept (more than [`MAX_STALLS_PER_CPU`] on a CPU).
     pub dropped: u64,
@@ -196,6 +196,7 @@ impl StallProbe {
             r.stalls.extend(log.stalls);
         }
         r.realtime &= r.cpus > 0;
+        r.stalls.sort_by_key(|s| s.start_ns);
         // After the joins: a thread asleep when `stop` was set still records its last wake-up.
         r.finished_ns = now_ns();
         r

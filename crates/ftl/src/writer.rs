@@ -407,13 +407,7 @@ impl Writer {
                 // their arrival, and each dependent operation from the modelled end of the one
                 // it waited for (`nand_model::ArrivalScope`), so the thread's wake-ups between
                 // a step's operations are not added to the device's time.
-                let arrival = pages
-                    .iter()
-                    .map(|p| p.sealed_ns)
-                    .max()
-                    .unwrap_or(0)
-                    .max(self.gate_ns);
-                let _arrival = nand_model::ArrivalScope::enter(arrival);
+                let _arrival = nand_model::ArrivalScope::enter(self.arrival(&pages));
                 self.placer.target_group(core, &pages)
             };
             let addrs: &[PageAddr] = match &target {
@@ -440,12 +434,7 @@ impl Writer {
             if waited != waited_before {
                 self.gate_ns = self.gate_ns.max(waited);
             }
-            let arrival = pages[..n]
-                .iter()
-                .map(|p| p.sealed_ns)
-                .max()
-                .unwrap_or(0)
-                .max(self.gate_ns);
+            let arrival = self.arrival(&pages[..n]);
             let programmed = {
                 // Each page's data is its slots' own buffers (a padding slot: zeroes), copied
                 // into the page without being assembled here first. Inline up to a 32 KiB page
@@ -528,6 +517,17 @@ impl Writer {
                 }
             }
         }
+    }
+
+    /// When work for `pages` may start on the device: the latest of their seal times and the
+    /// writer's gate (see `gate_ns`).
+    fn arrival(&self, pages: &[SealedPage]) -> u64 {
+        pages
+            .iter()
+            .map(|p| p.sealed_ns)
+            .max()
+            .unwrap_or(0)
+            .max(self.gate_ns)
     }
 
     /// Encodes the page's OOB into scratch buffer `i`.

@@ -142,7 +142,8 @@ pub struct HostStalls {
 }
 
 impl HostStalls {
-    fn of(r: &nand_model::StallReport) -> HostStalls {
+    /// The figures of a probe's report (also what `ftld stalls --json` prints).
+    pub fn of(r: &nand_model::StallReport) -> HostStalls {
         HostStalls {
             cpus: r.cpus,
             realtime: r.realtime,
@@ -170,10 +171,8 @@ fn write_stalls(
     origin_ns: u64,
 ) -> Result<(), ReplayError> {
     use std::fmt::Write as _;
-    let mut stalls = r.stalls.clone();
-    stalls.sort_by_key(|s| s.start_ns);
     let mut csv = String::from("start_us,cpu,length_us\n");
-    for s in &stalls {
+    for s in &r.stalls {
         let start = s.start_ns as f64 - origin_ns as f64;
         let _ = writeln!(
             csv,
