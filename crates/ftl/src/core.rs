@@ -397,6 +397,11 @@ impl Core {
     /// too) behind it. So a GC step or merge goes on with work on other banks while the erase
     /// runs, as a controller does, instead of idling for t_erase.
     pub fn erase_or_retire(&self, addr: nand_model::BlockAddr, retire: bool) -> bool {
+        if self.bank(addr.bank.0).alloc.lock().state[addr.block as usize] == BlockState::Free {
+            // Released twice: a second free-list entry would hand the block to two owners.
+            tracing::error!("{addr:?} is released but already free; left alone");
+            return false;
+        }
         let went_bad = if retire {
             if let Err(e) = self.nand.mark_bad(addr) {
                 tracing::error!("cannot mark {addr:?} bad: {e}");

@@ -179,7 +179,7 @@ pub(crate) struct CheckpointPayload {
 }
 
 /// What the shared machinery asks of an FTL scheme (see the module doc for who calls what).
-pub(crate) trait Scheme: Send + Sync {
+pub(crate) trait Scheme: Send + Sync + std::any::Any {
     fn kind(&self) -> SchemeKind;
 
     /// Where `lpn`'s newest programmed version lives (`None`: it reads as zeroes). The write

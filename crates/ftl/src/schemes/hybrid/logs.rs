@@ -30,6 +30,10 @@ pub struct LogBlock {
     pub writer: Option<usize>,
     /// A program into it failed: it is marked bad instead of erased when reclaimed.
     pub retiring: bool,
+    /// Which use of the block this is (`Logs::insert` numbers them): a block merged, erased
+    /// and opened again as a log is another log, which a thread that looked at the first one
+    /// must not act on.
+    pub serial: u64,
 }
 
 impl LogBlock {
@@ -43,6 +47,7 @@ impl LogBlock {
             last_use: now,
             writer: None,
             retiring: false,
+            serial: 0,
         }
     }
 
@@ -83,6 +88,8 @@ pub struct Logs {
     pub rw_full: VecDeque<BlockIdx>,
     /// Pool clock for `last_use`.
     pub clock: u64,
+    /// Log blocks opened so far (`LogBlock::serial`).
+    opened: u64,
 }
 
 impl Logs {
@@ -98,6 +105,20 @@ impl Logs {
         }
         self.sw
             .filter(|b| self.blocks.get(b).is_some_and(|l| l.owner == Some(lbn)))
+    }
+
+    /// Puts a log block in the pool, numbering this use of its block.
+    pub fn insert(&mut self, mut lb: LogBlock) {
+        self.opened += 1;
+        lb.serial = self.opened;
+        self.blocks.insert(lb.block, lb);
+    }
+
+    /// Whether `lb` (a copy taken earlier) is still in the pool as the same use of its block.
+    pub fn still(&self, lb: &LogBlock) -> bool {
+        self.blocks
+            .get(&lb.block)
+            .is_some_and(|l| l.serial == lb.serial)
     }
 
     /// Takes a log block out of the pool (merged, or retired).

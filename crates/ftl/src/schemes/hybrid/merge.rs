@@ -548,33 +548,8 @@ impl HybridScheme {
                 logs.rw_full.pop_front();
                 return true;
             };
-            // Every logical block with a slot here, current or not: a slot placed by a
-            // program still in flight is not current yet, and its writer holds the lock.
-            let mut lbns: Vec<u32> = lb
-                .lpns
-                .iter()
-                .filter(|l| **l != u32::MAX)
-                .map(|l| l / self.spb)
-                .collect();
-            lbns.sort_unstable();
-            lbns.dedup();
             drop(logs);
-            let Some(_held) = Held::try_all(&self.locks, &lbns, &[held]) else {
-                return false;
-            };
-            for lbn in lbns {
-                let current = lb.lpns.iter().enumerate().any(|(s, &lpn)| {
-                    lpn != u32::MAX
-                        && lpn / self.spb == lbn
-                        && self.map.get(Lpn(lpn)) == Some(self.slot_psa(victim, s as u32))
-                });
-                if current {
-                    self.merge_lbn(core, lbn, false);
-                }
-            }
-            let retiring = self.logs.lock().remove(victim).is_some_and(|l| l.retiring);
-            self.release_block(core, victim, Some(MergeKind::Full), retiring);
-            return true;
+            return self.reclaim_random_log(core, &lb, held);
         }
         // No full random log: close the open one with the most pages.
         let open = logs
@@ -609,5 +584,157 @@ impl HybridScheme {
             }
             _ => false,
         }
+    }
+
+    /// FAST: merges every logical block with a current page in random log `lb` (a copy taken
+    /// under the pool lock, then released), then erases the log. False if a logical block
+    /// with a slot in it is locked. Another writer may have reclaimed the same log between
+    /// the copy and the locks — its block may even be a new log by now: only the log still
+    /// in the victim queue as the same use of its block is acted on (else `true`: the pool
+    /// changed).
+    fn reclaim_random_log(&self, core: &Core, lb: &super::logs::LogBlock, held: u32) -> bool {
+        let victim = lb.block;
+        // Every logical block with a slot here, current or not: a slot placed by a program
+        // still in flight is not current yet, and its writer holds the lock.
+        let mut lbns: Vec<u32> = lb
+            .lpns
+            .iter()
+            .filter(|l| **l != u32::MAX)
+            .map(|l| l / self.spb)
+            .collect();
+        lbns.sort_unstable();
+        lbns.dedup();
+        let Some(_held) = Held::try_all(&self.locks, &lbns, &[held]) else {
+            return false;
+        };
+        let queued = |logs: &super::logs::Logs| logs.still(lb) && logs.rw_full.contains(&victim);
+        if !queued(&self.logs.lock()) {
+            return true;
+        }
+        for lbn in lbns {
+            let current = lb.lpns.iter().enumerate().any(|(s, &lpn)| {
+                lpn != u32::MAX
+                    && lpn / self.spb == lbn
+                    && self.map.get(Lpn(lpn)) == Some(self.slot_psa(victim, s as u32))
+            });
+            if current {
+                self.merge_lbn(core, lbn, false);
+            }
+        }
+        let removed = {
+            let mut logs = self.logs.lock();
+            if queued(&logs) {
+                logs.remove(victim)
+            } else {
+                None
+            }
+        };
+        if let Some(gone) = removed {
+            self.release_block(core, victim, Some(MergeKind::Full), gone.retiring);
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::any::Any;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use futures::executor::block_on;
+    use nand_model::{Geometry, NandConfig, TimingMode};
+
+    use super::HybridScheme;
+    use crate::{Ftl, FtlConfig, SchemeKind};
+
+    /// Two writers can pick the same victim from the queue; the second must find it gone once
+    /// it holds the locks, not erase it again (then its block was free twice, and two owners
+    /// programmed it: "already programmed", the device read-only; seen in the kill -9 test).
+    #[test]
+    fn a_random_log_reclaimed_by_another_writer_is_left_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let nand = NandConfig {
+            geometry: Geometry {
+                channels: 1,
+                banks_per_channel: 2,
+                blocks_per_bank: 64,
+                pages_per_block: 8,
+                page_size: 4096,
+                oob_size: 256,
+            },
+            timing: nand_model::Timing::default(),
+            endurance: 100_000,
+            interconnect: Default::default(),
+            planes: 1,
+        };
+        let cfg = FtlConfig {
+            scheme: SchemeKind::Fast,
+            log_blocks: 4,
+            queues: 1,
+            checkpoint_interval_bytes: 0,
+            ..FtlConfig::default()
+        };
+        let f = Ftl::create(&dir.path().join("f.img"), &nand, TimingMode::Off, cfg, None)
+            .expect("create");
+        // Offset 3 of eight logical blocks: random-log pages, which fill one log (8 pages).
+        let lpns: Vec<u64> = (0..8).map(|lbn| lbn * 8 + 3).collect();
+        for (i, &l) in lpns.iter().enumerate() {
+            block_on(f.write(0, l * 4096, &[i as u8 + 1; 4096], false)).expect("write");
+        }
+        block_on(f.flush()).expect("flush");
+        let core = &f.core;
+        let any: Arc<dyn Any + Send + Sync> = core.scheme.clone();
+        let scheme = any.downcast::<HybridScheme>().expect("a hybrid scheme");
+        let stale = {
+            let logs = scheme.logs.lock();
+            let victim = *logs
+                .rw_full
+                .front()
+                .expect("the full random log is a victim");
+            logs.blocks[&victim].clone()
+        };
+        // The first writer reclaims it...
+        assert!(scheme.reclaim_fast(core, u32::MAX));
+        let erases = core.counters.gc_erases.load(Ordering::Relaxed);
+        let state = scheme.block_state(core, stale.block);
+        assert!(!scheme.logs.lock().blocks.contains_key(&stale.block));
+        // ... then the second, with the copy it took before.
+        assert!(scheme.reclaim_random_log(core, &stale, u32::MAX));
+        assert_eq!(core.counters.gc_erases.load(Ordering::Relaxed), erases);
+        assert_eq!(scheme.block_state(core, stale.block), state);
+        assert_eq!(f.check_invariants(), Ok(()));
+
+        // The same block opened again as a log is another log: still left alone.
+        let b = stale.block;
+        let again = {
+            let mut logs = scheme.logs.lock();
+            let mut lb = super::super::logs::LogBlock::new(b, None, scheme.spb, 0);
+            lb.lpns = stale.lpns.clone();
+            logs.insert(lb);
+            logs.rw_full.push_back(b);
+            logs.blocks[&b].serial
+        };
+        assert_ne!(again, stale.serial);
+        assert!(scheme.reclaim_random_log(core, &stale, u32::MAX));
+        {
+            let logs = scheme.logs.lock();
+            assert_eq!(
+                logs.blocks.get(&b).map(|l| l.serial),
+                Some(again),
+                "still a log"
+            );
+        }
+        assert_eq!(core.counters.gc_erases.load(Ordering::Relaxed), erases);
+        {
+            let mut logs = scheme.logs.lock();
+            logs.remove(b);
+        }
+        let mut buf = vec![0u8; 4096];
+        for (i, &l) in lpns.iter().enumerate() {
+            block_on(f.read(l * 4096, &mut buf)).expect("read");
+            assert!(buf.iter().all(|&x| x == i as u8 + 1), "lpn {l}");
+        }
+        assert_eq!(f.check_invariants(), Ok(()));
     }
 }

@@ -198,7 +198,7 @@ impl HybridPlacer {
                 let spb = s.spb;
                 self.new_log(core, bank, |logs, b| {
                     if let Some(b) = b {
-                        logs.blocks.insert(b, LogBlock::new(b, Some(lbn), spb, now));
+                        logs.insert(LogBlock::new(b, Some(lbn), spb, now));
                         logs.by_owner.insert(lbn, b);
                     }
                 });
@@ -276,7 +276,7 @@ impl HybridPlacer {
                     self.new_log(core, s.log_bank(lbn), |logs, b| {
                         logs.sw_opening = false;
                         if let Some(b) = b {
-                            logs.blocks.insert(b, LogBlock::new(b, Some(lbn), spb, now));
+                            logs.insert(LogBlock::new(b, Some(lbn), spb, now));
                             logs.sw = Some(b);
                         }
                     });
@@ -311,7 +311,7 @@ impl HybridPlacer {
                         if let Some(b) = b {
                             let mut lb = LogBlock::new(b, None, spb, now);
                             lb.writer = Some(q);
-                            logs.blocks.insert(b, lb);
+                            logs.insert(lb);
                         }
                     }) {
                         self.rw_open = Some(b);

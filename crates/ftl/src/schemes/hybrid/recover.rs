@@ -98,7 +98,7 @@ impl HybridScheme {
                     && identity(v)
                     && v.len() == lb.lpns.len()
                     && v.iter().all(|(s, _)| (*s as usize) < lb.lpns.len());
-                logs.blocks.insert(b, lb);
+                logs.insert(lb);
             };
             match self.policy {
                 LogPolicy::Bast => match others.as_slice() {
