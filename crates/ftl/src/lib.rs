@@ -455,7 +455,11 @@ impl Ftl {
                     // worker's wake-ups inside a step are the host's, not the device's time.
                     let _arrival = nand_model::ArrivalScope::enter(c.nand.now_ns());
                     if let Some(d) = w.round(&c, u32::MAX) {
-                        let l = c.gc_wake.listen();
+                        let l = if w.held_back(&c) {
+                            c.gc_urgent.listen()
+                        } else {
+                            c.gc_wake.listen()
+                        };
                         if !c.stopping.load(Ordering::Acquire) {
                             event_listener::Listener::wait_timeout(l, d);
                         }
@@ -647,7 +651,7 @@ impl Ftl {
     }
 
     fn stop_helpers(&self) {
-        self.core.gc_wake.notify(usize::MAX);
+        self.core.wake_all_gc();
         self.core.maint_wake.notify(usize::MAX);
         for h in self.helpers.lock().drain(..) {
             let _ = h.join();

@@ -277,6 +277,12 @@ pub(crate) trait BackgroundWorker: Send {
     /// One round of work of at most `max_steps` steps. `Some(d)`: there was nothing to do;
     /// look again after `d`, or when woken (`Core::gc_wake`).
     fn round(&mut self, core: &Core, max_steps: u32) -> Option<std::time::Duration>;
+
+    /// Whether the worker is held back from cleaning (adaptive GC while the host is busy):
+    /// then only `Core::gc_urgent` wakes it, not every block a writer opens.
+    fn held_back(&self, _core: &Core) -> bool {
+        false
+    }
 }
 
 /// What recovery hands a scheme: the blocks' state now and what to scan.

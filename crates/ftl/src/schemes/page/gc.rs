@@ -1065,7 +1065,10 @@ impl PageScheme {
         g.peak.store(peak - peak / 64, Ordering::Release);
         let idle_share = 1.0 - rate as f64 / peak as f64;
         let allowed = ((workers as f64 * idle_share).ceil() as usize).clamp(1, workers);
-        g.allowed.store(allowed, Ordering::Release);
+        if g.allowed.swap(allowed, Ordering::AcqRel) < allowed {
+            // A worker held back listens only for urgent wake-ups: tell it at once.
+            core.wake_all_gc();
+        }
     }
 }
 
@@ -1100,6 +1103,10 @@ impl BackgroundWorker for GcWorker {
         format!("ftl-gc-{}", self.idx)
     }
 
+    fn held_back(&self, _core: &Core) -> bool {
+        self.adaptive && self.idx >= self.scheme.gc_load.allowed.load(Ordering::Acquire)
+    }
+
     fn round(&mut self, core: &Core, max_steps: u32) -> Option<Duration> {
         let scheme = &self.scheme;
         let nb = core.layout.banks;
@@ -1108,7 +1115,7 @@ impl BackgroundWorker for GcWorker {
         // all the time on a busy device, and adaptive GC would never throttle; writers to
         // such a bank pay their paced share instead while the pool is short (`backstop_gc`).
         let urgent = (0..nb).any(|b| core.bank(b).free.load(Ordering::Acquire) < GC_RESERVE);
-        if self.adaptive && !urgent && self.idx >= scheme.gc_load.allowed.load(Ordering::Acquire) {
+        if !urgent && self.held_back(core) {
             return Some(Duration::from_millis(5));
         }
         // Banks most in need first; idle banks before busy ones (PLLGC cleans idle banks);
