@@ -410,6 +410,8 @@ impl Core {
     pub fn erase_or_retire(&self, addr: nand_model::BlockAddr, retire: bool) -> bool {
         if self.bank(addr.bank.0).alloc.lock().state[addr.block as usize] == BlockState::Free {
             // Released twice: a second free-list entry would hand the block to two owners.
+            // A check, not a lock: two releases racing each other can both pass it; the owner
+            // of a block must make sure only one releases it (a scheme's invariant).
             tracing::error!("{addr:?} is released but already free; left alone");
             return false;
         }

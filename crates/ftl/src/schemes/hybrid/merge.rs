@@ -737,4 +737,58 @@ mod tests {
         }
         assert_eq!(f.check_invariants(), Ok(()));
     }
+
+    /// A writer waiting for a logical block's lock stops waiting once the device is
+    /// read-only: the holder (a writer whose program failed for a reason other than a medium
+    /// fault) never releases it, and a flush and `close` waited for ever.
+    #[test]
+    fn a_writer_waiting_for_a_lock_gives_up_when_the_device_turns_read_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let nand = NandConfig {
+            geometry: Geometry {
+                channels: 1,
+                banks_per_channel: 2,
+                blocks_per_bank: 64,
+                pages_per_block: 8,
+                page_size: 4096,
+                oob_size: 256,
+            },
+            timing: nand_model::Timing::default(),
+            endurance: 100_000,
+            interconnect: Default::default(),
+            planes: 1,
+        };
+        let cfg = FtlConfig {
+            scheme: SchemeKind::Fast,
+            log_blocks: 4,
+            queues: 1,
+            checkpoint_interval_bytes: 0,
+            ..FtlConfig::default()
+        };
+        let f = Arc::new(
+            Ftl::create(&dir.path().join("f.img"), &nand, TimingMode::Off, cfg, None)
+                .expect("create"),
+        );
+        let any: Arc<dyn Any + Send + Sync> = f.core.scheme.clone();
+        let scheme = any.downcast::<HybridScheme>().expect("a hybrid scheme");
+        // A holder that never lets go of logical block 0.
+        assert!(scheme.locks.try_lock(0));
+        // A page of it reaches the writer (inline on the caller's thread here), which waits
+        // for the lock; the device turns read-only meanwhile.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f2 = Arc::clone(&f);
+        std::thread::spawn(move || {
+            let written = block_on(f2.write(0, 0, &[7; 4096], false));
+            let flushed = block_on(f2.flush());
+            let closed = f2.close();
+            let _ = tx.send((written, flushed.is_err(), closed.is_ok()));
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        f.core.set_read_only("test: a program broke a rule".into());
+        let (_written, flush_failed, closed) = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("write, flush and close return once the device is read-only");
+        assert!(flush_failed, "a flush of a read-only device fails");
+        assert!(closed, "close of a read-only device succeeds");
+    }
 }

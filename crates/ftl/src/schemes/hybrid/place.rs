@@ -55,6 +55,14 @@ struct HybridPlacer {
     no_space_rounds: u32,
 }
 
+/// Whether a writer waiting for a logical-block lock stops waiting: after a power cut the
+/// holder is gone; once the device is read-only (a program failed for a reason other than a
+/// medium fault, e.g. a broken rule) the holder may never release it, and nothing will be
+/// programmed anyway.
+fn gave_up(core: &Core) -> bool {
+    core.writers_gone() || core.read_only_reason().is_some()
+}
+
 /// What a page holds, as the log rules see it.
 struct PageShape {
     lbn: u32,
@@ -95,8 +103,7 @@ impl HybridPlacer {
             return true;
         }
         let locks = &self.scheme.locks;
-        if !locks.try_lock(lbn) && (self.inflight() > 0 || !locks.lock(lbn, || core.writers_gone()))
-        {
+        if !locks.try_lock(lbn) && (self.inflight() > 0 || !locks.lock(lbn, || gave_up(core))) {
             return false;
         }
         self.held.push((lbn, 0));
@@ -123,9 +130,10 @@ impl HybridPlacer {
         let locks = &self.scheme.locks;
         locks.unlock(lbn);
         locks.wait_release();
-        if !locks.lock(lbn, || core.writers_gone()) {
-            // Power cut: the writer stops; keep the books as if the lock were held.
-            locks.try_lock(lbn);
+        if !locks.lock(lbn, || gave_up(core)) {
+            // Power cut or read-only: the caller returns at once. The lock is not ours any
+            // more, so it must not be released on our behalf.
+            self.held.retain(|(l, _)| *l != lbn);
         }
     }
 
@@ -257,7 +265,12 @@ impl HybridPlacer {
                         }
                         Some(_) => self.back_off(core, lbn),
                         None => {
-                            s.logs.lock().sw = None;
+                            // A SW log without an owner (never made today): forget it, unless
+                            // another writer replaced it meanwhile.
+                            let mut l = s.logs.lock();
+                            if l.sw == Some(sw) {
+                                l.sw = None;
+                            }
                         }
                     }
                     continue;
@@ -398,12 +411,12 @@ impl Placer for HybridPlacer {
         let b = s.layout.block_idx(addr.block);
         let Some(shape) = PageShape::of(page, s.spb) else {
             // A journal block: its records stay live until pruned; it goes bad then.
+            // (Counted as retired when `reclaim_journal` marks it bad.)
             let mut j = s.journal.lock();
             if j.open.is_some_and(|(o, _)| o == b) {
                 j.open = None;
                 j.closed.push((b, true));
             }
-            core.counters.retired_blocks.fetch_add(1, Ordering::Relaxed);
             return;
         };
         // The writer committed everything else: we hold only this page's logical block.

@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::logs::{LogBlock, Logs};
+use super::logs::{Journal, LogBlock, Logs};
 use super::{HybridScheme, LogPolicy};
 use crate::blocks::BlockState;
 use crate::core::Core;
@@ -209,6 +209,15 @@ impl HybridScheme {
 
     /// Erases the journal blocks whose trim records were all pruned (after a checkpoint).
     pub(super) fn reclaim_journal(&self, core: &Core) {
+        let pruned = |j: &Journal| j.closed.iter().any(|(b, _)| self.map.valid_bits(*b) == 0);
+        if !pruned(&self.journal.lock()) {
+            return;
+        }
+        // A closed block's last page may still be in flight: its slots count as valid only
+        // once committed, so it would look empty and be erased under its own program (the
+        // record lost, the block reused). Closed blocks get no new pages, so once every trim
+        // page placed so far has committed, an empty one stays empty.
+        core.flush_queue_blocking(core.trim_queue());
         let done: Vec<(BlockIdx, bool)> = {
             let mut j = self.journal.lock();
             let (empty, live): (Vec<_>, Vec<_>) = j
