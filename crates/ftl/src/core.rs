@@ -330,6 +330,15 @@ impl Core {
         }
     }
 
+    /// Background GC workers (`FtlConfig::gc_threads`, 0 resolved).
+    pub fn gc_workers(&self) -> usize {
+        match self.cfg.gc_threads {
+            0 if self.nand.timing_mode() == nand_model::TimingMode::Off => 2,
+            0 => (self.layout.banks as usize / 2).max(2),
+            n => n,
+        }
+    }
+
     /// Wakes every GC worker (see `gc_urgent`).
     pub fn wake_all_gc(&self) {
         self.gc_wake.notify(usize::MAX);
@@ -545,5 +554,48 @@ mod tests {
             core.update_free(b, free);
         }
         assert_eq!(f.check_invariants(), Ok(()));
+    }
+
+    /// GC workers: two with timing `off` (CPU work), one per two banks with modelled time (a
+    /// worker waits for its bank, and banks clean at once), or as configured.
+    #[test]
+    fn gc_workers_follow_the_banks_when_time_is_modelled() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let nand = NandConfig {
+            geometry: Geometry {
+                channels: 2,
+                banks_per_channel: 4,
+                blocks_per_bank: 16,
+                pages_per_block: 8,
+                page_size: 4096,
+                oob_size: 256,
+            },
+            timing: nand_model::Timing::default(),
+            endurance: 100_000,
+            interconnect: Default::default(),
+            planes: 1,
+        };
+        for (i, (timing, threads, want)) in [
+            (TimingMode::Off, 0, 2),
+            (TimingMode::Virtual, 0, 4),
+            (TimingMode::Real, 0, 4),
+            (TimingMode::Virtual, 3, 3),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let cfg = FtlConfig {
+                gc_threads: threads,
+                ..FtlConfig::default()
+            };
+            let path = dir.path().join(format!("g{i}.img"));
+            let f = Ftl::create(&path, &nand, timing, cfg, None).expect("create");
+            assert_eq!(
+                f.stats().gc_workers,
+                want,
+                "{timing:?}, gc_threads {threads}"
+            );
+            f.close().expect("close");
+        }
     }
 }

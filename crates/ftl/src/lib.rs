@@ -434,6 +434,9 @@ impl Ftl {
             })?);
         }
         let workers = scheme.workers(&core);
+        core.counters
+            .gc_workers
+            .store(workers.len() as u64, Ordering::Relaxed);
         if virtual_time {
             let background = sim::Background::new(&core, workers);
             // Set once, here, before anything can read it.

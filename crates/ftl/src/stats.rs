@@ -15,6 +15,8 @@ use crate::core::Core;
 /// Monotonic event counters (relaxed atomics: they are statistics, not synchronisation).
 #[derive(Default)]
 pub struct Counters {
+    /// Background GC workers started (set once at open).
+    pub gc_workers: AtomicU64,
     pub host_reads: AtomicU64,
     pub host_writes: AtomicU64,
     pub host_read_bytes: AtomicU64,
@@ -192,6 +194,8 @@ pub struct FtlStats {
     /// The FTL scheme (`page`, ...).
     pub scheme: &'static str,
     pub gc_policy: &'static str,
+    /// Background GC workers running (0 with in-path GC and with the hybrid schemes).
+    pub gc_workers: usize,
     pub read_only: Option<String>,
     pub host_reads: u64,
     pub host_writes: u64,
@@ -319,6 +323,7 @@ impl Core {
             queues: self.data_queues(),
             scheme: self.scheme.kind().name(),
             gc_policy: self.cfg.gc_policy.name(),
+            gc_workers: self.counters.gc_workers.load(Ordering::Relaxed) as usize,
             read_only: self.read_only_reason(),
             host_reads: ld(&c.host_reads),
             host_writes: ld(&c.host_writes),

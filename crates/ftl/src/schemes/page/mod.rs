@@ -111,7 +111,7 @@ impl Scheme for PageScheme {
             return Vec::new();
         }
         let adaptive = core.cfg.gc_policy == GcPolicy::Adaptive;
-        (0..core.cfg.gc_threads.max(1))
+        (0..core.gc_workers())
             .map(|i| {
                 Box::new(gc::GcWorker::new(self.clone(), i, adaptive)) as Box<dyn BackgroundWorker>
             })
@@ -119,7 +119,7 @@ impl Scheme for PageScheme {
     }
 
     fn tick(&self, core: &Core) {
-        self.update_gc_allowance(core, core.cfg.gc_threads.max(1));
+        self.update_gc_allowance(core, core.gc_workers());
     }
 
     fn after_recovery(&self, core: &Core) -> Result<()> {
