@@ -61,6 +61,8 @@ fn every_trace_format_replays_with_all_outputs() {
         }
         assert!(s["waf"].is_number() && s["simulated_seconds"].is_number());
         assert!(s["gc"]["erases"].is_number());
+        // The default preset's 16 banks, modelled time: a GC worker per two banks.
+        assert_eq!(s["gc"]["workers"], 8, "{name}: {s}");
         let csv = std::fs::read_to_string(out.join("requests.csv")).unwrap();
         let mut lines = csv.lines();
         assert_eq!(lines.next(), Some("arrival_us,op,offset,length,latency_us"));
@@ -115,6 +117,10 @@ fn a_workload_on_a_preconditioned_device() {
     assert_eq!(s["config"]["ftl"], "fast");
     assert!(s["config"]["precondition"]["fill_bytes"].as_u64().unwrap() > 20 << 20);
     assert!(s["gc"]["merges"]["full"].is_number(), "{s}");
+    assert_eq!(
+        s["gc"]["workers"], 0,
+        "the hybrids merge in the writers: {s}"
+    );
     assert!(
         s["waf"].as_f64().unwrap() > 1.0,
         "an aged device amplifies writes: {s}"

@@ -60,6 +60,9 @@ pub struct ReplayConfig {
 /// GC and merge work done during the replay.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct GcSummary {
+    /// Background GC workers (`[ftl] gc_threads`, resolved: 0 with in-path GC and the hybrid
+    /// schemes).
+    pub workers: usize,
     pub steps: u64,
     pub copies: u64,
     pub erases: u64,
@@ -209,6 +212,7 @@ fn nand_ops(ftl: &Ftl) -> NandOps {
 
 fn gc_counts(s: &ftl::FtlStats) -> GcSummary {
     GcSummary {
+        workers: s.gc_workers,
         steps: s.gc_steps,
         copies: s.gc_copies,
         erases: s.gc_erases,
@@ -227,6 +231,7 @@ fn gc_counts(s: &ftl::FtlStats) -> GcSummary {
 
 fn minus(a: &GcSummary, b: &GcSummary) -> GcSummary {
     GcSummary {
+        workers: a.workers,
         steps: a.steps - b.steps,
         copies: a.copies - b.copies,
         erases: a.erases - b.erases,
