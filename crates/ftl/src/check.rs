@@ -209,19 +209,11 @@ fn check_mapped_slots(core: &Core) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use crate::{Ftl, FtlConfig};
-    use nand_model::{Geometry, NandConfig, TimingMode};
+    use nand_model::{NandConfig, TimingMode};
     use std::sync::atomic::Ordering;
 
     fn ftl(dir: &std::path::Path) -> Ftl {
         let nand = NandConfig {
-            geometry: Geometry {
-                channels: 1,
-                banks_per_channel: 2,
-                blocks_per_bank: 16,
-                pages_per_block: 8,
-                page_size: 4096,
-                oob_size: 256,
-            },
             timing: nand_model::Timing {
                 t_read: std::time::Duration::from_micros(25),
                 t_prog: std::time::Duration::from_micros(200),
@@ -229,9 +221,7 @@ mod tests {
                 channel_bytes_per_sec: 400_000_000,
                 ..Default::default()
             },
-            endurance: 100_000,
-            interconnect: Default::default(),
-            planes: 1,
+            ..crate::test_support::small_nand(1, 2, 16)
         };
         let cfg = FtlConfig {
             queues: 2,

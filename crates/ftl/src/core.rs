@@ -502,7 +502,7 @@ mod tests {
     use std::time::Duration;
 
     use event_listener::Listener;
-    use nand_model::{Geometry, NandConfig, TimingMode};
+    use nand_model::TimingMode;
 
     use crate::{Ftl, FtlConfig};
 
@@ -511,20 +511,7 @@ mod tests {
     #[test]
     fn a_short_pool_wakes_the_cleaning_workers_and_a_bank_below_reserve_every_one() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let nand = NandConfig {
-            geometry: Geometry {
-                channels: 1,
-                banks_per_channel: 2,
-                blocks_per_bank: 16,
-                pages_per_block: 8,
-                page_size: 4096,
-                oob_size: 256,
-            },
-            timing: nand_model::Timing::default(),
-            endurance: 100_000,
-            interconnect: Default::default(),
-            planes: 1,
-        };
+        let nand = crate::test_support::small_nand(1, 2, 16);
         let cfg = FtlConfig {
             gc_free_pool: 10,
             ..FtlConfig::default()
@@ -561,20 +548,7 @@ mod tests {
     #[test]
     fn gc_workers_follow_the_banks_when_time_is_modelled() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let nand = NandConfig {
-            geometry: Geometry {
-                channels: 2,
-                banks_per_channel: 4,
-                blocks_per_bank: 16,
-                pages_per_block: 8,
-                page_size: 4096,
-                oob_size: 256,
-            },
-            timing: nand_model::Timing::default(),
-            endurance: 100_000,
-            interconnect: Default::default(),
-            planes: 1,
-        };
+        let nand = crate::test_support::small_nand(2, 4, 16);
         for (i, (timing, threads, want)) in [
             (TimingMode::Off, 0, 2),
             (TimingMode::Virtual, 0, 4),

@@ -110,6 +110,8 @@ mod recovery;
 pub mod schemes;
 mod sim;
 mod stats;
+#[cfg(test)]
+mod test_support;
 pub mod waf_limit;
 mod writer;
 

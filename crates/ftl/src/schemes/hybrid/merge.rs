@@ -643,31 +643,13 @@ mod tests {
     use std::sync::Arc;
 
     use futures::executor::block_on;
-    use nand_model::{Geometry, NandConfig, TimingMode};
+    use nand_model::TimingMode;
 
     use super::HybridScheme;
     use crate::{Ftl, FtlConfig, SchemeKind};
 
-    /// Two writers can pick the same victim from the queue; the second must find it gone once
-    /// it holds the locks, not erase it again (then its block was free twice, and two owners
-    /// programmed it: "already programmed", the device read-only; seen in the kill -9 test).
-    #[test]
-    fn a_random_log_reclaimed_by_another_writer_is_left_alone() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let nand = NandConfig {
-            geometry: Geometry {
-                channels: 1,
-                banks_per_channel: 2,
-                blocks_per_bank: 64,
-                pages_per_block: 8,
-                page_size: 4096,
-                oob_size: 256,
-            },
-            timing: nand_model::Timing::default(),
-            endurance: 100_000,
-            interconnect: Default::default(),
-            planes: 1,
-        };
+    /// A FAST device with one queue and a pool of four log blocks, and its scheme.
+    fn fast_device(dir: &std::path::Path) -> (Arc<Ftl>, Arc<HybridScheme>) {
         let cfg = FtlConfig {
             scheme: SchemeKind::Fast,
             log_blocks: 4,
@@ -675,8 +657,22 @@ mod tests {
             checkpoint_interval_bytes: 0,
             ..FtlConfig::default()
         };
-        let f = Ftl::create(&dir.path().join("f.img"), &nand, TimingMode::Off, cfg, None)
-            .expect("create");
+        let nand = crate::test_support::small_nand(1, 2, 64);
+        let f = Arc::new(
+            Ftl::create(&dir.join("f.img"), &nand, TimingMode::Off, cfg, None).expect("create"),
+        );
+        let any: Arc<dyn Any + Send + Sync> = f.core.scheme.clone();
+        let scheme = any.downcast::<HybridScheme>().expect("a hybrid scheme");
+        (f, scheme)
+    }
+
+    /// Two writers can pick the same victim from the queue; the second must find it gone once
+    /// it holds the locks, not erase it again (then its block was free twice, and two owners
+    /// programmed it: "already programmed", the device read-only; seen in the kill -9 test).
+    #[test]
+    fn a_random_log_reclaimed_by_another_writer_is_left_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (f, scheme) = fast_device(dir.path());
         // Offset 3 of eight logical blocks: random-log pages, which fill one log (8 pages).
         let lpns: Vec<u64> = (0..8).map(|lbn| lbn * 8 + 3).collect();
         for (i, &l) in lpns.iter().enumerate() {
@@ -684,8 +680,6 @@ mod tests {
         }
         block_on(f.flush()).expect("flush");
         let core = &f.core;
-        let any: Arc<dyn Any + Send + Sync> = core.scheme.clone();
-        let scheme = any.downcast::<HybridScheme>().expect("a hybrid scheme");
         let stale = {
             let logs = scheme.logs.lock();
             let victim = *logs
@@ -744,33 +738,7 @@ mod tests {
     #[test]
     fn a_writer_waiting_for_a_lock_gives_up_when_the_device_turns_read_only() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let nand = NandConfig {
-            geometry: Geometry {
-                channels: 1,
-                banks_per_channel: 2,
-                blocks_per_bank: 64,
-                pages_per_block: 8,
-                page_size: 4096,
-                oob_size: 256,
-            },
-            timing: nand_model::Timing::default(),
-            endurance: 100_000,
-            interconnect: Default::default(),
-            planes: 1,
-        };
-        let cfg = FtlConfig {
-            scheme: SchemeKind::Fast,
-            log_blocks: 4,
-            queues: 1,
-            checkpoint_interval_bytes: 0,
-            ..FtlConfig::default()
-        };
-        let f = Arc::new(
-            Ftl::create(&dir.path().join("f.img"), &nand, TimingMode::Off, cfg, None)
-                .expect("create"),
-        );
-        let any: Arc<dyn Any + Send + Sync> = f.core.scheme.clone();
-        let scheme = any.downcast::<HybridScheme>().expect("a hybrid scheme");
+        let (f, scheme) = fast_device(dir.path());
         // A holder that never lets go of logical block 0.
         assert!(scheme.locks.try_lock(0));
         // A page of it reaches the writer (inline on the caller's thread here), which waits

@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::logs::{Journal, LogBlock, Logs};
+use super::logs::{LogBlock, Logs};
 use super::{HybridScheme, LogPolicy};
 use crate::blocks::BlockState;
 use crate::core::Core;
@@ -209,8 +209,8 @@ impl HybridScheme {
 
     /// Erases the journal blocks whose trim records were all pruned (after a checkpoint).
     pub(super) fn reclaim_journal(&self, core: &Core) {
-        let pruned = |j: &Journal| j.closed.iter().any(|(b, _)| self.map.valid_bits(*b) == 0);
-        if !pruned(&self.journal.lock()) {
+        let empty = |b: &BlockIdx| self.map.valid_bits(*b) == 0;
+        if !self.journal.lock().closed.iter().any(|(b, _)| empty(b)) {
             return;
         }
         // A closed block's last page may still be in flight: its slots count as valid only
@@ -220,10 +220,7 @@ impl HybridScheme {
         core.flush_queue_blocking(core.trim_queue());
         let done: Vec<(BlockIdx, bool)> = {
             let mut j = self.journal.lock();
-            let (empty, live): (Vec<_>, Vec<_>) = j
-                .closed
-                .iter()
-                .partition(|(b, _)| self.map.valid_bits(*b) == 0);
+            let (empty, live): (Vec<_>, Vec<_>) = j.closed.iter().partition(|(b, _)| empty(b));
             j.closed = live;
             empty
         };
