@@ -41,6 +41,9 @@ channels x channel bandwidth x page / (page + OOB)).
 
 Usage: benches/timing/run.py [--presets a,b,...] [--runtime S] [--reps N] [--capacity SIZE]
                              [--planes N] [--ftld PATH] [--smoke] [--json FILE]
+                             [--idle-poll true|false]
+  --idle-poll  passed to every `ftld serve` (default true, as ftld's own default: with timing
+            real and timer hybrid idle CPUs poll instead of halting; see README.md)
   --smoke   one preset (k9-003), 1 s jobs, 1 repetition: checks the script works (a test runs it)
 Needs fio (with the nbd engine: Debian's fio has it); builds ftld unless --ftld is given.
 """
@@ -64,6 +67,10 @@ def die(msg):
     sys.exit(1)
 
 
+# `ftld serve --idle-poll` for every server (main sets it from --idle-poll).
+IDLE_POLL = "true"
+
+
 class Server:
     """One `ftld serve` on an image, stopped (SIGTERM, clean close) by `stop`."""
 
@@ -80,6 +87,7 @@ class Server:
         ]
         if config:
             args += ["--config", str(config)]
+        args += ["--idle-poll", IDLE_POLL]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while not (self.sock.exists() and self.ctl.exists()):
@@ -160,7 +168,10 @@ def main():
     ap.add_argument("--ftld", default="")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--json", default="")
+    ap.add_argument("--idle-poll", choices=["true", "false"], default="true")
     a = ap.parse_args()
+    global IDLE_POLL
+    IDLE_POLL = a.idle_poll
     if shutil.which("fio") is None:
         die("missing fio (Debian package: fio)")
     ftld = a.ftld

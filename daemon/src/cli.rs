@@ -128,6 +128,10 @@ pub struct ReplayArgs {
     /// `ftld serve --help`) [default: hybrid].
     #[arg(long, value_enum, value_name = "MODE")]
     pub timer: Option<TimerMode>,
+    /// With --timing real on an image and timer hybrid or spin: keep idle CPUs polling (see
+    /// `ftld serve --help`) [default: true].
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
+    pub idle_poll: Option<bool>,
     /// Replay in real time against this device instead of an image: an NBD URI
     /// (`nbd://HOST[:PORT]/EXPORT`, `nbd+unix:///EXPORT?socket=PATH`) or a block device or
     /// file (`/dev/nvme0n1`: a real SSD too). Its data is overwritten.
@@ -239,6 +243,11 @@ pub struct ServeArgs {
     /// [default: hybrid].
     #[arg(long, value_enum, value_name = "MODE")]
     pub timer: Option<TimerMode>,
+    /// With timing real and timer hybrid or spin, keep idle CPUs polling instead of halting
+    /// while serving (PM QoS: /dev/cpu_dma_latency held at 0, as cyclictest does), so sleeping
+    /// waits wake in microseconds; needs root [default: true].
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
+    pub idle_poll: Option<bool>,
     /// Frontend [default: auto].
     #[arg(long, value_enum)]
     pub frontend: Option<Frontend>,

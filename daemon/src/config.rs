@@ -11,6 +11,7 @@
 //! capacity = "1G"            # new images only; or a number of bytes
 //! timing = "real"            # or "off"
 //! timer = "hybrid"           # sleep | hybrid | spin: how timing-real waits pass the time
+//! idle_poll = true           # timer hybrid/spin: idle CPUs poll (/dev/cpu_dma_latency = 0)
 //! frontend = "auto"          # auto | nbd | ublk
 //! nbd_socket = "/run/ftld/disk0.sock"
 //! nbd_listen = "127.0.0.1:10809"
@@ -65,6 +66,7 @@ pub struct FileConfig {
     pub capacity: Option<SizeValue>,
     pub timing: Option<TimingMode>,
     pub timer: Option<TimerMode>,
+    pub idle_poll: Option<bool>,
     pub frontend: Option<Frontend>,
     pub nbd_socket: Option<PathBuf>,
     pub nbd_listen: Option<String>,
@@ -172,6 +174,8 @@ pub struct ServeSettings {
     pub timing: TimingMode,
     /// How timing-real waits pass the time (not stored in the image).
     pub timer: TimerMode,
+    /// Keep idle CPUs polling while timing-real waits sleep ([`nand_model::IdlePollHold`]).
+    pub idle_poll: bool,
     pub frontend: Frontend,
     pub nbd_socket: Option<PathBuf>,
     pub nbd_listen: Option<SocketAddr>,
@@ -357,6 +361,7 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
         image,
         timing: args.timing.or(file.timing).unwrap_or(TimingMode::Real),
         timer: args.timer.or(file.timer).unwrap_or_default(),
+        idle_poll: args.idle_poll.or(file.idle_poll).unwrap_or(true),
         frontend: args.frontend.or(file.frontend).unwrap_or_default(),
         nbd_socket,
         nbd_listen,
@@ -438,6 +443,12 @@ mod tests {
             Some(TimerMode::Spin)
         );
         assert!(parse("timer = \"busy\"").is_err());
+        assert_eq!(c.idle_poll, None);
+        assert_eq!(
+            parse("idle_poll = false").expect("parses").idle_poll,
+            Some(false)
+        );
+        assert!(parse("idle_poll = \"no\"").is_err());
         let ftl = c.ftl.expect("ftl table");
         assert_eq!(ftl.queues, 3);
         assert_eq!(ftl.gc_policy, GcPolicy::InPath);

@@ -188,7 +188,8 @@ fn replay_image(
         }
         _ => None,
     };
-    if timing != ReplayTiming::Virtual {
+    // Held while a real-time replay runs (see `serve::hold_idle_poll`).
+    let _idle_poll = if timing != ReplayTiming::Virtual {
         ftl.close()
             .map_err(|e| image::describe(e, &settings.path).context("closing the image"))?;
         drop(ftl);
@@ -200,10 +201,19 @@ fn replay_image(
         ftl = image::open_or_create(&settings, mode)?;
         let timer = args.timer.or(file.timer).unwrap_or_default();
         ftl.nand().set_timer(timer);
+        let idle_poll = crate::serve::hold_idle_poll(
+            mode,
+            timer,
+            args.idle_poll.or(file.idle_poll).unwrap_or(true),
+        );
         if timing == ReplayTiming::Real {
             cfg_json["timer"] = timer.to_string().into();
+            cfg_json["idle_poll"] = idle_poll.is_some().into();
         }
-    }
+        idle_poll
+    } else {
+        None
+    };
     let stats = ftl.stats();
     cfg_json["image"] = if scratch.is_some() {
         serde_json::Value::Null

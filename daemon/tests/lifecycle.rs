@@ -501,6 +501,12 @@ fn cell_types_and_suspend_reach_the_image() {
     assert_eq!(c.write(4096, &data).expect("write"), 0);
     c.flush().expect("flush");
     assert_eq!(c.read(4096, data.len() as u32).expect("read"), data);
+    // Timing real with timer hybrid: idle CPUs are held polling while serving (root may).
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        assert_eq!(nand_model::current_cpu_latency_us().expect("readable"), 0);
+        assert!(d.log().contains("idle CPUs poll"), "{}", d.log());
+    }
     drop(c);
     assert!(d.stop().success());
 

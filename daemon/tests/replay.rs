@@ -202,6 +202,12 @@ fn real_time_replay_on_the_emulated_device() {
     assert!(o.status.success(), "{}", text(&o));
     let s = summary(&fill);
     assert_eq!(s["timing"], "real");
+    // Timer hybrid (the default): idle CPUs were held polling (CI runs as root, who may).
+    assert_eq!(s["config"]["timer"], "hybrid", "{s}");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        assert_eq!(s["config"]["idle_poll"], true, "{s}");
+    }
     assert_eq!(s["write"]["count"], 64);
     assert!(s["waf"].is_number() && s["gc"]["erases"].is_number(), "{s}");
     // Most of the 2048 pages are programmed by now; the rest wait in the write buffer.
@@ -214,12 +220,13 @@ fn real_time_replay_on_the_emulated_device() {
                 "--workload",
                 "random,bs=4k,span=8M,requests=400,read=100,iops=2000",
             ],
-            &["--out", read.to_str().unwrap()],
+            &["--idle-poll", "false", "--out", read.to_str().unwrap()],
         ]
         .concat(),
     );
     assert!(o.status.success(), "{}", text(&o));
     let s = summary(&read);
+    assert_eq!(s["config"]["idle_poll"], false, "{s}");
     assert_eq!(s["read"]["count"], 400);
     assert!(s["read"]["p50_us"].as_f64().unwrap() >= 56.0, "{s}");
     assert!(s["dispatch"]["workers"].as_u64().unwrap() >= 1, "{s}");

@@ -39,6 +39,10 @@ fn units_verify() {
             "{from} allows ublk"
         );
         assert!(
+            text.contains("DeviceAllow=/dev/cpu_dma_latency w"),
+            "{from} lets timing real keep idle CPUs polling"
+        );
+        assert!(
             text.contains("TimeoutStopSec="),
             "{from} sets TimeoutStopSec"
         );

@@ -3,13 +3,18 @@
 //! the timer thread (`into_future` + `block_on`), for each [`TimerMode`], with the process's
 //! CPU time per operation (user + system, all threads: the timer thread's included).
 //!
-//! `cargo run --release -p nand-model --example timing_error [ITERATIONS] [sleep|hybrid|spin]...`
+//! Like `ftld serve`, it holds idle CPUs polling ([`nand_model::IdlePollHold`]) while a timer
+//! other than `sleep` runs; `--no-idle-poll` measures without.
+//!
+//! `cargo run --release -p nand-model --example timing_error [ITERATIONS] [sleep|hybrid|spin]...
+//! [--no-idle-poll]`
 
 use std::time::{Duration, Instant};
 
 use futures::executor::block_on;
 use nand_model::{
-    learnt_margins_ns, preset, BlockAddr, Completion, NandDevice, TimerMode, TimingMode,
+    learnt_margins_ns, preset, BlockAddr, Completion, IdlePollHold, NandDevice, TimerMode,
+    TimingMode,
 };
 
 #[derive(Clone, Copy)]
@@ -87,7 +92,9 @@ impl Sample {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
+    let all: Vec<String> = std::env::args().skip(1).collect();
+    let idle_poll = !all.iter().any(|a| a == "--no-idle-poll");
+    let mut args = all.into_iter().filter(|a| a != "--no-idle-poll");
     let iterations: u32 = args.next().map(|s| s.parse()).transpose()?.unwrap_or(2000);
     let mut timers: Vec<TimerMode> = args
         .map(|a| <TimerMode as clap::ValueEnum>::from_str(&a, true))
@@ -109,6 +116,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut buf = vec![0u8; g.page_size as usize];
     for timer in timers {
         dev.set_timer(timer);
+        let hold = if idle_poll && timer != TimerMode::Sleep {
+            match IdlePollHold::acquire() {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    println!("idle CPUs halt ({}: {e})", nand_model::CPU_DMA_LATENCY);
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        println!(
+            "timer {timer}: idle CPUs {}",
+            if hold.is_some() { "poll" } else { "halt" }
+        );
         for how in [How::Wait, How::Future] {
             let tag = match how {
                 How::Wait => "wait",

@@ -200,6 +200,7 @@ mod error;
 mod faults;
 mod geometry;
 mod header;
+mod idle_poll;
 #[doc(hidden)]
 pub mod fuzzing {
     //! Entry points for the fuzz targets in `fuzz/` (cargo-fuzz). Not an API.
@@ -259,6 +260,7 @@ pub use faults::{FaultCounts, FaultInjector, FaultRates};
 pub use geometry::{
     BankId, BlockAddr, Geometry, PageAddr, MAX_PAGE_SIZE, MIN_OOB_SIZE, MIN_PAGE_SIZE,
 };
+pub use idle_poll::{current_cpu_latency_us, IdlePollHold, CPU_DMA_LATENCY};
 pub use image::{page_data_offset, page_oob_offset};
 pub use interconnect::{Interconnect, MAX_CONTROLLERS};
 pub use presets::{preset, presets, Preset};
