@@ -133,6 +133,14 @@
 //! Under CPU contention the tail is the scheduler's. (Before the timer modes, on the same
 //! machine under parallel builds: p50 23-54 us, p99 119-783 us.)
 //!
+//! **Idle CPUs.** On a guest whose idle vCPUs halt at once (`cpuidle-haltpoll` with
+//! `guest_halt_poll_ns=0`, as the development machine), waking a sleeping waiter is a VM exit,
+//! and hybrid's margins grow to 120-365 us. [`IdlePollHold`] asks the kernel to keep idle CPUs
+//! polling (`/dev/cpu_dma_latency` = 0); `ftld serve` holds it with timing real, and
+//! `timing_error` does unless `--no-idle-poll`. 2026-11-27, two alternations: margins 45-80 us
+//! instead of 98-244 us, about half the CPU per wait, hybrid p99 2.0-12.5 us instead of
+//! 1.7-42.3 us (`benches/README.md`, timing section).
+//!
 //! A completion is never early (tests check it); the lateness is the kernel's wake-up latency.
 //!
 //! # Flash rules
