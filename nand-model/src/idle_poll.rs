@@ -116,11 +116,8 @@ mod tests {
                     "{e}"
                 );
                 // SAFETY: geteuid has no preconditions.
-                assert_ne!(
-                    unsafe { libc::geteuid() },
-                    0,
-                    "root must be able to hold it"
-                );
+                let euid = unsafe { libc::geteuid() };
+                assert_ne!(euid, 0, "root must be able to hold it");
                 return;
             }
         };
