@@ -68,6 +68,13 @@ impl ControlContext {
                     "pid": std::process::id(),
                     "image": self.image,
                     "uptime_secs": uptime.as_secs_f64(),
+                    // How time passes: the mode, the timer, and whether idle CPUs are held
+                    // polling (`serve::hold_idle_poll`; holds are process-wide).
+                    "timing": {
+                        "mode": self.ftl.nand().timing_mode(),
+                        "timer": self.ftl.nand().timer(),
+                        "idle_poll": nand_model::IdlePollHold::holds() > 0,
+                    },
                     "bank_utilisation": utilisation,
                     "ftl": self.ftl.stats(),
                     "nand": nand,

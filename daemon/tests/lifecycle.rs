@@ -507,6 +507,12 @@ fn cell_types_and_suspend_reach_the_image() {
         assert_eq!(nand_model::current_cpu_latency_us().expect("readable"), 0);
         assert!(d.log().contains("idle CPUs poll"), "{}", d.log());
     }
+    let st = d.stats();
+    assert_eq!(st["timing"]["mode"], "real", "{st:#}");
+    assert_eq!(st["timing"]["timer"], "hybrid", "{st:#}");
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    assert_eq!(st["timing"]["idle_poll"], root, "{st:#}");
     drop(c);
     assert!(d.stop().success());
 
