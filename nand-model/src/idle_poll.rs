@@ -13,9 +13,10 @@
 //! closed (also when the process dies).
 //!
 //! Measured with `timing_error` on a 2-vCPU KVM guest (`cpuidle-haltpoll` with
-//! `guest_halt_poll_ns=0`, k9-003 timing, timer `hybrid`, two alternations): learnt margins
-//! 35-60 us instead of 120-365 us, CPU per wait about half, and p99 lateness 0.9-11.8 us
-//! instead of 2.7-27.6 us (`nand-model/src/lib.rs`, "Timing accuracy").
+//! `guest_halt_poll_ns=0`, k9-003 timing, timer `hybrid`, four alternations on 2026-11-27):
+//! learnt margins 35-80 us instead of 98-365 us, CPU per wait about half, and p99 lateness
+//! 0.9-12.5 us instead of 1.7-59.6 us (`benches/README.md`, timing section). Late wake-ups of
+//! milliseconds remain where the host deschedules the vCPU; polling cannot help those.
 //!
 //! The cost is the idle CPUs' power (they spin in the idle loop instead of halting); no CPU time
 //! is charged to this process. Only root may open the file (mode 0600), so a failure is an
