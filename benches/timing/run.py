@@ -43,7 +43,9 @@ Usage: benches/timing/run.py [--presets a,b,...] [--runtime S] [--reps N] [--cap
                              [--planes N] [--ftld PATH] [--smoke] [--json FILE]
                              [--idle-poll true|false]
   --idle-poll  passed to every `ftld serve` (default true, as ftld's own default: with timing
-            real and timer hybrid idle CPUs poll instead of halting; see README.md)
+            real and timer hybrid idle CPUs poll instead of halting; see README.md); with
+            true the script also holds idle CPUs polling itself for the whole run, so timing
+            off and real runs (and fio) see the same machine
   --smoke   one preset (k9-003), 1 s jobs, 1 repetition: checks the script works (a test runs it)
 Needs fio (with the nbd engine: Debian's fio has it); builds ftld unless --ftld is given.
 """
@@ -66,6 +68,17 @@ def die(msg):
     print(msg, file=sys.stderr)
     sys.exit(1)
 
+
+
+def hold_idle_poll():
+    """Keeps idle CPUs polling while the returned file stays open (PM QoS, as `ftld serve`
+    does with timing real); None if the device cannot be opened."""
+    try:
+        fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
+    except OSError:
+        return None
+    os.write(fd, (0).to_bytes(4, sys.byteorder, signed=True))
+    return fd
 
 # `ftld serve --idle-poll` for every server (main sets it from --idle-poll).
 IDLE_POLL = "true"
@@ -172,6 +185,13 @@ def main():
     a = ap.parse_args()
     global IDLE_POLL
     IDLE_POLL = a.idle_poll
+    # The same machine state for every run: `ftld serve` holds idle CPUs polling only with
+    # timing real, and that also speeds up the transport and fio, so "real minus off" would
+    # subtract a slower transport. Held here for the whole run (as root), released at exit.
+    qos = hold_idle_poll() if a.idle_poll == "true" else None
+    if a.idle_poll == "true" and qos is None:
+        print("note: cannot hold /dev/cpu_dma_latency (not root?): timing-off runs see halting "
+              "idle CPUs, timing-real runs whatever ftld could hold", file=sys.stderr)
     if shutil.which("fio") is None:
         die("missing fio (Debian package: fio)")
     ftld = a.ftld
