@@ -415,9 +415,8 @@ fn print_connect_help(s: &ServeSettings, tcp: Option<std::net::SocketAddr>, capa
 /// With timing real and a timer that spins (hybrid or spin), and unless the user said no, asks
 /// the kernel to keep idle CPUs polling (`nand_model::IdlePollHold`): a sleeping wait then
 /// wakes without the halted CPU's wake-up path, so hybrid's learnt margin (its spin per wait)
-/// is shorter and fewer completions land late (k9-003, `timing_error`: margins 35-80 us
-/// instead of 120-365, CPU per wait about half, p99 lateness mostly under 10 us instead of up
-/// to 42 us). Only root may; otherwise the device is served without it, and the log says so.
+/// is shorter and fewer completions land late (figures in `nand_model::IdlePollHold`'s
+/// module). Only root may; otherwise the device is served without it, and the log says so.
 pub(crate) fn hold_idle_poll(
     timing: TimingMode,
     timer: TimerMode,
