@@ -74,6 +74,11 @@ impl ControlContext {
                         "mode": self.ftl.nand().timing_mode(),
                         "timer": self.ftl.nand().timer(),
                         "idle_poll": nand_model::IdlePollHold::holds() > 0,
+                        // Completion deadlines nearer than this are polled for by the event
+                        // loop instead of arming its timer (`EventLoopTimer::fire_due_polling`;
+                        // null: the timer runs its own thread).
+                        "timer_poll_window_us": nand_model::installed_poll_window_ns()
+                            .map(|ns| ns as f64 / 1000.0),
                     },
                     "bank_utilisation": utilisation,
                     "ftl": self.ftl.stats(),

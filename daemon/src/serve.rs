@@ -475,6 +475,11 @@ fn drive_nand_timer() {
         warn!(error = %e, "NAND timer: keeping its own thread");
         return;
     }
+    tracing::debug!(
+        arm_cost_us = fd.get_ref().arm_cost().as_secs_f64() * 1e6,
+        poll_window_us = fd.get_ref().poll_window().as_secs_f64() * 1e6,
+        "NAND timer: deadlines nearer than the poll window are polled for, not armed"
+    );
     tokio::spawn(async move {
         loop {
             match fd.readable().await {
@@ -482,7 +487,13 @@ fn drive_nand_timer() {
                     // Clears only the readiness this wake-up saw (tokio keeps a newer one), so
                     // an expiry armed meanwhile is not lost; `fire_due` reads the fd first.
                     ready.clear_ready();
-                    fd.get_ref().fire_due();
+                    // A deadline within the poll window: let the woken requests run, then
+                    // look at the clock again instead of arming the fd (`fire_due_polling`).
+                    let mut readable = true;
+                    while fd.get_ref().fire_due_polling(readable) {
+                        readable = false;
+                        tokio::task::yield_now().await;
+                    }
                 }
                 Err(e) => {
                     // Never seen; without this task no request that waits would finish, so

@@ -513,6 +513,9 @@ fn cell_types_and_suspend_reach_the_image() {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     assert_eq!(st["timing"]["idle_poll"], root, "{st:#}");
+    // The event loop drives the NAND timer, with the poll window it measured (0-50 us).
+    let window = st["timing"]["timer_poll_window_us"].as_f64();
+    assert!(window.is_some_and(|w| (0.0..=50.0).contains(&w)), "{st:#}");
     drop(c);
     assert!(d.stop().success());
 

@@ -274,7 +274,7 @@ pub use interconnect::{Interconnect, MAX_CONTROLLERS};
 pub use presets::{preset, presets, Preset};
 pub use stall_probe::{monotonic_ns, Stall, StallProbe, StallReport};
 pub use stats::{BankStats, ChannelStats, NandStats, TotalStats};
-pub use timer::{EventLoopTimer, EventLoopTimerError};
+pub use timer::{installed_poll_window_ns, EventLoopTimer, EventLoopTimerError};
 pub use timing::{
     CellTiming, CellType, ReadRetry, Suspend, Timing, TimingMode, MAX_READ_RETRY_STEPS,
 };

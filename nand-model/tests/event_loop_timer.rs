@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use common::{small_config, Fixture};
 use futures::executor::block_on;
@@ -36,11 +36,18 @@ fn thread_names() -> Vec<String> {
 
 /// The one test of this binary (the timer's mode is per process): installed before any wait,
 /// the event loop's timerfd wakes every future, none before its deadline, from many threads,
-/// and no timer thread is started.
+/// and no timer thread is started. The loop polls for deadlines nearer than 300 us instead of
+/// arming the fd (`fire_due_polling`), and does so at least once here.
 #[test]
 fn an_event_loop_drives_the_timer() {
-    let timer = Arc::new(EventLoopTimer::new().expect("timerfd"));
+    let timer = EventLoopTimer::new().expect("timerfd");
+    assert!(timer.arm_cost() > Duration::ZERO);
+    assert!(timer.poll_window() <= Duration::from_micros(50));
+    let timer = Arc::new(timer.with_poll_window(Duration::from_micros(300)));
+    assert_eq!(timer.poll_window(), Duration::from_micros(300));
+    assert_eq!(nand_model::installed_poll_window_ns(), None);
     timer.install().expect("installed before any wait");
+    assert_eq!(nand_model::installed_poll_window_ns(), Some(300_000));
     assert!(matches!(
         timer.install(),
         Err(EventLoopTimerError::AlreadyRunning)
@@ -50,7 +57,7 @@ fn an_event_loop_drives_the_timer() {
     let driver = {
         let (timer, stop) = (Arc::clone(&timer), Arc::clone(&stop));
         std::thread::spawn(move || {
-            let mut fires = 0u64;
+            let (mut fires, mut polls) = (0u64, 0u64);
             while !stop.load(Ordering::Acquire) {
                 let mut pfd = libc::pollfd {
                     fd: timer.as_raw_fd(),
@@ -60,11 +67,16 @@ fn an_event_loop_drives_the_timer() {
                 // SAFETY: one valid pollfd, for the duration of the call.
                 let n = unsafe { libc::poll(&mut pfd, 1, 50) };
                 if n > 0 {
-                    timer.fire_due();
                     fires += 1;
+                    let mut readable = true;
+                    while timer.fire_due_polling(readable) {
+                        readable = false;
+                        polls += 1;
+                        std::thread::yield_now();
+                    }
                 }
             }
-            fires
+            (fires, polls)
         })
     };
 
@@ -121,6 +133,7 @@ fn an_event_loop_drives_the_timer() {
         thread_names()
     );
     stop.store(true, Ordering::Release);
-    let fires = driver.join().expect("driver thread");
+    let (fires, polls) = driver.join().expect("driver thread");
     assert!(fires > 0, "the event loop never fired");
+    assert!(polls > 0, "no deadline was ever polled for");
 }
