@@ -41,11 +41,17 @@ channels x channel bandwidth x page / (page + OOB)).
 
 Usage: benches/timing/run.py [--presets a,b,...] [--runtime S] [--reps N] [--capacity SIZE]
                              [--planes N] [--ftld PATH] [--smoke] [--json FILE]
-                             [--idle-poll true|false]
+                             [--idle-poll true|false] [--pin-qd1 true|false]
   --idle-poll  passed to every `ftld serve` (default true, as ftld's own default: with timing
             real and timer hybrid idle CPUs poll instead of halting; see README.md); with
             true the script also holds idle CPUs polling itself for the whole run, so timing
             off and real runs (and fio) see the same machine
+  --pin-qd1  true (default): the QD1 jobs run with the server's threads on one CPU and fio
+            on another (both modes alike). Unpinned, the scheduler places server and fio
+            differently with timing off and real, and the transport itself differed by up to
+            8 us between the two runs "real minus off" subtracts: on the 2-vCPU guest
+            (2026-11-27), tlc, board-000 and qlc unpinned 0.93-1.00 of the model, pinned
+            0.996-1.012.
   --smoke   one preset (k9-003), 1 s jobs, 1 repetition: checks the script works (a test runs it)
 Needs fio (with the nbd engine: Debian's fio has it); builds ftld unless --ftld is given.
 """
@@ -112,6 +118,15 @@ class Server:
     def uri(self):
         return f"nbd+unix:///?socket={self.sock}"
 
+    def pin(self, cpus):
+        """Sets the CPUs every thread of the server may run on (threads it starts later
+        inherit their creator's)."""
+        for tid in os.listdir(f"/proc/{self.proc.pid}/task"):
+            try:
+                os.sched_setaffinity(int(tid), cpus)
+            except (ProcessLookupError, OSError):
+                pass  # a thread that ended meanwhile
+
     def cpu_s(self):
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -134,12 +149,13 @@ class Server:
                 p.unlink()
 
 
-def fio(server, name, args, work):
+def fio(server, name, args, work, cpus=None):
     out = work / f"{name}.json"
     cmd = ["fio", f"--name={name}", "--ioengine=nbd", f"--uri={server.uri()}",
            "--output-format=json", "--randrepeat=0", "--group_reporting", *args]
     cpu0 = server.cpu_s()
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    r = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=pin)
     cpu = server.cpu_s() - cpu0
     if r.returncode != 0:
         die(f"fio {name} failed: {r.stdout}\n{r.stderr}")
@@ -182,7 +198,14 @@ def main():
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--json", default="")
     ap.add_argument("--idle-poll", choices=["true", "false"], default="true")
+    ap.add_argument("--pin-qd1", choices=["true", "false"], default="true")
     a = ap.parse_args()
+    # QD1: the server on one CPU, fio on another (see the module doc).
+    all_cpus = os.sched_getaffinity(0)
+    qd1_pins = None
+    if a.pin_qd1 == "true" and len(all_cpus) >= 2:
+        first, second = sorted(all_cpus)[:2]
+        qd1_pins = ({first}, {second})
     global IDLE_POLL
     IDLE_POLL = a.idle_poll
     # The same machine state for every run: `ftld serve` holds idle CPUs polling only with
@@ -289,8 +312,13 @@ def main():
                     s = Server(ftld, work, name, a.capacity, "off" if mode == "off" else "real",
                                "sleep" if mode == "sleep" else "hybrid", config=conf)
                     r0 = nand_reads(s.stats())
+                    if qd1_pins:
+                        s.pin(qd1_pins[0])
                     qd1, cpu1 = fio(s, f"{name}-qd1-{mode}-{rep}",
-                                    ["--rw=randread", "--bs=4k", "--iodepth=1", *rt], work)
+                                    ["--rw=randread", "--bs=4k", "--iodepth=1", *rt], work,
+                                    cpus=qd1_pins and qd1_pins[1])
+                    if qd1_pins:
+                        s.pin(all_cpus)
                     st = s.stats()
                     r1 = nand_reads(st)
                     lat = st["ftl"]["latency_read"]
@@ -320,6 +348,7 @@ def main():
             off = mean("off", "qd1_mean_us")
             row.update(
                 qd1_model_us=model_us,
+                qd1_pinned=bool(qd1_pins),
                 qd1_off_us=off,
                 qd1_device_hybrid_us=mean("hybrid", "qd1_mean_us") - off,
                 qd1_device_sleep_us=mean("sleep", "qd1_mean_us") - off,
@@ -367,7 +396,9 @@ def main():
     print(f"ftld timing fidelity over NBD: capacity {a.capacity}, {a.runtime:g} s jobs, "
           f"{a.reps} repetition(s), {subprocess.run(['fio', '--version'], capture_output=True, text=True).stdout.strip()}")
     print()
-    print("QD1 4 KiB random read: device latency = mean clat (timing real) - mean clat (timing off)")
+    print("QD1 4 KiB random read: device latency = mean clat (timing real) - mean clat (timing off)"
+          + (f"; server on CPU {min(qd1_pins[0])}, fio on CPU {min(qd1_pins[1])}" if qd1_pins
+             else "; unpinned"))
     print(f"{'preset':<16} {'model us':>9} {'off us':>8} {'hybrid us':>10} {'ratio':>6} "
           f"{'sleep us':>9} {'ratio':>6} {'cpu/req off/hybrid/sleep us':>28}")
     for r in results:
