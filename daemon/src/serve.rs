@@ -485,7 +485,8 @@ fn drive_nand_timer() {
             match fd.readable().await {
                 Ok(mut ready) => {
                     // Clears only the readiness this wake-up saw (tokio keeps a newer one), so
-                    // an expiry armed meanwhile is not lost; `fire_due` reads the fd first.
+                    // an expiry armed meanwhile is not lost; `fire_due_polling` reads the fd
+                    // first.
                     ready.clear_ready();
                     // A deadline within the poll window: let the woken requests run, then
                     // look at the clock again instead of arming the fd (`fire_due_polling`).

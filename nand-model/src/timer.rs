@@ -18,11 +18,14 @@
 //!   the timer thread was ~26 % of the server's CPU at ~140 k completions/s on a 2-vCPU guest,
 //!   most of it its own sleep and wake-up. The fd is armed under the heap lock (by a
 //!   registrant whose deadline became the earliest, and by `fire_due` for the next one), so
-//!   the armed time is always the heap's earliest.
+//!   the armed time is the heap's earliest whenever the loop is not polling.
 //!
 //!   When the next deadline is near, the loop looks at the clock again after running what it
 //!   woke instead of arming the fd ([`EventLoopTimer::fire_due_polling`]): in a virtual
-//!   machine every arm and expiry of a near timer is an exit to the host.
+//!   machine every arm and expiry of a near timer is an exit to the host. While it polls the
+//!   fd may be unarmed (or armed by a registrant for a deadline it made the earliest, which
+//!   then only makes the fd readable once more); the loop arms it for the heap's earliest
+//!   before it stops polling.
 //!
 //! Either way the heap lock is held only to push, pop and arm, never while waking a future.
 //! The thread lives as long as the process and costs nothing while the heap is empty.
