@@ -46,12 +46,12 @@ Usage: benches/timing/run.py [--presets a,b,...] [--runtime S] [--reps N] [--cap
             real and timer hybrid idle CPUs poll instead of halting; see README.md); with
             true the script also holds idle CPUs polling itself for the whole run, so timing
             off and real runs (and fio) see the same machine
-  --pin-qd1  true (default): the QD1 jobs run with the server's threads on one CPU and fio
-            on another (both modes alike). Unpinned, the scheduler places server and fio
-            differently with timing off and real, and the transport itself differed by up to
-            8 us between the two runs "real minus off" subtracts: on the 2-vCPU guest
-            (2026-11-27), tlc, board-000 and qlc unpinned 0.93-1.00 of the model, pinned
-            0.996-1.012.
+  --pin-qd1  true (default): the QD1 jobs run with the server's request-serving threads (its
+            tokio workers, `ftld-rt`) on one CPU and fio on another (both modes alike).
+            Unpinned, the scheduler places server and fio differently with timing off and
+            real, and the transport itself differed by up to 8 us between the two runs "real
+            minus off" subtracts: on the 2-vCPU guest (2026-11-27), tlc, board-000 and qlc
+            unpinned 0.93-1.00 of the model, pinned 0.976-1.012.
   --smoke   one preset (k9-003), 1 s jobs, 1 repetition: checks the script works (a test runs it)
 Needs fio (with the nbd engine: Debian's fio has it); builds ftld unless --ftld is given.
 """
@@ -118,12 +118,14 @@ class Server:
     def uri(self):
         return f"nbd+unix:///?socket={self.sock}"
 
-    def pin(self, cpus):
-        """Sets the CPUs every thread of the server may run on (threads it starts later
-        inherit their creator's)."""
+    def pin(self, cpus, comm=None):
+        """Sets the CPUs the server's threads may run on: every thread, or those named
+        `comm` (threads started later inherit their creator's)."""
         for tid in os.listdir(f"/proc/{self.proc.pid}/task"):
             try:
-                os.sched_setaffinity(int(tid), cpus)
+                name = Path(f"/proc/{self.proc.pid}/task/{tid}/comm").read_text().strip()
+                if comm is None or name == comm:
+                    os.sched_setaffinity(int(tid), cpus)
             except (ProcessLookupError, OSError):
                 pass  # a thread that ended meanwhile
 
@@ -313,7 +315,11 @@ def main():
                                "sleep" if mode == "sleep" else "hybrid", config=conf)
                     r0 = nand_reads(s.stats())
                     if qd1_pins:
-                        s.pin(qd1_pins[0])
+                        # The runtime's workers, which serve the requests; the FTL's and the
+                        # NAND model's own threads stay free (all of them on one CPU added a
+                        # ~10 us tail to the p99: a background thread then shares the CPU
+                        # with a wait that spins).
+                        s.pin(qd1_pins[0], comm="ftld-rt")
                     qd1, cpu1 = fio(s, f"{name}-qd1-{mode}-{rep}",
                                     ["--rw=randread", "--bs=4k", "--iodepth=1", *rt], work,
                                     cpus=qd1_pins and qd1_pins[1])
@@ -397,8 +403,8 @@ def main():
           f"{a.reps} repetition(s), {subprocess.run(['fio', '--version'], capture_output=True, text=True).stdout.strip()}")
     print()
     print("QD1 4 KiB random read: device latency = mean clat (timing real) - mean clat (timing off)"
-          + (f"; server on CPU {min(qd1_pins[0])}, fio on CPU {min(qd1_pins[1])}" if qd1_pins
-             else "; unpinned"))
+          + (f"; server's workers on CPU {min(qd1_pins[0])}, fio on CPU {min(qd1_pins[1])}"
+             if qd1_pins else "; unpinned"))
     print(f"{'preset':<16} {'model us':>9} {'off us':>8} {'hybrid us':>10} {'ratio':>6} "
           f"{'sleep us':>9} {'ratio':>6} {'cpu/req off/hybrid/sleep us':>28}")
     for r in results:
