@@ -202,7 +202,7 @@ def main():
     ap.add_argument("--idle-poll", choices=["true", "false"], default="true")
     ap.add_argument("--pin-qd1", choices=["true", "false"], default="true")
     a = ap.parse_args()
-    # QD1: the server on one CPU, fio on another (see the module doc).
+    # QD1: the server's workers on one CPU, fio on another (see the module doc).
     all_cpus = os.sched_getaffinity(0)
     qd1_pins = None
     if a.pin_qd1 == "true" and len(all_cpus) >= 2:

@@ -34,7 +34,7 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering as AtomicOrdering;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::{Arc, OnceLock};
 use std::task::Waker;
 
@@ -109,12 +109,14 @@ struct Timer {
     heap: Mutex<Heap>,
     /// Futex word bumped when an entry becomes the new earliest deadline (thread mode).
     word: AtomicU32,
-    /// The event loop's timerfd, armed at the earliest deadline; `None`: the timer thread.
-    timerfd: Option<OwnedFd>,
+    /// The event loop's timerfd, armed at the earliest deadline, and the loop's poll window
+    /// (reported only: the loop applies it); `None`: the timer thread.
+    timerfd: Option<(OwnedFd, u64)>,
 }
 
-/// The timerfd an [`EventLoopTimer`] installed, taken by the first use of the timer.
-static INSTALLED_FD: Mutex<Option<OwnedFd>> = Mutex::new(None);
+/// The timerfd and poll window an [`EventLoopTimer`] installed, taken by the first use of the
+/// timer.
+static INSTALLED_FD: Mutex<Option<(OwnedFd, u64)>> = Mutex::new(None);
 /// The timer, once something used it (or an event loop installed it).
 static TIMER: OnceLock<&'static Timer> = OnceLock::new();
 
@@ -154,7 +156,7 @@ pub(crate) fn register(deadline_ns: u64, slot: Arc<WakerSlot>) {
             slot,
         }));
         let earliest = h.entries.peek().is_some_and(|Reverse(e)| e.seq == seq);
-        if let (true, Some(fd)) = (earliest, &t.timerfd) {
+        if let (true, Some((fd, _))) = (earliest, &t.timerfd) {
             // Under the lock, so the armed time is the heap's earliest (see the module doc).
             arm(fd, Some(deadline_ns));
             return;
@@ -193,8 +195,8 @@ const CHEAP_ARM_NS: u64 = 2_000;
 /// parked worker; polling also sends the replies sooner, so a closed loop's next requests come
 /// sooner. Measured on the 2-vCPU KVM guest (arm cost 6-9 us), 4 KiB random reads through NBD
 /// on lftl-card, timing real, kIOPS / server CPU us per request, windows alternated:
-/// QD4: 0 us 39.0 / 21.4, 12 us 43.1 / 19.2, 25 us 49.3 / 17.6, 50 us 59.1 / 16.7,
-/// 100 us 57.4 / 17.2; QD16: 0 us 94.5 / 10.7, 12 us 125.7 / 8.0, 25 us 134 / 7.6,
+/// QD4: 0 us 38.9 / 21.4, 12 us 43.1 / 19.2, 25 us 49.5 / 17.5, 50 us 59.1 / 16.7,
+/// 100 us 57.4 / 17.2; QD16: 0 us 94.5 / 10.7, 12 us 125.7 / 8.0, 25 us 133 / 7.6,
 /// 50 us 132.7 / 7.7, 100 us 125 / 8.5. At 4 x QD32 the CPU is saturated either way and
 /// the windows differ by less than the noise (and see `MAX_POLLED_PENDING`).
 const POLL_WINDOW_ARMS: u64 = 8;
@@ -208,16 +210,10 @@ const MAX_POLL_WINDOW_NS: u64 = 50_000;
 /// 144-165), polling whatever the count 151 k (139-163), polling up to 16 pending 159 k
 /// (150-165); QD16 keeps its gain (lftl-card 137 k against 97 k without polling).
 const MAX_POLLED_PENDING: usize = 16;
-/// The window of the installed event-loop timer (`u64::MAX`: none is installed).
-static INSTALLED_POLL_WINDOW: AtomicU64 = AtomicU64::new(u64::MAX);
-
 /// The poll window of the [`EventLoopTimer`] installed in this process, if one is (reported by
 /// `ftld stats`).
 pub fn installed_poll_window_ns() -> Option<u64> {
-    match INSTALLED_POLL_WINDOW.load(AtomicOrdering::Relaxed) {
-        u64::MAX => None,
-        w => Some(w),
-    }
+    TIMER.get()?.timerfd.as_ref().map(|&(_, window)| window)
 }
 
 /// Measures what arming `fd` 200 us ahead costs (median of 9 tries; the fd is left disarmed).
@@ -301,9 +297,8 @@ impl EventLoopTimer {
             return Err(EventLoopTimerError::AlreadyRunning);
         }
         let own = self.fd.try_clone().map_err(EventLoopTimerError::Create)?;
-        *INSTALLED_FD.lock() = Some(own);
+        *INSTALLED_FD.lock() = Some((own, self.poll_window_ns));
         if timer().timerfd.is_some() {
-            INSTALLED_POLL_WINDOW.store(self.poll_window_ns, AtomicOrdering::Relaxed);
             Ok(())
         } else {
             // Another thread started the timer between the check and the install.
@@ -319,12 +314,12 @@ impl EventLoopTimer {
     }
 
     /// [`Self::fire_due`], except that when the next deadline is nearer than the poll window
-    /// ([`Self::poll_window`]) and at most 16 are pending (`MAX_POLLED_PENDING`), the
-    /// timerfd is left unarmed and this returns true: the caller
-    /// then calls again soon (after letting the woken tasks run, e.g. tokio's `yield_now`),
-    /// with `readable` false (the fd, unarmed, has nothing to read), until this returns
-    /// false, which means the fd is armed for the next deadline (or disarmed: none is
-    /// pending). Call it with `readable` true whenever the fd is readable.
+    /// ([`Self::poll_window`]) and at most 16 are pending (`MAX_POLLED_PENDING`), the timerfd
+    /// is left unarmed and this returns true: the caller then calls again soon (after letting
+    /// the woken tasks run, e.g. tokio's `yield_now`), with `readable` false (the fd, unarmed,
+    /// has nothing to read), until this returns false, which means the fd is armed for the
+    /// next deadline (or disarmed: none is pending). Call it with `readable` true whenever the
+    /// fd is readable.
     ///
     /// Why: arming a timer that becomes the CPU's earliest reprograms its local APIC timer,
     /// which in a virtual machine is an exit to the host. Measured on the project's 2-vCPU
@@ -332,10 +327,10 @@ impl EventLoopTimer {
     /// another timer, and each expiry's interrupt costs again. At 4 x QD32 reads the next
     /// deadline is a few microseconds away after almost every expiry, and arming was 12 % of
     /// the server's CPU (`benches/README.md`, issue 13). A round through the caller's loop
-    /// (its I/O poll and this check) costs about a microsecond. A registrant whose deadline becomes
-    /// the earliest still arms the fd meanwhile, so nothing waits on the caller alone. The
-    /// window is set when the timer is created from what an arm costs here (eight times that,
-    /// at most 50 us; 0 where arming is cheap, as on bare metal).
+    /// (its I/O poll and this check) costs about a microsecond. A registrant whose deadline
+    /// becomes the earliest still arms the fd meanwhile, so nothing waits on the caller alone.
+    /// The window is set when the timer is created from what an arm costs here (eight times
+    /// that, at most 50 us; 0 where arming is cheap, as on bare metal).
     pub fn fire_due_polling(&self, readable: bool) -> bool {
         self.fire_due_within(self.poll_window_ns, readable)
     }
@@ -366,7 +361,7 @@ impl EventLoopTimer {
             if few && next.is_some_and(|d| d < now.saturating_add(window_ns)) {
                 true
             } else {
-                if let Some(fd) = &t.timerfd {
+                if let Some((fd, _)) = &t.timerfd {
                     arm(fd, next);
                 }
                 false
