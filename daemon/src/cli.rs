@@ -248,6 +248,11 @@ pub struct ServeArgs {
     /// waits wake in microseconds; needs root [default: true].
     #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
     pub idle_poll: Option<bool>,
+    /// Threads of the async runtime that serve the NBD connections and the control socket
+    /// [default: the CPUs this process may run on minus one, at least 1: the FTL's writer and
+    /// GC threads and a client on the same machine need the rest].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub workers: Option<u16>,
     /// Frontend [default: auto].
     #[arg(long, value_enum)]
     pub frontend: Option<Frontend>,

@@ -12,6 +12,7 @@
 //! timing = "real"            # or "off"
 //! timer = "hybrid"           # sleep | hybrid | spin: how timing-real waits pass the time
 //! idle_poll = true           # timer hybrid/spin: idle CPUs poll (/dev/cpu_dma_latency = 0)
+//! workers = 1                # async runtime threads [default: usable CPUs - 1, at least 1]
 //! frontend = "auto"          # auto | nbd | ublk
 //! nbd_socket = "/run/ftld/disk0.sock"
 //! nbd_listen = "127.0.0.1:10809"
@@ -67,6 +68,7 @@ pub struct FileConfig {
     pub timing: Option<TimingMode>,
     pub timer: Option<TimerMode>,
     pub idle_poll: Option<bool>,
+    pub workers: Option<u16>,
     pub frontend: Option<Frontend>,
     pub nbd_socket: Option<PathBuf>,
     pub nbd_listen: Option<String>,
@@ -176,6 +178,8 @@ pub struct ServeSettings {
     pub timer: TimerMode,
     /// Keep idle CPUs polling while timing-real waits sleep ([`nand_model::IdlePollHold`]).
     pub idle_poll: bool,
+    /// Threads of the async runtime ([`default_workers`] unless set).
+    pub workers: usize,
     pub frontend: Frontend,
     pub nbd_socket: Option<PathBuf>,
     pub nbd_listen: Option<SocketAddr>,
@@ -202,6 +206,21 @@ pub struct UblkSettings {
 
 /// Tags per ublk queue unless told otherwise.
 pub const DEFAULT_QUEUE_DEPTH: u16 = 128;
+
+/// The async runtime's threads unless set: the CPUs this process may run on minus one, at
+/// least 1. The FTL's writer and GC threads, and on most setups the client itself (fio, a
+/// filesystem, a VM), need CPUs too; runtime workers beyond what is left only hand tasks to
+/// each other (cross-thread wake-ups, work stealing). Measured on the 2-vCPU guest with fio
+/// beside the daemon (benches/README.md, issue 13), 1 worker against 2 (tokio's default),
+/// alternated: lftl-card timing real 4 KiB random reads QD4 63.9 / 63.8 k against 57.3 /
+/// 56.7 k, QD16 155 / 144 k against 121 / 105 k, 4 x QD32 171-183 k against 152-172 k (server
+/// CPU 4.0-4.3 against 5.6-6.4 us per request); timing off 4 KiB random writes QD32 171-178 k
+/// against 114-140 k; 128 KiB writes 49.8-51.5 against 52.4-52.7 us of CPU per request.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get().saturating_sub(1))
+        .max(1)
+}
 
 /// The preset a new image would get from these options.
 fn image_preset<'a>(args: &'a ImageArgs, file: &'a FileConfig) -> &'a str {
@@ -357,8 +376,16 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
         ))
         .into());
     }
+    let workers = match args.workers.or(file.workers) {
+        Some(0) | Some(1025..) => {
+            return Err(UsageError("workers must be 1..=1024".to_string()).into());
+        }
+        Some(n) => usize::from(n),
+        None => default_workers(),
+    };
     Ok(ServeSettings {
         image,
+        workers,
         timing: args.timing.or(file.timing).unwrap_or(TimingMode::Real),
         timer: args.timer.or(file.timer).unwrap_or_default(),
         idle_poll: args.idle_poll.or(file.idle_poll).unwrap_or(true),
@@ -543,6 +570,34 @@ mod tests {
         assert_eq!(s.control_socket, dir.path().join("d.ctl"));
     }
 
+    /// `workers` from the file, the flag over it, and 0 refused with the key's name.
+    #[test]
+    fn workers_come_from_the_file_or_the_flag() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        fs::write(&path, "workers = 3\n").expect("write");
+        let image = ImageArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        };
+        let from_file = ServeArgs {
+            image: image.clone(),
+            ..Default::default()
+        };
+        assert_eq!(resolve_serve(&from_file).expect("resolves").workers, 3);
+        let flag = ServeArgs {
+            image: image.clone(),
+            workers: Some(5),
+            ..Default::default()
+        };
+        assert_eq!(resolve_serve(&flag).expect("resolves").workers, 5);
+        fs::write(&path, "workers = 0\n").expect("write");
+        let err = resolve_serve(&from_file).expect_err("0 workers");
+        assert!(err.to_string().contains("workers"), "{err}");
+        fs::write(&path, "workers = \"two\"\n").expect("write");
+        assert!(resolve_serve(&from_file).is_err());
+    }
+
     #[test]
     fn defaults() {
         let s = resolve_serve(&ServeArgs::default()).expect("resolves");
@@ -554,6 +609,9 @@ mod tests {
         assert_eq!(s.ublk.depth, DEFAULT_QUEUE_DEPTH);
         assert_eq!((s.ublk.id, s.ublk.recover), (None, None));
         assert!(s.ublk.queues >= 1);
+        assert_eq!(s.workers, default_workers());
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(default_workers(), (cpus - 1).max(1));
         let tcp = resolve_serve(&ServeArgs {
             nbd_listen: Some("127.0.0.1:1".parse().expect("addr")),
             ..Default::default()

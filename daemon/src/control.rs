@@ -68,6 +68,10 @@ impl ControlContext {
                     "pid": std::process::id(),
                     "image": self.image,
                     "uptime_secs": uptime.as_secs_f64(),
+                    // The async runtime's threads (`workers`; this handler runs on it).
+                    "runtime_workers": tokio::runtime::Handle::try_current()
+                        .ok()
+                        .map(|h| h.metrics().num_workers()),
                     // How time passes: the mode, the timer, and whether idle CPUs are held
                     // polling (`serve::hold_idle_poll`; holds are process-wide).
                     "timing": {

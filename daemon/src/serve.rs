@@ -46,6 +46,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let s = config::resolve_serve(args)?;
     let chosen = choose_frontend(&s)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(s.workers)
         .enable_all()
         .thread_name("ftld-rt")
         .build()
@@ -167,6 +168,7 @@ fn log_opened(ftl: &Ftl, s: &ServeSettings) {
         gc_policy = s.image.ftl.gc_policy.name(),
         timing = ?s.timing,
         timer = %s.timer,
+        workers = s.workers,
         recovery = ?r.mode,
         pages_scanned = r.pages_scanned,
         "image open"

@@ -516,6 +516,24 @@ fn cell_types_and_suspend_reach_the_image() {
     // The event loop drives the NAND timer, with the poll window it measured (0-50 us).
     let window = st["timing"]["timer_poll_window_us"].as_f64();
     assert!(window.is_some_and(|w| (0.0..=50.0).contains(&w)), "{st:#}");
+    // The runtime's threads by default: the usable CPUs minus one, at least 1.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(st["runtime_workers"], (cpus - 1).max(1), "{st:#}");
+    drop(c);
+    assert!(d.stop().success());
+
+    // `--workers` sets them; the device serves as before.
+    let mut d = Daemon::start_with(
+        FTLD,
+        e2e::daemon::DaemonOpts {
+            extra: vec!["--workers".into(), "3".into()],
+            ..Default::default()
+        },
+    );
+    assert_eq!(d.stats()["runtime_workers"], 3);
+    let mut c = e2e::nbd::Client::connect(&d.socket()).expect("connect");
+    assert_eq!(c.write(0, &data).expect("write"), 0);
+    assert_eq!(c.read(0, data.len() as u32).expect("read"), data);
     drop(c);
     assert!(d.stop().success());
 

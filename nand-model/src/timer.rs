@@ -51,13 +51,26 @@ pub(crate) struct WakerSlot {
 }
 
 impl WakerSlot {
-    /// Stores the waker to call at the deadline (keeps the old one if it would wake the same task).
-    pub(crate) fn set(&self, waker: &Waker) {
+    /// Stores the waker to call at the deadline (keeps the old one if it would wake the same
+    /// task) and returns true, or returns false if the timer has fired the slot already (its
+    /// waker, an earlier one, was taken and called: this one would never be).
+    ///
+    /// The check is made under the slot's lock, and [`Self::fire`] marks the slot before it
+    /// takes that lock: either the mark is seen here, or `fire` takes the lock after this and
+    /// calls the waker stored. (A check before a plain store can lose a wake-up: the timer
+    /// fires between them and wakes the waker the store then replaces. The future used to
+    /// cover that by reading the clock after every registration; without that read, one
+    /// request in ~16 M through NBD at QD128 never completed.)
+    pub(crate) fn set_unless_fired(&self, waker: &Waker) -> bool {
         let mut w = self.waker.lock();
+        if self.fired() {
+            return false;
+        }
         match &*w {
             Some(old) if old.will_wake(waker) => {}
             _ => *w = Some(waker.clone()),
         }
+        true
     }
 
     /// True once the timer has processed this slot's deadline.
@@ -185,6 +198,9 @@ pub struct EventLoopTimer {
     arm_cost_ns: u64,
     /// Deadlines nearer than this are polled for, not armed (see [`Self::fire_due_polling`]).
     poll_window_ns: u64,
+    /// With more than `MAX_POLLED_PENDING` deadlines pending, the (smaller) window that still
+    /// applies: a deadline nearer than one arm's own cost.
+    dense_window_ns: u64,
 }
 
 /// Arming for a near deadline costs less than this: the platform's timer is cheap to
@@ -203,12 +219,19 @@ const POLL_WINDOW_ARMS: u64 = 8;
 /// The window never exceeds this: past it a worker would poll for long stretches with nothing
 /// else to do, and the figures above stop improving.
 const MAX_POLL_WINDOW_NS: u64 = 50_000;
-/// With more deadlines pending than this, the fd is armed however near the next one is: an
-/// expiry then fires a batch (its own lateness gathers the deadlines behind it), so the arm is
-/// shared, while polling between dense deadlines keeps a worker busy on CPUs the clients need.
+/// With more deadlines pending than this, only a deadline nearer than one arm's cost is polled
+/// for (`dense_window_ns`); a farther one is armed: an expiry then fires a batch (its own
+/// lateness gathers the deadlines behind it), so the arm is shared, while polling through the
+/// whole window between dense deadlines keeps a worker busy on CPUs the clients need. Arming
+/// for a deadline nearer than the arm's own cost, though, only spends the wait in the kernel.
 /// tlc, 4 x QD32 reads through NBD, alternated: the build without polling 158 k (7 runs,
 /// 144-165), polling whatever the count 151 k (139-163), polling up to 16 pending 159 k
-/// (150-165); QD16 keeps its gain (lftl-card 137 k against 97 k without polling).
+/// (150-165); QD16 keeps its gain (lftl-card 137 k against 97 k without polling). Then
+/// (2026-11-27, the same job, 5 rounds, each of its dense windows in turn) with more than 16
+/// pending: 0 us 147 / 154 / 161 / 142 / 141 k, the arm cost (10 us) 156 / 161 / 166 / 150 /
+/// 150 k (server CPU 6.1 / 6.0 / 5.6 / 6.6 / 6.7 us per request against 6.8 / 6.5 / 6.0 / 7.5
+/// / 7.7), 5 us 147 / 148 k, 20 us 144 / 149 k, 50 us 144 / 150 / 141 k; board-000 and
+/// lftl-card within the noise (133-141 k, 159-174 k either way).
 const MAX_POLLED_PENDING: usize = 16;
 /// The poll window of the [`EventLoopTimer`] installed in this process, if one is (reported by
 /// `ftld stats`).
@@ -267,16 +290,20 @@ impl EventLoopTimer {
         // SAFETY: `raw` is a fresh descriptor owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let arm_cost_ns = measure_arm_cost(&fd);
+        let poll_window_ns = poll_window_for(arm_cost_ns);
         Ok(EventLoopTimer {
             fd,
             arm_cost_ns,
-            poll_window_ns: poll_window_for(arm_cost_ns),
+            poll_window_ns,
+            dense_window_ns: arm_cost_ns.min(poll_window_ns),
         })
     }
 
-    /// Sets the poll window instead of the measured one (0: never poll).
+    /// Sets the poll window instead of the measured one (0: never poll). The window with many
+    /// deadlines pending stays the measured arm cost, at most `window`.
     pub fn with_poll_window(mut self, window: std::time::Duration) -> EventLoopTimer {
         self.poll_window_ns = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+        self.dense_window_ns = self.arm_cost_ns.min(self.poll_window_ns);
         self
     }
 
@@ -310,12 +337,12 @@ impl EventLoopTimer {
     /// Fires every due deadline and arms the timerfd for the next one. Call it whenever the fd
     /// is readable; a spurious call is harmless, and so is a call before [`Self::install`].
     pub fn fire_due(&self) {
-        self.fire_due_within(0, true);
+        self.fire_due_within(0, 0, true);
     }
 
     /// [`Self::fire_due`], except that when the next deadline is nearer than the poll window
-    /// ([`Self::poll_window`]) and at most 16 are pending (`MAX_POLLED_PENDING`), the timerfd
-    /// is left unarmed and this returns true: the caller then calls again soon (after letting
+    /// ([`Self::poll_window`]; with more than 16 pending, `MAX_POLLED_PENDING`, nearer than
+    /// one arm's cost, [`Self::arm_cost`]), the timerfd is left unarmed and this returns true: the caller then calls again soon (after letting
     /// the woken tasks run, e.g. tokio's `yield_now`), with `readable` false (the fd, unarmed,
     /// has nothing to read), until this returns false, which means the fd is armed for the
     /// next deadline (or disarmed: none is pending). Call it with `readable` true whenever the
@@ -332,10 +359,12 @@ impl EventLoopTimer {
     /// The window is set when the timer is created from what an arm costs here (eight times
     /// that, at most 50 us; 0 where arming is cheap, as on bare metal).
     pub fn fire_due_polling(&self, readable: bool) -> bool {
-        self.fire_due_within(self.poll_window_ns, readable)
+        self.fire_due_within(self.poll_window_ns, self.dense_window_ns, readable)
     }
 
-    fn fire_due_within(&self, window_ns: u64, readable: bool) -> bool {
+    /// Fires what is due; polls (returns true) for a next deadline nearer than `window_ns`,
+    /// or than `dense_ns` when more than `MAX_POLLED_PENDING` are pending.
+    fn fire_due_within(&self, window_ns: u64, dense_ns: u64, readable: bool) -> bool {
         if readable {
             let mut expirations = [0u8; 8];
             // SAFETY: reads at most 8 bytes into `expirations`; the fd is non-blocking, so with
@@ -357,8 +386,12 @@ impl EventLoopTimer {
             let mut h = t.heap.lock();
             let now = pop_due(&mut h, &mut due);
             let next = h.entries.peek().map(|Reverse(e)| e.deadline);
-            let few = h.entries.len() <= MAX_POLLED_PENDING;
-            if few && next.is_some_and(|d| d < now.saturating_add(window_ns)) {
+            let window = if h.entries.len() <= MAX_POLLED_PENDING {
+                window_ns
+            } else {
+                dense_ns
+            };
+            if next.is_some_and(|d| d < now.saturating_add(window)) {
                 true
             } else {
                 if let Some((fd, _)) = &t.timerfd {
@@ -463,4 +496,46 @@ fn futex_wake(word: &AtomicU32) {
             1,
         )
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    struct CountingWaker(AtomicUsize);
+    impl Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, AtomicOrdering::SeqCst);
+        }
+    }
+
+    /// A waker stored before the slot fires is called by `fire`; one offered after it is
+    /// refused (the caller then polls again itself), whatever waker the slot held before.
+    #[test]
+    fn a_waker_set_after_the_slot_fired_is_refused_not_lost() {
+        let first = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let second = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let slot = WakerSlot::default();
+        assert!(slot.set_unless_fired(&Waker::from(Arc::clone(&first))));
+        slot.fire();
+        assert_eq!(first.0.load(AtomicOrdering::SeqCst), 1);
+        assert!(slot.fired());
+        // The replacement the lost wake-up came from: refused, so the caller knows.
+        assert!(!slot.set_unless_fired(&Waker::from(Arc::clone(&second))));
+        assert_eq!(second.0.load(AtomicOrdering::SeqCst), 0);
+
+        // Replacing the waker before the fire: the new one is called, the old one is not.
+        let slot = WakerSlot::default();
+        let (a, b) = (
+            Arc::new(CountingWaker(AtomicUsize::new(0))),
+            Arc::new(CountingWaker(AtomicUsize::new(0))),
+        );
+        assert!(slot.set_unless_fired(&Waker::from(Arc::clone(&a))));
+        assert!(slot.set_unless_fired(&Waker::from(Arc::clone(&b))));
+        slot.fire();
+        assert_eq!(a.0.load(AtomicOrdering::SeqCst), 0);
+        assert_eq!(b.0.load(AtomicOrdering::SeqCst), 1);
+    }
 }
