@@ -252,13 +252,14 @@ impl Future for CompletionFuture {
         {
             // Never spin in the first poll. It is made by whoever issued the operation, often
             // inline before it reads its next request (the NBD connection's reader polls each
-            // request once before it hands it to the connection's reply task): a spin there holds up the very requests whose
-            // waits would have stopped it (`spin_while_alone`), and a deep queue ran one
-            // request at a time, each alone (measured: 128 KiB sequential reads at QD32 on
-            // nvmevirt-970pro, 58 % of the server's CPU in this spin and 1.0 GB/s against
-            // 2.8 GB/s with timer `sleep`). Asked to be polled again at once, the future spins
-            // where it is polled next instead (the NBD reply task), and stops as soon as the
-            // issuer starts another wait.
+            // request once before it hands it to the connection's reply task): a spin there
+            // holds up the very requests whose waits would have stopped it
+            // (`spin_while_alone`), and a deep queue ran one request at a time, each alone
+            // (measured: 128 KiB sequential reads at QD32 on nvmevirt-970pro, 58 % of the
+            // server's CPU in this spin and 1.0 GB/s against 2.8 GB/s with timer `sleep`).
+            // Asked to be polled again at once, the future spins where it is polled next
+            // instead (the NBD reply task), and stops as soon as the issuer starts another
+            // wait.
             // (A ublk queue thread runs that task before it looks at its ring again, so there
             // a lone wait still spins on the queue thread, as before; it reaps its ring's
             // completions in batches, so a deep queue does not fall into one-at-a-time.)
@@ -293,8 +294,8 @@ impl Future for CompletionFuture {
                     cx.waker().wake_by_ref();
                 }
             }
-            // First pending poll, or (defensively) the timer already fired yet the clock says
-            // not yet: register (again).
+            // First pending poll, or the timer fired for a wake-up time the deadline has since
+            // moved past (a suspension moves it later): register (again).
             _ => {
                 let slot = Arc::new(WakerSlot::default());
                 // A fresh slot: nothing can have fired it.
@@ -304,11 +305,12 @@ impl Future for CompletionFuture {
                 this.wake_at = wake_at;
             }
         }
-        // Re-check: the wake-up time may have passed while registering (an arm of the timer
-        // takes up to ~10 us in a virtual machine); then poll again at once rather than after
-        // the timer's round trip (an early wake-up time is handled by polling again: the spin
-        // is there). A farther one cannot have passed unless the thread was preempted, and
-        // the timer fires it anyway.
+        // A shortcut, not needed for correctness (the registered slot fires whatever the
+        // clock says now): a near wake-up time may have passed while registering (an arm of
+        // the timer takes up to ~10 us in a virtual machine); then poll again at once rather
+        // than after the timer's round trip (an early wake-up time is handled by polling
+        // again: the spin is there). A farther one cannot have passed unless the thread was
+        // preempted.
         if wake_at <= now.saturating_add(RECHECK_WITHIN_NS) && now_ns() >= wake_at {
             cx.waker().wake_by_ref();
         }

@@ -57,10 +57,11 @@ impl WakerSlot {
     ///
     /// The check is made under the slot's lock, and [`Self::fire`] marks the slot before it
     /// takes that lock: either the mark is seen here, or `fire` takes the lock after this and
-    /// calls the waker stored. (A check before a plain store can lose a wake-up: the timer
-    /// fires between them and wakes the waker the store then replaces. The future used to
-    /// cover that by reading the clock after every registration; without that read, one
-    /// request in ~16 M through NBD at QD128 never completed.)
+    /// calls the waker stored (the lock alone orders the two; `fire` must mark the slot before
+    /// it takes the lock). (A check before a plain store can lose a wake-up: the timer fires
+    /// between them and wakes the waker the store then replaces. The future used to cover
+    /// that by reading the clock after every pending poll; without that read, its waker
+    /// replacement lost one wake-up in ~16 M requests through NBD at QD128.)
     pub(crate) fn set_unless_fired(&self, waker: &Waker) -> bool {
         let mut w = self.waker.lock();
         if self.fired() {
@@ -342,11 +343,12 @@ impl EventLoopTimer {
 
     /// [`Self::fire_due`], except that when the next deadline is nearer than the poll window
     /// ([`Self::poll_window`]; with more than 16 pending, `MAX_POLLED_PENDING`, nearer than
-    /// one arm's cost, [`Self::arm_cost`]), the timerfd is left unarmed and this returns true: the caller then calls again soon (after letting
-    /// the woken tasks run, e.g. tokio's `yield_now`), with `readable` false (the fd, unarmed,
-    /// has nothing to read), until this returns false, which means the fd is armed for the
-    /// next deadline (or disarmed: none is pending). Call it with `readable` true whenever the
-    /// fd is readable.
+    /// one arm's cost, [`Self::arm_cost`], at most that window), the timerfd is left unarmed
+    /// and this returns true: the caller then calls again soon (after letting the woken
+    /// tasks run, e.g. tokio's `yield_now`), with `readable` false (the fd, unarmed, has
+    /// nothing to read), until this returns false, which means the fd is armed for the next
+    /// deadline (or disarmed: none is pending). Call it with `readable` true whenever the fd
+    /// is readable.
     ///
     /// Why: arming a timer that becomes the CPU's earliest reprograms its local APIC timer,
     /// which in a virtual machine is an exit to the host. Measured on the project's 2-vCPU
@@ -354,8 +356,9 @@ impl EventLoopTimer {
     /// another timer, and each expiry's interrupt costs again. At 4 x QD32 reads the next
     /// deadline is a few microseconds away after almost every expiry, and arming was 12 % of
     /// the server's CPU (`benches/README.md`, issue 13). A round through the caller's loop
-    /// (its I/O poll and this check) costs about a microsecond. A registrant whose deadline
-    /// becomes the earliest still arms the fd meanwhile, so nothing waits on the caller alone.
+    /// (its I/O poll and this check) costs about a microsecond. While it polls, the deadline
+    /// polled for is not armed: the caller must keep calling until this returns false (a
+    /// registrant whose deadline becomes the earliest still arms the fd meanwhile).
     /// The window is set when the timer is created from what an arm costs here (eight times
     /// that, at most 50 us; 0 where arming is cheap, as on bare metal).
     pub fn fire_due_polling(&self, readable: bool) -> bool {
