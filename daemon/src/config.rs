@@ -215,7 +215,8 @@ pub const DEFAULT_QUEUE_DEPTH: u16 = 128;
 /// alternated: lftl-card timing real 4 KiB random reads QD4 63.9 / 63.8 k against 57.3 /
 /// 56.7 k, QD16 155 / 144 k against 121 / 105 k, 4 x QD32 171-183 k against 152-172 k (server
 /// CPU 4.0-4.3 against 5.6-6.4 us per request); timing off 4 KiB random writes QD32 171-178 k
-/// against 114-140 k; 128 KiB writes 49.8-51.5 against 52.4-52.7 us of CPU per request.
+/// against 114-140 k; 128 KiB writes within the noise (49.8-62.8 against 52.4-55.2 us of CPU
+/// per request, two sets that disagreed).
 pub fn default_workers() -> usize {
     std::thread::available_parallelism()
         .map_or(1, |n| n.get().saturating_sub(1))

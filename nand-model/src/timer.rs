@@ -61,7 +61,7 @@ impl WakerSlot {
     /// it takes the lock). (A check before a plain store can lose a wake-up: the timer fires
     /// between them and wakes the waker the store then replaces. The future used to cover
     /// that by reading the clock after every pending poll; without that read, its waker
-    /// replacement lost one wake-up in ~16 M requests through NBD at QD128.)
+    /// replacement lost one wake-up in ~20 M requests through NBD at QD128.)
     pub(crate) fn set_unless_fired(&self, waker: &Waker) -> bool {
         let mut w = self.waker.lock();
         if self.fired() {
@@ -199,9 +199,6 @@ pub struct EventLoopTimer {
     arm_cost_ns: u64,
     /// Deadlines nearer than this are polled for, not armed (see [`Self::fire_due_polling`]).
     poll_window_ns: u64,
-    /// With more than `MAX_POLLED_PENDING` deadlines pending, the (smaller) window that still
-    /// applies: a deadline nearer than one arm's own cost.
-    dense_window_ns: u64,
 }
 
 /// Arming for a near deadline costs less than this: the platform's timer is cheap to
@@ -221,7 +218,7 @@ const POLL_WINDOW_ARMS: u64 = 8;
 /// else to do, and the figures above stop improving.
 const MAX_POLL_WINDOW_NS: u64 = 50_000;
 /// With more deadlines pending than this, only a deadline nearer than one arm's cost is polled
-/// for (`dense_window_ns`); a farther one is armed: an expiry then fires a batch (its own
+/// for (the arm cost, at most the poll window); a farther one is armed: an expiry then fires a batch (its own
 /// lateness gathers the deadlines behind it), so the arm is shared, while polling through the
 /// whole window between dense deadlines keeps a worker busy on CPUs the clients need. Arming
 /// for a deadline nearer than the arm's own cost, though, only spends the wait in the kernel.
@@ -230,7 +227,7 @@ const MAX_POLL_WINDOW_NS: u64 = 50_000;
 /// (150-165); QD16 keeps its gain (lftl-card 137 k against 97 k without polling). Then
 /// (2026-11-27, the same job, 5 rounds, each of its dense windows in turn) with more than 16
 /// pending: 0 us 147 / 154 / 161 / 142 / 141 k, the arm cost (10 us) 156 / 161 / 166 / 150 /
-/// 150 k (server CPU 6.1 / 6.0 / 5.6 / 6.6 / 6.7 us per request against 6.8 / 6.5 / 6.0 / 7.5
+/// 150 k (server CPU 6.1 / 5.9 / 5.6 / 6.6 / 6.7 us per request against 6.8 / 6.5 / 6.0 / 7.5
 /// / 7.7), 5 us 147 / 148 k, 20 us 144 / 149 k, 50 us 144 / 150 / 141 k; board-000 and
 /// lftl-card within the noise (133-141 k, 159-174 k either way).
 const MAX_POLLED_PENDING: usize = 16;
@@ -291,12 +288,10 @@ impl EventLoopTimer {
         // SAFETY: `raw` is a fresh descriptor owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let arm_cost_ns = measure_arm_cost(&fd);
-        let poll_window_ns = poll_window_for(arm_cost_ns);
         Ok(EventLoopTimer {
             fd,
             arm_cost_ns,
-            poll_window_ns,
-            dense_window_ns: arm_cost_ns.min(poll_window_ns),
+            poll_window_ns: poll_window_for(arm_cost_ns),
         })
     }
 
@@ -304,7 +299,6 @@ impl EventLoopTimer {
     /// deadlines pending stays the measured arm cost, at most `window`.
     pub fn with_poll_window(mut self, window: std::time::Duration) -> EventLoopTimer {
         self.poll_window_ns = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
-        self.dense_window_ns = self.arm_cost_ns.min(self.poll_window_ns);
         self
     }
 
@@ -362,7 +356,8 @@ impl EventLoopTimer {
     /// The window is set when the timer is created from what an arm costs here (eight times
     /// that, at most 50 us; 0 where arming is cheap, as on bare metal).
     pub fn fire_due_polling(&self, readable: bool) -> bool {
-        self.fire_due_within(self.poll_window_ns, self.dense_window_ns, readable)
+        let dense = self.arm_cost_ns.min(self.poll_window_ns);
+        self.fire_due_within(self.poll_window_ns, dense, readable)
     }
 
     /// Fires what is due; polls (returns true) for a next deadline nearer than `window_ns`,
