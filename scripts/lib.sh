@@ -7,7 +7,7 @@ BUILD_PACKAGES=(build-essential pkg-config libclang-dev)
 # shellcheck disable=SC2034
 TEST_PACKAGES=("${BUILD_PACKAGES[@]}" libnbd-bin python3-libnbd fuse3
     qemu-utils fio nbdkit jq e2fsprogs xfsprogs systemd qemu-system-x86 busybox-static nbd-client
-    cpio xz-utils binutils python3)
+    cpio xz-utils binutils python3 util-linux)
 
 # FTLD_DPKG_ADMINDIR: a dpkg database to plan against instead of the machine's (tests use a
 # fresh machine's /var/lib/dpkg/status this way; apt only simulates then).

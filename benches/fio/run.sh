@@ -15,18 +15,26 @@
 # connections (numjobs=4), and 128 KiB sequential write (QD8, 1 connection). Every server is
 # filled once with sequential writes before the first job, so reads hit written data (and
 # ftld's map is full).
+# The jobs ending in `-pin` run the server (every thread) and fio on one CPU (`taskset`; the
+# last CPU unless --pin-cpu): a QD1 round trip then never crosses CPUs, so its latency and CPU
+# per request are the server's own work and not the wake-up of a thread on another, idle CPU
+# (on a virtual machine an inter-processor wake-up of a halted vCPU costs tens of
+# microseconds, which dominates a QD1 round trip of a single-threaded server).
 #
 # Usage: benches/fio/run.sh [--smoke] [--size SIZE] [--runtime SECONDS] [--reps N]
 #                           [--ftld PATH] [--servers "ftld nbdkit qemu-nbd"]
 #                           [--overprovision FRACTION] [--ftl SCHEME[,SCHEME...]]
+#                           [--pin-cpu N | --no-pin]
 #   --overprovision  format ftld's image with this over-provisioning (default: ftld's, 0.07)
 #   --ftl      format ftld's image with this FTL scheme (default: ftld's, page; `ftld presets`);
 #              a list (e.g. page,bast,fast) runs one ftld per scheme, named ftld-SCHEME, all
 #              alternated with the peers on the same jobs; MERGES is then each hybrid's
 #              switch/partial/full merges during the job
+#   --pin-cpu  the CPU the `-pin` jobs run on (default: the last one this script may use)
+#   --no-pin   leave the `-pin` jobs out
 #   --smoke    64 MiB export, 1 s per job, 1 repetition: checks the script works (a test runs it)
-# Needs fio, nbdkit, qemu-utils (qemu-nbd, qemu-img), jq; builds ftld (cargo build --release)
-# unless --ftld is given.
+# Needs fio, nbdkit, qemu-utils (qemu-nbd, qemu-img), jq, taskset (util-linux); builds ftld
+# (cargo build --release) unless --ftld is given.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 
@@ -38,6 +46,8 @@ FTLD=""
 OP=""
 SCHEME=""
 SERVERS="ftld nbdkit qemu-nbd"
+PIN_CPU=""
+PIN=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --smoke) SIZE=64M RUNTIME=1 RAMP=0 REPS=1 ;;
@@ -48,18 +58,28 @@ while [ $# -gt 0 ]; do
         --overprovision) OP="$2"; shift ;;
         --ftl) SCHEME="$2"; shift ;;
         --servers) SERVERS="$2"; shift ;;
-        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+        --pin-cpu) PIN_CPU="$2"; shift ;;
+        --no-pin) PIN=0 ;;
+        -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
 
-for t in fio nbdkit qemu-nbd qemu-img jq; do
+for t in fio nbdkit qemu-nbd qemu-img jq taskset; do
     if ! command -v "$t" >/dev/null 2>&1; then
-        echo "missing $t (Debian packages: fio nbdkit qemu-utils jq)" >&2
+        echo "missing $t (Debian packages: fio nbdkit qemu-utils jq util-linux)" >&2
         exit 1
     fi
 done
+if [ -z "$PIN_CPU" ]; then
+    # The last CPU of this script's own affinity list (e.g. "0-1" or "0,2-3").
+    PIN_CPU=$(taskset -c -p $$ | sed 's/.*: //' | tr ',' '\n' | tail -1 | sed 's/.*-//')
+fi
+if ! [[ "$PIN_CPU" =~ ^[0-9]+$ ]] || ! taskset -c "$PIN_CPU" true 2>/dev/null; then
+    echo "--pin-cpu $PIN_CPU: not a CPU this script may run on" >&2
+    exit 2
+fi
 if [ -z "$FTLD" ]; then
     (cd "$ROOT" && cargo build --release -q -p ftld)
     FTLD="${CARGO_TARGET_DIR:-$ROOT/target}/release/ftld"
@@ -144,7 +164,7 @@ ftld_writes() { # NAME
 
 uri() { echo "nbd+unix:///?socket=$W/$1.sock"; }
 
-# name | fio arguments
+# name | fio arguments (a name ending in -pin: server and fio on one CPU, see the top)
 JOBS=(
     "randread-4k-qd1|--rw=randread --bs=4k --iodepth=1 --numjobs=1"
     "randwrite-4k-qd1|--rw=randwrite --bs=4k --iodepth=1 --numjobs=1"
@@ -152,6 +172,13 @@ JOBS=(
     "randwrite-4k-qd32x4|--rw=randwrite --bs=4k --iodepth=32 --numjobs=4"
     "seqwrite-128k-qd8|--rw=write --bs=128k --iodepth=8 --numjobs=1"
 )
+if [ "$PIN" = 1 ]; then
+    JOBS+=(
+        "randread-4k-qd1-pin|--rw=randread --bs=4k --iodepth=1 --numjobs=1"
+        "randwrite-4k-qd1-pin|--rw=randwrite --bs=4k --iodepth=1 --numjobs=1"
+        "seqwrite-128k-qd8-pin|--rw=write --bs=128k --iodepth=8 --numjobs=1"
+    )
+fi
 
 read -r -a SERVER_LIST <<<"$SERVERS"
 # A list of schemes: one ftld per scheme in place of "ftld".
@@ -186,10 +213,17 @@ RESULTS="$W/results.tsv" # job server rep iops mean_us p99_us cpu_us_per_op waf 
 : >"$RESULTS"
 run_job() { # JOB_NAME ARGS SERVER REP
     local out="$W/$1-$3-$4.json" dir cpu0 cpu1 w0=(0 0 0 0 0 -) w1=(0 0 0 0 0 -) waf=- merges=-
+    local pin=() affinity=""
     case "$3" in ftld*) read -r -a w0 < <(ftld_writes "$3") ;; esac
+    if [[ "$1" == *-pin ]]; then
+        # Every thread of the server onto the one CPU, and fio with it; put back afterwards.
+        affinity=$(taskset -c -p "${SPID[$3]}" | sed 's/.*: //')
+        taskset -a -c -p "$PIN_CPU" "${SPID[$3]}" >/dev/null
+        pin=(taskset -c "$PIN_CPU")
+    fi
     cpu0=$(cpu_ticks "${SPID[$3]}")
     # shellcheck disable=SC2086 # $2 is a list of fio options
-    if ! fio --name="$1" --ioengine=nbd --uri="$(uri "$3")" $2 --size="$SIZE" \
+    if ! "${pin[@]}" fio --name="$1" --ioengine=nbd --uri="$(uri "$3")" $2 --size="$SIZE" \
         --time_based --runtime="$RUNTIME" --ramp_time="$RAMP" --group_reporting \
         --randrepeat=0 --output-format=json >"$out.raw" 2>"$W/$1-$3-$4.err"; then
         echo "fio $1 against $3 failed:" >&2
@@ -197,6 +231,9 @@ run_job() { # JOB_NAME ARGS SERVER REP
         exit 1
     fi
     cpu1=$(cpu_ticks "${SPID[$3]}")
+    if [ -n "$affinity" ]; then
+        taskset -a -c -p "$affinity" "${SPID[$3]}" >/dev/null
+    fi
     if [[ "$3" == ftld* ]]; then
         read -r -a w1 < <(ftld_writes "$3")
         merges="$((w1[2] - w0[2]))/$((w1[3] - w0[3]))/$((w1[4] - w0[4]))"
@@ -239,6 +276,9 @@ echo >&2
 
 # The table: means over the repetitions.
 echo "fio over NBD (unix sockets), export $SIZE, ${RUNTIME}s per run after ${RAMP}s ramp, $REPS repetition(s), $(nproc) CPUs"
+if [ "$PIN" = 1 ]; then
+    echo "jobs ending in -pin: the server (every thread) and fio on CPU $PIN_CPU"
+fi
 echo "ftld: $("$FTLD" --version 2>/dev/null || echo ftld) --timing off, FTL scheme ${SCHEME:-default}, over-provisioning ${OP:-default}; $(fio --version); $(nbdkit --version | head -1); $(qemu-nbd --version | head -1)"
 echo
 awk -F'\t' -v servers="$SERVERS" '
@@ -249,7 +289,7 @@ awk -F'\t' -v servers="$SERVERS" '
     END {
         ns = split(servers, sv, " ");
         # Each ftld row: its IOPS over that of each peer on the same job.
-        printf "%-20s %-10s %11s %11s %11s %-26s %10s %6s %9s %s\n", "job", "server", "IOPS", "mean us", "p99 us", "IOPS ratio", "cpu us/op", "WAF", "WAF/limit", "merges s/p/f";
+        printf "%-22s %-10s %11s %11s %11s %-26s %10s %6s %9s %s\n", "job", "server", "IOPS", "mean us", "p99 us", "IOPS ratio", "cpu us/op", "WAF", "WAF/limit", "merges s/p/f";
         for (j = 1; j <= jobs; j++) {
             for (i = 1; i <= ns; i++) {
                 k = order[j] SUBSEP sv[i];
@@ -267,7 +307,7 @@ awk -F'\t' -v servers="$SERVERS" '
                 # (meaningful for the random-write jobs on a full device).
                 wl = (k in nl) ? sprintf("%.2f", (waf[k] / nw[k]) / (lim[k] / nl[k])) : "";
                 mg = (k in ms) && (ms[k] + mp[k] + mf[k] > 0) ? sprintf("%d/%d/%d", ms[k] / n[k], mp[k] / n[k], mf[k] / n[k]) : "";
-                printf "%-20s %-10s %11.0f %11.1f %11.1f %-26s %10.1f %6s %9s %s\n", order[j], sv[i],
+                printf "%-22s %-10s %11.0f %11.1f %11.1f %-26s %10.1f %6s %9s %s\n", order[j], sv[i],
                     iops[k] / n[k], mean[k] / n[k], p99[k] / n[k], ratio, cpu[k] / n[k], w, wl, mg;
             }
         }

@@ -9,12 +9,16 @@ use e2e::{require_tool, run};
 
 const FTLD: &str = env!("CARGO_BIN_EXE_ftld");
 
-const JOBS: [&str; 5] = [
+const JOBS: [&str; 8] = [
     "randread-4k-qd1",
     "randwrite-4k-qd1",
     "randread-4k-qd32x4",
     "randwrite-4k-qd32x4",
     "seqwrite-128k-qd8",
+    // Server and fio pinned to one CPU.
+    "randread-4k-qd1-pin",
+    "randwrite-4k-qd1-pin",
+    "seqwrite-128k-qd8-pin",
 ];
 
 #[test]
@@ -23,7 +27,8 @@ fn fio_benchmark_script_smoke() {
         && require_tool("nbdkit", "nbdkit")
         && require_tool("qemu-nbd", "qemu-utils")
         && require_tool("qemu-img", "qemu-utils")
-        && require_tool("jq", "jq"))
+        && require_tool("jq", "jq")
+        && require_tool("taskset", "util-linux"))
     {
         return;
     }
@@ -42,6 +47,10 @@ fn fio_benchmark_script_smoke() {
     );
     assert!(out.status.success(), "run.sh --smoke failed:\n{text}");
     assert!(stdout.contains("FTL scheme page"), "{text}");
+    assert!(
+        stdout.contains("jobs ending in -pin: the server (every thread) and fio on CPU"),
+        "{text}"
+    );
     for job in JOBS {
         for server in ["ftld-page", "ftld-bast", "nbdkit", "qemu-nbd"] {
             let row = stdout
