@@ -9,7 +9,6 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_channel::Sender;
-use event_listener::Event;
 use parking_lot::Mutex;
 
 use crate::cache::{Buffered, PageData};
@@ -105,7 +104,7 @@ pub struct QueueState {
     /// Pages the writer has programmed and committed, in seal order.
     pub committed: AtomicU64,
     /// Notified on every commit.
-    pub progress: Event,
+    pub progress: crate::signal::Signal,
     /// Host requests waiting for this queue's commits (flush, FUA, room): while there are
     /// none, the writer thread waits for its programs without spinning (see [`CommitWaiter`]).
     pub commit_waiters: AtomicUsize,
@@ -154,7 +153,7 @@ impl QueueState {
             tx,
             sealed: AtomicU64::new(0),
             committed: AtomicU64::new(0),
-            progress: Event::new(),
+            progress: crate::signal::Signal::new(),
             commit_waiters: AtomicUsize::new(0),
             inline: inline.map(Mutex::new),
         }
@@ -351,6 +350,17 @@ impl Core {
             }
             l.await;
         }
+    }
+
+    /// Whether a page may be sealed into queue `q` without waiting ([`Self::wait_room`]
+    /// would return at once). Virtual time always goes through `wait_room`, which dates the
+    /// page (without waiting).
+    pub(crate) fn has_room(&self, q: usize) -> bool {
+        let queue = &self.queues[q];
+        if self.nand.sim_clock().is_some() && queue.inline.is_some() {
+            return false;
+        }
+        queue.pending() < self.cfg.max_pending_pages as u64 || self.writers_gone()
     }
 
     /// Waits while queue `q` has too many sealed pages in flight (backpressure).

@@ -26,7 +26,6 @@
 
 use std::sync::atomic::Ordering;
 
-use event_listener::Listener;
 use parking_lot::{MutexGuard, RwLockWriteGuard};
 
 use crate::blocks::BlockState;

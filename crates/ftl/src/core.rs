@@ -236,7 +236,7 @@ impl Core {
         }
         drop(r);
         for q in &self.queues {
-            q.progress.notify(usize::MAX);
+            q.progress.notify_all();
         }
     }
 
@@ -255,7 +255,7 @@ impl Core {
     pub fn mark_writers_gone(&self) {
         self.writers_stopping.store(true, Ordering::Release);
         for q in &self.queues {
-            q.progress.notify(usize::MAX);
+            q.progress.notify_all();
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use event_listener::{Event, Listener};
+use crate::signal::Signal;
 
 /// Lets host mutations run concurrently, and lets a checkpoint stop them all for a moment.
 ///
@@ -15,7 +15,8 @@ use event_listener::{Event, Listener};
 pub struct HostGate {
     frozen: AtomicBool,
     active: AtomicUsize,
-    event: Event,
+    /// Raised when the last host mutation leaves and when the gate thaws.
+    event: Signal,
 }
 
 /// Proof that a host mutation is inside the gate.
@@ -24,7 +25,7 @@ pub struct GateGuard<'a>(&'a HostGate);
 impl Drop for GateGuard<'_> {
     fn drop(&mut self) {
         if self.0.active.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.event.notify(usize::MAX);
+            self.0.event.notify_all();
         }
     }
 }
@@ -34,7 +35,7 @@ impl HostGate {
         HostGate {
             frozen: AtomicBool::new(false),
             active: AtomicUsize::new(0),
-            event: Event::new(),
+            event: Signal::new(),
         }
     }
 
@@ -71,7 +72,7 @@ impl HostGate {
 
     fn thaw(&self) {
         self.frozen.store(false, Ordering::Release);
-        self.event.notify(usize::MAX);
+        self.event.notify_all();
     }
 }
 

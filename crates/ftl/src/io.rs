@@ -6,7 +6,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 
-use event_listener::Listener;
 use std::task::{Context, Poll};
 
 use crate::buffer::{CommitWaiter, TrimRecord};
@@ -63,18 +62,30 @@ impl Core {
     ) -> Result<()> {
         self.check_writable()?;
         let q = q % self.data_queues();
+        // Whole pages in a row share one pass through the host gate (entering and leaving it
+        // per 4 KiB page was ~2 % of a 128 KiB write's CPU). The gate is never held while
+        // this request waits: not for room (a checkpoint would wait on it), not for a
+        // read-modify-write.
+        let mut gate = None;
         for p in pieces(offset, data.len()) {
             let range = p.pos..p.pos + p.len;
             if p.whole() {
-                self.wait_room(q).await;
-                let _g = self.gate.enter().await;
+                if !self.has_room(q) {
+                    gate = None;
+                    self.wait_room(q).await;
+                }
+                if gate.is_none() {
+                    gate = Some(self.gate.enter().await);
+                }
                 self.check_writable()?;
                 self.buffer_page(q, p.lpn, data.slice(range));
             } else {
+                gate = None;
                 self.write_partial(q, p.lpn, p.in_page, &data[range])
                     .await?;
             }
         }
+        drop(gate);
         self.note_written(data.len() as u64);
         if fua {
             self.flush_queue(q).await?;

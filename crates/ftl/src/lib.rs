@@ -108,6 +108,7 @@ mod oob;
 mod read;
 mod recovery;
 pub mod schemes;
+mod signal;
 mod sim;
 mod stats;
 #[cfg(test)]

@@ -288,7 +288,7 @@ impl Writer {
         self.placer.committed(core, &page, addr);
         let queue = &core.queues[self.q];
         queue.committed.fetch_add(1, Ordering::AcqRel);
-        queue.progress.notify(usize::MAX);
+        queue.progress.notify_all();
     }
 
     /// Programs `page` where the placer says (again elsewhere after a program failure) and
@@ -399,7 +399,7 @@ impl Writer {
                 queue
                     .committed
                     .fetch_add(pages.len() as u64, Ordering::AcqRel);
-                queue.progress.notify(usize::MAX);
+                queue.progress.notify_all();
                 return Vec::new();
             }
             let target = {
