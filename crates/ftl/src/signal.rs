@@ -1,4 +1,4 @@
-//! A broadcast signal that costs two fences to raise while nobody listens.
+//! A broadcast signal that costs one fence and one load to raise while nobody listens.
 //!
 //! `event_listener::Event` (version 5) takes its list's mutex on every `notify`, listeners or
 //! not. The writers raise a queue's progress on every committed page and the host gate on
