@@ -31,8 +31,8 @@ For each preset, on an image in /dev/shm, with fio's nbd engine on a unix socket
 
 Mean t_read / t_prog are over the cell's page types (page p of a block is type p % bits).
 "bytes per read" is what the FTL asked of the NAND (a 4 KiB slot and its OOB entry), from
-`ftld stats`. QD1 and QD128 runs alternate timing off / real / real-sleep `--reps` times and
-report means. Server CPU per request is the daemon's user+system time over the job.
+`ftld stats`. QD1 and QD128 runs alternate timing off / real / real-sleep `--reps` times
+(default 4, each a fresh daemon start) and report means. Server CPU per request is the daemon's user+system time over the job.
 
 With --planes N the images are made with `[nand] planes = N` (N planes per bank): the page
 FTL then programs the pages waiting in a writer's queue as multi-plane programs, and the
@@ -193,7 +193,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--presets", default="")
     ap.add_argument("--runtime", type=float, default=5)
-    ap.add_argument("--reps", type=int, default=2)
+    # Each repetition is a fresh daemon start per mode, and the transport's round trip moves by
+    # ~3 us from one start to the next on the 2-vCPU guest: "real minus off" for lftl-card's
+    # 39 us QD1 came out 1.088 and 1.024 with 2 repetitions, 1.038 with 4 and with 6
+    # (benches/README.md, 2026-11-27 fourth session).
+    ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--capacity", default="256M")
     ap.add_argument("--planes", type=int, default=1)
     ap.add_argument("--ftld", default="")
