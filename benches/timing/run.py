@@ -32,7 +32,8 @@ For each preset, on an image in /dev/shm, with fio's nbd engine on a unix socket
 Mean t_read / t_prog are over the cell's page types (page p of a block is type p % bits).
 "bytes per read" is what the FTL asked of the NAND (a 4 KiB slot and its OOB entry), from
 `ftld stats`. QD1 and QD128 runs alternate timing off / real / real-sleep `--reps` times
-(default 4, each a fresh daemon start) and report means. Server CPU per request is the daemon's user+system time over the job.
+(default 4, each a fresh daemon start) and report means. Server CPU per request is the
+daemon's user+system time over the job.
 
 With --planes N the images are made with `[nand] planes = N` (N planes per bank): the page
 FTL then programs the pages waiting in a writer's queue as multi-plane programs, and the

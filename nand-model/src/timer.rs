@@ -217,11 +217,12 @@ const POLL_WINDOW_ARMS: u64 = 8;
 /// The window never exceeds this: past it a worker would poll for long stretches with nothing
 /// else to do, and the figures above stop improving.
 const MAX_POLL_WINDOW_NS: u64 = 50_000;
-/// With more deadlines pending than this, only a deadline nearer than one arm's cost is polled
-/// for (the arm cost, at most the poll window); a farther one is armed: an expiry then fires a batch (its own
-/// lateness gathers the deadlines behind it), so the arm is shared, while polling through the
-/// whole window between dense deadlines keeps a worker busy on CPUs the clients need. Arming
-/// for a deadline nearer than the arm's own cost, though, only spends the wait in the kernel.
+/// With more deadlines pending than this, only a deadline nearer than one arm's cost (at most
+/// the poll window) is polled for; a farther one is armed: an expiry then fires a batch (its
+/// own lateness gathers the deadlines behind it), so the arm is shared, while polling through
+/// the whole window between dense deadlines keeps a worker busy on CPUs the clients need.
+/// Arming for a deadline nearer than the arm's own cost, though, only spends the wait in the
+/// kernel.
 /// tlc, 4 x QD32 reads through NBD, alternated: the build without polling 158 k (7 runs,
 /// 144-165), polling whatever the count 151 k (139-163), polling up to 16 pending 159 k
 /// (150-165); QD16 keeps its gain (lftl-card 137 k against 97 k without polling). Then

@@ -352,9 +352,9 @@ impl Core {
         }
     }
 
-    /// Whether a page may be sealed into queue `q` without waiting ([`Self::wait_room`]
-    /// would return at once). Virtual time always goes through `wait_room`, which dates the
-    /// page (without waiting).
+    /// Whether a page may be sealed into queue `q` without waiting: the condition
+    /// [`Self::wait_room`] waits for. Virtual time always goes through `wait_room`, which
+    /// dates the page (without waiting).
     pub(crate) fn has_room(&self, q: usize) -> bool {
         let queue = &self.queues[q];
         if self.nand.sim_clock().is_some() && queue.inline.is_some() {
@@ -374,14 +374,13 @@ impl Core {
             clock.set_ns(at);
             return;
         }
-        let max = self.cfg.max_pending_pages as u64;
         let mut _waiter = None;
-        while queue.pending() >= max && !self.writers_gone() {
+        while !self.has_room(q) {
             if _waiter.is_none() {
                 _waiter = CommitWaiter::new(queue);
             }
             let l = queue.progress.listen();
-            if queue.pending() < max || self.writers_gone() {
+            if self.has_room(q) {
                 return;
             }
             l.await;
