@@ -28,6 +28,9 @@ use crate::error::{BufferKind, ImageError, NandError};
 use crate::faults::{FaultInjector, Power};
 use crate::geometry::{BankId, BlockAddr, Geometry, PageAddr};
 use crate::image::Image;
+use crate::prefault::Prefaulter;
+#[cfg(test)]
+use memmap2::MmapRaw;
 use crate::stats::{BankCounters, ChannelStats, NandStats, OpCounters, TotalStats};
 use crate::timeline::{BankTimeline, Timeline};
 use crate::timing::TimingMode;
@@ -58,6 +61,9 @@ struct Bank {
 
 /// A file-backed emulated NAND SSD. `Send + Sync`; every method takes `&self`.
 pub struct NandDevice {
+    /// Maps a block's pages in when its first page is programmed (see `prefault`). First, so
+    /// it is dropped (its thread joined) before the image's lock is released.
+    prefault: Prefaulter,
     image: Image,
     config: NandConfig,
     banks: Vec<Bank>,
@@ -126,6 +132,12 @@ impl NandDevice {
             .collect();
         Ok(NandDevice {
             timeline: Timeline::new(mode, config.timing, &g, config.interconnect),
+            prefault: match mode {
+                TimingMode::Real => Prefaulter::off(),
+                TimingMode::Off | TimingMode::Virtual => {
+                    Prefaulter::new(&image.map, &g, &image.layout)
+                }
+            },
             image,
             config,
             banks,
@@ -262,7 +274,14 @@ impl NandDevice {
             channels,
             violations: self.violations(),
             injected: self.faults.injected(),
+            prefault: self.prefault.counts(),
         }
+    }
+
+    /// The image's mapping and layout (the prefault tests look at what is resident).
+    #[cfg(test)]
+    pub(crate) fn mapping(&self) -> (&MmapRaw, crate::header::Layout) {
+        (&self.image.map, self.image.layout)
     }
 
     /// Persistent state of `block` (also for bad blocks).
@@ -464,6 +483,11 @@ impl NandDevice {
         let mut blks = [BlockState::default(); MAX_PLANES as usize];
         for (b, &(addr, ..)) in blks.iter_mut().zip(pages) {
             *b = self.programmable(&st.mem, addr)?;
+        }
+        for (b, &(addr, ..)) in blks.iter().zip(pages) {
+            if b.programmed_pages == 0 {
+                self.prefault.block_opened(g.block_index(addr.block));
+            }
         }
         let mut failed = None;
         let mut failed_mask = 0u32;
@@ -697,6 +721,9 @@ impl NandDevice {
             return Err(self.violation(NandError::BadBlock { block: src.block }));
         }
         let mut to = self.programmable(&st.mem, dst)?;
+        if to.programmed_pages == 0 {
+            self.prefault.block_opened(self.geometry().block_index(dst.block));
+        }
         let c = &bank.counters;
         let ch = src.block.bank;
         let t_read = self.config.timing.read_ns(src.page, from.erase_count);

@@ -248,6 +248,7 @@ pub mod fuzzing {
 }
 mod image;
 mod interconnect;
+mod prefault;
 mod presets;
 mod stall_probe;
 mod stats;
@@ -273,7 +274,7 @@ pub use image::{page_data_offset, page_oob_offset};
 pub use interconnect::{Interconnect, MAX_CONTROLLERS};
 pub use presets::{preset, presets, Preset};
 pub use stall_probe::{monotonic_ns, Stall, StallProbe, StallReport};
-pub use stats::{BankStats, ChannelStats, NandStats, TotalStats};
+pub use stats::{BankStats, ChannelStats, NandStats, PrefaultCounts, TotalStats};
 pub use timer::{installed_poll_window_ns, EventLoopTimer, EventLoopTimerError};
 pub use timing::{
     CellTiming, CellType, ReadRetry, Suspend, Timing, TimingMode, MAX_READ_RETRY_STEPS,

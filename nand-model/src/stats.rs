@@ -142,6 +142,19 @@ pub struct NandStats {
     pub violations: u64,
     /// Faults the injector fired.
     pub injected: FaultCounts,
+    /// Blocks whose pages the prefault thread mapped in before their programs (timing `off` and
+    /// `virtual`; see the `prefault` module), and those it could not.
+    pub prefault: PrefaultCounts,
+}
+
+/// What the prefault thread did: blocks populated, and populates that failed (left to the
+/// programs' own page faults).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PrefaultCounts {
+    /// Blocks whose data frames and OOB entries were populated.
+    pub blocks: u64,
+    /// Blocks whose populate failed (e.g. a full tmpfs).
+    pub failures: u64,
 }
 
 impl OpCounters {
