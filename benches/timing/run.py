@@ -43,7 +43,7 @@ channels x channel bandwidth x page / (page + OOB)).
 
 Usage: benches/timing/run.py [--presets a,b,...] [--runtime S] [--reps N] [--capacity SIZE]
                              [--planes N] [--ftld PATH] [--smoke] [--json FILE]
-                             [--idle-poll true|false] [--pin-qd1 true|false]
+                             [--idle-poll true|false] [--pin-qd1 true|false] [--sparse]
   --idle-poll  passed to every `ftld serve` (default true, as ftld's own default: with timing
             real and timer hybrid idle CPUs poll instead of halting; see README.md); with
             true the script also holds idle CPUs polling itself for the whole run, so timing
@@ -54,6 +54,10 @@ Usage: benches/timing/run.py [--presets a,b,...] [--runtime S] [--reps N] [--cap
             real, and the transport itself differed by up to 8 us between the two runs "real
             minus off" subtracts: on the 2-vCPU guest (2026-11-27), tlc, board-000 and qlc
             unpinned 0.93-1.00 of the model, pinned 0.976-1.012.
+  --sparse  leave the images sparse (default: every `ftld serve` gets `--preallocate`, so a
+            fresh image's first writes do not wait for the file system to allocate each page:
+            on the 2-vCPU guest (2026-11-27) that allocation, ~1 us per 4 KiB of tmpfs, capped
+            nvmevirt-970pro's sequential writes with timing real at ~1.3 GB/s, 2.2 preallocated)
   --smoke   one preset (k9-003), 1 s jobs, 1 repetition: checks the script works (a test runs it)
 Needs fio (with the nbd engine: Debian's fio has it); builds ftld unless --ftld is given.
 """
@@ -89,6 +93,8 @@ def hold_idle_poll():
     os.write(fd, (0).to_bytes(4, sys.byteorder, signed=True))
     return fd
 
+# `ftld serve --preallocate` for every server (main clears it with --sparse).
+PREALLOCATE = True
 # `ftld serve --idle-poll` for every server (main sets it from --idle-poll).
 IDLE_POLL = "true"
 
@@ -110,6 +116,8 @@ class Server:
         if config:
             args += ["--config", str(config)]
         args += ["--idle-poll", IDLE_POLL]
+        if PREALLOCATE:
+            args += ["--preallocate"]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while not (self.sock.exists() and self.ctl.exists()):
@@ -207,6 +215,7 @@ def main():
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--json", default="")
     ap.add_argument("--idle-poll", choices=["true", "false"], default="true")
+    ap.add_argument("--sparse", action="store_true")
     ap.add_argument("--pin-qd1", choices=["true", "false"], default="true")
     a = ap.parse_args()
     # QD1: the server's workers on one CPU, fio on another (see the module doc).
@@ -215,8 +224,9 @@ def main():
     if a.pin_qd1 == "true" and len(all_cpus) >= 2:
         first, second = sorted(all_cpus)[:2]
         qd1_pins = ({first}, {second})
-    global IDLE_POLL
+    global IDLE_POLL, PREALLOCATE
     IDLE_POLL = a.idle_poll
+    PREALLOCATE = not a.sparse
     # The same machine state for every run: `ftld serve` holds idle CPUs polling only with
     # timing real, and that also speeds up the transport and fio, so "real minus off" would
     # subtract a slower transport. Held here for the whole run (as root), released at exit.

@@ -224,6 +224,13 @@ pub struct ImageArgs {
     /// Also the number of ublk hardware queues (default: the CPU count).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub queues: Option<u16>,
+    /// Allocate the whole image file (fallocate) when it is opened or created: it then takes
+    /// its full raw size in RAM (tmpfs) or on disk at once, and no first write to a page waits
+    /// for the file system to allocate it (on a sparse image that caps a first pass at the
+    /// kernel's allocation speed, ~1 us per 4 KiB of tmpfs on a small VM). Data is kept
+    /// [default: false: sparse].
+    #[arg(long)]
+    pub preallocate: bool,
     /// TOML configuration file; command-line flags override its values.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,

@@ -9,6 +9,7 @@
 //! image = "/var/lib/ftld/disk0.img"
 //! preset = "k9-003"          # new images only
 //! capacity = "1G"            # new images only; or a number of bytes
+//! preallocate = false        # allocate the whole image file when opened (fallocate)
 //! timing = "real"            # or "off"
 //! timer = "hybrid"           # sleep | hybrid | spin: how timing-real waits pass the time
 //! idle_poll = true           # timer hybrid/spin: idle CPUs poll (/dev/cpu_dma_latency = 0)
@@ -65,6 +66,7 @@ pub struct FileConfig {
     pub image: Option<PathBuf>,
     pub preset: Option<String>,
     pub capacity: Option<SizeValue>,
+    pub preallocate: Option<bool>,
     pub timing: Option<TimingMode>,
     pub timer: Option<TimerMode>,
     pub idle_poll: Option<bool>,
@@ -167,6 +169,8 @@ pub struct ImageSettings {
     /// applied over the preset of a new image and checked against an existing one.
     pub nand: NandFileConfig,
     pub ftl: FtlConfig,
+    /// Allocate the whole image file once it is open ([`nand_model::NandDevice::preallocate`]).
+    pub preallocate: bool,
 }
 
 /// Everything `ftld serve` runs with, after merging.
@@ -308,6 +312,7 @@ pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<Imag
         interconnect,
         nand,
         ftl,
+        preallocate: args.preallocate || file.preallocate.unwrap_or(false),
     })
 }
 

@@ -250,7 +250,9 @@ pub fn create(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ft
         raw = %format_size(nand.geometry.raw_capacity()),
         "creating a new image"
     );
-    match Ftl::create(path, &nand, timing, settings.ftl.clone(), export) {
+    match Ftl::create(path, &nand, timing, settings.ftl.clone(), export)
+        .and_then(|f| preallocate(f, settings))
+    {
         Ok(f) => Ok(f),
         Err(e) => {
             // Leave a file that someone else made (or is making) alone.
@@ -281,7 +283,36 @@ pub fn open(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ftl>
     )?;
     check_interconnect(&info, settings.interconnect)?;
     check_nand_table(&info, &settings.nand)?;
-    Ftl::open(path, timing, settings.ftl.clone()).map_err(|e| describe(e, path))
+    Ftl::open(path, timing, settings.ftl.clone())
+        .and_then(|f| preallocate(f, settings))
+        .map_err(|e| describe(e, path))
+}
+
+/// `--preallocate`: allocates the whole image file now (see `NandDevice::preallocate`). On
+/// failure the FTL is closed cleanly before the error is returned.
+fn preallocate(ftl: Ftl, settings: &ImageSettings) -> Result<Ftl, FtlError> {
+    if !settings.preallocate {
+        return Ok(ftl);
+    }
+    let t = std::time::Instant::now();
+    match ftl.nand().preallocate() {
+        Ok(mapped) => {
+            tracing::info!(
+                image = %settings.path.display(),
+                mapped,
+                bytes = std::fs::metadata(&settings.path).map_or(0, |m| m.len()),
+                millis = t.elapsed().as_millis() as u64,
+                "preallocated the image file"
+            );
+            Ok(ftl)
+        }
+        Err(e) => {
+            if let Err(close) = ftl.close() {
+                tracing::warn!(error = %close, "closing the image after the failed preallocation");
+            }
+            Err(FtlError::Image(e))
+        }
+    }
 }
 
 /// Opens the image, creating it first if it does not exist.

@@ -465,6 +465,85 @@ fn a_two_plane_image_is_written_with_multi_plane_programs() {
     assert!(d.stop().success());
 }
 
+/// `--preallocate` (and `preallocate = true`) allocate the whole image file: on an existing
+/// sparse image when the daemon starts, keeping its data, and at `format`.
+#[test]
+fn preallocate_allocates_the_image_and_keeps_its_data() {
+    use std::os::unix::fs::MetadataExt;
+    let allocated = |p: &Path| {
+        let m = std::fs::metadata(p).expect("stat the image");
+        (m.blocks() * 512, m.len())
+    };
+    let mut d = Daemon::start_with(
+        FTLD,
+        e2e::daemon::DaemonOpts {
+            timing: "off".into(),
+            capacity: "64M".into(),
+            ..Default::default()
+        },
+    );
+    let data: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+        .collect();
+    let mut c = e2e::nbd::Client::connect(&d.socket()).expect("connect");
+    assert_eq!(c.write(3 << 20, &data).expect("write"), 0);
+    c.flush().expect("flush");
+    drop(c);
+    assert!(d.stop().success());
+    let (used, len) = allocated(&d.image());
+    assert!(
+        used < len,
+        "sparse by default: {used} of {len} bytes allocated"
+    );
+    d.opts_mut().extra.push("--preallocate".into());
+    d.restart();
+    let (used, len) = allocated(&d.image());
+    assert!(
+        used >= len,
+        "--preallocate: {used} of {len} bytes allocated"
+    );
+    assert!(
+        d.log().contains("preallocated the image file"),
+        "{}",
+        d.log()
+    );
+    let mut c = e2e::nbd::Client::connect(&d.socket()).expect("connect");
+    assert!(c.read(3 << 20, 1 << 20).expect("read") == data, "data kept");
+    assert!(
+        c.read(5 << 20, 4096).expect("read").iter().all(|&b| b == 0),
+        "unwritten sectors still read as zeroes"
+    );
+    drop(c);
+    assert!(d.stop().success());
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("pre.toml");
+    std::fs::write(&cfg, "preallocate = true\n").expect("write");
+    for (name, extra) in [("a.img", "--preallocate"), ("b.img", "--config")] {
+        let img = dir.path().join(name);
+        let mut cmd = Command::new(FTLD);
+        cmd.args([
+            "format",
+            "--preset",
+            "k9-003",
+            "--capacity",
+            "16M",
+            "--image",
+        ])
+        .arg(&img)
+        .arg(extra);
+        if extra == "--config" {
+            cmd.arg(&cfg);
+        }
+        run_ok(&mut cmd);
+        let (used, len) = allocated(&img);
+        assert!(
+            used >= len,
+            "format {extra}: {used} of {len} bytes allocated"
+        );
+    }
+}
+
 /// A multi-level cell image and one with program/erase suspend: formatted from a preset and
 /// `[nand]`, served, and shown by `ftld info` with their page-type latencies, read-retry and
 /// suspend; a contradicting `[nand] suspend` on the existing image is a usage error.

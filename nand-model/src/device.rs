@@ -29,12 +29,12 @@ use crate::faults::{FaultInjector, Power};
 use crate::geometry::{BankId, BlockAddr, Geometry, PageAddr};
 use crate::image::Image;
 use crate::prefault::Prefaulter;
-#[cfg(test)]
-use memmap2::MmapRaw;
 use crate::stats::{BankCounters, ChannelStats, NandStats, OpCounters, TotalStats};
 use crate::timeline::{BankTimeline, Timeline};
 use crate::timing::TimingMode;
 use crate::waiting::TimerMode;
+#[cfg(test)]
+use memmap2::MmapRaw;
 
 /// Load of one bank, readable without taking its lock ([`NandDevice::bank_load`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,6 +149,19 @@ impl NandDevice {
     /// The image file's path.
     pub fn path(&self) -> &Path {
         &self.image.path
+    }
+
+    /// Allocates the whole image file now (`fallocate`), and on tmpfs maps all of it in, so
+    /// that no program waits for the file system to allocate the page it stores into, and no
+    /// access faults. A sparse image's first pass otherwise runs at the kernel's allocation
+    /// speed: 2.3 us per 4 KiB of tmpfs for a first store on the 2-vCPU guest of 2026-11-27
+    /// (1 us of it for mapping an allocated page), which capped sequential writes with timing
+    /// real at ~1.3 GB/s (`nvmevirt-970pro`, limit 2.3 GB/s). The file then holds its full
+    /// length in RAM (tmpfs) or on disk, and on tmpfs the process's page tables map it all
+    /// (2 MiB per GiB). Data does not change; on an already allocated file it is cheap.
+    /// Returns whether the mapping was populated (tmpfs).
+    pub fn preallocate(&self) -> Result<bool, ImageError> {
+        self.image.preallocate()
     }
 
     /// Geometry, timing and endurance stored in the image.
@@ -722,7 +735,8 @@ impl NandDevice {
         }
         let mut to = self.programmable(&st.mem, dst)?;
         if to.programmed_pages == 0 {
-            self.prefault.block_opened(self.geometry().block_index(dst.block));
+            self.prefault
+                .block_opened(self.geometry().block_index(dst.block));
         }
         let c = &bank.counters;
         let ch = src.block.bank;

@@ -321,6 +321,16 @@ pub enum ImageError {
         /// What is wrong.
         source: GeometryError,
     },
+    /// `fallocate` could not allocate the whole file ([`crate::NandDevice::preallocate`]).
+    #[error("image {}: cannot preallocate its {bytes} bytes: {source}", path.display())]
+    Preallocate {
+        /// The image path.
+        path: PathBuf,
+        /// The file's length.
+        bytes: u64,
+        /// The underlying error (e.g. no space left, or a file system without fallocate).
+        source: io::Error,
+    },
     /// An I/O error on the file.
     #[error("image {}: {source}", path.display())]
     Io {
@@ -345,6 +355,7 @@ impl ImageError {
             | ImageError::CorruptFrameTable { path, .. }
             | ImageError::Locked { path, .. }
             | ImageError::InvalidGeometry { path, .. }
+            | ImageError::Preallocate { path, .. }
             | ImageError::Io { path, .. } => path,
         }
     }

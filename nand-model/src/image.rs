@@ -139,6 +139,57 @@ fn map_file(file: &File, path: &Path) -> Result<Arc<MmapRaw>, ImageError> {
 }
 
 impl Image {
+    /// Allocates every byte of the file (`fallocate`, mode 0: holes become allocated zeroes,
+    /// data is left as it is) and, on tmpfs, maps every page in. Returns whether it mapped.
+    /// See [`crate::NandDevice::preallocate`].
+    pub(crate) fn preallocate(&self) -> Result<bool, ImageError> {
+        let bytes = self.layout.len;
+        let err = |source| ImageError::Preallocate {
+            path: self.path.clone(),
+            bytes,
+            source,
+        };
+        let len = libc::off_t::try_from(bytes)
+            .map_err(|_| err(io::Error::from(ErrorKind::InvalidInput)))?;
+        let fd = self.file.as_raw_fd();
+        loop {
+            // SAFETY: fallocate on a file descriptor this image owns (open for the image's
+            // lifetime), over the file's own length; it touches no memory of ours.
+            let rc = unsafe { libc::fallocate(fd, 0, 0, len) };
+            if rc == 0 {
+                break;
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != ErrorKind::Interrupted {
+                return Err(err(e));
+            }
+        }
+        // SAFETY: `statfs` is a plain C struct of integers; all-zero is a valid value.
+        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: fstatfs writes one statfs into `fs`, which lives across the call.
+        let tmpfs = unsafe { libc::fstatfs(fd, &mut fs) } == 0
+            && fs.f_type as i64 == libc::TMPFS_MAGIC as i64;
+        if !tmpfs {
+            // On a disk file the pages would be read in (a written image: its whole length)
+            // and their first writes would still fault for dirty tracking: not worth it.
+            return Ok(false);
+        }
+        // On tmpfs a page in the file is memory already; mapping it read makes the mapping
+        // writable too (tmpfs tracks no dirty pages), so no access faults afterwards
+        // (1.5 us per 4 KiB here, against ~1 us for each first access otherwise). A kernel
+        // without MADV_POPULATE_READ (before 5.14) just leaves the mapping to fault as usual.
+        // SAFETY: the whole mapping, which `self.map` keeps alive; populating reads nothing
+        // into our memory and changes no page.
+        let rc = unsafe {
+            libc::madvise(
+                self.map.as_mut_ptr().cast::<libc::c_void>(),
+                self.map.len(),
+                libc::MADV_POPULATE_READ,
+            )
+        };
+        Ok(rc == 0)
+    }
+
     /// Creates a new image; refuses to touch an existing file.
     pub(crate) fn create(path: &Path, config: &NandConfig) -> Result<Image, ImageError> {
         config

@@ -353,14 +353,27 @@ mod tests {
         );
         program(&dev, b.page(0));
         let c = await_blocks(&dev, 2);
-        assert_eq!(c, PrefaultCounts { blocks: 2, failures: 0 });
-        assert!(resident(&dev, b, 1..PAGES).iter().all(|&r| r), "rest of the block");
+        assert_eq!(
+            c,
+            PrefaultCounts {
+                blocks: 2,
+                failures: 0
+            }
+        );
         assert!(
-            resident(&dev, BlockAddr::new(1, 3), 0..PAGES).iter().all(|&r| r),
+            resident(&dev, b, 1..PAGES).iter().all(|&r| r),
+            "rest of the block"
+        );
+        assert!(
+            resident(&dev, BlockAddr::new(1, 3), 0..PAGES)
+                .iter()
+                .all(|&r| r),
             "the next block of the bank"
         );
         assert!(
-            resident(&dev, BlockAddr::new(1, 4), 0..PAGES).iter().all(|r| !r),
+            resident(&dev, BlockAddr::new(1, 4), 0..PAGES)
+                .iter()
+                .all(|r| !r),
             "nothing else"
         );
         // Populating changed nothing: the programmed page reads back, the others read erased.
@@ -368,7 +381,10 @@ mod tests {
         dev.read(b.page(0), 0, &mut buf, None).expect("read").wait();
         assert_eq!(buf, data(b.page(0)));
         dev.read(b.page(1), 0, &mut buf, None).expect("read").wait();
-        assert!(buf.iter().all(|&x| x == 0xFF), "an unprogrammed page reads erased");
+        assert!(
+            buf.iter().all(|&x| x == 0xFF),
+            "an unprogrammed page reads erased"
+        );
         // Programs into populated pages are plain stores; every page reads back.
         for p in 1..PAGES {
             program(&dev, b.page(p));
@@ -386,14 +402,18 @@ mod tests {
         let last = BlockAddr::new(0, BLOCKS - 1);
         program(&dev, last.page(0));
         assert_eq!(await_blocks(&dev, 1).blocks, 1);
-        assert!(resident(&dev, BlockAddr::new(1, 0), 0..PAGES).iter().all(|r| !r));
+        assert!(resident(&dev, BlockAddr::new(1, 0), 0..PAGES)
+            .iter()
+            .all(|r| !r));
         // Erased and programmed again: asked for before, so not again. A later request for
         // other blocks is counted after it (the channel is FIFO), so the count is exact.
         dev.erase(last).expect("erase").wait();
         program(&dev, last.page(0));
         program(&dev, BlockAddr::new(2, 5).page(0));
         assert_eq!(await_blocks(&dev, 3).blocks, 3);
-        assert!(resident(&dev, BlockAddr::new(2, 6), 0..PAGES).iter().all(|&r| r));
+        assert!(resident(&dev, BlockAddr::new(2, 6), 0..PAGES)
+            .iter()
+            .all(|&r| r));
     }
 
     #[test]
@@ -404,6 +424,8 @@ mod tests {
         // No thread exists with timing real, so nothing can populate later either.
         assert_eq!(dev.stats().prefault, PrefaultCounts::default());
         assert!(resident(&dev, b, 1..PAGES).iter().all(|r| !r));
-        assert!(resident(&dev, BlockAddr::new(3, 2), 0..PAGES).iter().all(|r| !r));
+        assert!(resident(&dev, BlockAddr::new(3, 2), 0..PAGES)
+            .iter()
+            .all(|r| !r));
     }
 }

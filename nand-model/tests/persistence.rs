@@ -91,3 +91,54 @@ fn image_is_sparse_at_creation() {
         meta.blocks() * 512
     );
 }
+
+/// `preallocate` allocates the whole file (no holes left) and changes no data, before or after
+/// a reopen; a second call is harmless.
+#[test]
+fn preallocate_fills_the_holes_and_keeps_the_data() {
+    use std::os::unix::fs::MetadataExt;
+    let mut f = Fixture::small();
+    let p = PageAddr::new(1, 3, 0);
+    f.dev()
+        .program(p, &pattern(p, 5, 4096), &pattern(p, 6, 64))
+        .unwrap()
+        .wait();
+    let meta = std::fs::metadata(&f.path).unwrap();
+    assert!(
+        meta.blocks() * 512 < meta.len(),
+        "a new image is sparse ({} of {} bytes allocated)",
+        meta.blocks() * 512,
+        meta.len()
+    );
+    f.dev().preallocate().unwrap();
+    f.dev().preallocate().unwrap();
+    // On tmpfs the mapping is populated too (elsewhere the result depends on the file system).
+    let shm = tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm (tmpfs)");
+    let dev =
+        NandDevice::create(&shm.path().join("t.img"), &small_config(), TimingMode::Off).unwrap();
+    dev.program(p, &pattern(p, 1, 4096), &[]).unwrap().wait();
+    assert!(dev.preallocate().unwrap(), "a tmpfs image is mapped in");
+    let mut data = vec![0u8; 4096];
+    dev.read(p, 0, &mut data, None).unwrap().wait();
+    assert_eq!(data, pattern(p, 1, 4096));
+    drop(dev);
+    let meta = std::fs::metadata(&f.path).unwrap();
+    assert!(
+        meta.blocks() * 512 >= meta.len(),
+        "preallocated: {} of {} bytes allocated",
+        meta.blocks() * 512,
+        meta.len()
+    );
+    f.reopen(TimingMode::Off);
+    let (mut data, mut oob) = (vec![0u8; 4096], vec![0u8; 64]);
+    f.dev()
+        .read(p, 0, &mut data, Some(&mut oob))
+        .unwrap()
+        .wait();
+    assert_eq!((data, oob), (pattern(p, 5, 4096), pattern(p, 6, 64)));
+    // An unwritten page still reads erased (allocated zeroes are not data).
+    let q = PageAddr::new(2, 0, 0);
+    let mut data = vec![0u8; 4096];
+    f.dev().read(q, 0, &mut data, None).unwrap().wait();
+    assert!(data.iter().all(|&b| b == 0xFF));
+}

@@ -85,6 +85,11 @@ impl Daemon {
         self.wait_ready();
     }
 
+    /// The options the next [`Daemon::restart`] runs with.
+    pub fn opts_mut(&mut self) -> &mut DaemonOpts {
+        &mut self.opts
+    }
+
     /// The `ftld serve ...` command this guard runs (for starting a second daemon by hand).
     pub fn serve_command(&self) -> Command {
         let mut c = Command::new(&self.bin);
