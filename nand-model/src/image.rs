@@ -167,6 +167,8 @@ impl Image {
         // SAFETY: `statfs` is a plain C struct of integers; all-zero is a valid value.
         let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
         // SAFETY: fstatfs writes one statfs into `fs`, which lives across the call.
+        // (f_type's integer type differs between architectures, hence the casts.)
+        #[allow(clippy::unnecessary_cast)]
         let tmpfs = unsafe { libc::fstatfs(fd, &mut fs) } == 0
             && fs.f_type as i64 == libc::TMPFS_MAGIC as i64;
         if !tmpfs {

@@ -156,7 +156,7 @@ impl Prefaulter {
     /// asks for it and the next block of its bank to be populated.
     pub(crate) fn block_opened(&self, block: u64) {
         self.ask(block);
-        if self.blocks_per_bank > 0 && (block + 1) % self.blocks_per_bank != 0 {
+        if self.blocks_per_bank > 0 && !(block + 1).is_multiple_of(self.blocks_per_bank) {
             self.ask(block + 1);
         }
     }
