@@ -39,6 +39,12 @@
 //! can tear a page (the page cache may write back out of order); the FTL's own OOB CRC catches
 //! that. [`NandDevice::sync`] (`msync` + `fsync`) is what survives the machine.
 //!
+//! Sparse means the first store into each 4 KiB of the file is a page fault that allocates and
+//! maps a page (2.3 us on tmpfs on a small PVM guest: a fresh image's first pass runs at the
+//! kernel's allocation speed). [`NandDevice::preallocate`] allocates the whole file up front
+//! (and on tmpfs maps it in); without it, with timing `off` and `virtual` a thread maps each
+//! block in when its first page is programmed (`prefault.rs`).
+//!
 //! Opening checks magic, version, CRC, geometry validity, the expected geometry (field by field)
 //! and the file length, and takes an exclusive POSIX `fcntl` lock; each failure is its own
 //! [`ImageError`] naming the file. A second process gets [`ImageError::Locked`] with the holder's
