@@ -191,7 +191,9 @@ impl Prefaulter {
 
 impl Drop for Prefaulter {
     fn drop(&mut self) {
-        // Closing the channel ends the thread once it has done what it was asked.
+        // What is still queued is dropped (the device is going away: closing must not wait
+        // for a backlog of populates); closing the channel ends the thread.
+        self.shared.enabled.store(false, Ordering::Relaxed);
         self.tx = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
