@@ -544,6 +544,71 @@ fn preallocate_allocates_the_image_and_keeps_its_data() {
     }
 }
 
+/// `--preallocate` on a file system without room for the image: a clear error naming the
+/// image and the cause, exit code 1; a new image is not left behind, an existing one is kept.
+#[test]
+fn preallocate_without_room_is_a_clear_error() {
+    if !e2e::require_root() {
+        return;
+    }
+    /// Unmounts the small tmpfs however the test ends.
+    struct Mounted(std::path::PathBuf);
+    impl Drop for Mounted {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    run_ok(
+        Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64M", "tmpfs"])
+            .arg(dir.path()),
+    );
+    let _mounted = Mounted(dir.path().to_path_buf());
+    let new = dir.path().join("new.img");
+    let (code, err) = run_to_exit(
+        Command::new(FTLD)
+            .args(["format", "--preallocate", "--capacity", "256M", "--image"])
+            .arg(&new),
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("image {}: cannot preallocate its", new.display()))
+            && err.contains("No space left on device"),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("No space left on device").count(),
+        1,
+        "the cause once: {err}"
+    );
+    assert!(!new.exists(), "a half-made image is removed");
+    // Sparse, the same image fits (nothing is written yet); preallocating it at serve fails
+    // the same way and leaves it as it was.
+    let old = dir.path().join("old.img");
+    run_ok(
+        Command::new(FTLD)
+            .args(["format", "--capacity", "256M", "--image"])
+            .arg(&old),
+    );
+    let (code, err) = run_to_exit(
+        Command::new(FTLD)
+            .args([
+                "serve",
+                "--frontend",
+                "nbd",
+                "--timing",
+                "off",
+                "--preallocate",
+            ])
+            .arg("--image")
+            .arg(&old),
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cannot preallocate its"), "{err}");
+    assert_eq!(info_json(&old)["capacity_bytes"], 256u64 << 20);
+}
+
 /// A multi-level cell image and one with program/erase suspend: formatted from a preset and
 /// `[nand]`, served, and shown by `ftld info` with their page-type latencies, read-retry and
 /// suspend; a contradicting `[nand] suspend` on the existing image is a usage error.

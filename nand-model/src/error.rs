@@ -322,14 +322,15 @@ pub enum ImageError {
         source: GeometryError,
     },
     /// `fallocate` could not allocate the whole file ([`crate::NandDevice::preallocate`]).
-    #[error("image {}: cannot preallocate its {bytes} bytes: {source}", path.display())]
+    /// (The cause is part of the message, not a `source`: chained printing would repeat it.)
+    #[error("image {}: cannot preallocate its {bytes} bytes: {error}", path.display())]
     Preallocate {
         /// The image path.
         path: PathBuf,
         /// The file's length.
         bytes: u64,
         /// The underlying error (e.g. no space left, or a file system without fallocate).
-        source: io::Error,
+        error: io::Error,
     },
     /// An I/O error on the file.
     #[error("image {}: {source}", path.display())]

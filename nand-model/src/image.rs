@@ -144,10 +144,10 @@ impl Image {
     /// See [`crate::NandDevice::preallocate`].
     pub(crate) fn preallocate(&self) -> Result<bool, ImageError> {
         let bytes = self.layout.len;
-        let err = |source| ImageError::Preallocate {
+        let err = |error| ImageError::Preallocate {
             path: self.path.clone(),
             bytes,
-            source,
+            error,
         };
         let len = libc::off_t::try_from(bytes)
             .map_err(|_| err(io::Error::from(ErrorKind::InvalidInput)))?;
