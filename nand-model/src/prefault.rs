@@ -46,8 +46,10 @@ use crate::stats::PrefaultCounts;
 struct Shared {
     /// One bit per block of the device (global block index): asked for already.
     asked: Vec<AtomicU64>,
-    /// False once the kernel refused the advice; nothing is asked for after that.
+    /// False once the kernel refused the advice or the device is being dropped (or with no
+    /// thread): nothing is asked for, and the thread stops.
     enabled: AtomicBool,
+    /// Blocks populated, and blocks whose populate failed (see [`PrefaultCounts`]).
     blocks: AtomicU64,
     failures: AtomicU64,
 }
