@@ -58,8 +58,8 @@ Usage: benches/timing/run.py [--presets a,b,...] [--runtime S] [--reps N] [--cap
             unpinned 0.93-1.00 of the model, pinned 0.976-1.012.
   --seq-capacity  the export of the sequential jobs' images (default 1G: 512 MiB written).
             At the 256M of the other jobs the fastest presets wrote their 128 MiB in ~55 ms,
-            and the ramp-up and the final flush took ~2.5 % of that (nvmevirt-970pro, 2 runs:
-            0.975 of the limit at 256M, 0.992 at 1G)
+            where ramp-up and the final flush weigh more (nvmevirt-970pro, 2 runs: 0.975 of
+            the limit at 256M, 0.992 at 1G)
   --sparse  leave the images sparse (default: every `ftld serve` gets `--preallocate`, so a
             fresh image's first writes do not wait for the file system to allocate each page:
             on the 2-vCPU guest (2026-11-27) that allocation, ~1 us per 4 KiB of tmpfs, capped

@@ -226,8 +226,8 @@ pub struct ImageArgs {
     pub queues: Option<u16>,
     /// Allocate the whole image file (fallocate) when it is opened or created: it then takes
     /// its full raw size in RAM (tmpfs) or on disk at once, and no first write to a page waits
-    /// for the file system to allocate it (on a sparse image that caps a first pass at the
-    /// kernel's allocation speed, ~1 us per 4 KiB of tmpfs on a small VM). Data is kept
+    /// for the file system to allocate and map it (on a sparse image that caps a first pass at
+    /// the kernel's speed, ~2 us per 4 KiB of tmpfs on a small VM). Data is kept
     /// [default: false: sparse].
     #[arg(long)]
     pub preallocate: bool,

@@ -205,9 +205,9 @@ impl Drop for Prefaulter {
 
 /// The prefault thread: populates each block it receives until the channel closes.
 fn populate_loop(map: &MmapRaw, shared: &Shared, ranges: BlockRanges, rx: &Receiver<u64>) {
-    // SCHED_IDLE: populating runs on CPU time nothing else wants. A busy device's writers
-    // spin towards their deadlines; taking a CPU from them (or from the host) would cost more
-    // than it saves, and a page not populated yet is simply faulted in by its program.
+    // SCHED_IDLE: populating runs on CPU time nothing else wants. Taking a CPU from the host's
+    // threads (or the client beside them) would cost more than it saves, and a page not
+    // populated yet is simply faulted in by its program.
     let idle = libc::sched_param { sched_priority: 0 };
     // SAFETY: pid 0 is the calling thread; the parameter is a valid sched_param. Failure only
     // leaves the thread at its normal priority.
