@@ -8,11 +8,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 
 /// The system allocator, counting.
 pub struct CountingAlloc;
 
 fn grew(n: usize) {
+    ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
     let live = LIVE.fetch_add(n, Ordering::Relaxed) + n;
     PEAK.fetch_max(live, Ordering::Relaxed);
 }
@@ -76,4 +78,9 @@ pub fn reset_peak() -> usize {
 pub fn peak() -> usize {
     PEAK.load(Ordering::Relaxed)
         .max(LIVE.load(Ordering::Relaxed))
+}
+
+/// Allocations (and growing reallocations) since the process started.
+pub fn allocations() -> usize {
+    ALLOCATIONS.load(Ordering::Relaxed)
 }

@@ -300,7 +300,11 @@ impl Core {
         queue.sealed.fetch_add(1, Ordering::AcqRel);
         if let Some(w) = &queue.inline {
             // Lock order: open page, then the inline writer (only ever taken here).
-            w.lock().place(self, page);
+            if let Some(spare) = w.lock().place(self, page) {
+                // The slot vector of a page committed meanwhile: the next open page's, so a
+                // page costs no allocation.
+                open.slots = spare;
+            }
             return;
         }
         if queue.tx.send(WriterMsg::Page(page)).is_err() {
