@@ -34,7 +34,7 @@
 #   --no-pin   leave the `-pin` jobs out
 #   --smoke    64 MiB export, 1 s per job, 1 repetition: checks the script works (a test runs it)
 # Needs fio, nbdkit, qemu-utils (qemu-nbd, qemu-img), jq, taskset (util-linux); builds ftld
-# (cargo build --release) unless --ftld is given.
+# (cargo build --profile dist, the shipped daemon) unless --ftld is given.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 
@@ -81,8 +81,8 @@ if ! [[ "$PIN_CPU" =~ ^[0-9]+$ ]] || ! taskset -c "$PIN_CPU" true 2>/dev/null; t
     exit 2
 fi
 if [ -z "$FTLD" ]; then
-    (cd "$ROOT" && cargo build --release -q -p ftld)
-    FTLD="${CARGO_TARGET_DIR:-$ROOT/target}/release/ftld"
+    (cd "$ROOT" && cargo build --profile dist -q -p ftld)
+    FTLD="${CARGO_TARGET_DIR:-$ROOT/target}/dist/ftld"
 fi
 
 declare -A SPID # server name -> pid

@@ -245,8 +245,9 @@ def main():
         die("missing fio (Debian package: fio)")
     ftld = a.ftld
     if not ftld:
-        subprocess.run(["cargo", "build", "--release", "-q", "-p", "ftld"], cwd=ROOT, check=True)
-        ftld = str(ROOT / "target/release/ftld")
+        subprocess.run(["cargo", "build", "--profile", "dist", "-q", "-p", "ftld"], cwd=ROOT,
+                       check=True)
+        ftld = str(ROOT / "target/dist/ftld")
     presets = json.loads(subprocess.run([ftld, "presets", "--json"], check=True,
                                         capture_output=True, text=True).stdout)
     by_name = {p["name"]: p for p in presets}

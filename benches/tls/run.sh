@@ -4,9 +4,9 @@
 # throughput per round. Certificates are generated with openssl (Debian `openssl`).
 #
 # Usage: benches/tls/run.sh [--ftld PATH] [--mib N] [--rounds N]
-#   defaults: target/release/ftld, 256 MiB, 3 rounds (the first clear round warms caches).
+#   defaults: target/dist/ftld, 256 MiB, 3 rounds (the first clear round warms caches).
 set -euo pipefail
-FTLD=target/release/ftld
+FTLD=target/dist/ftld
 MIB=256
 ROUNDS=3
 while [ $# -gt 0 ]; do
@@ -20,7 +20,7 @@ done
 for t in nbdcopy nbdinfo openssl; do
     command -v "$t" >/dev/null || { echo "$0: $t missing (apt-get install libnbd-bin openssl)" >&2; exit 1; }
 done
-[ -x "$FTLD" ] || { echo "$0: $FTLD not built (cargo build --release -p ftld)" >&2; exit 1; }
+[ -x "$FTLD" ] || { echo "$0: $FTLD not built (cargo build --profile dist -p ftld)" >&2; exit 1; }
 D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
 # A CA, a server certificate for localhost, and a client directory holding only the CA.
