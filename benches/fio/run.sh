@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end benchmark: the same fio jobs (ioengine=nbd, one NBD connection per fio job) against
-#   ftld     `ftld serve --timing off` (release build) on an image in /dev/shm
+#   ftld     `ftld serve --timing off` (profile `dist`) on an image in /dev/shm
 #   nbdkit   `nbdkit memory SIZE`
 #   qemu-nbd `qemu-nbd -f raw` on a raw file in /dev/shm (writeback cache, thread pool AIO)
 # all on unix sockets, alternating the servers job by job (and rotating their order every
