@@ -7,7 +7,7 @@
 //!     [--capacity 1G] [--requests 16384] [--dir /dev/shm] [--reps 3]
 //! ```
 //!
-//! The image (timing off, default `[ftl]` settings, preallocated) is filled sequentially twice,
+//! The image (timing off, default `[ftl]` settings, sparse) is filled sequentially twice,
 //! so the measured writes overwrite a full device and GC erases the blocks they invalidate.
 //! Then one thread writes `--requests` sequential writes of `--bs` from one queue, and the
 //! process's CPU time (every thread: writers, GC, maintenance) is divided by the requests. The
@@ -65,6 +65,10 @@ fn main() {
             _ => panic!("unknown argument {a}"),
         }
     }
+    assert!(
+        bs >= 4096 && bs.is_multiple_of(4096),
+        "--bs must be a multiple of 4 KiB"
+    );
     let tmp = tempfile::tempdir_in(&dir).expect("scratch dir");
     let nand = ftl_benches::preset(&preset, capacity);
     let ftl = ftl_benches::ftl(tmp.path(), &nand, TimingMode::Off, FtlConfig::default());
