@@ -7,7 +7,8 @@ read, 371 GB written, holes removed to fit 4 GB). Stand-in (no trace is shipped)
 workload (80 % of requests to 20 % of the space) of 16 KiB requests, 55 % reads (the
 WindowsPC trace of the thesis, paper 003: 3.5 pages per request, 55 % of requests reads), on an
 aged `board-000` device (the paper's NAND: 4 KiB page, 512 KiB block, 60/800/1500 us; 80 %
-preconditioned), closed loop at each queue depth, virtual time.
+preconditioned), closed loop at each queue depth, virtual time. Each worker owns its working
+block on every bank, as in the paper (`[ftl] frontiers = "per-queue"`).
 
 Paper: no absolute times; the average differs negligibly up to QD 4 and is up to ~5.5 % shorter
 with four workers at QD 256; the worst case improves with QD but differs insignificantly.
@@ -21,12 +22,14 @@ def main():
     n_req = 4000 if a.quick else 100000
     cap = "128M" if a.quick else "408M"
     rows = []
+    cfg = a.out / "per-queue.toml"
+    cfg.write_text('[ftl]\nfrontiers = "per-queue"\n')
     for qd in (1, 2, 4, 8, 16, 32, 64, 128, 256):
         r = {"queue depth": qd}
         for workers in (1, 4):
             s, _ = common.replay(a, f"qd{qd}-w{workers}", [
                 "--preset", "board-000", "--capacity", cap, "--queues", workers,
-                "--precondition", 80, "--queue-depth", qd, "--seed", 1, "--workload",
+                "--config", cfg, "--precondition", 80, "--queue-depth", qd, "--seed", 1, "--workload",
                 f"hotcold,hot=80/20,bs=16k,read=55,requests={n_req}"])
             n = s["read"]["count"] + s["write"]["count"]
             mean = (s["read"]["mean_us"] * s["read"]["count"]

@@ -16,6 +16,11 @@ More queues mean more space set aside for open blocks when the image is formatte
 queue per bank), of which the FTL keeps about half idle, so the physical spare, and with it the
 limit, moves with the queue count. The hot/cold rows have no closed-form limit; the uniform
 limit at the same spare is shown for scale.
+
+Write frontiers are shared per bank (`[ftl] frontiers = "per-bank"`, the default): the queues
+take turns on each bank's open block. The rows marked `per-queue` give every queue its own open
+block on every bank (paper 000's design), which leaves about half a block per queue and bank
+idle: the cost grows with the queue count, which the default follows (the CPUs, up to 8).
 """
 
 import common
@@ -27,10 +32,10 @@ def main():
     requests = 100_000 if a.quick else 1_000_000
     rows = []
 
-    def run(tag, op, queues, workload, victim="greedy", separation="none"):
+    def run(tag, op, queues, workload, victim="greedy", separation="none", frontiers="per-bank"):
         cfg = a.out / f"{tag}.toml"
         cfg.write_text(f'[ftl]\noverprovision = {op}\nvictim_policy = "{victim}"\n'
-                       f'separation = "{separation}"\n')
+                       f'separation = "{separation}"\nfrontiers = "{frontiers}"\n')
         s, _ = common.replay(a, tag, [
             "--preset", "default", "--capacity", capacity, "--queues", queues,
             "--config", cfg, "--precondition", 100, "--queue-depth", 32, "--seed", 1,
@@ -44,15 +49,19 @@ def main():
             "hot pages": s["gc"]["hot_pages"] / requests,
         }
 
-    def row(workload, op, queues, victims, separation="none"):
-        return {"workload": workload, "OP": op, "queues": queues, "victims": victims,
-                "separation": separation}
+    def row(workload, op, queues, victims, separation="none", frontiers="per-bank"):
+        return {"workload": workload, "OP": op, "queues": queues, "frontiers": frontiers,
+                "victims": victims, "separation": separation}
 
     for op in (0.07, 0.28):
-        for q in (1, 2, 4):
+        for q in (1, 2, 4, 8):
             r = row("uniform", op, q, "greedy")
             r.update(run(f"uniform-op{op}-q{q}", op, q, "random"))
             rows.append(r)
+    for q in (2, 8):
+        r = row("uniform", 0.07, q, "greedy", frontiers="per-queue")
+        r.update(run(f"uniform-op0.07-q{q}-per-queue", 0.07, q, "random", frontiers="per-queue"))
+        rows.append(r)
     r = row("uniform", 0.07, 2, "cost-benefit")
     r.update(run("uniform-op0.07-q2-cost-benefit", 0.07, 2, "random", "cost-benefit"))
     rows.append(r)
@@ -66,7 +75,8 @@ def main():
             rows.append(r)
     common.write_table(
         a, "WAF against the greedy Lambert-W limit (default preset, 4 KiB random overwrites)",
-        ["workload", "OP", "queues", "victims", "separation", "spare factor", "limit", "WAF",
+        ["workload", "OP", "queues", "frontiers", "victims", "separation", "spare factor",
+         "limit", "WAF",
          "WAF / limit", "hot pages"],
         rows,
         "Goal (issue 14): WAF / limit <= 1.10 for uniform writes; hot/cold at or below greedy. "

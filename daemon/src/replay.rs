@@ -229,6 +229,10 @@ fn replay_image(
     cfg_json["ftl"] = stats.scheme.into();
     cfg_json["gc_policy"] = serde_json::to_value(stats.gc_policy)?;
     cfg_json["queues"] = ftl.queues().into();
+    // Every `[ftl]` setting the run used (file, flags and defaults), so a result records the
+    // policies behind it (victims, separation, frontiers, ...). Format-time values of an
+    // existing image (over-provisioning) are the image's, not these.
+    cfg_json["ftl_settings"] = serde_json::to_value(&settings.ftl)?;
     cfg_json["precondition"] = serde_json::to_value(&precondition)?;
     let summary = match timing {
         ReplayTiming::Virtual => replay_on(args, workload, opts, Device::Virtual(&ftl), cfg_json)?,

@@ -155,6 +155,25 @@ fn waf_limit() {
         let ratio = r["WAF / limit"].as_f64().unwrap();
         assert!(ratio > 0.9, "{r}");
     }
+    // Frontiers shared per bank leave less spare idle in open blocks than one per queue and
+    // bank: less WAF at 8 queues.
+    let waf = |queues: f64, frontiers: &str| {
+        rows.iter()
+            .find(|r| {
+                r["workload"].as_str() == Some("uniform")
+                    && r["OP"].as_f64() == Some(0.07)
+                    && r["queues"].as_f64() == Some(queues)
+                    && r["frontiers"].as_str() == Some(frontiers)
+            })
+            .and_then(|r| r["WAF"].as_f64())
+            .unwrap_or_else(|| panic!("no uniform 7 % row for {queues} queues, {frontiers}"))
+    };
+    assert!(
+        waf(8.0, "per-bank") < waf(8.0, "per-queue"),
+        "per-bank {} vs per-queue {}",
+        waf(8.0, "per-bank"),
+        waf(8.0, "per-queue")
+    );
     // Cost-benefit keeps cold data out of the way of hot data: less WAF than greedy.
     let (greedy, cb) = (
         pick("hot/cold 80/20", "greedy", "none"),

@@ -115,6 +115,10 @@ fn a_workload_on_a_preconditioned_device() {
     let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(s["requests"], 20000);
     assert_eq!(s["config"]["ftl"], "fast");
+    // Every [ftl] setting the run used is recorded, defaults included.
+    let settings = &s["config"]["ftl_settings"];
+    assert_eq!(settings["victim_policy"], "greedy", "{s}");
+    assert_eq!(settings["frontiers"], "per-bank", "{s}");
     assert!(s["config"]["precondition"]["fill_bytes"].as_u64().unwrap() > 20 << 20);
     assert!(s["gc"]["merges"]["full"].is_number(), "{s}");
     assert_eq!(

@@ -55,13 +55,28 @@ pub enum VictimPolicy {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Separation {
-    /// One open block per bank and writer for every host page (GC-moved data has its own).
+    /// One write frontier per bank for every host page (per bank and writer with frontiers
+    /// `per-queue`; GC-moved data has its own).
     #[default]
     None,
     /// Hot/cold separation by update recency: a page the host wrote before within the last
-    /// half to whole `hot_window` goes to a second write frontier per bank and writer (an open
+    /// half to whole `hot_window` goes to a second write frontier per bank (and writer) (an open
     /// block per plane) (`schemes/page/recency.rs`).
     HotCold,
+}
+
+/// Who holds the page scheme's host write frontiers (`schemes/page/frontiers.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Frontiers {
+    /// LFTL's current-writing block per bank (paper 001): a bank's open block is lent to one
+    /// writer at a time for one program, so the device has one partly written block per bank
+    /// (and temperature) whatever the number of queues.
+    #[default]
+    PerBank,
+    /// Paper 000's working block per worker: each queue's writer owns an open block on every
+    /// bank, so with `q` queues about `q / 2` blocks per bank of spare sit idle, half written.
+    PerQueue,
 }
 
 /// Tunables of a running FTL. Values that fix the on-flash format (over-provisioning) are used
@@ -77,11 +92,15 @@ pub struct FtlConfig {
     pub overprovision: f64,
     pub gc_policy: GcPolicy,
     pub victim_policy: VictimPolicy,
-    /// Page scheme: hot/cold separation of host writes (a running policy). Each writer then
-    /// keeps two write frontiers per bank, so more spare sits idle in open blocks (the image's
-    /// format reserves room for one per queue and bank; a writer with no room in its page's
-    /// temperature takes the other's open block before it cleans).
+    /// Page scheme: hot/cold separation of host writes (a running policy). Each bank (each
+    /// writer's, with frontiers `per-queue`) then has two write frontiers, so more spare sits
+    /// idle in open blocks (the image's format reserves room for one per queue and bank; a
+    /// writer with no room in its page's temperature takes the other's open block before it
+    /// cleans).
     pub separation: Separation,
+    /// Page scheme: whether host write frontiers are shared per bank (the default) or owned
+    /// per queue (a running policy). See [`Frontiers`].
+    pub frontiers: Frontiers,
     /// With `separation = "hot-cold"`: the window, in exported capacities, within which a
     /// rewrite makes a page hot (judged over the last half to whole window; 1.0: the exported
     /// capacity).
@@ -147,6 +166,7 @@ impl Default for FtlConfig {
             gc_policy: GcPolicy::default(),
             victim_policy: VictimPolicy::default(),
             separation: Separation::default(),
+            frontiers: Frontiers::default(),
             hot_window: 1.0,
             gc_threads: 0,
             gc_soft_free: 0,

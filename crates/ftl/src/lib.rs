@@ -55,8 +55,12 @@
 //! mapped page lives in its logical block's data block at its own offset, or in one of that
 //! block's log blocks, and the log pool never holds more than its limit; under FAST only the
 //! one sequential-write log has an owner (`HybridScheme::check`); (3) only a block's owner
-//! programs it (a writer's frontier, one block per plane of a bank on a device with planes; a
+//! programs it (a writer's frontier — with `[ftl] frontiers = "per-bank"` lent to one writer for
+//! each program — one block per plane of a bank on a device with planes; a
 //! log block's page only by the writer holding its logical block);
+//! (3f) a host frontier's block becomes a GC candidate only once every page programmed into
+//! it is committed (`schemes/page/frontiers.rs`: with frontiers shared per bank, pages of one
+//! block commit from several queues in any order);
 //! (4) a block is erased only after every valid slot moved and no read is pinned on it;
 //! (5) every programmed slot's OOB names its LPN and sequence number, so the newest version on
 //! flash is the one with the highest number. `Ftl::check_invariants` (`check.rs`) checks (1)-(5)
@@ -126,7 +130,7 @@ use nand_model::{NandConfig, NandDevice, TimingMode};
 use parking_lot::Mutex;
 
 pub use crate::checkpoint::{inspect, ImageInfo};
-pub use crate::config::{FtlConfig, GcPolicy, Separation, VictimPolicy};
+pub use crate::config::{Frontiers, FtlConfig, GcPolicy, Separation, VictimPolicy};
 pub use crate::error::{FtlError, Result};
 pub use crate::layout::{Lpn, Psa, LOGICAL_PAGE, SECTOR};
 pub use crate::recovery::{RecoveryMode, RecoveryReport};

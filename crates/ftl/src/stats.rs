@@ -166,6 +166,10 @@ pub struct LatencySummary {
 #[derive(Clone, Debug, Serialize)]
 pub struct BankStats {
     pub free_blocks: u32,
+    /// Open blocks: the page scheme's write frontiers (host and GC), partly written, whose
+    /// unwritten pages are spare that gathers no garbage yet; with the hybrid schemes, the
+    /// log blocks (full or not).
+    pub open_blocks: u32,
     pub full_blocks: u32,
     pub bad_blocks: u32,
     /// Blocks GC keeps because they hold valid slots it could not read (lost data, whose host
@@ -276,11 +280,13 @@ impl Core {
         let mut usable = 0u64;
         for bank in &self.banks {
             let a = bank.alloc.lock();
-            let (mut full, mut bad, mut damaged, mut emin, mut emax) = (0, 0, 0, u32::MAX, 0);
+            let (mut open, mut full, mut bad, mut damaged) = (0, 0, 0, 0);
+            let (mut emin, mut emax) = (u32::MAX, 0);
             for (s, e) in a.state.iter().zip(&a.erase_count) {
                 match s {
                     BlockState::Bad => bad += 1,
                     BlockState::Reserved => continue,
+                    BlockState::Open => open += 1,
                     BlockState::Full => full += 1,
                     BlockState::Damaged => {
                         full += 1;
@@ -298,6 +304,7 @@ impl Core {
             wmax = wmax.max(emax);
             banks.push(BankStats {
                 free_blocks: a.free_len(),
+                open_blocks: open,
                 full_blocks: full,
                 bad_blocks: bad,
                 damaged_blocks: damaged,

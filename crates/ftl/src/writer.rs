@@ -482,6 +482,7 @@ impl Writer {
             };
             match programmed {
                 Ok(done) => {
+                    self.placer.issued(core, addrs, true);
                     core.counters
                         .page_programs
                         .fetch_add(n as u64, Ordering::Relaxed);
@@ -535,6 +536,7 @@ impl Writer {
                     for i in failed {
                         self.placer.failed(core, &pages[i], addrs[i]);
                     }
+                    self.placer.issued(core, addrs, false);
                 }
                 Err(e) => {
                     core.set_read_only(format!("program at {:?} failed: {e}", addrs[0]));

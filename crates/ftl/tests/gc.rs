@@ -291,12 +291,18 @@ fn an_image_reopened_at_its_gc_reserve_has_room_on_every_bank() {
             ftl.write(0, l * 4096, &stamped(l, 1), false).await.unwrap();
             tags[l as usize] = 1;
         }
-        // Random overwrites until a bank is down to its reserve.
-        while at_reserve(&ftl) == 0 && written < 50 * pages {
-            overwrite(&ftl, written, rng.gen_range(0..pages), &mut tags).await;
-            written += 1;
+        // Random overwrites until a bank is down to its reserve with everything on flash (the
+        // flush programs the open page, and the GC that pays for it may free a block again).
+        loop {
+            while at_reserve(&ftl) == 0 && written < 50 * pages {
+                overwrite(&ftl, written, rng.gen_range(0..pages), &mut tags).await;
+                written += 1;
+            }
+            ftl.flush().await.unwrap();
+            if at_reserve(&ftl) > 0 || written >= 50 * pages {
+                break;
+            }
         }
-        ftl.flush().await.unwrap();
     });
     let before = at_reserve(&ftl);
     assert!(
@@ -468,4 +474,57 @@ fn hot_cold_separation_keeps_cold_rewrites_out_of_hot_blocks() {
         "hot pages' share of the blocks holding cold rewrites: {share_on:.2} separated, \
          {share_off:.2} not"
     );
+}
+
+/// Write frontiers shared per bank (`[ftl] frontiers`, the default) leave one partly written
+/// host block per bank however many queues write; one per queue and bank (`per-queue`) leaves
+/// a block per queue on every bank, spare that gathers no garbage (`ftld stats`: `open_blocks`).
+/// Data written through four queues reads back either way.
+#[test]
+fn shared_frontiers_keep_one_open_host_block_per_bank() {
+    let open_blocks = |frontiers: ftl::Frontiers| {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = ftl::FtlConfig {
+            queues: 4,
+            frontiers,
+            ..small_cfg(GcPolicy::Adaptive)
+        };
+        let ftl = create_sixteen_banks(&dir.path().join("f.img"), cfg);
+        let pages = ftl.capacity() / 4096;
+        let mut tags = vec![0u64; pages as usize];
+        let mut rng = SmallRng::seed_from_u64(5);
+        block_on(async {
+            for i in 0..3 * pages {
+                let l = if i < pages {
+                    i
+                } else {
+                    rng.gen_range(0..pages)
+                };
+                tags[l as usize] += 1;
+                let data = stamped(l, tags[l as usize]);
+                ftl.write((i % 4) as usize, l * 4096, &data, false)
+                    .await
+                    .unwrap();
+            }
+            ftl.flush().await.unwrap();
+        });
+        verify_all(&ftl, &tags);
+        ftl.check_invariants().unwrap();
+        ftl.stats()
+            .banks
+            .iter()
+            .map(|b| b.open_blocks)
+            .collect::<Vec<_>>()
+    };
+    let shared = open_blocks(ftl::Frontiers::PerBank);
+    let owned = open_blocks(ftl::Frontiers::PerQueue);
+    // Per bank: its host frontier and GC's.
+    assert!(shared.iter().all(|&n| n <= 2), "per-bank: {shared:?}");
+    // Per queue: up to four host frontiers per bank (fewer where a bank at its floor could
+    // not open one).
+    assert!(
+        owned.iter().sum::<u32>() > shared.iter().sum::<u32>(),
+        "per-queue {owned:?} vs per-bank {shared:?}"
+    );
+    assert!(owned.iter().any(|&n| n > 2), "per-queue: {owned:?}");
 }

@@ -140,7 +140,8 @@ impl SchemeKind {
         };
         match self {
             SchemeKind::Page => {
-                let mut scheme = page::PageScheme::new(layout, lpns, layout.banks as usize);
+                let mut scheme =
+                    page::PageScheme::new(layout, lpns, layout.banks as usize, cfg.frontiers);
                 if cfg.separation == crate::config::Separation::HotCold {
                     let window = (f64::from(lpns) * cfg.hot_window).round() as u64;
                     scheme.recency = Some(page::recency::WriteRecency::new(lpns, window));
@@ -338,4 +339,10 @@ pub(crate) trait Placer: Send {
     /// The program at `addr` failed: the block is retired. The writer has committed every
     /// earlier page first.
     fn failed(&mut self, core: &Core, page: &SealedPage, addr: PageAddr);
+
+    /// The program of the last [`Target`] returned (`addrs`) was issued: `programmed`, or it
+    /// failed and [`Placer::failed`] was called for its failed pages (then none of `addrs`
+    /// will be committed: the writer programs the pages again elsewhere). Whatever the placer
+    /// held only until the program was issued may go to other writers.
+    fn issued(&mut self, _core: &Core, _addrs: &[PageAddr], _programmed: bool) {}
 }

@@ -42,7 +42,7 @@ use std::time::Duration;
 use nand_model::{BankId, BlockAddr, NandError, PageAddr};
 use parking_lot::MutexGuard;
 
-use super::place::Frontier;
+use super::frontiers::Frontier;
 use super::PageScheme;
 use crate::blocks::BlockState;
 use crate::config::VictimPolicy;

@@ -3,7 +3,8 @@
 //! | module | job |
 //! |---|---|
 //! | `map` | L2P table, valid-slot bitmap and live trim log, kept in step (invariant 2) |
-//! | `place` | per-queue write frontiers on every bank, bank choice |
+//! | `place` | bank choice, and which write frontier a page goes to |
+//! | `frontiers` | open blocks shared per bank or owned per queue; when a filled one is GC's |
 //! | `gc` | bounded-step GC, victim policies, wear levelling, GC workers |
 //! | `costs` | each bank's cleaning cost and wear verdict, cached for ranking banks |
 //! | `recency` | which pages the host rewrote recently (hot/cold separation) |
@@ -15,6 +16,7 @@
 //! slots.
 
 mod costs;
+mod frontiers;
 mod gc;
 pub mod map;
 mod place;
@@ -27,6 +29,7 @@ use nand_model::PageAddr;
 use parking_lot::Mutex;
 
 use self::costs::VictimCosts;
+use self::frontiers::{OpenPages, ParkedFrontiers};
 use self::gc::{BankGc, LoadGauge};
 use self::map::PageMap;
 use self::place::PagePlacer;
@@ -34,7 +37,7 @@ use crate::blocks::BlockState;
 use crate::buffer::SealedPage;
 use crate::cache::Stripe;
 use crate::checkpoint::{Checkpoint, MapSink, MapSource};
-use crate::config::GcPolicy;
+use crate::config::{Frontiers, GcPolicy};
 use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{Layout, Lpn, Psa};
@@ -61,10 +64,14 @@ pub struct PageScheme {
     pub recency: Option<recency::WriteRecency>,
     /// Each bank's cleaning cost and wear verdict from its last scan (ranking banks).
     costs: VictimCosts,
+    /// Frontiers `per-bank`: each bank's host frontiers while no writer borrows them.
+    parked: Option<ParkedFrontiers>,
+    /// Pages of each block handed to writers and not yet committed (`frontiers.rs`).
+    open_pages: OpenPages,
 }
 
 impl PageScheme {
-    pub fn new(layout: Layout, lpns: u32, banks: usize) -> PageScheme {
+    pub fn new(layout: Layout, lpns: u32, banks: usize, frontiers: Frontiers) -> PageScheme {
         PageScheme {
             layout,
             lpns,
@@ -74,6 +81,20 @@ impl PageScheme {
             foreground_rr: Default::default(),
             recency: None,
             costs: VictimCosts::new(layout.banks, layout.blocks_per_bank),
+            parked: (frontiers == Frontiers::PerBank).then(|| ParkedFrontiers::new(layout.banks)),
+            open_pages: OpenPages::new(
+                layout.banks,
+                layout.blocks_per_bank,
+                layout.pages_per_block,
+            ),
+        }
+    }
+
+    /// A page handed out to a writer was committed or given up: its block becomes GC's once
+    /// that was its last outstanding page and its last page is out.
+    fn page_resolved(&self, core: &Core, addr: PageAddr) {
+        if self.open_pages.resolved(addr) {
+            self.mark_full(core, addr.block.bank.0, addr.block.block);
         }
     }
 }
@@ -100,10 +121,8 @@ impl Scheme for PageScheme {
     /// newer write or a trim superseded it and the slot stays invalid (garbage for GC).
     fn commit(&self, core: &Core, page: &SealedPage, addr: PageAddr) {
         self.map.commit_page(core, self.layout, page, addr);
-        // From now on GC may pick the block.
-        if addr.page + 1 == self.layout.pages_per_block {
-            self.mark_full(core, addr.block.bank.0, addr.block.block);
-        }
+        // After the map points at the page's slots: from then on GC may pick the block.
+        self.page_resolved(core, addr);
     }
 
     fn workers(self: Arc<Self>, core: &Core) -> Vec<Box<dyn BackgroundWorker>> {

@@ -1,102 +1,31 @@
-//! The page scheme's placement: each queue's writer owns one open block (its *write frontier*)
-//! per bank, as paper 000's workers own their working blocks, so no other thread ever programs
-//! into it and sequential programming inside a block holds under any scheduling. On a device
-//! with planes, the frontier is a [`PlaneSet`]: one open block per plane, so the writer can
-//! program several sealed pages in one multi-plane operation (one array time). A page goes to
-//! the least busy bank that is not under exclusive GC (LFTL §3.2.2); a page sent to a bank
-//! under its soft floor first pays its paced share of that bank's cleaning (with the in-path
-//! policy, or with workers that let the bank fall to its reserve), and when every bank is at
-//! its GC reserve the writer cleans in the foreground, a step at a time (`gc.rs`).
+//! The page scheme's placement: which bank a host page goes to, and into which write frontier
+//! (an open block, or one per plane: a [`PlaneSet`], so a writer can program several sealed
+//! pages in one multi-plane operation). A writer holds a bank's frontier while it places a page
+//! there and issues the program: borrowed from the bank for that one program (frontiers
+//! `per-bank`, the default) or its own (`per-queue`; see `frontiers.rs`), so no other thread
+//! programs into the block meanwhile and sequential programming inside a block holds under any
+//! scheduling. A page goes to the least busy bank that is not under exclusive GC (LFTL §3.2.2);
+//! a page sent to a bank under its soft floor first pays its paced share of that bank's
+//! cleaning (with the in-path policy, or with workers that let the bank fall to its reserve),
+//! and when every bank is at its GC reserve the writer cleans in the foreground, a step at a
+//! time (`gc.rs`).
 //!
-//! With hot/cold separation (`[ftl] separation = "hot-cold"`) a writer has two frontiers per
-//! bank: a page the host rewrote recently (`recency.rs`) goes to the hot one, any other to the
-//! cold one, so blocks fill with pages of like lifetimes.
+//! With hot/cold separation (`[ftl] separation = "hot-cold"`) a bank has two frontiers (per
+//! writer with `per-queue`): a page the host rewrote recently (`recency.rs`) goes to the hot
+//! one, any other to the cold one, so blocks fill with pages of like lifetimes.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use nand_model::{BankId, BlockAddr, PageAddr};
+use nand_model::{BankId, PageAddr};
 
+use super::frontiers::PlaneSet;
 use super::PageScheme;
 use crate::blocks::BlockState;
 use crate::buffer::SealedPage;
 use crate::config::GcPolicy;
 use crate::core::{Core, GC_RESERVE};
 use crate::schemes::{Placer, Target};
-
-/// An open block and its next free page.
-#[derive(Clone, Copy, Debug)]
-pub struct Frontier {
-    pub block: u32,
-    pub next: u32,
-}
-
-/// A writer's frontier on one bank: its open blocks, at most one per plane, opened together
-/// (one block with a single plane, or for a page carrying trim records; fewer than the
-/// planes only when the bank had fewer free blocks).
-///
-/// Invariant: every member's next page is `m` or `m + 1`; the members still at `m` are the
-/// current *row*. A multi-plane program takes a prefix of the row (the pages it writes share
-/// the page index, as the chip requires), so the set realigns once the row is done.
-#[derive(Clone, Debug, Default)]
-pub struct PlaneSet {
-    members: Vec<Frontier>,
-}
-
-impl PlaneSet {
-    fn new(blocks: Vec<u32>) -> PlaneSet {
-        PlaneSet {
-            members: blocks
-                .into_iter()
-                .map(|block| Frontier { block, next: 0 })
-                .collect(),
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.members.is_empty()
-    }
-
-    /// Takes the next pages of up to `n` members of the current row (at least one if the set
-    /// is not empty): one page as [`Target::Program`] (no allocation: the common case),
-    /// several as [`Target::Planes`]. Members whose block is then full leave the set.
-    fn take(&mut self, bank: u32, n: usize, pages_per_block: u32) -> Option<Target> {
-        let row = self.members.iter().map(|f| f.next).min()?;
-        let addr = |f: &Frontier| PageAddr {
-            block: BlockAddr {
-                bank: BankId(bank),
-                block: f.block,
-            },
-            page: row,
-        };
-        let row_members = self.members.iter().filter(|f| f.next == row).count();
-        let target = if n <= 1 || row_members == 1 {
-            let f = self.members.iter_mut().find(|f| f.next == row)?;
-            let a = addr(f);
-            f.next += 1;
-            Target::Program(a)
-        } else {
-            let mut out = Vec::with_capacity(n.min(row_members));
-            for f in &mut self.members {
-                if out.len() == n {
-                    break;
-                }
-                if f.next == row {
-                    out.push(addr(f));
-                    f.next += 1;
-                }
-            }
-            Target::Planes(out)
-        };
-        self.members.retain(|f| f.next < pages_per_block);
-        Some(target)
-    }
-
-    /// Forgets `block` (a program failed there).
-    fn remove(&mut self, block: u32) {
-        self.members.retain(|f| f.block != block);
-    }
-}
 
 /// Whether a sealed page may share a multi-plane program with others: pages carrying trim
 /// records go alone, so a group that fails and is programmed again never leaves a second,
@@ -109,9 +38,11 @@ fn groupable(page: &SealedPage) -> bool {
             .all(|(m, _)| m.kind != crate::oob::SlotKind::TrimLog)
 }
 
-/// A queue's write frontiers and its share of writes per bank.
+/// A queue's placement state: the frontiers it holds and its share of writes per bank.
 pub struct PagePlacer {
     scheme: Arc<PageScheme>,
+    /// The frontiers this writer holds, per bank: its own (`per-queue`), or with `per-bank`
+    /// only the one borrowed for the program being placed (`lent`), empty otherwise.
     frontiers: Vec<PlaneSet>,
     /// Frontiers for hot pages (hot/cold separation only; else every set stays empty).
     hot: Vec<PlaneSet>,
@@ -129,6 +60,9 @@ pub struct PagePlacer {
     cleaning: Option<u32>,
     /// Backstop GC steps this writer's pages owe (see `PageScheme::backstop_gc`).
     backstop_credit: f64,
+    /// Frontiers `per-bank`: the bank and temperature of the set borrowed for the program being
+    /// placed, parked again once it is issued (`Placer::issued`).
+    lent: Option<(u32, bool)>,
 }
 
 impl PagePlacer {
@@ -144,6 +78,7 @@ impl PagePlacer {
             seen_bad: None,
             cleaning: None,
             backstop_credit: 0.0,
+            lent: None,
         }
     }
 
@@ -219,7 +154,8 @@ impl PagePlacer {
 
     /// Picks a bank for the next page: idle first, then the one that frees up soonest; among
     /// equals, the one furthest behind its share of writes; banks under exclusive GC only if
-    /// nothing else can take the page.
+    /// nothing else can take the page, and (frontiers `per-bank`) a bank whose open blocks
+    /// another writer holds right now only if no other bank can.
     fn choose_bank(&mut self, core: &Core, may_use_reserve: bool, hot: bool) -> Option<u32> {
         let n = core.layout.banks;
         // Blocks turn bad at open (before any placement) and in `erase_or_retire`, which counts
@@ -229,34 +165,41 @@ impl PagePlacer {
             self.seen_bad = Some(bad);
             self.refresh_weights(core);
         }
-        let mut best: Option<(bool, Option<std::time::Duration>, u32)> = None;
+        // Rank: not under exclusive GC, then not lent out (frontiers `per-bank`), then idle or
+        // free soonest; among equals the bank furthest behind its share.
+        type Rank = (bool, bool, Option<std::time::Duration>);
+        let mut best: Option<(Rank, u32)> = None;
         for i in 0..n {
             let b = (self.rr + i) % n;
             let floor = if may_use_reserve { 0 } else { GC_RESERVE };
             let has_room = !self.frontier(b, hot).is_empty()
-                || core.bank(b).free.load(Ordering::Acquire) > floor;
+                || core.bank(b).free.load(Ordering::Acquire) > floor
+                || self.scheme.parked.as_ref().is_some_and(|p| p.has(b, hot));
             if !has_room {
                 continue;
             }
             let exclusive = core.bank(b).exclusive_gc.load(Ordering::Acquire);
+            let lent_out = self.frontier(b, hot).is_empty()
+                && self
+                    .scheme
+                    .parked
+                    .as_ref()
+                    .is_some_and(|p| p.all_lent(b, hot));
             let load = core.nand.bank_load(BankId(b));
             let busy = load.busy_for;
-            let key = (exclusive, busy, b);
+            let rank = (exclusive, lent_out, busy);
             let better = match &best {
                 None => true,
-                Some((be, bb, bbank)) => {
-                    (exclusive, busy) < (*be, *bb)
-                        || (exclusive, busy) == (*be, *bb) && self.behind(b, *bbank)
-                }
+                Some((br, bbank)) => rank < *br || rank == *br && self.behind(b, *bbank),
             };
             if better {
-                best = Some(key);
+                best = Some((rank, b));
             }
-            if self.uniform && !exclusive && busy.is_none() {
+            if self.uniform && !exclusive && !lent_out && busy.is_none() {
                 break;
             }
         }
-        let b = best?.2;
+        let b = best?.1;
         self.rr = (b + 1) % n;
         self.placed[b as usize] += 1;
         Some(b)
@@ -333,7 +276,18 @@ impl PagePlacer {
                 self.scheme
                     .backstop_gc(core, b, &mut self.cleaning, &mut self.backstop_credit);
             }
-            let set = self.frontier(b, temp);
+            let parked = self.scheme.parked.as_ref();
+            let sets = if temp {
+                &mut self.hot
+            } else {
+                &mut self.frontiers
+            };
+            let set = &mut sets[b as usize];
+            if set.is_empty() {
+                if let Some(lent) = parked.and_then(|p| p.take(b, temp)) {
+                    *set = lent;
+                }
+            }
             if set.is_empty() {
                 let for_gc = use_reserve && core.bank(b).free.load(Ordering::Acquire) > 0;
                 // A set is opened a block per plane even when fewer pages wait: a program
@@ -349,15 +303,26 @@ impl PagePlacer {
                 if blocks.is_empty() {
                     continue;
                 }
+                if let Some(p) = parked {
+                    p.opened(b, temp);
+                }
                 *set = PlaneSet::new(blocks);
             }
             let Some(target) = set.take(b, want, core.layout.pages_per_block) else {
                 continue;
             };
-            let pages = match &target {
-                Target::Planes(addrs) => addrs.len(),
-                _ => 1,
+            if parked.is_some() {
+                self.lent = Some((b, temp));
+            }
+            let addrs = match &target {
+                Target::Program(addr) => std::slice::from_ref(addr),
+                Target::Planes(addrs) => addrs.as_slice(),
+                _ => &[],
             };
+            for &addr in addrs {
+                self.scheme.open_pages.handed_out(addr);
+            }
+            let pages = addrs.len();
             // Each further page of a multi-plane program is a page sent to this bank: it pays
             // its share of the bank's cleaning as the first did.
             for _ in 1..pages {
@@ -406,6 +371,22 @@ impl Placer for PagePlacer {
                     .filter(|(m, _)| m.kind == crate::oob::SlotKind::Data)
                     .map(|(m, _)| m.lpn.0),
             );
+        }
+    }
+
+    /// Pages given up after a failed program will never commit: they no longer hold their
+    /// blocks open. Then a borrowed frontier goes back to its bank.
+    fn issued(&mut self, core: &Core, addrs: &[PageAddr], programmed: bool) {
+        if !programmed {
+            for &addr in addrs {
+                self.scheme.page_resolved(core, addr);
+            }
+        }
+        if let Some((b, hot)) = self.lent.take() {
+            let set = std::mem::take(self.frontier(b, hot));
+            if let Some(parked) = &self.scheme.parked {
+                parked.park(b, hot, set);
+            }
         }
     }
 

@@ -368,7 +368,7 @@ mod tests {
             page_size: 4096,
             oob_size: 64,
         };
-        PageScheme::new(Layout::new(&geo, 1), 8, 1)
+        PageScheme::new(Layout::new(&geo, 1), 8, 1, Default::default())
     }
 
     /// Block 4 (slots 16..20) was erased since the checkpoint; blocks 5 and 6 (20..28) are
