@@ -37,7 +37,7 @@ pub struct Frontier {
     pub next: u32,
 }
 
-/// A writer's frontier on one bank: its open blocks, at most one per plane, opened together
+/// A write frontier on one bank: its open blocks, at most one per plane, opened together
 /// (one block with a single plane, or for a page carrying trim records; fewer than the
 /// planes only when the bank had fewer free blocks).
 ///
