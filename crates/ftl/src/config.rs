@@ -60,8 +60,8 @@ pub enum Separation {
     #[default]
     None,
     /// Hot/cold separation by update recency: a page the host wrote before within the last
-    /// half to whole `hot_window` goes to a second write frontier per bank (and writer) (an open
-    /// block per plane) (`schemes/page/recency.rs`).
+    /// half to whole `hot_window` goes to a second write frontier on each bank (each writer's,
+    /// with frontiers `per-queue`; an open block per plane) (`schemes/page/recency.rs`).
     HotCold,
 }
 
