@@ -12,6 +12,8 @@ pub enum GcPolicy {
     /// LFTL's PLLGC: `gc_threads` background workers clean idle banks in parallel.
     Parallel,
     /// LFTL §3.4: like `Parallel`, but the number of active workers shrinks as host load grows.
+    /// The load decides whether a worker starts cleaning; one that started goes on until the
+    /// free pool is full again.
     #[default]
     Adaptive,
 }
