@@ -12,15 +12,15 @@ space); `ftld replay` reports both (`spare_factor`, `waf_limit_greedy`). Each ru
 preset at 1 GiB (quick: 64 MiB), preconditioned (filled, then overwritten at random until GC
 is in steady state), then `requests` 4 KiB writes closed loop at 32 in flight, virtual time.
 
-More queues mean more space set aside for open blocks when the image is formatted (a block per
-queue per bank), of which the FTL keeps about half idle, so the physical spare, and with it the
-limit, moves with the queue count. The hot/cold rows have no closed-form limit; the uniform
-limit at the same spare is shown for scale.
+The hot/cold rows have no closed-form limit; the uniform limit at the same spare is shown for
+scale.
 
 Write frontiers are shared per bank (`[ftl] frontiers = "per-bank"`, the default): the queues
-take turns on each bank's open block. The rows marked `per-queue` give every queue its own open
-block on every bank (paper 000's design), which leaves about half a block per queue and bank
-idle: the cost grows with the queue count, which the default follows (the CPUs, up to 8).
+take turns on each bank's open block, and the format sets the same room aside for open blocks
+whatever the queue count, so the per-bank rows have one physical spare. The rows marked
+`per-queue` give every queue its own open block on every bank (paper 000's design): the format
+sets a block per queue and bank aside for them, and about half of each sits idle, so the cost
+grows with the queue count (served, the default follows the CPUs, up to 8).
 """
 
 import common

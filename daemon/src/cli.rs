@@ -220,8 +220,10 @@ pub struct ImageArgs {
     /// scaled to hold it [default: the preset's own size].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub capacity: Option<u64>,
-    /// Write queues (one writer thread each); a new image is formatted for at most this many.
-    /// Also the number of ublk hardware queues (default: the CPU count).
+    /// Write queues, one write buffer and writer each [default: the CPU count, at most 8;
+    /// `ftld replay` in virtual time: 2, whatever the machine]. With `[ftl] frontiers =
+    /// "per-queue"` a new image is formatted for at most this many. Also the number of ublk
+    /// hardware queues (default: the CPU count).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub queues: Option<u16>,
     /// Allocate the whole image file (fallocate) when it is opened or created: it then takes

@@ -84,6 +84,9 @@ pub struct FileConfig {
     /// explicit scheme may contradict an existing image).
     #[serde(skip)]
     pub ftl_scheme_set: bool,
+    /// `[ftl] queues` was written (`ftld replay` in virtual time has its own default).
+    #[serde(skip)]
+    pub ftl_queues_set: bool,
 }
 
 /// The `[ublk]` table.
@@ -122,10 +125,15 @@ impl FileConfig {
             .with_context(|| format!("reading config file {}", path.display()))?;
         let mut cfg: FileConfig = toml::from_str(&text)
             .map_err(|e| UsageError(format!("config file {}: {e}", path.display())))?;
-        cfg.ftl_scheme_set = toml::from_str::<toml::Table>(&text)
-            .ok()
-            .and_then(|t| t.get("ftl")?.get("scheme").cloned())
-            .is_some();
+        let table = toml::from_str::<toml::Table>(&text).ok();
+        let ftl_key = |key: &str| {
+            table
+                .as_ref()
+                .and_then(|t| t.get("ftl")?.get(key))
+                .is_some()
+        };
+        cfg.ftl_scheme_set = ftl_key("scheme");
+        cfg.ftl_queues_set = ftl_key("queues");
         let base = path.parent().unwrap_or(Path::new("."));
         let certs = cfg.nbd.as_mut().and_then(|n| n.tls_certificates.as_mut());
         for p in [

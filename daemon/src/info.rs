@@ -80,7 +80,13 @@ pub fn render(info: &ImageInfo) -> String {
         ),
         ("timing", t.summary()),
         ("interconnect", info.nand.interconnect.to_string()),
-        ("write queues", format!("at most {}", info.max_queues)),
+        (
+            "write queues",
+            format!(
+                "any number; at most {} with [ftl] frontiers = \"per-queue\" (open blocks set aside for {})",
+                info.max_queues, info.max_queues
+            ),
+        ),
         (
             "wear",
             format!(

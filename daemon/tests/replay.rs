@@ -482,3 +482,58 @@ fn stalls_measures_the_host_and_stops_on_sigint() {
         text(&o)
     );
 }
+
+/// A virtual-time replay models a device, not the host: the same command gives the same
+/// figures on one CPU as on all of them (`taskset`; the served default, one write queue per
+/// CPU, made the queue count and the image's size depend on the machine). The queue count
+/// recorded is the fixed default, and the presets' default export sizes agree too.
+#[test]
+fn a_virtual_replay_does_not_depend_on_the_machine_s_cpus() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let run = |one_cpu: bool, args: &[&str]| -> Output {
+        let mut c = if one_cpu {
+            let mut c = Command::new("taskset");
+            c.args(["-c", "0", FTLD]);
+            c
+        } else {
+            Command::new(FTLD)
+        };
+        let o = c
+            .args(args)
+            .output()
+            .expect("run ftld (taskset: util-linux)");
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        o
+    };
+    let replay = [
+        "replay",
+        "--workload",
+        "random,requests=30000,bs=4k,read=10",
+        "--capacity",
+        "32M",
+        "--precondition",
+        "60",
+        "--queue-depth",
+        "16",
+        "--seed",
+        "3",
+    ];
+    let summary = |one_cpu| -> serde_json::Value {
+        let mut s: serde_json::Value =
+            serde_json::from_slice(&run(one_cpu, &replay).stdout).unwrap();
+        // Wall-clock figures are the host's.
+        for k in ["wall_seconds", "requests_per_second", "nand_ops_per_second"] {
+            s.as_object_mut().unwrap().remove(k);
+        }
+        if let Some(p) = s["config"]["precondition"].as_object_mut() {
+            p.remove("wall_seconds");
+        }
+        s
+    };
+    let (all, one) = (summary(false), summary(true));
+    assert_eq!(all["config"]["queues"], 2, "{all}");
+    assert_eq!(all, one, "all {cpus} CPUs vs one");
+    // Its EXPORT column: each preset's default exported size.
+    let presets = |one_cpu| String::from_utf8(run(one_cpu, &["presets"]).stdout).unwrap();
+    assert_eq!(presets(false), presets(true), "ftld presets");
+}

@@ -479,13 +479,14 @@ impl Core {
     }
 
     /// After a block went bad: if the spare blocks are gone, the device turns read-only.
-    /// Needed: the blocks the exported pages fill, and per bank every open block (a data
-    /// queue's writer has one per plane, the trim queue's one, GC's frontier one) and the
-    /// GC reserve.
+    /// Needed: the blocks the exported pages fill, and per bank every open block (the host's
+    /// one per plane — each data queue's writer's with frontiers `per-queue` —, the trim
+    /// queue's one, GC's frontier one) and the GC reserve.
     pub fn check_spares(&self) {
         let planes = u64::from(self.nand.config().planes.max(1));
-        let data_queues = self.queues.len().saturating_sub(1) as u64;
-        let open = data_queues * planes + 1 + 1;
+        let data_queues = self.queues.len().saturating_sub(1);
+        let owners = crate::frontier_owners(&self.cfg, data_queues);
+        let open = owners * planes + 1 + 1;
         let needed = (self.lpns as u64).div_ceil(self.layout.slots_per_block() as u64)
             + self.layout.banks as u64 * (open + GC_RESERVE as u64);
         let usable = self.usable_blocks();

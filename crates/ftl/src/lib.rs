@@ -173,6 +173,17 @@ fn check_running_policy(cfg: &FtlConfig) -> Result<()> {
     Ok(())
 }
 
+/// How many owners of host write frontiers a bank has with `queues` data queues (for a new
+/// image's reserve and the spare-block check): one with frontiers shared per bank (and for the
+/// hybrid schemes, whose writers own no blocks), one per queue with the page scheme's
+/// frontiers `per-queue`.
+pub(crate) fn frontier_owners(cfg: &FtlConfig, queues: usize) -> u64 {
+    match (cfg.scheme, cfg.frontiers) {
+        (SchemeKind::Page, Frontiers::PerQueue) => queues.max(1) as u64,
+        _ => 1,
+    }
+}
+
 /// Works out the exported size and checkpoint area of a geometry, without touching any file.
 pub fn plan_format(
     nand: &NandConfig,
@@ -221,13 +232,16 @@ pub fn plan_format(
     let ckpt_blocks = ckpt_pages.div_ceil(banks * geo.pages_per_block as u64) as u32;
     let reserved = 1 + banks * 2 * ckpt_blocks as u64;
     // Blocks per bank kept out of the exported space for frontiers and GC's working room
-    // (queues' open blocks, GC's, its reserve and the free blocks it cleans ahead). The FTL
+    // (the host's open blocks, GC's, its reserve and the free blocks it cleans ahead). The FTL
     // keeps fewer idle now (`GC_RESERVE`, `Core::gc_soft_free`); the figure only sizes new
-    // images and is kept as it was on one-plane devices so their capacities do not change. On
-    // a device with planes a queue's writer keeps an open block per plane of each bank
-    // (`PlaneSet`), so such images export less than before 2026-11-25.
+    // images. An open block is a set of one block per plane (`PlaneSet`). With frontiers
+    // shared per bank (the default) the host has one such set per bank whatever the number of
+    // queues, so the format does not depend on the queue count — which defaults to the CPU
+    // count: before 2026-11-28 the same command made a smaller device, with more spare, on a
+    // machine with more CPUs. With frontiers `per-queue` every queue's writer owns a set on
+    // each bank, and the reserve grows with the queues the image is formatted for.
     let planes = u64::from(nand.planes.max(1));
-    let frontier = banks * (cfg.queues.max(1) as u64 * planes + 5);
+    let frontier = banks * (frontier_owners(cfg, cfg.queues) * planes + 5);
     let usable = total.saturating_sub(reserved);
     if usable <= frontier + banks {
         return bad(format!(
@@ -300,7 +314,7 @@ impl Ftl {
             scheme: cfg.scheme,
             lpns: plan.lpns,
             ckpt_blocks: plan.ckpt_blocks,
-            max_queues: cfg.queues.max(1) as u32,
+            max_queues: frontier_owners(&cfg, cfg.queues) as u32,
             overprovision: cfg.overprovision,
             log_blocks: plan.log_blocks,
         };
@@ -334,10 +348,13 @@ impl Ftl {
             return Err(FtlError::Config("queues must be at least 1".into()));
         }
         check_running_policy(&cfg)?;
-        if cfg.queues > sb.max_queues as usize {
+        // Only queues that own write frontiers need room set aside at format time.
+        let owners = frontier_owners(&cfg, cfg.queues);
+        if owners > u64::from(sb.max_queues) {
             tracing::info!(
-                "using {} write queues (the image was formatted for at most {})",
+                "using {} write queues, not {}: the image's format holds open blocks for at most {} queues with frontiers per-queue",
                 sb.max_queues,
+                cfg.queues,
                 sb.max_queues
             );
             cfg.queues = sb.max_queues as usize;
@@ -755,6 +772,17 @@ impl Ftl {
 
 impl Drop for Ftl {
     fn drop(&mut self) {
+        if std::thread::panicking() && !self.core.stopping.swap(true, Ordering::AcqRel) {
+            // Dropped while a panic unwinds, maybe out of the FTL itself: a page it was
+            // placing may never commit, so a clean close (or a checkpoint the maintenance
+            // thread started) would wait for it forever, and the panic would surface as a
+            // hang. Stop as a power cut does: nothing is flushed, recovery runs at the next
+            // open.
+            self.core.mark_writers_gone();
+            self.stop_helpers();
+            self.stop_writers(true);
+            return;
+        }
         if !self.core.stopping.load(Ordering::Acquire) {
             if let Err(e) = self.close() {
                 tracing::warn!("closing the FTL on drop failed: {e}");

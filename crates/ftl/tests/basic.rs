@@ -138,3 +138,61 @@ fn idle_flush_programs_a_partly_filled_page() {
         ftl.check_invariants().unwrap();
     }
 }
+
+/// With frontiers shared per bank (the default) a new image's size does not depend on the
+/// queue count, which defaults to the CPU count: the same command made a smaller device with
+/// more spare on a machine with more CPUs. Such an image is served with any number of queues.
+/// With frontiers `per-queue` each queue's writer owns an open block per bank: the format sets
+/// them aside (fewer exported pages for more queues), and the image is served with at most the
+/// queues it was formatted for.
+#[test]
+fn only_per_queue_frontiers_tie_the_format_to_the_queue_count() {
+    use ftl::Frontiers::{PerBank, PerQueue};
+    let nand = small_nand(4096, 64);
+    let cfg = |queues, frontiers| FtlConfig {
+        queues,
+        frontiers,
+        ..small_cfg(GcPolicy::Parallel)
+    };
+    let export = |queues, frontiers| {
+        ftl::plan_format(&nand, &cfg(queues, frontiers), None)
+            .unwrap()
+            .max_export_bytes
+    };
+    assert_eq!(export(1, PerBank), export(8, PerBank));
+    assert_eq!(export(1, PerQueue), export(1, PerBank));
+    assert!(export(8, PerQueue) < export(1, PerQueue));
+
+    let dir = tempfile::tempdir().unwrap();
+    let queues_when_opened = |name: &str, format: (usize, _), open_as: (usize, _)| {
+        let path = dir.path().join(name);
+        if !path.exists() {
+            let f = create(&path, &nand, cfg(format.0, format.1));
+            assert_eq!(f.queues(), format.0);
+            f.close().unwrap();
+        }
+        let f = open(&path, cfg(open_as.0, open_as.1));
+        let n = f.queues();
+        block_on(f.write(n - 1, 0, &stamped(0, n as u64), false)).unwrap();
+        f.close().unwrap();
+        n
+    };
+    // Formatted per bank for one queue: any number later, unless its frontiers are per queue.
+    assert_eq!(
+        queues_when_opened("bank.img", (1, PerBank), (4, PerBank)),
+        4
+    );
+    assert_eq!(
+        queues_when_opened("bank.img", (1, PerBank), (4, PerQueue)),
+        1
+    );
+    // Formatted per queue for two: two at most per queue, any number per bank.
+    assert_eq!(
+        queues_when_opened("queue.img", (2, PerQueue), (4, PerQueue)),
+        2
+    );
+    assert_eq!(
+        queues_when_opened("queue.img", (2, PerQueue), (4, PerBank)),
+        4
+    );
+}

@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use ftl::nand_model::{NandConfig, TimingMode};
-use ftl::{Ftl, FtlStats, GcPolicy};
+use ftl::{Frontiers, Ftl, FtlStats, GcPolicy};
 
 const MIB: u64 = 1 << 20;
 
@@ -147,20 +147,25 @@ fn a_set_opened_for_one_page_still_pairs_the_next() {
     assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
 }
 
-/// On four-plane banks each of 8 queues' writers keeps four open blocks per bank: an image is
-/// sized for them (`plan_format`), so whatever the device's size it is either refused at
-/// creation ("geometry too small") or takes twice its capacity of random overwrites from all
-/// eight queues without running out of blocks. (Sized for one open block per writer, the
-/// 32-block device was created and went read-only: "no free blocks left and nothing to
-/// reclaim".)
+/// With frontiers `per-queue` on four-plane banks each of 8 queues' writers keeps four open
+/// blocks per bank: an image is sized for them (`plan_format`), so whatever the device's size
+/// it is either refused at creation ("geometry too small") or takes twice its capacity of
+/// random overwrites from all eight queues without running out of blocks. (Sized for one open
+/// block per writer, the 32-block device was created and went read-only: "no free blocks left
+/// and nothing to reclaim".) With frontiers shared per bank (the default) the format sets aside
+/// one set of open blocks per bank whatever the queues, and the same load runs in it.
 #[test]
 fn an_image_is_sized_for_a_block_per_plane_per_writer() {
-    let mut ran = 0;
-    for blocks in [32, 40, 64] {
+    let mut ran = Vec::new();
+    for (frontiers, blocks) in [Frontiers::PerQueue, Frontiers::PerBank]
+        .into_iter()
+        .flat_map(|f| [32, 40, 64].map(|b| (f, b)))
+    {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sized.img");
         let cfg = ftl::FtlConfig {
             queues: 8,
+            frontiers,
             ..small_cfg(GcPolicy::Parallel)
         };
         let nand = NandConfig {
@@ -170,10 +175,14 @@ fn an_image_is_sized_for_a_block_per_plane_per_writer() {
         let ftl = match Ftl::create(&path, &nand, TimingMode::Virtual, cfg, None) {
             Ok(f) => f,
             Err(e) => {
-                assert!(e.to_string().contains("too small"), "{blocks} blocks: {e}");
+                assert!(
+                    e.to_string().contains("too small"),
+                    "{frontiers:?}, {blocks} blocks: {e}"
+                );
                 continue;
             }
         };
+        assert_eq!(ftl.queues(), 8, "{frontiers:?}");
         let pages = ftl.capacity() / 4096;
         let mut tag = vec![0u64; pages as usize];
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
@@ -192,7 +201,7 @@ fn an_image_is_sized_for_a_block_per_plane_per_writer() {
                 tag[l as usize] += 1;
                 let data = stamped(l, tag[l as usize]);
                 if let Err(e) = ftl.write((i % 8) as usize, l * 4096, &data, false).await {
-                    panic!("{blocks} blocks, {pages} pages: overwrite {i}: {e}");
+                    panic!("{frontiers:?}, {blocks} blocks, {pages} pages: overwrite {i}: {e}");
                 }
             }
             ftl.flush().await.unwrap();
@@ -208,9 +217,11 @@ fn an_image_is_sized_for_a_block_per_plane_per_writer() {
         );
         ftl.check_invariants().unwrap();
         assert_eq!(ftl.nand().violations(), 0, "flash rule violations");
-        ran += 1;
+        ran.push(frontiers);
     }
-    assert!(ran > 0, "no device size was accepted");
+    for f in [Frontiers::PerQueue, Frontiers::PerBank] {
+        assert!(ran.contains(&f), "no device size was accepted with {f:?}");
+    }
 }
 
 /// Timing `real` with writer threads on four-plane banks: whatever the batching, the data

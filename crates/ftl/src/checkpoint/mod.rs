@@ -71,6 +71,11 @@ pub struct SuperBlock {
     pub scheme: crate::schemes::SchemeKind,
     pub lpns: u32,
     pub ckpt_blocks: u32,
+    /// The write queues whose own open blocks the format set room aside for: with the page
+    /// scheme's frontiers `per-queue` the most queues the image may be served with; 1 for
+    /// frontiers shared per bank and for the hybrid schemes, which then take any number
+    /// (`frontier_owners`). Images formatted before 2026-11-28 hold the queue count they were
+    /// formatted with, whatever their frontiers.
     pub max_queues: u32,
     pub overprovision: f64,
     /// Log blocks of a hybrid scheme (bytes 36..40; 0 for `page`).
@@ -733,6 +738,7 @@ pub struct ImageInfo {
     pub capacity_bytes: u64,
     pub logical_pages: u32,
     pub overprovision: f64,
+    /// See [`SuperBlock::max_queues`].
     pub max_queues: u32,
     /// Id of the newest valid checkpoint.
     pub checkpoint_id: Option<u64>,

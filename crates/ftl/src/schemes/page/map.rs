@@ -160,10 +160,12 @@ impl PageMap {
         let _ = lpn;
     }
 
-    /// Where `lpn`'s newest flushed version lives. Callers that act on the value (pin a block,
-    /// compare) hold the page's stripe.
+    /// Where `lpn`'s newest flushed version lives; `None` also for an LPN past the device,
+    /// which only a damaged or hostile OOB names (GC salvaging a page whose OOB fails its CRC
+    /// asks the map whether each entry's LPN names this slot; an index panicked there). Callers
+    /// that act on the value (pin a block, compare) hold the page's stripe.
     pub fn get(&self, lpn: Lpn) -> Option<Psa> {
-        match self.l2p[lpn.0 as usize].load(Ordering::Acquire) {
+        match self.l2p.get(lpn.0 as usize)?.load(Ordering::Acquire) {
             Psa::UNMAPPED => None,
             v => Some(Psa(v)),
         }
