@@ -348,6 +348,8 @@ impl Ftl {
             return Err(FtlError::Config("queues must be at least 1".into()));
         }
         check_running_policy(&cfg)?;
+        // The scheme is the image's (format time only), whatever the configuration says.
+        cfg.scheme = sb.scheme;
         // Only queues that own write frontiers need room set aside at format time.
         let owners = frontier_owners(&cfg, cfg.queues);
         if owners > u64::from(sb.max_queues) {

@@ -286,3 +286,30 @@ fn hybrids_level_wear_statically() {
         assert_eq!(s.nand_violations, 0);
     }
 }
+
+/// A hybrid image's writers own no open blocks, so its format sets none aside per queue and it
+/// is served with any number of queues, whatever `[ftl] frontiers` says (that setting is the
+/// page scheme's; the running configuration's scheme is the image's, not the file's).
+#[test]
+fn a_hybrid_image_takes_any_number_of_queues() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fast.img");
+    let nand = small_nand(4096, 64);
+    let fast = ftl::FtlConfig {
+        scheme: ftl::SchemeKind::Fast,
+        queues: 1,
+        ..small_cfg(GcPolicy::InPath)
+    };
+    create(&path, &nand, fast).close().unwrap();
+    let ftl = open(
+        &path,
+        ftl::FtlConfig {
+            queues: 4,
+            frontiers: ftl::Frontiers::PerQueue,
+            ..small_cfg(GcPolicy::InPath)
+        },
+    );
+    assert_eq!(ftl.queues(), 4);
+    block_on(ftl.write(3, 0, &stamped(0, 1), false)).unwrap();
+    ftl.close().unwrap();
+}
