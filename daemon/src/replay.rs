@@ -143,9 +143,10 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
 
 /// Write queues of a virtual-time replay unless `--queues` or `[ftl] queues` says otherwise.
 /// A simulation models a device, not the host: with the served default (the CPU count, at most
-/// 8) the same command gave other figures on a machine with more CPUs (more writers, other
-/// buffering; `experiments/waf_limit.py`: uniform-write WAF 1.09x the limit with 1 queue, 1.06x
-/// with 8). Two is what the stored experiment results were produced with (a 2-CPU machine).
+/// 8) the same command gave other figures on a machine with other CPUs (other writers and
+/// buffering, and then also another format: a 32 MiB random-write replay had WAF 1.059 and a
+/// mean write of 391 us on 2 CPUs, 1.100 and 834 us on one). Two is what the stored experiment
+/// results were produced with (a 2-CPU machine).
 const VIRTUAL_QUEUES: usize = 2;
 
 /// Replays on an image (given or scratch), in virtual or real time.
