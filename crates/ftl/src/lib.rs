@@ -237,7 +237,7 @@ pub fn plan_format(
     // images. An open block is a set of one block per plane (`PlaneSet`). With frontiers
     // shared per bank (the default) the host has one such set per bank whatever the number of
     // queues, so the format does not depend on the queue count — which defaults to the CPU
-    // count: before 2026-11-28 the same command made a smaller device, with more spare, on a
+    // count: before a87d13b (2026-11-27) the same command made a smaller device, with more spare, on a
     // machine with more CPUs. With frontiers `per-queue` every queue's writer owns a set on
     // each bank, and the reserve grows with the queues the image is formatted for.
     let planes = u64::from(nand.planes.max(1));
