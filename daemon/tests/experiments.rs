@@ -158,7 +158,7 @@ fn waf_limit() {
     // With frontiers shared per bank the format sets the same room aside whatever the queue
     // count: one physical spare, and the WAF barely moves with the queues. With frontiers per
     // queue the format sets a block per queue and bank aside, so the spare grows with them.
-    // (That per-bank frontiers leave less of the spare idle shows at full size only, 1.06x
+    // (That per-bank frontiers leave less of the spare idle shows at full size only, 1.09x
     // against 1.18x the limit at 8 queues: `experiments/README.md`; the open blocks per bank
     // are counted in `crates/ftl/tests/gc.rs`.)
     let uniform_7 = |queues: f64, frontiers: &str| {

@@ -484,9 +484,8 @@ impl Core {
     /// queue's one, GC's frontier one) and the GC reserve.
     pub fn check_spares(&self) {
         let planes = u64::from(self.nand.config().planes.max(1));
-        let data_queues = self.queues.len().saturating_sub(1);
-        let owners = crate::frontier_owners(&self.cfg, data_queues);
-        let open = owners * planes + 1 + 1;
+        // `cfg.queues` is the data queues this FTL runs (capped at open).
+        let open = crate::frontier_owners(&self.cfg) * planes + 1 + 1;
         let needed = (self.lpns as u64).div_ceil(self.layout.slots_per_block() as u64)
             + self.layout.banks as u64 * (open + GC_RESERVE as u64);
         let usable = self.usable_blocks();

@@ -173,13 +173,12 @@ fn check_running_policy(cfg: &FtlConfig) -> Result<()> {
     Ok(())
 }
 
-/// How many owners of host write frontiers a bank has with `queues` data queues (for a new
-/// image's reserve and the spare-block check): one with frontiers shared per bank (and for the
-/// hybrid schemes, whose writers own no blocks), one per queue with the page scheme's
-/// frontiers `per-queue`.
-pub(crate) fn frontier_owners(cfg: &FtlConfig, queues: usize) -> u64 {
+/// How many owners of host write frontiers a bank has (for a new image's reserve and the
+/// spare-block check): one with frontiers shared per bank (and for the hybrid schemes, whose
+/// writers own no blocks), one per data queue with the page scheme's frontiers `per-queue`.
+pub(crate) fn frontier_owners(cfg: &FtlConfig) -> u64 {
     match (cfg.scheme, cfg.frontiers) {
-        (SchemeKind::Page, Frontiers::PerQueue) => queues.max(1) as u64,
+        (SchemeKind::Page, Frontiers::PerQueue) => cfg.queues.max(1) as u64,
         _ => 1,
     }
 }
@@ -237,11 +236,11 @@ pub fn plan_format(
     // images. An open block is a set of one block per plane (`PlaneSet`). With frontiers
     // shared per bank (the default) the host has one such set per bank whatever the number of
     // queues, so the format does not depend on the queue count — which defaults to the CPU
-    // count: before a87d13b (2026-11-27) the same command made a smaller device, with more spare, on a
-    // machine with more CPUs. With frontiers `per-queue` every queue's writer owns a set on
-    // each bank, and the reserve grows with the queues the image is formatted for.
+    // count: before a87d13b (2026-11-27) the same command made a smaller device, with more
+    // spare, on a machine with more CPUs. With frontiers `per-queue` every queue's writer owns
+    // a set on each bank, and the reserve grows with the queues the image is formatted for.
     let planes = u64::from(nand.planes.max(1));
-    let frontier = banks * (frontier_owners(cfg, cfg.queues) * planes + 5);
+    let frontier = banks * (frontier_owners(cfg) * planes + 5);
     let usable = total.saturating_sub(reserved);
     if usable <= frontier + banks {
         return bad(format!(
@@ -314,7 +313,7 @@ impl Ftl {
             scheme: cfg.scheme,
             lpns: plan.lpns,
             ckpt_blocks: plan.ckpt_blocks,
-            max_queues: frontier_owners(&cfg, cfg.queues) as u32,
+            max_queues: frontier_owners(&cfg) as u32,
             overprovision: cfg.overprovision,
             log_blocks: plan.log_blocks,
         };
@@ -351,7 +350,7 @@ impl Ftl {
         // The scheme is the image's (format time only), whatever the configuration says.
         cfg.scheme = sb.scheme;
         // Only queues that own write frontiers need room set aside at format time.
-        let owners = frontier_owners(&cfg, cfg.queues);
+        let owners = frontier_owners(&cfg);
         if owners > u64::from(sb.max_queues) {
             tracing::info!(
                 "using {} write queues, not {}: the image's format holds open blocks for at most {} queues with frontiers per-queue",

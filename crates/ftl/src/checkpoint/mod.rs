@@ -74,8 +74,8 @@ pub struct SuperBlock {
     /// The write queues whose own open blocks the format set room aside for: with the page
     /// scheme's frontiers `per-queue` the most queues the image may be served with; 1 for
     /// frontiers shared per bank and for the hybrid schemes, which then take any number
-    /// (`frontier_owners`). Images formatted before a87d13b (2026-11-27) hold the queue count they were
-    /// formatted with, whatever their frontiers.
+    /// (`frontier_owners`). Images formatted before a87d13b (2026-11-27) hold the queue count
+    /// they were formatted with, whatever their frontiers.
     pub max_queues: u32,
     pub overprovision: f64,
     /// Log blocks of a hybrid scheme (bytes 36..40; 0 for `page`).
