@@ -47,6 +47,7 @@ use crate::error::Result;
 use crate::layout::{Layout, Lpn, Psa};
 use crate::recovery::Resolved;
 
+pub(crate) mod block_ops;
 pub mod hybrid;
 pub mod page;
 

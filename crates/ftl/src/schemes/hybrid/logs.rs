@@ -1,5 +1,5 @@
-//! The log-block pool (BAST's per-block logs; FAST's sequential and random logs) and the
-//! journal blocks that hold trim records.
+//! The log-block pool (BAST's per-block logs; FAST's sequential and random logs). Trim
+//! records go to journal blocks (`schemes::block_ops::Journal`).
 //!
 //! Everything here is under one leaf mutex per structure (`HybridScheme::logs`,
 //! `HybridScheme::journal`): taken after logical-block locks, never held across a NAND
@@ -140,15 +140,4 @@ impl Logs {
         self.clock += 1;
         self.clock
     }
-}
-
-/// Blocks holding trim-log slots. A journal block is appended to until full, then kept until
-/// every trim record in it is older than both checkpoints (`PageMap::prune_trim_log`), then
-/// erased.
-#[derive(Default)]
-pub struct Journal {
-    /// The block being appended to and its next page.
-    pub open: Option<(BlockIdx, u32)>,
-    /// Full journal blocks (and ones whose program failed: `true`, marked bad when empty).
-    pub closed: Vec<(BlockIdx, bool)>,
 }

@@ -18,14 +18,15 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
-use nand_model::{BlockAddr, Completion, NandError, PageAddr};
+use nand_model::{BlockAddr, Completion, PageAddr};
 
 use super::locks::Held;
 use super::HybridScheme;
 use crate::blocks::BlockState;
 use crate::core::Core;
 use crate::layout::{BlockIdx, Lpn, Psa, LOGICAL_PAGE};
-use crate::oob::{self, SlotKind, SlotMeta};
+use crate::oob::{self, SlotMeta};
+use crate::schemes::block_ops;
 
 /// The three merges (indices into `HybridScheme::merges`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -239,7 +240,8 @@ impl HybridScheme {
                     let src = (lpn.0 < self.lpns).then(|| self.map.get(lpn)).flatten();
                     match src {
                         Some(src) => {
-                            let (meta, read) = self.read_for_copy(core, lpn, src, buf);
+                            let (meta, read) =
+                                block_ops::read_for_copy(core, layout, lpn, src, buf);
                             metas.push(meta);
                             reads.extend(read);
                             moves.push((lpn, src, self.slot_psa(dst, off)));
@@ -311,66 +313,9 @@ impl HybridScheme {
         Ok(copied)
     }
 
-    /// Reads the slot at `src` (current version of `lpn`) into `buf` and returns the metadata
-    /// its copy carries, with the read's completion to wait for before programming the copy
-    /// (`None`: already waited). Data that fails its check on every retry is copied as read,
-    /// with its original CRC, so that it stays detectably bad.
-    fn read_for_copy(
-        &self,
-        core: &Core,
-        lpn: Lpn,
-        src: Psa,
-        buf: &mut [u8],
-    ) -> (SlotMeta, Option<Completion>) {
-        let (page, slot) = self.layout.split(src);
-        let mut oob_buf = vec![0u8; oob::slot_entry_len(slot)];
-        let mut entry = None;
-        for _ in 0..=core.cfg.read_retries {
-            match core
-                .nand
-                .read(page, slot * LOGICAL_PAGE as u32, buf, Some(&mut oob_buf))
-            {
-                Ok(c) => {
-                    entry = oob::slot_entry(&oob_buf, slot);
-                    if let Some(m) = entry.filter(|m| {
-                        m.kind == SlotKind::Data && m.lpn == lpn && m.crc == crc32fast::hash(buf)
-                    }) {
-                        return (m, Some(c));
-                    }
-                    // A retry is a new read after this one.
-                    c.wait();
-                    core.counters.crc_errors.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(NandError::Uncorrectable { .. }) => buf.fill(0),
-                Err(e) => {
-                    tracing::warn!("merge read of {page:?} failed: {e}");
-                    buf.fill(0);
-                    break;
-                }
-            }
-            core.counters.read_retries.fetch_add(1, Ordering::Relaxed);
-        }
-        core.counters
-            .gc_corrupt_slots
-            .fetch_add(1, Ordering::Relaxed);
-        core.count_uncorrectable(page.block.bank.0);
-        // The entry names the page and its sequence number if it is readable; the CRC is made
-        // to fail when the original is unknown.
-        let meta = match entry.filter(|m| m.kind == SlotKind::Data && m.lpn == lpn) {
-            Some(m) => m,
-            None => SlotMeta {
-                kind: SlotKind::Data,
-                lpn,
-                seq: 0,
-                crc: !crc32fast::hash(buf),
-            },
-        };
-        (meta, None)
-    }
-
     /// Erases a block that holds nothing current any more (or marks it bad with `bad`) and
-    /// returns it to its bank's free list. Slots a trim unmapped stay held until the trim's
-    /// record is on flash: the trim queue is written out first.
+    /// returns it to its bank's free list, counting the erase for merge `kind`
+    /// (`block_ops::release_emptied`).
     pub(super) fn release_block(
         &self,
         core: &Core,
@@ -378,26 +323,7 @@ impl HybridScheme {
         kind: Option<MergeKind>,
         bad: bool,
     ) {
-        let mut rounds = 0;
-        while self.map.valid_bits(b) != 0 {
-            if core.read_only_reason().is_some() || rounds == 8 {
-                tracing::error!(
-                    "block {}: {} slots still held after a merge; left unerased",
-                    b.0,
-                    self.map.valid_bits(b)
-                );
-                return;
-            }
-            core.flush_queue_blocking(core.trim_queue());
-            rounds += 1;
-        }
-        while core.pins.pinned(b) {
-            std::thread::yield_now();
-        }
-        if bad {
-            core.counters.retired_blocks.fetch_add(1, Ordering::Relaxed);
-        }
-        let erased = core.erase_or_retire(self.layout.block_addr(b), bad);
+        let erased = block_ops::release_emptied(core, self.layout, &self.map, b, bad);
         if let Some(k) = kind.filter(|_| erased) {
             self.counters(k).erases.fetch_add(1, Ordering::Relaxed);
         }
@@ -410,28 +336,7 @@ impl HybridScheme {
         prefer: u32,
         for_merge: bool,
     ) -> Option<BlockIdx> {
-        let layout = self.layout;
-        let mut order: Vec<u32> = (0..layout.banks).collect();
-        order.sort_by_key(|b| {
-            (
-                *b != prefer,
-                std::cmp::Reverse(core.bank(*b).free.load(Ordering::Acquire)),
-            )
-        });
-        for reserve in [false, true] {
-            if reserve && !for_merge {
-                break;
-            }
-            for &b in &order {
-                if let Some(block) = core.alloc_block(b, reserve) {
-                    return Some(layout.block_idx(BlockAddr {
-                        bank: nand_model::BankId(b),
-                        block,
-                    }));
-                }
-            }
-        }
-        None
+        block_ops::alloc_near(core, self.layout, prefer, for_merge)
     }
 
     /// Static wear levelling (from the maintenance tick): when the erase-count spread of the

@@ -63,7 +63,7 @@ use parking_lot::Mutex;
 
 use self::banks::BankPlan;
 use self::locks::LbnLocks;
-use self::logs::{Journal, Logs};
+use self::logs::Logs;
 use self::merge::MergeKind;
 use crate::blocks::BlockState;
 use crate::buffer::SealedPage;
@@ -73,6 +73,7 @@ use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{BlockIdx, Layout, Lpn, Psa};
 use crate::recovery::Resolved;
+use crate::schemes::block_ops::Journal;
 use crate::schemes::page::map::PageMap;
 use crate::schemes::{
     BackgroundWorker, CheckpointPayload, Placer, RecoverInput, Scheme, SchemeKind,

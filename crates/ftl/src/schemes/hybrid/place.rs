@@ -13,7 +13,7 @@
 //!   order under any scheduling); a full one joins the victim queue, whose oldest is merged
 //!   when the pool is used up.
 //!
-//! A trim-record page goes to the journal (`logs::Journal`).
+//! A trim-record page goes to the journal (`block_ops::Journal`).
 //!
 //! The writer holds the logical block's lock from `target` to `committed` of each page (a
 //! count per logical block: several of its pages may be in flight). See `locks.rs` for the
@@ -31,6 +31,7 @@ use crate::buffer::SealedPage;
 use crate::core::Core;
 use crate::layout::{BlockIdx, Lpn};
 use crate::oob::SlotKind;
+use crate::schemes::block_ops::Journal;
 use crate::schemes::{Placer, Target};
 
 pub(super) fn placer(scheme: Arc<HybridScheme>, q: usize) -> Box<dyn Placer> {
@@ -341,45 +342,12 @@ impl HybridPlacer {
             }
         }
     }
-
-    /// A trim-record page goes to the open journal block.
-    fn place_journal(&mut self, core: &Core) -> Target {
-        let s = self.scheme.clone();
-        let ppb = s.layout.pages_per_block;
-        loop {
-            if core.read_only_reason().is_some() || core.writers_gone() {
-                return Target::ReadOnly;
-            }
-            let mut j = s.journal.lock();
-            if let Some((b, next)) = j.open {
-                if next < ppb {
-                    j.open = Some((b, next + 1));
-                    return Target::Program(self.addr(b, next));
-                }
-                j.closed.push((b, false));
-                j.open = None;
-                // Full journal blocks wait for two checkpoints to prune their records.
-                if j.closed.len() >= 2 {
-                    core.checkpoint_requested.store(true, Ordering::Release);
-                    core.maint_wake.notify(usize::MAX);
-                }
-            }
-            drop(j);
-            // Trim records free the space they unmap: they may use the merge reserve.
-            match s.alloc_block_near(core, 0, true) {
-                Some(b) => s.journal.lock().open = Some((b, 0)),
-                None => {
-                    core.set_read_only("no free block for trim records".into());
-                }
-            }
-        }
-    }
 }
 
 impl Placer for HybridPlacer {
     fn target(&mut self, core: &Core, page: &SealedPage) -> Target {
         let Some(shape) = PageShape::of(page, self.scheme.spb) else {
-            return self.place_journal(core);
+            return Journal::place(&self.scheme.journal, core, self.scheme.layout);
         };
         if !self.acquire(core, shape.lbn) {
             return Target::Drain;
@@ -412,11 +380,7 @@ impl Placer for HybridPlacer {
         let Some(shape) = PageShape::of(page, s.spb) else {
             // A journal block: its records stay live until pruned; it goes bad then.
             // (Counted as retired when `reclaim_journal` marks it bad.)
-            let mut j = s.journal.lock();
-            if j.open.is_some_and(|(o, _)| o == b) {
-                j.open = None;
-                j.closed.push((b, true));
-            }
+            Journal::failed(&s.journal, b);
             return;
         };
         // The writer committed everything else: we hold only this page's logical block.

@@ -24,6 +24,7 @@ use crate::blocks::BlockState;
 use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{BlockIdx, Lpn};
+use crate::schemes::block_ops::Journal;
 
 impl HybridScheme {
     pub(super) fn rebuild_roles(&self, core: &Core) -> Result<()> {
@@ -209,23 +210,6 @@ impl HybridScheme {
 
     /// Erases the journal blocks whose trim records were all pruned (after a checkpoint).
     pub(super) fn reclaim_journal(&self, core: &Core) {
-        let empty = |b: &BlockIdx| self.map.valid_bits(*b) == 0;
-        if !self.journal.lock().closed.iter().any(|(b, _)| empty(b)) {
-            return;
-        }
-        // A closed block's last page may still be in flight: its slots count as valid only
-        // once committed, so it would look empty and be erased under its own program (the
-        // record lost, the block reused). Closed blocks get no new pages, so once every trim
-        // page placed so far has committed, an empty one stays empty.
-        core.flush_queue_blocking(core.trim_queue());
-        let done: Vec<(BlockIdx, bool)> = {
-            let mut j = self.journal.lock();
-            let (empty, live): (Vec<_>, Vec<_>) = j.closed.iter().partition(|(b, _)| empty(b));
-            j.closed = live;
-            empty
-        };
-        for (b, bad) in done {
-            self.release_block(core, b, None, bad);
-        }
+        Journal::reclaim(&self.journal, core, self.layout, &self.map);
     }
 }

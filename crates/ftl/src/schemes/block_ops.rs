@@ -1,0 +1,219 @@
+//! Block-level operations the block-mapped schemes share (`hybrid`: BAST and FAST; `rftl`):
+//! a free block near a bank, a slot read for a copy, the release of a block that holds
+//! nothing current any more, and the journal blocks that hold trim records.
+//!
+//! The page scheme has its own (GC frontiers, victims): these serve schemes that keep blocks
+//! per logical block and copy a logical block's pages between them.
+
+use std::sync::atomic::Ordering;
+
+use nand_model::{BlockAddr, Completion, NandError, PageAddr};
+use parking_lot::Mutex;
+
+use crate::core::Core;
+use crate::layout::{BlockIdx, Layout, Lpn, Psa, LOGICAL_PAGE};
+use crate::oob::{self, SlotKind, SlotMeta};
+use crate::schemes::page::map::PageMap;
+use crate::schemes::Target;
+
+/// A free block, from bank `prefer` if it has one, else from the bank with the most. With
+/// `for_merge` the GC reserve may be taken (work that frees blocks: merges, journal records).
+pub(crate) fn alloc_near(
+    core: &Core,
+    layout: Layout,
+    prefer: u32,
+    for_merge: bool,
+) -> Option<BlockIdx> {
+    let mut order: Vec<u32> = (0..layout.banks).collect();
+    order.sort_by_key(|b| {
+        (
+            *b != prefer,
+            std::cmp::Reverse(core.bank(*b).free.load(Ordering::Acquire)),
+        )
+    });
+    for reserve in [false, true] {
+        if reserve && !for_merge {
+            break;
+        }
+        for &b in &order {
+            if let Some(block) = core.alloc_block(b, reserve) {
+                return Some(layout.block_idx(BlockAddr {
+                    bank: nand_model::BankId(b),
+                    block,
+                }));
+            }
+        }
+    }
+    None
+}
+
+/// Reads the slot at `src` (current version of `lpn`) into `buf` and returns the metadata
+/// its copy carries, with the read's completion to wait for before programming the copy
+/// (`None`: already waited). Data that fails its check on every retry is copied as read,
+/// with its original CRC, so that it stays detectably bad.
+pub(crate) fn read_for_copy(
+    core: &Core,
+    layout: Layout,
+    lpn: Lpn,
+    src: Psa,
+    buf: &mut [u8],
+) -> (SlotMeta, Option<Completion>) {
+    let (page, slot) = layout.split(src);
+    let mut oob_buf = vec![0u8; oob::slot_entry_len(slot)];
+    let mut entry = None;
+    for _ in 0..=core.cfg.read_retries {
+        match core
+            .nand
+            .read(page, slot * LOGICAL_PAGE as u32, buf, Some(&mut oob_buf))
+        {
+            Ok(c) => {
+                entry = oob::slot_entry(&oob_buf, slot);
+                if let Some(m) = entry.filter(|m| {
+                    m.kind == SlotKind::Data && m.lpn == lpn && m.crc == crc32fast::hash(buf)
+                }) {
+                    return (m, Some(c));
+                }
+                // A retry is a new read after this one.
+                c.wait();
+                core.counters.crc_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(NandError::Uncorrectable { .. }) => buf.fill(0),
+            Err(e) => {
+                tracing::warn!("copy read of {page:?} failed: {e}");
+                buf.fill(0);
+                break;
+            }
+        }
+        core.counters.read_retries.fetch_add(1, Ordering::Relaxed);
+    }
+    core.counters
+        .gc_corrupt_slots
+        .fetch_add(1, Ordering::Relaxed);
+    core.count_uncorrectable(page.block.bank.0);
+    // The entry names the page and its sequence number if it is readable; the CRC is made
+    // to fail when the original is unknown.
+    let meta = match entry.filter(|m| m.kind == SlotKind::Data && m.lpn == lpn) {
+        Some(m) => m,
+        None => SlotMeta {
+            kind: SlotKind::Data,
+            lpn,
+            seq: 0,
+            crc: !crc32fast::hash(buf),
+        },
+    };
+    (meta, None)
+}
+
+/// Erases a block that holds nothing current any more (or marks it bad with `bad`) and
+/// returns it to its bank's free list. Slots a trim unmapped stay held until the trim's
+/// record is on flash: the trim queue is written out first. Returns whether the block was
+/// erased (`false`: it went bad, or slots are still held and it was left as it is).
+pub(crate) fn release_emptied(
+    core: &Core,
+    layout: Layout,
+    map: &PageMap,
+    b: BlockIdx,
+    bad: bool,
+) -> bool {
+    let mut rounds = 0;
+    while map.valid_bits(b) != 0 {
+        if core.read_only_reason().is_some() || rounds == 8 {
+            tracing::error!(
+                "block {}: {} slots still held after its pages moved; left unerased",
+                b.0,
+                map.valid_bits(b)
+            );
+            return false;
+        }
+        core.flush_queue_blocking(core.trim_queue());
+        rounds += 1;
+    }
+    while core.pins.pinned(b) {
+        std::thread::yield_now();
+    }
+    if bad {
+        core.counters.retired_blocks.fetch_add(1, Ordering::Relaxed);
+    }
+    core.erase_or_retire(layout.block_addr(b), bad)
+}
+
+/// Blocks holding trim-log slots. A journal block is appended to until full, then kept until
+/// every trim record in it is older than both checkpoints (`PageMap::prune_trim_log`), then
+/// erased.
+#[derive(Default)]
+pub struct Journal {
+    /// The block being appended to and its next page.
+    pub open: Option<(BlockIdx, u32)>,
+    /// Full journal blocks (and ones whose program failed: `true`, marked bad when empty).
+    pub closed: Vec<(BlockIdx, bool)>,
+}
+
+impl Journal {
+    /// Where the next trim-record page goes: the open journal block's next page (a full one
+    /// is closed and a new one taken; trim records free the space they unmap, so they may use
+    /// the merge reserve).
+    pub(crate) fn place(this: &Mutex<Journal>, core: &Core, layout: Layout) -> Target {
+        let ppb = layout.pages_per_block;
+        loop {
+            if core.read_only_reason().is_some() || core.writers_gone() {
+                return Target::ReadOnly;
+            }
+            let mut j = this.lock();
+            if let Some((b, next)) = j.open {
+                if next < ppb {
+                    j.open = Some((b, next + 1));
+                    return Target::Program(PageAddr {
+                        block: layout.block_addr(b),
+                        page: next,
+                    });
+                }
+                j.closed.push((b, false));
+                j.open = None;
+                // Full journal blocks wait for two checkpoints to prune their records.
+                if j.closed.len() >= 2 {
+                    core.checkpoint_requested.store(true, Ordering::Release);
+                    core.maint_wake.notify(usize::MAX);
+                }
+            }
+            drop(j);
+            match alloc_near(core, layout, 0, true) {
+                Some(b) => this.lock().open = Some((b, 0)),
+                None => {
+                    core.set_read_only("no free block for trim records".into());
+                }
+            }
+        }
+    }
+
+    /// A program into journal block `b` failed: it takes no more records and goes bad once
+    /// its records are pruned.
+    pub(crate) fn failed(this: &Mutex<Journal>, b: BlockIdx) {
+        let mut j = this.lock();
+        if j.open.is_some_and(|(o, _)| o == b) {
+            j.open = None;
+            j.closed.push((b, true));
+        }
+    }
+
+    /// Erases the journal blocks whose trim records were all pruned (after a checkpoint).
+    pub(crate) fn reclaim(this: &Mutex<Journal>, core: &Core, layout: Layout, map: &PageMap) {
+        let empty = |b: &BlockIdx| map.valid_bits(*b) == 0;
+        if !this.lock().closed.iter().any(|(b, _)| empty(b)) {
+            return;
+        }
+        // A closed block's last page may still be in flight: its slots count as valid only
+        // once committed, so it would look empty and be erased under its own program (the
+        // record lost, the block reused). Closed blocks get no new pages, so once every trim
+        // page placed so far has committed, an empty one stays empty.
+        core.flush_queue_blocking(core.trim_queue());
+        let done: Vec<(BlockIdx, bool)> = {
+            let mut j = this.lock();
+            let (empty, live): (Vec<_>, Vec<_>) = j.closed.iter().partition(|(b, _)| empty(b));
+            j.closed = live;
+            empty
+        };
+        for (b, bad) in done {
+            release_emptied(core, layout, map, b, bad);
+        }
+    }
+}
