@@ -114,6 +114,67 @@ impl Drop for Held<'_> {
     }
 }
 
+/// The logical-block locks a writer holds, each with its pages in flight: a lock is taken for
+/// a page's placement and released once the last page placed under it is committed (or its
+/// program failed), so several pages of one logical block may be in flight at once.
+#[derive(Default)]
+pub struct HeldByWriter {
+    held: Vec<(u32, u32)>,
+}
+
+impl HeldByWriter {
+    /// Pages in flight under every lock held.
+    pub fn inflight(&self) -> u32 {
+        self.held.iter().map(|(_, n)| n).sum()
+    }
+
+    pub fn holds(&self, lbn: u32) -> bool {
+        self.held.iter().any(|(l, _)| *l == lbn)
+    }
+
+    /// Takes `lbn`'s lock; `false`: it is busy and waiting for it would hold others (pages
+    /// in flight: the writer must drain first, see the module doc), or `give_up` said so
+    /// while waiting (a power cut).
+    pub fn acquire(&mut self, locks: &LbnLocks, lbn: u32, give_up: impl Fn() -> bool) -> bool {
+        if self.holds(lbn) {
+            return true;
+        }
+        if !locks.try_lock(lbn) && (self.inflight() > 0 || !locks.lock(lbn, give_up)) {
+            return false;
+        }
+        self.held.push((lbn, 0));
+        true
+    }
+
+    /// A page of `lbn` was placed under its lock (a program will follow).
+    pub fn placed(&mut self, lbn: u32) {
+        if let Some(e) = self.held.iter_mut().find(|(l, _)| *l == lbn) {
+            e.1 += 1;
+        }
+    }
+
+    /// One program of `lbn` is done (`placed`: a page placed under the lock committed or
+    /// failed; else the placement was given up): the lock goes after the last.
+    pub fn done(&mut self, locks: &LbnLocks, lbn: u32, placed: bool) {
+        let Some(i) = self.held.iter().position(|(l, _)| *l == lbn) else {
+            return;
+        };
+        if placed {
+            self.held[i].1 = self.held[i].1.saturating_sub(1);
+        }
+        if self.held[i].1 == 0 {
+            self.held.swap_remove(i);
+            locks.unlock(lbn);
+        }
+    }
+
+    /// The lock of `lbn` is no longer this writer's (lost while backing off): forget it
+    /// without releasing it.
+    pub fn forget(&mut self, lbn: u32) {
+        self.held.retain(|(l, _)| *l != lbn);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

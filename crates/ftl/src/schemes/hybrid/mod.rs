@@ -49,7 +49,7 @@
 //! slots is still held.
 
 pub mod banks;
-mod locks;
+pub(crate) mod locks;
 mod logs;
 mod merge;
 mod place;

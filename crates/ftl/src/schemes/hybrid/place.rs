@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use nand_model::PageAddr;
 
+use super::locks::HeldByWriter;
 use super::logs::{LogBlock, Logs};
 use super::{HybridScheme, LogPolicy};
 use crate::buffer::SealedPage;
@@ -38,7 +39,7 @@ pub(super) fn placer(scheme: Arc<HybridScheme>, q: usize) -> Box<dyn Placer> {
     Box::new(HybridPlacer {
         scheme,
         q,
-        held: Vec::new(),
+        held: HeldByWriter::default(),
         rw_open: None,
         no_space_rounds: 0,
     })
@@ -49,7 +50,7 @@ struct HybridPlacer {
     scheme: Arc<HybridScheme>,
     q: usize,
     /// Logical blocks whose lock this writer holds, and how many of its pages are in flight.
-    held: Vec<(u32, u32)>,
+    held: HeldByWriter,
     /// FAST: the random-write log this writer appends to.
     rw_open: Option<BlockIdx>,
     /// Consecutive rounds without a free block (the device turns read-only after many).
@@ -94,35 +95,19 @@ impl PageShape {
 
 impl HybridPlacer {
     fn inflight(&self) -> u32 {
-        self.held.iter().map(|(_, n)| n).sum()
+        self.held.inflight()
     }
 
     /// Takes `lbn`'s lock; `false`: ask for a drain (waiting for it would hold others), or
     /// the writers are gone (a power cut).
     fn acquire(&mut self, core: &Core, lbn: u32) -> bool {
-        if self.held.iter().any(|(l, _)| *l == lbn) {
-            return true;
-        }
-        let locks = &self.scheme.locks;
-        if !locks.try_lock(lbn) && (self.inflight() > 0 || !locks.lock(lbn, || gave_up(core))) {
-            return false;
-        }
-        self.held.push((lbn, 0));
-        true
+        self.held
+            .acquire(&self.scheme.locks, lbn, || gave_up(core))
     }
 
     /// One program of `lbn` is done (committed, or failed): release the lock after the last.
     fn done(&mut self, lbn: u32, placed: bool) {
-        let Some(i) = self.held.iter().position(|(l, _)| *l == lbn) else {
-            return;
-        };
-        if placed {
-            self.held[i].1 = self.held[i].1.saturating_sub(1);
-        }
-        if self.held[i].1 == 0 {
-            self.held.swap_remove(i);
-            self.scheme.locks.unlock(lbn);
-        }
+        self.held.done(&self.scheme.locks, lbn, placed);
     }
 
     /// Waits a little with `lbn` released (a merge that needs other writers' blocks backs
@@ -134,7 +119,7 @@ impl HybridPlacer {
         if !locks.lock(lbn, || gave_up(core)) {
             // Power cut or read-only: the caller returns at once. The lock is not ours any
             // more, so it must not be released on our behalf.
-            self.held.retain(|(l, _)| *l != lbn);
+            self.held.forget(lbn);
         }
     }
 
@@ -358,9 +343,7 @@ impl Placer for HybridPlacer {
         };
         match t {
             Target::Program(_) => {
-                if let Some(e) = self.held.iter_mut().find(|(l, _)| *l == shape.lbn) {
-                    e.1 += 1;
-                }
+                self.held.placed(shape.lbn);
             }
             // The hybrids program one page at a time (`group_size` 1): never multi-plane.
             Target::Drain | Target::ReadOnly | Target::Planes(_) => self.done(shape.lbn, false),
