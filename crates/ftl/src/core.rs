@@ -417,12 +417,23 @@ impl Core {
     /// too) behind it. So a GC step or merge goes on with work on other banks while the erase
     /// runs, as a controller does, instead of idling for t_erase.
     pub fn erase_or_retire(&self, addr: nand_model::BlockAddr, retire: bool) -> bool {
+        self.erase_or_retire_then(addr, retire).0
+    }
+
+    /// [`Self::erase_or_retire`], returning the erase's completion too (`None`: no erase was
+    /// made), for a caller whose bound counts the erase (RFTL's step).
+    pub fn erase_or_retire_then(
+        &self,
+        addr: nand_model::BlockAddr,
+        retire: bool,
+    ) -> (bool, Option<nand_model::Completion>) {
+        let mut done = None;
         if self.bank(addr.bank.0).alloc.lock().state[addr.block as usize] == BlockState::Free {
             // Released twice: a second free-list entry would hand the block to two owners.
             // A check, not a lock: two releases racing each other can both pass it; the owner
             // of a block must make sure only one releases it (a scheme's invariant).
             tracing::error!("{addr:?} is released but already free; left alone");
-            return false;
+            return (false, None);
         }
         let went_bad = if retire {
             if let Err(e) = self.nand.mark_bad(addr) {
@@ -432,7 +443,7 @@ impl Core {
         } else {
             match self.nand.erase(addr) {
                 Ok(c) => {
-                    drop(c);
+                    done = Some(c);
                     self.counters.gc_erases.fetch_add(1, Ordering::Relaxed);
                     false
                 }
@@ -461,7 +472,7 @@ impl Core {
             self.counters.bad_blocks.fetch_add(1, Ordering::Relaxed);
             self.check_spares();
         }
-        !went_bad
+        (!went_bad, done)
     }
 
     /// Usable blocks (not bad, not reserved) across the device.

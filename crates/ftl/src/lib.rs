@@ -135,7 +135,7 @@ pub use crate::error::{FtlError, Result};
 pub use crate::layout::{Lpn, Psa, LOGICAL_PAGE, SECTOR};
 pub use crate::recovery::{RecoveryMode, RecoveryReport};
 pub use crate::schemes::{LogPlacement, SchemeKind};
-pub use crate::stats::{BankStats, FtlStats, LatencySummary, WearStats};
+pub use crate::stats::{BankStats, FtlStats, LatencySummary, RtStats, WearStats};
 pub use nand_model;
 
 use crate::blocks::{Bank, BankAlloc, BlockState};
@@ -270,8 +270,17 @@ pub fn plan_format(
             "geometry too small: {usable} usable blocks cannot hold {log_blocks} log blocks and {frontier} for write frontiers and GC"
         ));
     }
-    let max_lpns =
-        (((usable - frontier - log_blocks as u64) * spb) as f64 * (1.0 - cfg.overprovision)) as u64;
+    let per_lbn = cfg.scheme.blocks_per_logical_block();
+    let max_lpns = if per_lbn > 0 {
+        // A logical block holds up to `per_lbn` blocks (rftl: three); that is its spare, so
+        // `overprovision` does not apply. The device must give the scheme's bound.
+        if let Err(e) = schemes::rftl::StepBudget::of(nand) {
+            return bad(format!("scheme {}: {e}", cfg.scheme));
+        }
+        (usable - frontier) / per_lbn * spb
+    } else {
+        (((usable - frontier - log_blocks as u64) * spb) as f64 * (1.0 - cfg.overprovision)) as u64
+    };
     let max_lpns = max_lpns.min(u32::MAX as u64 - 1);
     let lpns = match export_bytes {
         None => max_lpns,
@@ -372,7 +381,9 @@ impl Ftl {
             nand.geometry(),
             nand.config().interconnect,
         );
-        let scheme = sb.scheme.build(layout, sb.lpns, sb.log_blocks, plan, &cfg);
+        let scheme = sb
+            .scheme
+            .build(layout, sb.lpns, sb.log_blocks, plan, &cfg, nand.config())?;
         let mut txs = Vec::new();
         let mut rxs = Vec::new();
         for q in 0..cfg.queues + 1 {

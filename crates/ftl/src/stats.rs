@@ -153,6 +153,35 @@ pub struct MergeStats {
     pub log_placement: String,
 }
 
+/// Partial garbage collection of a real-time scheme (`ftl.rt` in `ftld stats`; RFTL §4.4).
+#[derive(Clone, Debug, Serialize)]
+pub struct RtStats {
+    /// Pages one step copies (copies within one erase's time).
+    pub beta: u32,
+    /// Most steps a fold and a shift take.
+    pub k_fold: u32,
+    pub k_shift: u32,
+    /// The longest a step keeps the device busy, and the bound on a host write's response
+    /// (one step, then the page's transfer and program), in microseconds.
+    pub step_bound_us: f64,
+    pub write_bound_us: f64,
+    pub copy_steps: u64,
+    pub erase_steps: u64,
+    pub pages_copied: u64,
+    pub erases: u64,
+    /// Jobs finished: folds, shifts, and compactions (at open, or after a failed program).
+    pub folds: u64,
+    pub shifts: u64,
+    pub compactions: u64,
+    /// Most steps one job took.
+    pub max_job_steps: u64,
+    /// A step's time, from its start to the submission of its last operation.
+    pub step_latency: LatencySummary,
+    /// `[ftl] log_placement` in force (`spread` puts a logical block's blocks on different
+    /// channels).
+    pub log_placement: String,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct LatencySummary {
     pub count: u64,
@@ -268,6 +297,9 @@ pub struct FtlStats {
     /// Merges (hybrid schemes only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub merges: Option<MergeStats>,
+    /// Partial GC (real-time schemes only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rt: Option<RtStats>,
 }
 
 impl Core {
@@ -390,6 +422,7 @@ impl Core {
             nand_violations: self.nand.violations(),
             recovery: self.recovery.lock().clone(),
             merges: self.scheme.merge_stats(),
+            rt: self.scheme.rt_stats(),
         }
     }
 }

@@ -275,6 +275,25 @@ impl SuperBlock {
                 );
             }
         }
+        // A scheme with several blocks per logical block (rftl: three) needs them all, and
+        // a free block per bank for its journal and compactions.
+        let per_lbn = self.scheme.blocks_per_logical_block();
+        if per_lbn > 0 {
+            let lbns = u64::from(self.lpns).div_ceil(u64::from(layout.slots_per_block()));
+            let usable =
+                u64::from(layout.total_blocks()) - 1 - 2 * banks * u64::from(self.ckpt_blocks);
+            let need = per_lbn * lbns + 2 * banks + 2;
+            if need > usable {
+                return bad(
+                    "lpns",
+                    self.lpns.to_string(),
+                    format!(
+                        "{lbns} logical blocks of {per_lbn} blocks each and {} spare need {need} blocks, the device has {usable}",
+                        2 * banks + 2
+                    ),
+                );
+            }
+        }
         Ok(())
     }
 }

@@ -104,17 +104,30 @@ pub(crate) fn read_for_copy(
     (meta, None)
 }
 
+/// What [`release_emptied`] did with a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// Erased and back on its bank's free list.
+    Erased,
+    /// Marked bad (asked for, or its erase failed).
+    Bad,
+    /// Left as it is: slots in it were still held (logged).
+    Held,
+}
+
 /// Erases a block that holds nothing current any more (or marks it bad with `bad`) and
 /// returns it to its bank's free list. Slots a trim unmapped stay held until the trim's
-/// record is on flash: the trim queue is written out first. Returns whether the block was
-/// erased (`false`: it went bad, or slots are still held and it was left as it is).
+/// record is on flash: the trim queue is written out first. With `wait` the erase is waited
+/// for (a caller whose time bound counts it); else the bank's timeline keeps later work
+/// behind it.
 pub(crate) fn release_emptied(
     core: &Core,
     layout: Layout,
     map: &PageMap,
     b: BlockIdx,
     bad: bool,
-) -> bool {
+    wait: bool,
+) -> Released {
     let mut rounds = 0;
     while map.valid_bits(b) != 0 {
         if core.read_only_reason().is_some() || rounds == 8 {
@@ -123,7 +136,7 @@ pub(crate) fn release_emptied(
                 b.0,
                 map.valid_bits(b)
             );
-            return false;
+            return Released::Held;
         }
         core.flush_queue_blocking(core.trim_queue());
         rounds += 1;
@@ -134,7 +147,15 @@ pub(crate) fn release_emptied(
     if bad {
         core.counters.retired_blocks.fetch_add(1, Ordering::Relaxed);
     }
-    core.erase_or_retire(layout.block_addr(b), bad)
+    let (erased, done) = core.erase_or_retire_then(layout.block_addr(b), bad);
+    if let Some(c) = done.filter(|_| wait) {
+        c.wait();
+    }
+    if erased {
+        Released::Erased
+    } else {
+        Released::Bad
+    }
 }
 
 /// Blocks holding trim-log slots. A journal block is appended to until full, then kept until
@@ -213,7 +234,7 @@ impl Journal {
             empty
         };
         for (b, bad) in done {
-            release_emptied(core, layout, map, b, bad);
+            release_emptied(core, layout, map, b, bad, false);
         }
     }
 }

@@ -50,6 +50,7 @@ use crate::recovery::Resolved;
 pub(crate) mod block_ops;
 pub mod hybrid;
 pub mod page;
+pub mod rftl;
 
 pub use hybrid::banks::{BankPlan, LogPlacement};
 
@@ -66,11 +67,19 @@ pub enum SchemeKind {
     /// FAST (Lee et al. 2007): block-mapped data blocks, one sequential-write log block and
     /// fully associative random-write log blocks.
     Fast,
+    /// RFTL (Qin et al., paper 004): three blocks per logical block and distributed partial
+    /// GC, a step of at most one erase's time per host write.
+    Rftl,
 }
 
 impl SchemeKind {
     /// Every scheme, in the order `ftld presets` lists them.
-    pub const ALL: [SchemeKind; 3] = [SchemeKind::Page, SchemeKind::Bast, SchemeKind::Fast];
+    pub const ALL: [SchemeKind; 4] = [
+        SchemeKind::Page,
+        SchemeKind::Bast,
+        SchemeKind::Fast,
+        SchemeKind::Rftl,
+    ];
 
     /// The name used on the command line, in TOML, JSON and the superblock.
     pub fn name(self) -> &'static str {
@@ -78,6 +87,7 @@ impl SchemeKind {
             SchemeKind::Page => "page",
             SchemeKind::Bast => "bast",
             SchemeKind::Fast => "fast",
+            SchemeKind::Rftl => "rftl",
         }
     }
 
@@ -93,6 +103,9 @@ impl SchemeKind {
             SchemeKind::Fast => {
                 "hybrid FAST: block-mapped data blocks, a sequential log block and fully associative random log blocks (thesis 003)"
             }
+            SchemeKind::Rftl => {
+                "real-time RFTL: three blocks per logical block, partial GC of at most one erase per host write (paper 004)"
+            }
         }
     }
 
@@ -102,6 +115,7 @@ impl SchemeKind {
             SchemeKind::Page => 0,
             SchemeKind::Bast => 1,
             SchemeKind::Fast => 2,
+            SchemeKind::Rftl => 3,
         }
     }
 
@@ -111,13 +125,22 @@ impl SchemeKind {
 
     /// Whether the scheme keeps log blocks (`[ftl] log_blocks` applies).
     pub fn has_log_blocks(self) -> bool {
-        self != SchemeKind::Page
+        matches!(self, SchemeKind::Bast | SchemeKind::Fast)
+    }
+
+    /// Physical blocks a logical block may hold at once, for schemes that map whole blocks
+    /// to logical blocks without a shared log pool (0: not such a scheme).
+    pub fn blocks_per_logical_block(self) -> u64 {
+        match self {
+            SchemeKind::Rftl => 3,
+            _ => 0,
+        }
     }
 
     /// The fewest log blocks the scheme works with.
     pub fn min_log_blocks(self) -> u32 {
         match self {
-            SchemeKind::Page => 0,
+            SchemeKind::Page | SchemeKind::Rftl => 0,
             SchemeKind::Bast => 1,
             // One sequential-write log block and at least one random-write one.
             SchemeKind::Fast => 2,
@@ -125,7 +148,8 @@ impl SchemeKind {
     }
 
     /// Builds the scheme's state for a device of `lpns` logical pages.
-    /// `plan` says where the hybrids put new blocks (unused by `page`).
+    /// `plan` says where the block-mapped schemes put new blocks (unused by `page`). Fails
+    /// for `rftl` on a device whose timing or block size cannot give its bound.
     pub(crate) fn build(
         self,
         layout: Layout,
@@ -133,7 +157,8 @@ impl SchemeKind {
         log_blocks: u32,
         plan: BankPlan,
         cfg: &crate::config::FtlConfig,
-    ) -> Arc<dyn Scheme> {
+        nand: &nand_model::NandConfig,
+    ) -> Result<Arc<dyn Scheme>> {
         let hybrid = |policy| {
             Arc::new(hybrid::HybridScheme::new(
                 policy, layout, lpns, log_blocks, plan,
@@ -147,10 +172,15 @@ impl SchemeKind {
                     let window = (f64::from(lpns) * cfg.hot_window).round() as u64;
                     scheme.recency = Some(page::recency::WriteRecency::new(lpns, window));
                 }
-                Arc::new(scheme)
+                Ok(Arc::new(scheme))
             }
-            SchemeKind::Bast => hybrid(hybrid::LogPolicy::Bast),
-            SchemeKind::Fast => hybrid(hybrid::LogPolicy::Fast),
+            SchemeKind::Bast => Ok(hybrid(hybrid::LogPolicy::Bast)),
+            SchemeKind::Fast => Ok(hybrid(hybrid::LogPolicy::Fast)),
+            SchemeKind::Rftl => {
+                let budget = rftl::StepBudget::of(nand)
+                    .map_err(|e| crate::FtlError::Config(format!("scheme rftl: {e}")))?;
+                Ok(Arc::new(rftl::RftlScheme::new(layout, lpns, budget, plan)))
+            }
         }
     }
 }
@@ -266,6 +296,11 @@ pub(crate) trait Scheme: Send + Sync + std::any::Any {
 
     /// Merge statistics (schemes that merge).
     fn merge_stats(&self) -> Option<crate::stats::MergeStats> {
+        None
+    }
+
+    /// Partial GC statistics (real-time schemes).
+    fn rt_stats(&self) -> Option<crate::stats::RtStats> {
         None
     }
 }

@@ -323,8 +323,8 @@ impl HybridScheme {
         kind: Option<MergeKind>,
         bad: bool,
     ) {
-        let erased = block_ops::release_emptied(core, self.layout, &self.map, b, bad);
-        if let Some(k) = kind.filter(|_| erased) {
+        let released = block_ops::release_emptied(core, self.layout, &self.map, b, bad, false);
+        if let Some(k) = kind.filter(|_| released == block_ops::Released::Erased) {
             self.counters(k).erases.fetch_add(1, Ordering::Relaxed);
         }
     }

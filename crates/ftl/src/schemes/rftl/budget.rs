@@ -1,0 +1,106 @@
+//! How much reclaim work one host write may carry (RFTL §4.4, §4.5), from the device's timing.
+//!
+//! A partial GC step is one block erase, or at most `beta` page copies, where `beta` copies
+//! take no longer than an erase (equation (2) with `t = T_er`): the erase is the longest
+//! operation that cannot be cut, so a step never holds a write longer than one erase would.
+//! A copy is an array read, the page out over the channel and back, and an array program
+//! (the slowest page type's; read-retry of a worn TLC/QLC block is not counted). RFTL also
+//! reads a page's OOB for the map it keeps there; ftld keeps the map in RAM, so that read is
+//! not made and not counted.
+//!
+//! - `k_fold`: the steps of a fold, which moves every current page of the primary block and
+//!   of the buffer block's prefix into the replacement block (at most one block's worth: a
+//!   logical block has one current version of each of its pages) and erases the primary
+//!   (equation (1), plus the erase step);
+//! - `k_shift`: the steps of a shift, which moves what the host wrote into the buffer during
+//!   a fold (at most `k_fold` pages) into a fresh buffer and erases the old one (equation (3)).
+//!
+//! The fold starts when the buffer has `k_fold` free pages left, so the host always finds a
+//! free page while it runs (Theorem 4.1); the fresh buffer of a shift takes up to `k_fold`
+//! copies and `k_shift` host pages and must still have `k_fold` free pages for the next fold:
+//! so a block needs at least `2 k_fold + k_shift` pages. Devices where it does not (a copy
+//! slower than an erase, or small blocks) are refused at format, naming the figures.
+
+use nand_model::NandConfig;
+
+/// The reclaim budget of one host write on a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepBudget {
+    /// Pages copied by one step (at least 1).
+    pub beta: u32,
+    /// Steps of a fold (copy every current page of the primary and the buffer's prefix, erase
+    /// the primary).
+    pub k_fold: u32,
+    /// Steps of a shift (copy what the host wrote into the buffer during a fold, erase it).
+    pub k_shift: u32,
+    /// The longest a step keeps the device busy, in ns: an erase, or `beta` copies.
+    pub step_ns: u64,
+    /// RFTL's bound on a host write's response (L(p) of Table 2, without the OOB read):
+    /// one step, then the page's own transfer and program.
+    pub write_bound_ns: u64,
+}
+
+impl StepBudget {
+    /// The budget on `nand`, or why the scheme cannot give its guarantee there.
+    pub fn of(nand: &NandConfig) -> Result<StepBudget, String> {
+        let t = &nand.timing;
+        let g = &nand.geometry;
+        let bits = t.cell.kind.bits();
+        let read = (0..bits).map(|p| t.read_ns(p, 0)).max().unwrap_or(0);
+        let prog = (0..bits).map(|p| t.prog_ns(p)).max().unwrap_or(0);
+        // A page crosses the channel with its OOB.
+        let xfer = t.xfer_ns(u64::from(g.page_size) + u64::from(g.oob_size));
+        let copy = read + 2 * xfer + prog;
+        let erase = t.t_erase.as_nanos() as u64;
+        let ppb = g.pages_per_block;
+        if copy > erase {
+            return Err(format!(
+                "a page copy ({} us: read, transfer out and in, program) takes longer than an erase ({} us), so a partial GC step cannot copy even one page within the bound",
+                copy / 1000,
+                erase / 1000
+            ));
+        }
+        let beta = (erase / copy.max(1)).clamp(1, u64::from(ppb)) as u32;
+        let k_fold = ppb.div_ceil(beta) + 1;
+        let k_shift = k_fold.div_ceil(beta) + 1;
+        let need = 2 * k_fold + k_shift;
+        if ppb < need {
+            return Err(format!(
+                "a block of {ppb} pages is too small: a step copies {beta} pages, a fold takes {k_fold} steps and a shift {k_shift}, which needs blocks of at least {need} pages"
+            ));
+        }
+        let step_ns = erase.max(u64::from(beta) * copy);
+        Ok(StepBudget {
+            beta,
+            k_fold,
+            k_shift,
+            step_ns,
+            write_bound_ns: step_ns + xfer + prog,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_papers_devices_have_a_budget_and_a_slow_copy_has_none() {
+        let large = nand_model::preset("slc-large-004").unwrap();
+        let b = StepBudget::of(&large.config).unwrap();
+        // 25 us read + 2 x 21.1 us transfer (4 KiB and 128 B of OOB at 200 MB/s) + 300 us
+        // program = 367 us: 5 copies per 2 ms erase.
+        assert_eq!((b.beta, b.k_fold, b.k_shift), (5, 8, 3));
+        // RFTL's 2325 us is 2000 + 300 + 25 (the OOB read ftld does not make); here the
+        // page's transfer instead.
+        assert_eq!(b.write_bound_ns / 1000, 2321);
+        // The default preset's copy (60 + 800 us + transfers) is under its 1.5 ms erase, but a
+        // step of one copy cannot fold a 128-page block within the 128 pages of its buffer.
+        let def = nand_model::preset("default").unwrap();
+        let e = StepBudget::of(&def.config).unwrap_err();
+        assert!(e.contains("too small"), "{e}");
+        let tlc = nand_model::preset("tlc").unwrap();
+        let e = StepBudget::of(&tlc.config).unwrap_err();
+        assert!(e.contains("longer than an erase"), "{e}");
+    }
+}
