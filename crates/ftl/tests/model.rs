@@ -168,6 +168,11 @@ fn run_seed(seed: u64, ops: usize, dir: &Path) {
             channel_bytes_per_sec: 2_000_000_000,
             ..Default::default()
         };
+        if cfg.scheme == SchemeKind::Rftl {
+            // RFTL's bound needs an erase as long as several page copies (`budget.rs`): with
+            // 8-page blocks, 4 copies of a 16 KiB page per step.
+            nand.timing.t_erase = std::time::Duration::from_micros(150);
+        }
         ftl::nand_model::TimingMode::Real
     } else {
         ftl::nand_model::TimingMode::Off
