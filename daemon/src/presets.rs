@@ -30,6 +30,11 @@ pub fn scale_for_capacity(
     ftl: &FtlConfig,
     capacity: u64,
 ) -> anyhow::Result<NandConfig> {
+    if ftl.scheme.blocks_per_logical_block() > 0 {
+        // No size helps a device whose timing or block size cannot give the scheme's bound.
+        ftl::schemes::rftl::StepBudget::of(base)
+            .map_err(|e| UsageError(format!("scheme {} on this device: {e}", ftl.scheme)))?;
+    }
     let g = base.geometry;
     let row = u64::from(g.banks()) * g.block_bytes();
     let mut raw = capacity;
@@ -141,6 +146,16 @@ pub fn print(json: bool) -> anyhow::Result<()> {
     for s in ftl::SchemeKind::ALL {
         out!("  {:<6} {}", s.name(), s.description());
     }
+    let rt: Vec<&str> = all
+        .iter()
+        .filter(|p| ftl::schemes::rftl::StepBudget::of(&p.config).is_ok())
+        .map(|p| p.name)
+        .collect();
+    out!(
+        "rftl bounds every write by one erase-long GC step and a program, which needs an erase \
+         longer than a page copy and blocks of enough pages: presets {}.",
+        rt.join(", ")
+    );
     Ok(())
 }
 
@@ -156,6 +171,21 @@ mod tests {
         };
         for p in nand_model::presets() {
             for cap in [1u64 << 20, 64 << 20, 1 << 30, 3 << 30] {
+                let rftl = FtlConfig {
+                    scheme: ftl::SchemeKind::Rftl,
+                    ..ftl.clone()
+                };
+                match ftl::schemes::rftl::StepBudget::of(&p.config) {
+                    Ok(_) => {
+                        let cfg = scale_for_capacity(&p.config, &rftl, cap).expect("scales");
+                        let plan = ftl::plan_format(&cfg, &rftl, Some(cap)).expect("plan");
+                        assert!(plan.max_export_bytes >= cap, "rftl {} {cap}", p.name);
+                    }
+                    Err(_) => {
+                        let e = scale_for_capacity(&p.config, &rftl, cap).unwrap_err();
+                        assert!(e.to_string().contains("scheme rftl"), "{e}");
+                    }
+                }
                 let cfg = scale_for_capacity(&p.config, &ftl, cap).expect("scales");
                 let plan = ftl::plan_format(&cfg, &ftl, Some(cap)).expect("plan");
                 assert!(plan.max_export_bytes >= cap, "{} {cap}", p.name);

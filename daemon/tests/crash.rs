@@ -398,6 +398,13 @@ fn flushed_data_survives_kill9_on_bast_and_fast() {
     kill9_rounds("fast", 3);
 }
 
+/// RFTL: a kill -9 in the middle of folds and shifts leaves logical blocks with three
+/// blocks, compacted at the restart.
+#[test]
+fn flushed_data_survives_kill9_on_rftl() {
+    kill9_rounds("rftl", 3);
+}
+
 fn kill9_rounds(scheme: &str, rounds: u64) {
     let seed = seed();
     let mut rng = Rng::new(seed);

@@ -132,16 +132,18 @@ fn random_4k_writes_qd32_verify_and_persist() {
     );
 }
 
-/// fio's random 4 KiB writes with verify on the hybrid schemes (full merges all the way),
-/// and again after a clean restart; BAST also with `same` log placement on a PMCD device.
+/// fio's random 4 KiB writes with verify on the hybrid schemes (full merges all the way) and
+/// on RFTL (folds and shifts, a step per write), and again after a clean restart; BAST also
+/// with `same` log placement on a PMCD device.
 #[test]
-fn random_4k_writes_verify_on_bast_and_fast() {
+fn random_4k_writes_verify_on_bast_fast_and_rftl() {
     if !require_tool("fio", "fio") {
         return;
     }
     for (scheme, placement, more) in [
         ("bast", "spread", &[][..]),
         ("fast", "spread", &[]),
+        ("rftl", "spread", &[]),
         (
             "bast",
             "same",
@@ -159,6 +161,26 @@ fn random_4k_writes_verify_on_bast_and_fast() {
         );
         let job = random_4k_qd32("48M");
         fio(&d.uri(), &strs(&job)).assert_verified(1);
+        if scheme == "rftl" {
+            // The first pass fills each logical block's primary; a second in another order
+            // rewrites every page, so the buffers fill and fold (fio's last option wins).
+            let mut job = job;
+            job.push("--randseed=77".into());
+            fio(&d.uri(), &strs(&job)).assert_verified(1);
+            let rt = &d.stats()["ftl"]["rt"];
+            assert!(rt["folds"].as_u64().unwrap_or(0) > 0, "{rt:#}");
+            assert!(
+                rt["max_job_steps"].as_u64() <= rt["k_fold"].as_u64(),
+                "a job longer than a fold's budget: {rt:#}"
+            );
+            assert_eq!(rt["log_placement"], placement, "{rt:#}");
+            assert!(d.stop().success(), "{}", d.log());
+            d.restart();
+            let mut again = strs(&job);
+            again.push("--verify_only=1");
+            fio(&d.uri(), &again).assert_verified(1);
+            continue;
+        }
         let merges = &d.stats()["ftl"]["merges"];
         assert!(
             merges["full"]["count"].as_u64().unwrap_or(0) > 0,
