@@ -258,3 +258,40 @@ fn gc_bound() {
         assert!(m <= 1.0, "{r}");
     }
 }
+
+#[test]
+fn rftl_table5() {
+    if !python() {
+        return;
+    }
+    let t = run("rftl_table5.py");
+    let mut tables = t.values();
+    // Table 4: RFTL alone. Virtual time is exact: no write exceeds one step and its own
+    // program, at any utilisation and block size, and no job exceeds a fold's steps.
+    let t4 = tables.next().unwrap();
+    assert_eq!(t4["rows"].as_array().unwrap().len(), 4);
+    for r in t4["rows"].as_array().unwrap() {
+        let worst = r["W worst us"].as_f64().unwrap();
+        let bound = r["bound us"].as_f64().unwrap();
+        assert!(worst <= bound + 0.01, "{r}");
+        assert!(r["folds"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["max job steps"].as_f64() <= r["k_fold"].as_f64(), "{r}");
+        // A read never waits for GC: one array read and its transfer, every time.
+        assert_eq!(r["R best us"], r["R worst us"], "{r}");
+    }
+    // Table 5: RFTL's worst write is the lowest of every scheme on the same requests.
+    let t5 = tables.next().unwrap();
+    let rows = t5["rows"].as_array().unwrap();
+    let worst = |s: &str| {
+        rows.iter()
+            .find(|r| r["scheme"].as_str() == Some(s))
+            .and_then(|r| r["W worst us"].as_f64())
+            .unwrap_or_else(|| panic!("{s} in {rows:?}"))
+    };
+    for other in ["page (in-path)", "page (adaptive)", "bast", "fast"] {
+        assert!(
+            worst("rftl") < worst(other),
+            "rftl against {other}: {rows:?}"
+        );
+    }
+}

@@ -121,11 +121,20 @@ fn a_device_where_a_copy_is_slower_than_an_erase_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let mut nand = small_nand(4096, 32);
     nand.timing.t_prog = Duration::from_micros(1600);
-    let err = Ftl::create(&dir.path().join("x.img"), &nand, TimingMode::Off, cfg(), None)
-        .err()
-        .expect("refused");
+    let err = Ftl::create(
+        &dir.path().join("x.img"),
+        &nand,
+        TimingMode::Off,
+        cfg(),
+        None,
+    )
+    .err()
+    .expect("refused");
     let msg = err.to_string();
-    assert!(msg.contains("rftl") && msg.contains("longer than an erase"), "{msg}");
+    assert!(
+        msg.contains("rftl") && msg.contains("longer than an erase"),
+        "{msg}"
+    );
 }
 
 /// With timing virtual, no FUA write of a full, hot device waits longer than one step and

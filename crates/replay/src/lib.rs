@@ -75,6 +75,24 @@ pub struct GcSummary {
     /// Hybrid schemes: switch, partial and full merges.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub merges: Option<MergeCounts>,
+    /// Real-time schemes: the partial GC (`ftl.rt` of `ftld stats`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rt: Option<RtCounts>,
+}
+
+/// RFTL's partial GC during the replay, and its bounds (from the device's timing).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct RtCounts {
+    pub copy_steps: u64,
+    pub erase_steps: u64,
+    pub folds: u64,
+    pub shifts: u64,
+    pub compactions: u64,
+    /// Most steps one job took, since the FTL was opened.
+    pub max_job_steps: u64,
+    pub k_fold: u32,
+    pub step_bound_us: f64,
+    pub write_bound_us: f64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -226,6 +244,17 @@ fn gc_counts(s: &ftl::FtlStats) -> GcSummary {
             partial: m.partial.count,
             full: m.full.count,
         }),
+        rt: s.rt.as_ref().map(|r| RtCounts {
+            copy_steps: r.copy_steps,
+            erase_steps: r.erase_steps,
+            folds: r.folds,
+            shifts: r.shifts,
+            compactions: r.compactions,
+            max_job_steps: r.max_job_steps,
+            k_fold: r.k_fold,
+            step_bound_us: r.step_bound_us,
+            write_bound_us: r.write_bound_us,
+        }),
     }
 }
 
@@ -247,6 +276,17 @@ fn minus(a: &GcSummary, b: &GcSummary) -> GcSummary {
                 full: x.full - y.full,
             }),
             (m, _) => m.clone(),
+        },
+        rt: match (&a.rt, &b.rt) {
+            (Some(x), Some(y)) => Some(RtCounts {
+                copy_steps: x.copy_steps - y.copy_steps,
+                erase_steps: x.erase_steps - y.erase_steps,
+                folds: x.folds - y.folds,
+                shifts: x.shifts - y.shifts,
+                compactions: x.compactions - y.compactions,
+                ..x.clone()
+            }),
+            (r, _) => r.clone(),
         },
     }
 }

@@ -101,8 +101,7 @@ impl HybridPlacer {
     /// Takes `lbn`'s lock; `false`: ask for a drain (waiting for it would hold others), or
     /// the writers are gone (a power cut).
     fn acquire(&mut self, core: &Core, lbn: u32) -> bool {
-        self.held
-            .acquire(&self.scheme.locks, lbn, || gave_up(core))
+        self.held.acquire(&self.scheme.locks, lbn, || gave_up(core))
     }
 
     /// One program of `lbn` is done (committed, or failed): release the lock after the last.

@@ -258,18 +258,27 @@ impl Scheme for RftlScheme {
             let lbn = lbn as u32;
             let blocks = st.blocks();
             if blocks.len() > 3 {
-                return Err(format!("logical block {lbn} holds {} blocks: {st:?}", blocks.len()));
+                return Err(format!(
+                    "logical block {lbn} holds {} blocks: {st:?}",
+                    blocks.len()
+                ));
             }
             for b in &blocks {
                 if let Some(o) = owner.insert(*b, lbn) {
-                    return Err(format!("block {} belongs to logical blocks {o} and {lbn}", b.0));
+                    return Err(format!(
+                        "block {} belongs to logical blocks {o} and {lbn}",
+                        b.0
+                    ));
                 }
                 let s = self.block_state(core, *b);
                 if !matches!(s, BlockState::Open | BlockState::Full) {
                     return Err(format!("block {} of logical block {lbn} is {s:?}", b.0));
                 }
             }
-            for blk in [st.primary, st.buffer, st.replacement].into_iter().flatten() {
+            for blk in [st.primary, st.buffer, st.replacement]
+                .into_iter()
+                .flatten()
+            {
                 if blk.next > ppb {
                     return Err(format!("logical block {lbn}: {blk:?} is past its end"));
                 }
@@ -293,7 +302,9 @@ impl Scheme for RftlScheme {
                 }
                 Some(j) => {
                     if st.dest(j.dest).is_none() {
-                        return Err(format!("logical block {lbn}: a job without its destination: {st:?}"));
+                        return Err(format!(
+                            "logical block {lbn}: a job without its destination: {st:?}"
+                        ));
                     }
                 }
             }

@@ -36,7 +36,9 @@ impl RftlScheme {
     pub(super) fn alloc(&self, core: &Core, bank: u32) -> Option<BlockIdx> {
         let b = block_ops::alloc_near(core, self.layout, bank, true);
         if b.is_none() {
-            core.set_read_only("no free block for a logical block's primary, buffer or replacement".into());
+            core.set_read_only(
+                "no free block for a logical block's primary, buffer or replacement".into(),
+            );
         }
         b
     }
@@ -139,6 +141,7 @@ impl RftlScheme {
             }
         }
         job.steps += 1;
+        core.counters.gc_steps.fetch_add(1, Ordering::Relaxed);
         let cands = self.candidates(lbn, &job);
         let dest = job.dest;
         let outcome = if !cands.is_empty() {
