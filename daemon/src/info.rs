@@ -76,7 +76,16 @@ pub fn render(info: &ImageInfo) -> String {
         ("raw flash", format_size(g.raw_capacity())),
         (
             "over-provisioning",
-            format!("{:.1}%", info.overprovision * 100.0),
+            match info.ftl.blocks_per_logical_block() {
+                0 => format!("{:.1}%", info.overprovision * 100.0),
+                // A logical block's own blocks are its spare; the setting does not apply.
+                n => format!(
+                    "{}% (up to {n} blocks for each of {} logical blocks)",
+                    (n - 1) * 100,
+                    u64::from(info.logical_pages)
+                        .div_ceil(u64::from(g.pages_per_block) * u64::from(g.page_size / 4096))
+                ),
+            },
         ),
         ("timing", t.summary()),
         ("interconnect", info.nand.interconnect.to_string()),

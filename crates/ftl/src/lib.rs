@@ -2,7 +2,9 @@
 //!
 //! The FTL scheme is chosen per image at format time ([`SchemeKind`]: `page`, the
 //! multi-threaded page-mapping FTL of papers 000/001/002; `bast` and `fast`, the hybrid
-//! log-block FTLs of the thesis, paper 003) and kept in its superblock.
+//! log-block FTLs of the thesis, paper 003; `rftl`, the real-time FTL of paper 004, whose
+//! distributed partial GC bounds every write by one erase-long step and its program) and kept
+//! in its superblock.
 //!
 //! Exposes an emulated NAND device ([`nand_model`]) as a block device of 512-byte sectors with
 //! a volatile write cache: writes are acknowledged once buffered, [`Ftl::flush`] (or a FUA
@@ -43,7 +45,9 @@
 //! `schemes/page` (map, placement, GC, recovery rules of the page-mapping FTL) and
 //! `schemes/hybrid` (BAST and FAST: bank choice `same`/`spread` for TMCD and PMCD devices,
 //! logical-block locks, log pool, log placement, merges,
-//! block roles after recovery).
+//! block roles after recovery) and `schemes/rftl` (RFTL: the step budget from the device's
+//! timing, a logical block's three blocks and its fold/shift jobs, a step per host page, roles
+//! after recovery); `schemes/block_ops` holds what the block-mapped schemes share.
 //!
 //! ## Design in one page
 //! **Definitions.** An *LPN* is a 4 KiB logical page; a *slot* is a 4 KiB piece of a NAND page;
@@ -54,10 +58,13 @@
 //! hybrids use too, is the only writer of both and checks it); (2h) hybrid schemes: every
 //! mapped page lives in its logical block's data block at its own offset, or in one of that
 //! block's log blocks, and the log pool never holds more than its limit; under FAST only the
-//! one sequential-write log has an owner (`HybridScheme::check`); (3) only a block's owner
+//! one sequential-write log has an owner (`HybridScheme::check`); (2r) rftl: every mapped page
+//! lives in one of its logical block's blocks, a logical block holds at most three, no block
+//! belongs to two, and with no job under way its buffer has room for a fold (`k_fold` free
+//! pages: RFTL's Theorem 4.1) (`RftlScheme::check`); (3) only a block's owner
 //! programs it (a writer's frontier — with `[ftl] frontiers = "per-bank"` lent to one writer for
 //! each program — one block per plane of a bank on a device with planes; a
-//! log block's page only by the writer holding its logical block);
+//! log block's page, or an rftl block's, only by the writer holding its logical block);
 //! (3f) a host frontier's block becomes a GC candidate only once every page programmed into
 //! it is committed (`schemes/page/frontiers.rs`: with frontiers shared per bank, pages of one
 //! block commit from several queues in any order);
@@ -270,16 +277,19 @@ pub fn plan_format(
             "geometry too small: {usable} usable blocks cannot hold {log_blocks} log blocks and {frontier} for write frontiers and GC"
         ));
     }
-    let per_lbn = cfg.scheme.blocks_per_logical_block();
-    let max_lpns = if per_lbn > 0 {
-        // A logical block holds up to `per_lbn` blocks (rftl: three); that is its spare, so
-        // `overprovision` does not apply. The device must give the scheme's bound.
-        if let Err(e) = schemes::rftl::StepBudget::of(nand) {
-            return bad(format!("scheme {}: {e}", cfg.scheme));
+    // A logical block of rftl holds up to three blocks: that is its spare, so
+    // `overprovision` does not apply; and the device must give the scheme's bound.
+    let max_lpns = match (usable - frontier).checked_div(cfg.scheme.blocks_per_logical_block()) {
+        Some(lbns) => {
+            if let Err(e) = schemes::rftl::StepBudget::of(nand) {
+                return bad(format!("scheme {}: {e}", cfg.scheme));
+            }
+            lbns * spb
         }
-        (usable - frontier) / per_lbn * spb
-    } else {
-        (((usable - frontier - log_blocks as u64) * spb) as f64 * (1.0 - cfg.overprovision)) as u64
+        None => {
+            (((usable - frontier - log_blocks as u64) * spb) as f64 * (1.0 - cfg.overprovision))
+                as u64
+        }
     };
     let max_lpns = max_lpns.min(u32::MAX as u64 - 1);
     let lpns = match export_bytes {
