@@ -30,7 +30,7 @@ pub fn scale_for_capacity(
     ftl: &FtlConfig,
     capacity: u64,
 ) -> anyhow::Result<NandConfig> {
-    if ftl.scheme.blocks_per_logical_block() > 0 {
+    if ftl.scheme == ftl::SchemeKind::Rftl {
         // No size helps a device whose timing or block size cannot give the scheme's bound.
         ftl::schemes::rftl::StepBudget::of(base)
             .map_err(|e| UsageError(format!("scheme {} on this device: {e}", ftl.scheme)))?;

@@ -277,12 +277,14 @@ pub fn plan_format(
             "geometry too small: {usable} usable blocks cannot hold {log_blocks} log blocks and {frontier} for write frontiers and GC"
         ));
     }
-    // A logical block of rftl holds up to three blocks: that is its spare, so
-    // `overprovision` does not apply; and the device must give the scheme's bound.
+    // A logical block of rftl holds up to three blocks, of nftl two: that is its spare, so
+    // `overprovision` does not apply; and rftl's device must give the scheme's bound.
     let max_lpns = match (usable - frontier).checked_div(cfg.scheme.blocks_per_logical_block()) {
         Some(lbns) => {
-            if let Err(e) = schemes::rftl::StepBudget::of(nand) {
-                return bad(format!("scheme {}: {e}", cfg.scheme));
+            if cfg.scheme == SchemeKind::Rftl {
+                if let Err(e) = schemes::rftl::StepBudget::of(nand) {
+                    return bad(format!("scheme {}: {e}", cfg.scheme));
+                }
             }
             lbns * spb
         }

@@ -215,3 +215,13 @@ fn eight_threads_overlapping_bast() {
 fn eight_threads_overlapping_fast() {
     run_scheme(GcPolicy::Adaptive, ftl::SchemeKind::Fast, 5);
 }
+
+#[test]
+fn eight_threads_overlapping_rftl() {
+    run_scheme(GcPolicy::Adaptive, ftl::SchemeKind::Rftl, 6);
+}
+
+#[test]
+fn eight_threads_overlapping_nftl() {
+    run_scheme(GcPolicy::Adaptive, ftl::SchemeKind::Nftl, 7);
+}

@@ -9,7 +9,7 @@ use ftl::{FtlError, GcPolicy, SchemeKind};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-/// Every GC policy of `page`, then `bast`, `fast` and `rftl`.
+/// Every GC policy of `page`, then `bast`, `fast`, `rftl` and `nftl`.
 fn every_scheme() -> Vec<(GcPolicy, SchemeKind)> {
     GcPolicy::ALL
         .into_iter()
@@ -18,6 +18,7 @@ fn every_scheme() -> Vec<(GcPolicy, SchemeKind)> {
             (GcPolicy::Adaptive, SchemeKind::Bast),
             (GcPolicy::Adaptive, SchemeKind::Fast),
             (GcPolicy::Adaptive, SchemeKind::Rftl),
+            (GcPolicy::Adaptive, SchemeKind::Nftl),
         ])
         .collect()
 }
@@ -60,9 +61,13 @@ fn random_program_erase_read_faults() {
         block_on(async {
             let mut buf = vec![0u8; 4096];
             // The hybrid schemes erase several times more per host write (full merges): fewer
-            // writes give them as many faults as the page scheme sees. RFTL exports a third of
-            // the device: it needs as many writes as `page` to meet as many faults.
-            let writes = if matches!(scheme, SchemeKind::Page | SchemeKind::Rftl) {
+            // writes give them as many faults as the page scheme sees. RFTL and NFTL export a
+            // third and a half of the device: they need as many writes as `page` to meet as
+            // many faults.
+            let writes = if matches!(
+                scheme,
+                SchemeKind::Page | SchemeKind::Rftl | SchemeKind::Nftl
+            ) {
                 pages * 10
             } else {
                 pages * 2

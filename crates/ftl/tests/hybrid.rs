@@ -313,3 +313,48 @@ fn a_hybrid_image_takes_any_number_of_queues() {
     block_on(ftl.write(3, 0, &stamped(0, 1), false)).unwrap();
     ftl.close().unwrap();
 }
+
+/// NFTL (paper 004's block-level baseline): every logical block has its own replacement
+/// block, so a rewrite merges only the logical block written, once its replacement is full;
+/// BAST with a small pool merges other logical blocks to free a log.
+#[test]
+fn nftl_merges_only_a_logical_block_whose_replacement_is_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = device(dir.path(), SchemeKind::Nftl, 0);
+    let blocks = d.tags.len() as u64 / SPB;
+    assert!(blocks >= 8, "{blocks} logical blocks");
+    // Half the usable blocks hold data, the other half replacements (the format's spare).
+    assert_eq!(d.ftl.stats().merges.unwrap().log_blocks as u64, blocks);
+    for b in 0..blocks {
+        d.write(b * SPB..(b + 1) * SPB);
+    }
+    // Each logical block's first write went to its replacement, in order: the first rewrite
+    // finds it full and switches it in.
+    for b in 0..blocks {
+        d.write([b * SPB + 3]);
+    }
+    assert_eq!(
+        d.merges(),
+        (blocks, 0, 0),
+        "a switch per logical block, nothing else"
+    );
+    // One page rewritten in every logical block: each has a replacement of its own, none full.
+    for b in 0..blocks {
+        d.write([b * SPB + 5]);
+    }
+    assert_eq!(
+        d.merges(),
+        (blocks, 0, 0),
+        "no merge without a full replacement"
+    );
+    // Logical block 0's replacement fills (it holds pages 3 and 5): the next rewrite merges it.
+    d.write((0..SPB - 2).map(|i| i % 4));
+    d.write([1]);
+    assert_eq!(
+        d.merges(),
+        (blocks, 0, 1),
+        "a full merge of the block written"
+    );
+    d.verify("nftl");
+    reopen_twice(dir.path(), d, SchemeKind::Nftl);
+}

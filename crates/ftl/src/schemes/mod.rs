@@ -70,15 +70,19 @@ pub enum SchemeKind {
     /// RFTL (Qin et al., paper 004): three blocks per logical block and distributed partial
     /// GC, a step of at most one erase's time per host write.
     Rftl,
+    /// NFTL (Ban 1995; paper 004's block-level baseline): a data block and a replacement
+    /// block per logical block, merged when the replacement is full.
+    Nftl,
 }
 
 impl SchemeKind {
     /// Every scheme, in the order `ftld presets` lists them.
-    pub const ALL: [SchemeKind; 4] = [
+    pub const ALL: [SchemeKind; 5] = [
         SchemeKind::Page,
         SchemeKind::Bast,
         SchemeKind::Fast,
         SchemeKind::Rftl,
+        SchemeKind::Nftl,
     ];
 
     /// The name used on the command line, in TOML, JSON and the superblock.
@@ -88,6 +92,7 @@ impl SchemeKind {
             SchemeKind::Bast => "bast",
             SchemeKind::Fast => "fast",
             SchemeKind::Rftl => "rftl",
+            SchemeKind::Nftl => "nftl",
         }
     }
 
@@ -106,6 +111,9 @@ impl SchemeKind {
             SchemeKind::Rftl => {
                 "real-time RFTL: three blocks per logical block, partial GC of at most one erase per host write (paper 004)"
             }
+            SchemeKind::Nftl => {
+                "block-level NFTL: a data block and a replacement block per logical block, merged when full (paper 004's baseline)"
+            }
         }
     }
 
@@ -116,6 +124,7 @@ impl SchemeKind {
             SchemeKind::Bast => 1,
             SchemeKind::Fast => 2,
             SchemeKind::Rftl => 3,
+            SchemeKind::Nftl => 4,
         }
     }
 
@@ -133,6 +142,7 @@ impl SchemeKind {
     pub fn blocks_per_logical_block(self) -> u64 {
         match self {
             SchemeKind::Rftl => 3,
+            SchemeKind::Nftl => 2,
             _ => 0,
         }
     }
@@ -140,7 +150,7 @@ impl SchemeKind {
     /// The fewest log blocks the scheme works with.
     pub fn min_log_blocks(self) -> u32 {
         match self {
-            SchemeKind::Page | SchemeKind::Rftl => 0,
+            SchemeKind::Page | SchemeKind::Rftl | SchemeKind::Nftl => 0,
             SchemeKind::Bast => 1,
             // One sequential-write log block and at least one random-write one.
             SchemeKind::Fast => 2,
@@ -176,6 +186,7 @@ impl SchemeKind {
             }
             SchemeKind::Bast => Ok(hybrid(hybrid::LogPolicy::Bast)),
             SchemeKind::Fast => Ok(hybrid(hybrid::LogPolicy::Fast)),
+            SchemeKind::Nftl => Ok(Arc::new(hybrid::HybridScheme::nftl(layout, lpns, plan))),
             SchemeKind::Rftl => {
                 let budget = rftl::StepBudget::of(nand)
                     .map_err(|e| crate::FtlError::Config(format!("scheme rftl: {e}")))?;

@@ -1,5 +1,7 @@
 //! Schemes `bast` and `fast`: the hybrid log-block FTLs of the thesis (paper 003 §2.3, §3.1;
-//! Kim et al. 2002, Lee et al. 2007).
+//! Kim et al. 2002, Lee et al. 2007); and `nftl`, the block-level FTL paper 004 compares RFTL
+//! with, which is BAST with a log (replacement) block for every logical block
+//! ([`HybridScheme::nftl`]).
 //!
 //! | module | job |
 //! |---|---|
@@ -115,6 +117,9 @@ impl MergeCounters {
 /// The hybrid schemes' state.
 pub struct HybridScheme {
     policy: LogPolicy,
+    /// The scheme the image was formatted with (`nftl` is BAST's policy with a log block for
+    /// every logical block).
+    kind: SchemeKind,
     layout: Layout,
     lpns: u32,
     /// Logical pages per logical block (= slots per physical block).
@@ -148,6 +153,10 @@ impl HybridScheme {
         let lbns = lpns.div_ceil(spb);
         HybridScheme {
             policy,
+            kind: match policy {
+                LogPolicy::Bast => SchemeKind::Bast,
+                LogPolicy::Fast => SchemeKind::Fast,
+            },
             layout,
             lpns,
             spb,
@@ -161,6 +170,19 @@ impl HybridScheme {
             merges: Default::default(),
             plan,
             rw_opened: AtomicU32::new(0),
+        }
+    }
+
+    /// NFTL (Ban 1995; paper 004's block-level baseline): a logical block maps to a primary
+    /// (data) block and, once it is rewritten, a replacement block of its own, written in page
+    /// order with the logical page in its OOB (as NAND that programs a block's pages in order
+    /// requires); when the replacement is full the two are merged. That is BAST's policy with
+    /// a log block for every logical block: no write ever merges another logical block.
+    pub fn nftl(layout: Layout, lpns: u32, plan: BankPlan) -> HybridScheme {
+        let lbns = lpns.div_ceil(layout.slots_per_block());
+        HybridScheme {
+            kind: SchemeKind::Nftl,
+            ..HybridScheme::new(LogPolicy::Bast, layout, lpns, lbns, plan)
         }
     }
 
@@ -202,10 +224,7 @@ impl HybridScheme {
 
 impl Scheme for HybridScheme {
     fn kind(&self) -> SchemeKind {
-        match self.policy {
-            LogPolicy::Bast => SchemeKind::Bast,
-            LogPolicy::Fast => SchemeKind::Fast,
-        }
+        self.kind
     }
 
     fn locate(&self, _stripe: &Stripe, lpn: Lpn) -> Option<Psa> {
