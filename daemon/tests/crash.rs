@@ -399,10 +399,11 @@ fn flushed_data_survives_kill9_on_bast_and_fast() {
 }
 
 /// RFTL: a kill -9 in the middle of folds and shifts leaves logical blocks with three
-/// blocks, compacted at the restart.
+/// blocks, compacted at the restart; NFTL: merges cut short.
 #[test]
-fn flushed_data_survives_kill9_on_rftl() {
+fn flushed_data_survives_kill9_on_rftl_and_nftl() {
     kill9_rounds("rftl", 3);
+    kill9_rounds("nftl", 2);
 }
 
 fn kill9_rounds(scheme: &str, rounds: u64) {

@@ -288,7 +288,7 @@ fn rftl_table5() {
             .and_then(|r| r["W worst us"].as_f64())
             .unwrap_or_else(|| panic!("{s} in {rows:?}"))
     };
-    for other in ["page (in-path)", "page (adaptive)", "bast", "fast"] {
+    for other in ["nftl", "page (in-path)", "page (adaptive)", "bast", "fast"] {
         assert!(
             worst("rftl") < worst(other),
             "rftl against {other}: {rows:?}"

@@ -133,10 +133,10 @@ fn random_4k_writes_qd32_verify_and_persist() {
 }
 
 /// fio's random 4 KiB writes with verify on the hybrid schemes (full merges all the way) and
-/// on RFTL (folds and shifts, a step per write), and again after a clean restart; BAST also
-/// with `same` log placement on a PMCD device.
+/// on RFTL (folds and shifts, a step per write) and NFTL, and again after a clean restart;
+/// BAST also with `same` log placement on a PMCD device.
 #[test]
-fn random_4k_writes_verify_on_bast_fast_and_rftl() {
+fn random_4k_writes_verify_on_every_block_mapped_scheme() {
     if !require_tool("fio", "fio") {
         return;
     }
@@ -144,6 +144,7 @@ fn random_4k_writes_verify_on_bast_fast_and_rftl() {
         ("bast", "spread", &[][..]),
         ("fast", "spread", &[]),
         ("rftl", "spread", &[]),
+        ("nftl", "spread", &[]),
         (
             "bast",
             "same",
@@ -159,14 +160,16 @@ fn random_4k_writes_verify_on_bast_fast_and_rftl() {
                 ..Default::default()
             },
         );
-        let job = random_4k_qd32("48M");
+        let mut job = random_4k_qd32("48M");
         fio(&d.uri(), &strs(&job)).assert_verified(1);
-        if scheme == "rftl" {
-            // The first pass fills each logical block's primary; a second in another order
-            // rewrites every page, so the buffers fill and fold (fio's last option wins).
-            let mut job = job;
+        if scheme == "rftl" || scheme == "nftl" {
+            // The first pass fills each logical block's primary (or replacement); a second in
+            // another order rewrites every page, so buffers fold and replacements merge
+            // (fio's last option wins).
             job.push("--randseed=77".into());
             fio(&d.uri(), &strs(&job)).assert_verified(1);
+        }
+        if scheme == "rftl" {
             let rt = &d.stats()["ftl"]["rt"];
             assert!(rt["folds"].as_u64().unwrap_or(0) > 0, "{rt:#}");
             assert!(
