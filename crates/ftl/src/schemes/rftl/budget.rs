@@ -3,10 +3,16 @@
 //! A partial GC step is one block erase, or at most `beta` page copies, where `beta` copies
 //! take no longer than an erase (equation (2) with `t = T_er`): the erase is the longest
 //! operation that cannot be cut, so a step never holds a write longer than one erase would.
-//! A copy is an array read, the page out over the channel and back, and an array program
-//! (the slowest page type's; read-retry of a worn TLC/QLC block is not counted). RFTL also
-//! reads a page's OOB for the map it keeps there; ftld keeps the map in RAM, so that read is
-//! not made and not counted.
+//! A copy fills a destination page with the next current 4 KiB slots, which may come from as
+//! many source pages as the page has slots: an array read per slot, the slots out over the
+//! channel and the page back in, and an array program (the slowest page type's; read-retry of
+//! a worn TLC/QLC block is not counted). RFTL also reads a page's OOB for the map it keeps
+//! there; ftld keeps the map in RAM, so that read is not made and not counted.
+//!
+//! The write bound holds for a write that finds its writer with nothing else in flight (one
+//! outstanding write per queue, as RFTL's periodic requests) and no trim record waiting to
+//! be written: a step first drains the writer's programs in flight, and an erase first writes
+//! out the trim records that still hold slots of its block.
 //!
 //! - `k_fold`: the steps of a fold, which moves every current page of the primary block and
 //!   of the buffer block's prefix into the replacement block (at most one block's worth: a
@@ -50,7 +56,8 @@ impl StepBudget {
         let prog = (0..bits).map(|p| t.prog_ns(p)).max().unwrap_or(0);
         // A page crosses the channel with its OOB.
         let xfer = t.xfer_ns(u64::from(g.page_size) + u64::from(g.oob_size));
-        let copy = read + 2 * xfer + prog;
+        let slots = u64::from((g.page_size / crate::layout::LOGICAL_PAGE as u32).max(1));
+        let copy = slots * read + 2 * xfer + prog;
         let erase = t.t_erase.as_nanos() as u64;
         let ppb = g.pages_per_block;
         if copy > erase {
@@ -102,5 +109,14 @@ mod tests {
         let tlc = nand_model::preset("tlc").unwrap();
         let e = StepBudget::of(&tlc.config).unwrap_err();
         assert!(e.contains("longer than an erase"), "{e}");
+        // 32 KiB pages of 8 slots: a copy is 8 array reads (8 x 42 us) + 2 x 41.4 us + 185 us
+        // = 604 us, 4 within the 3 ms erase.
+        let mlc = nand_model::preset("nvmevirt-970pro").unwrap();
+        let b = StepBudget::of(&mlc.config).unwrap();
+        assert_eq!((b.beta, b.k_fold, b.k_shift), (4, 17, 6));
+        // lftl-card's 8 reads of 25 us and its 300 MB/s channel make a copy of 618 us: 2 per
+        // 1.5 ms erase, too few for its 64-page blocks.
+        let card = nand_model::preset("lftl-card").unwrap();
+        assert!(StepBudget::of(&card.config).is_err());
     }
 }

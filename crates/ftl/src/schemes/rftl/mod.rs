@@ -33,6 +33,14 @@
 //! reclaim happens only where writes arrive (the paper's "distributed" GC; it avoids copies of
 //! pages about to be rewritten).
 //!
+//! # Locks
+//! In this order: a logical block's lock (`locks`, held by the writer from `target` to
+//! `committed` and by a step), its `state` mutex (held across a step), `core.gc_gate` shared
+//! (a step; a checkpoint or `check` takes it exclusive and never waits for a `state` mutex
+//! while holding it: `check` runs quiesced), the write cache's stripes (a step publishing its
+//! copies). A step may write out the trim queue (`block_ops::release_emptied`), whose writer
+//! takes none of these.
+//!
 //! # Space
 //! Three blocks per logical block: an image exports a third of its usable blocks (the paper
 //! compares RFTL with GFTL at twice GFTL's flash). Formats refuse devices where the guarantee
@@ -283,6 +291,10 @@ impl Scheme for RftlScheme {
                     return Err(format!("logical block {lbn}: {blk:?} is past its end"));
                 }
             }
+            // A device that turned read-only stops mid-job or without a next buffer: the
+            // budget's rules no longer apply (the data rules above and below still do).
+            let budget_holds = core.read_only_reason().is_none();
+            let k = &self.budget;
             match &st.job {
                 None => {
                     if st.replacement.is_some() {
@@ -290,7 +302,7 @@ impl Scheme for RftlScheme {
                     }
                     // Theorem 4.1: when the host starts filling the buffer, a fold must fit in
                     // what is left of it.
-                    if let Some(b) = st.buffer {
+                    if let Some(b) = st.buffer.filter(|_| budget_holds) {
                         if b.free(ppb) < self.budget.k_fold {
                             return Err(format!(
                                 "logical block {lbn}: no job and a buffer with {} free pages (a fold needs {}): {st:?}",
@@ -304,6 +316,29 @@ impl Scheme for RftlScheme {
                     if st.dest(j.dest).is_none() {
                         return Err(format!(
                             "logical block {lbn}: a job without its destination: {st:?}"
+                        ));
+                    }
+                    if j.steps > 0 && j.sources.iter().any(|(_, lim)| lim.is_none()) {
+                        return Err(format!(
+                            "logical block {lbn}: a source unfixed after a step: {st:?}"
+                        ));
+                    }
+                    let over = match j.kind {
+                        // Every step of a fold is followed by a host page into the buffer,
+                        // which had `k_fold` free pages when the fold started: what is left
+                        // covers the steps to come.
+                        lbn::JobKind::Fold => {
+                            j.steps > k.k_fold
+                                || st.buffer.is_none_or(|b| b.free(ppb) + j.steps < k.k_fold)
+                        }
+                        lbn::JobKind::Shift => j.steps > k.k_shift,
+                        // Run to its end at once: never seen between operations.
+                        lbn::JobKind::Compact => true,
+                    };
+                    if over && budget_holds {
+                        return Err(format!(
+                            "logical block {lbn}: a job past its budget (k_fold {}, k_shift {}): {st:?}",
+                            k.k_fold, k.k_shift
                         ));
                     }
                 }

@@ -25,9 +25,9 @@ enum Stepped {
     More,
     /// The job's copies and erases are done.
     Done,
-    /// A program into the job's destination failed: the block is retired, the logical block
-    /// compacted.
-    DestFailed(BlockIdx),
+    /// The job cannot go on into its destination: the logical block is compacted into a
+    /// fresh block (`Some`: a program into this block failed, it is retired).
+    Stuck(Option<BlockIdx>),
 }
 
 impl RftlScheme {
@@ -63,7 +63,7 @@ impl RftlScheme {
         match self.step_job(core, lbn, st) {
             Stepped::More => {}
             Stepped::Done => self.end_job(core, lbn, st),
-            Stepped::DestFailed(b) => self.compact(core, lbn, st, Some(b)),
+            Stepped::Stuck(retire) => self.compact(core, lbn, st, retire),
         }
         self.counters.step_latency.record(core.since(t0));
     }
@@ -109,8 +109,8 @@ impl RftlScheme {
                         self.end_job(core, lbn, st);
                         return;
                     }
-                    Stepped::DestFailed(b) => {
-                        retire = Some(b);
+                    Stepped::Stuck(failed) => {
+                        retire = failed.or(retire);
                         break;
                     }
                 }
@@ -146,8 +146,11 @@ impl RftlScheme {
         let dest = job.dest;
         let outcome = if !cands.is_empty() {
             let Some(to) = st.dest_mut(dest) else {
+                // Not reachable (every job is made with its destination); compacting keeps
+                // the data rather than orphaning the blocks.
+                tracing::error!("rftl: logical block {lbn}'s job has no destination: {job:?}");
                 st.job = Some(job);
-                return Stepped::Done;
+                return Stepped::Stuck(None);
             };
             match self.copy_step(core, &cands, to) {
                 Ok(n) => {
@@ -155,7 +158,7 @@ impl RftlScheme {
                     self.counters.pages_copied.fetch_add(n, Ordering::Relaxed);
                     Stepped::More
                 }
-                Err(()) => Stepped::DestFailed(to.block),
+                Err(failed) => Stepped::Stuck(failed),
             }
         } else if let Some(&(b, bad)) = job.erase.first() {
             self.counters.erase_steps.fetch_add(1, Ordering::Relaxed);
@@ -166,9 +169,11 @@ impl RftlScheme {
                     self.counters.erases.fetch_add(1, Ordering::Relaxed);
                 }
                 Released::Bad => {}
-                // Slots in it are still held (a trim record that cannot be written: the
-                // device is read-only): it stays out of every logical block and is erased
-                // at the next open, as it holds nothing current.
+                // Slots in it are still held: a trim record that cannot be written (the
+                // device is read-only), or, at open, another logical block's current slots
+                // (a block a crash or a hostile image left shared; that block's compaction
+                // erases it). It leaves this logical block; a block left holding only
+                // stale slots is erased at the next open.
                 Released::Held => {}
             }
             job.erase.remove(0);
@@ -180,9 +185,12 @@ impl RftlScheme {
         } else {
             Stepped::Done
         };
-        self.counters
-            .max_job_steps
-            .fetch_max(u64::from(job.steps), Ordering::Relaxed);
+        if job.kind != JobKind::Compact {
+            // The budget bounds folds and shifts; a compaction runs at once, not a step a write.
+            self.counters
+                .max_job_steps
+                .fetch_max(u64::from(job.steps), Ordering::Relaxed);
+        }
         st.job = Some(job);
         outcome
     }
@@ -232,16 +240,22 @@ impl RftlScheme {
     }
 
     /// Copies up to `beta` pages' worth of `cands` into the next pages of `to`, then
-    /// publishes the copies. Returns the slots moved; `Err` if a program failed (the pages
-    /// copied by this step are not published).
-    fn copy_step(&self, core: &Core, cands: &[(Psa, Lpn)], to: &mut Blk) -> Result<u64, ()> {
+    /// publishes the copies. Returns the slots moved; `Err` if the copies cannot go on in `to`
+    /// (the pages copied by this step are not published): `Some(to)` if a program into it
+    /// failed, `None` if it is full.
+    fn copy_step(
+        &self,
+        core: &Core,
+        cands: &[(Psa, Lpn)],
+        to: &mut Blk,
+    ) -> Result<u64, Option<BlockIdx>> {
         let layout = self.layout;
         let sps = layout.slots_per_page as usize;
         let pages = (self.budget.beta).min(to.free(layout.pages_per_block)) as usize;
         if pages == 0 {
             // The budget keeps a destination from filling up; a compaction has a fresh one.
             tracing::error!("rftl: copy destination {to:?} is full");
-            return Err(());
+            return Err(None);
         }
         let take = cands.len().min(pages * sps);
         let mut data = vec![0u8; layout.page_size as usize];
@@ -283,11 +297,11 @@ impl RftlScheme {
                     for c in programs {
                         c.wait();
                     }
-                    return Err(());
+                    return Err(Some(to.block));
                 }
                 Err(e) => {
                     core.set_read_only(format!("rftl copy program at {addr:?} failed: {e}"));
-                    return Err(());
+                    return Err(Some(to.block));
                 }
             }
         }
