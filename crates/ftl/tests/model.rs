@@ -175,6 +175,11 @@ fn run_seed(seed: u64, ops: usize, dir: &Path) {
         }
         ftl::nand_model::TimingMode::Real
     } else {
+        if cfg.scheme == SchemeKind::Rftl {
+            // 16 KiB pages: a copy of four 4 KiB slots (four array reads) is 383 us; RFTL's
+            // 8-page blocks need 5 of them within an erase (`budget.rs`).
+            nand.timing.t_erase = std::time::Duration::from_micros(2000);
+        }
         ftl::nand_model::TimingMode::Off
     };
     if std::env::var_os("FTL_MODEL_VERBOSE").is_some() {
