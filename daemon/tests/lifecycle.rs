@@ -319,15 +319,35 @@ fn usage_errors_exit_2() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("need the ublk frontend"), "{err}");
     // A wrong scheme name is refused naming the known ones, in the flag and in the file.
-    let (code, err) = run_to_exit(Command::new(FTLD).args(["format", "--ftl", "nftl"]));
+    let (code, err) = run_to_exit(Command::new(FTLD).args(["format", "--ftl", "noftl"]));
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("nftl") && err.contains("page"), "{err}");
+    assert!(err.contains("noftl") && err.contains("page"), "{err}");
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("ftld.toml");
-    std::fs::write(&cfg, "[ftl]\nscheme = \"nftl\"\n").expect("write");
+    std::fs::write(&cfg, "[ftl]\nscheme = \"noftl\"\n").expect("write");
     let (code, err) = run_to_exit(Command::new(FTLD).arg("format").arg("--config").arg(&cfg));
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("nftl") && err.contains("ftld.toml"), "{err}");
+    assert!(err.contains("noftl") && err.contains("ftld.toml"), "{err}");
+    // rftl on a device where its bound cannot hold is a usage error that says why.
+    let img = dir.path().join("rt.img");
+    let (code, err) = run_to_exit(
+        Command::new(FTLD)
+            .args([
+                "format",
+                "--ftl",
+                "rftl",
+                "--preset",
+                "board-000",
+                "--image",
+            ])
+            .arg(&img),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("scheme rftl") && err.contains("pages"),
+        "{err}"
+    );
+    assert!(!img.exists(), "no image is left behind");
 }
 
 #[test]
@@ -806,9 +826,16 @@ fn presets_lists_every_preset() {
     assert!(out.contains("  page   page mapping"), "{out}");
     assert!(out.contains("  bast   hybrid BAST"), "{out}");
     assert!(out.contains("  fast   hybrid FAST"), "{out}");
+    assert!(out.contains("  rftl   real-time RFTL"), "{out}");
+    assert!(out.contains("  nftl   block-level NFTL"), "{out}");
+    assert!(
+        out.contains("presets k9-003, slc-small-004, slc-large-004, nvmevirt-970pro."),
+        "{out}"
+    );
     let help = run_ok(Command::new(FTLD).args(["format", "--help"]));
     assert!(
-        help.contains("--ftl <SCHEME>") && help.contains("[possible values: page, bast, fast]"),
+        help.contains("--ftl <SCHEME>")
+            && help.contains("[possible values: page, bast, fast, rftl, nftl]"),
         "{help}"
     );
     let json: Value = serde_json::from_str(&run_ok(Command::new(FTLD).args(["presets", "--json"])))

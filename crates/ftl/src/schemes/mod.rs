@@ -46,6 +46,7 @@ use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{Layout, Lpn, Psa};
 use crate::recovery::Resolved;
+use crate::schemes::page::map::PageMap;
 
 pub(crate) mod block_ops;
 pub mod hybrid;
@@ -248,22 +249,38 @@ pub(crate) trait Scheme: Send + Sync + std::any::Any {
     /// The maintenance thread's tick (every 50 ms).
     fn tick(&self, core: &Core);
 
+    /// The per-page index every scheme keeps today (where each logical page's newest version
+    /// is, the valid bitmap, the trim log): the checkpoint calls below default to it. A scheme
+    /// with another map (a demand-paged one, say) overrides them.
+    fn page_map(&self) -> &PageMap;
+
     /// Whether the next checkpoint should be a full one rather than a delta.
-    fn prefers_full_checkpoint(&self) -> bool;
+    fn prefers_full_checkpoint(&self) -> bool {
+        self.page_map().prefers_full_checkpoint()
+    }
 
     /// The scheme's part of a checkpoint (host mutations frozen, GC between steps).
-    fn checkpoint_payload(&self, full: bool) -> CheckpointPayload;
+    fn checkpoint_payload(&self, full: bool) -> CheckpointPayload {
+        self.page_map().checkpoint_payload(full)
+    }
 
     /// A full checkpoint's map read from the live table, and the live trim-log slots (the
     /// caller holds host mutations and GC off until the checkpoint is written).
-    fn checkpoint_live(&self) -> (&dyn MapSource, Vec<(Psa, u64)>);
+    fn checkpoint_live(&self) -> (&dyn MapSource, Vec<(Psa, u64)>) {
+        self.page_map().checkpoint_live()
+    }
 
     /// The table a loaded checkpoint's map goes into (recovery, before any thread starts).
-    fn map_sink(&self) -> &dyn MapSink;
+    fn map_sink(&self) -> &dyn MapSink {
+        self.page_map()
+    }
 
     /// A checkpoint is on flash; `prev_sc` is the sequence counter of the one before it, the
-    /// oldest a recovery may fall back to.
-    fn checkpoint_written(&self, prev_sc: u64);
+    /// oldest a recovery may fall back to: trim records older than both checkpoints are no
+    /// longer needed by any recovery path.
+    fn checkpoint_written(&self, prev_sc: u64) {
+        self.page_map().prune_trim_log(prev_sc);
+    }
 
     /// Rebuilds the scheme's state from the checkpoint (if any; its map is in [`Scheme::map_sink`]
     /// already) and a scan of what was programmed after it, which the scheme runs

@@ -70,16 +70,14 @@ use self::merge::MergeKind;
 use crate::blocks::BlockState;
 use crate::buffer::SealedPage;
 use crate::cache::Stripe;
-use crate::checkpoint::{Checkpoint, MapSink, MapSource};
+use crate::checkpoint::Checkpoint;
 use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{BlockIdx, Layout, Lpn, Psa};
 use crate::recovery::Resolved;
 use crate::schemes::block_ops::Journal;
 use crate::schemes::page::map::PageMap;
-use crate::schemes::{
-    BackgroundWorker, CheckpointPayload, Placer, RecoverInput, Scheme, SchemeKind,
-};
+use crate::schemes::{BackgroundWorker, Placer, RecoverInput, Scheme, SchemeKind};
 use crate::stats::{LatencyHistogram, MergeKindStats, MergeStats};
 
 /// Which hybrid: how log blocks are associated with data blocks.
@@ -256,24 +254,8 @@ impl Scheme for HybridScheme {
         }
     }
 
-    fn prefers_full_checkpoint(&self) -> bool {
-        self.map.prefers_full_checkpoint()
-    }
-
-    fn checkpoint_payload(&self, full: bool) -> CheckpointPayload {
-        self.map.checkpoint_payload(full)
-    }
-
-    fn checkpoint_live(&self) -> (&dyn MapSource, Vec<(Psa, u64)>) {
-        self.map.checkpoint_live()
-    }
-
-    fn map_sink(&self) -> &dyn MapSink {
+    fn page_map(&self) -> &PageMap {
         &self.map
-    }
-
-    fn checkpoint_written(&self, prev_sc: u64) {
-        self.map.prune_trim_log(prev_sc);
     }
 
     fn after_checkpoint(&self, core: &Core) {

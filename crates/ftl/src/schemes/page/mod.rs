@@ -36,16 +36,14 @@ use self::place::PagePlacer;
 use crate::blocks::BlockState;
 use crate::buffer::SealedPage;
 use crate::cache::Stripe;
-use crate::checkpoint::{Checkpoint, MapSink, MapSource};
+use crate::checkpoint::Checkpoint;
 use crate::config::{Frontiers, GcPolicy};
 use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{Layout, Lpn, Psa};
 use crate::oob;
 use crate::recovery::Resolved;
-use crate::schemes::{
-    BackgroundWorker, CheckpointPayload, Placer, RecoverInput, Scheme, SchemeKind,
-};
+use crate::schemes::{BackgroundWorker, Placer, RecoverInput, Scheme, SchemeKind};
 
 /// The page scheme's state.
 pub struct PageScheme {
@@ -141,33 +139,16 @@ impl Scheme for PageScheme {
         self.update_gc_allowance(core, core.gc_workers());
     }
 
+    fn page_map(&self) -> &PageMap {
+        &self.map
+    }
+
     fn after_recovery(&self, core: &Core) -> Result<()> {
         let steps = self.restore_headroom(core);
         if steps > 0 {
             tracing::info!("open: {steps} GC steps gave every bank a block for writers again");
         }
         Ok(())
-    }
-
-    fn prefers_full_checkpoint(&self) -> bool {
-        self.map.prefers_full_checkpoint()
-    }
-
-    fn checkpoint_payload(&self, full: bool) -> CheckpointPayload {
-        self.map.checkpoint_payload(full)
-    }
-
-    fn checkpoint_live(&self) -> (&dyn MapSource, Vec<(Psa, u64)>) {
-        self.map.checkpoint_live()
-    }
-
-    fn map_sink(&self) -> &dyn MapSink {
-        &self.map
-    }
-
-    fn checkpoint_written(&self, prev_sc: u64) {
-        // Trim records older than both checkpoints are no longer needed by any recovery path.
-        self.map.prune_trim_log(prev_sc);
     }
 
     fn recover(
