@@ -21,7 +21,7 @@
 //! scheme's `PageMap` (O(1) reads under the stripes every scheme uses, its valid bitmap and
 //! trim log); RFTL keeps the page maps in the OOB with a RAM index of N entries per logical
 //! block, which ftld does not emulate: it makes neither the OOB read of a write (to update
-//! the map held in OOB) nor that of a read. `map_model_bytes` in the RAM report is what the
+//! the map held in OOB) nor that of a read. `model_map_bytes` (in `memory_bytes`) is what the
 //! paper's RAM layout would need. A NAND page holds pages of one logical block only.
 //!
 //! # Reclaim (see `lbn.rs` for the jobs)
