@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use ftl::{Ftl, FtlConfig, GcPolicy, SchemeKind};
+use ftl::{FtlConfig, GcPolicy, SchemeKind};
 
 /// Logical pages per logical block in `small_nand(4096, _)`: 8 pages of one 4 KiB slot.
 const SPB: u64 = 8;
@@ -21,36 +21,9 @@ fn cfg(scheme: SchemeKind, log_blocks: u32) -> FtlConfig {
     }
 }
 
-struct Device {
-    ftl: Ftl,
-    tags: Vec<u64>,
-    tag: u64,
-}
+type Device = StampedDevice;
 
-impl Device {
-    fn write(&mut self, lpns: impl IntoIterator<Item = u64>) {
-        for l in lpns {
-            self.tag += 1;
-            block_on(self.ftl.write(0, l * 4096, &stamped(l, self.tag), false)).unwrap();
-            self.tags[l as usize] = self.tag;
-        }
-    }
-
-    fn verify(&self, what: &str) {
-        let mut buf = vec![0u8; 4096];
-        for (l, t) in self.tags.iter().enumerate() {
-            block_on(self.ftl.read(l as u64 * 4096, &mut buf)).unwrap();
-            assert_eq!(
-                check_stamp(l as u64, &buf).unwrap_or(0),
-                *t,
-                "{what}: page {l}"
-            );
-        }
-        self.ftl
-            .check_invariants()
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-    }
-
+impl StampedDevice {
     /// (switch, partial, full) merge counts.
     fn merges(&self) -> (u64, u64, u64) {
         let m = self
@@ -63,17 +36,11 @@ impl Device {
 }
 
 fn device(dir: &std::path::Path, scheme: SchemeKind, log_blocks: u32) -> Device {
-    let ftl = create(
+    Device::new(create(
         &dir.join("h.img"),
         &small_nand(4096, 32),
         cfg(scheme, log_blocks),
-    );
-    let pages = (ftl.capacity() / 4096) as usize;
-    Device {
-        ftl,
-        tags: vec![0; pages],
-        tag: 0,
-    }
+    ))
 }
 
 /// Reopens cleanly, then after a power cut (everything was flushed), checking the data.

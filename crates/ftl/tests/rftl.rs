@@ -21,43 +21,10 @@ fn cfg() -> FtlConfig {
     }
 }
 
-struct Device {
-    ftl: Ftl,
-    tags: Vec<u64>,
-    tag: u64,
-}
-
-impl Device {
-    fn write(&mut self, l: u64) {
-        self.tag += 1;
-        block_on(self.ftl.write(0, l * 4096, &stamped(l, self.tag), false)).unwrap();
-        self.tags[l as usize] = self.tag;
-    }
-
-    fn verify(&self, what: &str) {
-        let mut buf = vec![0u8; 4096];
-        for (l, t) in self.tags.iter().enumerate() {
-            block_on(self.ftl.read(l as u64 * 4096, &mut buf)).unwrap();
-            assert_eq!(
-                check_stamp(l as u64, &buf).unwrap_or(0),
-                *t,
-                "{what}: page {l}"
-            );
-        }
-        self.ftl
-            .check_invariants()
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-    }
-}
+type Device = StampedDevice;
 
 fn device(path: &std::path::Path, page_size: u32) -> Device {
-    let ftl = create(path, &small_nand(page_size, 32), cfg());
-    let pages = (ftl.capacity() / 4096) as usize;
-    Device {
-        ftl,
-        tags: vec![0; pages],
-        tag: 0,
-    }
+    Device::new(create(path, &small_nand(page_size, 32), cfg()))
 }
 
 #[test]
@@ -74,7 +41,7 @@ fn overwrites_of_a_full_device_fold_and_shift_within_the_budget() {
             "{pages} pages exported"
         );
         for l in 0..pages {
-            d.write(l);
+            d.write([l]);
         }
         let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
         for i in 0..pages * 12 {
@@ -84,7 +51,7 @@ fn overwrites_of_a_full_device_fold_and_shift_within_the_budget() {
             } else {
                 rng.gen_range(0..pages.min(48))
             };
-            d.write(l);
+            d.write([l]);
         }
         d.verify("after overwrites");
         let rt = d.ftl.stats().rt.expect("rftl reports its partial GC");
@@ -104,7 +71,7 @@ fn overwrites_of_a_full_device_fold_and_shift_within_the_budget() {
         let mut d = Device { ftl, tags, tag };
         d.verify("after a clean reopen");
         for l in (0..pages).rev() {
-            d.write(l);
+            d.write([l]);
         }
         block_on(d.ftl.flush()).unwrap();
         let Device { ftl, tags, tag } = d;

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use nand_model::{BlockAddr, Completion, NandError, PageAddr};
 use parking_lot::Mutex;
 
+use crate::blocks::BlockState;
 use crate::core::Core;
 use crate::layout::{BlockIdx, Layout, Lpn, Psa, LOGICAL_PAGE};
 use crate::oob::{self, SlotKind, SlotMeta};
@@ -102,6 +103,85 @@ pub(crate) fn read_for_copy(
         },
     };
     (meta, None)
+}
+
+/// A block's state in its bank's table.
+pub(crate) fn block_state(core: &Core, layout: Layout, b: BlockIdx) -> BlockState {
+    let addr = layout.block_addr(b);
+    core.bank(addr.bank.0).alloc.lock().state[addr.block as usize]
+}
+
+/// Sets a block's state (a block turned full records the sequence number it filled at).
+pub(crate) fn set_block_state(core: &Core, layout: Layout, b: BlockIdx, state: BlockState) {
+    let addr = layout.block_addr(b);
+    let mut a = core.bank(addr.bank.0).alloc.lock();
+    a.state[addr.block as usize] = state;
+    if state == BlockState::Full {
+        a.filled_seq[addr.block as usize] = core.current_seq();
+    }
+}
+
+/// A copy that did not complete: a program of its destination failed (the programs issued
+/// before it were waited for; a failure other than a medium fault turned the device
+/// read-only).
+pub(crate) struct CopyFailed;
+
+/// Programs one page of copied slots at `addr`, adding its completion to `programs` (waited
+/// for by [`publish_copies`]).
+pub(crate) fn program_copy(
+    core: &Core,
+    addr: PageAddr,
+    data: &[u8],
+    oob: &[u8],
+    programs: &mut Vec<Completion>,
+) -> Result<(), CopyFailed> {
+    match core.nand.program(addr, data, oob) {
+        Ok(c) => {
+            core.counters
+                .gc_page_programs
+                .fetch_add(1, Ordering::Relaxed);
+            programs.push(c);
+            Ok(())
+        }
+        Err(e) if e.is_fault() => {
+            tracing::warn!("copy program at {addr:?} failed: {e}; retiring the block");
+            core.counters
+                .program_failures
+                .fetch_add(1, Ordering::Relaxed);
+            for c in programs.drain(..) {
+                c.wait();
+            }
+            Err(CopyFailed)
+        }
+        Err(e) => {
+            core.set_read_only(format!("copy program at {addr:?} failed: {e}"));
+            Err(CopyFailed)
+        }
+    }
+}
+
+/// Waits for the copies' programs (they must be on flash before the map points at them and
+/// their sources can be erased), then switches each moved slot `(lpn, src, dst)` under its
+/// stripe; a page the host rewrote or trimmed meanwhile keeps its new state (its copy is
+/// garbage). Returns the slots moved.
+pub(crate) fn publish_copies(
+    core: &Core,
+    map: &PageMap,
+    programs: Vec<Completion>,
+    moves: Vec<(Lpn, Psa, Psa)>,
+) -> u64 {
+    for c in programs {
+        c.wait();
+    }
+    let mut copied = 0;
+    for (lpn, src, dst) in moves {
+        let stripe = core.cache.lock(lpn);
+        if map.relocate(&stripe, lpn, src, dst) {
+            copied += 1;
+        }
+    }
+    core.counters.gc_copies.fetch_add(copied, Ordering::Relaxed);
+    copied
 }
 
 /// What [`release_emptied`] did with a block.
@@ -204,6 +284,17 @@ impl Journal {
                 }
             }
         }
+    }
+
+    /// The blocks holding trim-log slots still live (at open: the journal blocks to keep).
+    pub(crate) fn live_blocks(
+        map: &PageMap,
+        layout: Layout,
+    ) -> std::collections::HashSet<BlockIdx> {
+        map.trim_slots()
+            .iter()
+            .map(|(p, _)| layout.block_of(*p))
+            .collect()
     }
 
     /// A program into journal block `b` failed: it takes no more records and goes bad once

@@ -228,12 +228,16 @@ pub(crate) trait Scheme: Send + Sync + std::any::Any {
 
     /// Where `lpn`'s newest programmed version lives (`None`: it reads as zeroes). The write
     /// cache's overlay has been looked at already.
-    fn locate(&self, stripe: &Stripe, lpn: Lpn) -> Option<Psa>;
+    fn locate(&self, _stripe: &Stripe, lpn: Lpn) -> Option<Psa> {
+        self.page_map().get(lpn)
+    }
 
     /// Trim: unmaps `lpn`. Returns the slot it pointed at, which must stay allocated until the
     /// trim's record is on flash: the record travels in a [`SealedPage`]'s `zombies`, and
     /// [`Scheme::commit`] of that page releases them.
-    fn unmap(&self, stripe: &Stripe, lpn: Lpn) -> Option<Psa>;
+    fn unmap(&self, stripe: &Stripe, lpn: Lpn) -> Option<Psa> {
+        self.page_map().unmap(stripe, lpn)
+    }
 
     /// Queue `q`'s placement state, owned by its writer.
     fn placer(self: Arc<Self>, q: usize) -> Box<dyn Placer>;
@@ -250,8 +254,8 @@ pub(crate) trait Scheme: Send + Sync + std::any::Any {
     fn tick(&self, core: &Core);
 
     /// The per-page index every scheme keeps today (where each logical page's newest version
-    /// is, the valid bitmap, the trim log): the checkpoint calls below default to it. A scheme
-    /// with another map (a demand-paged one, say) overrides them.
+    /// is, the valid bitmap, the trim log): `locate`, `unmap` and the checkpoint calls
+    /// default to it. A scheme with another map (a demand-paged one, say) overrides them.
     fn page_map(&self) -> &PageMap;
 
     /// Whether the next checkpoint should be a full one rather than a delta.

@@ -117,3 +117,48 @@ pub fn flip_byte(path: &Path, off: u64) {
     f.seek(SeekFrom::Start(off)).unwrap();
     f.write_all(&b).unwrap();
 }
+
+/// A device whose pages are written with [`stamped`] data, each page's newest tag kept, so
+/// every page can be checked after merges, reopens and power cuts.
+pub struct StampedDevice {
+    pub ftl: Ftl,
+    /// The newest tag written to each page (0: never written).
+    pub tags: Vec<u64>,
+    pub tag: u64,
+}
+
+impl StampedDevice {
+    pub fn new(ftl: Ftl) -> StampedDevice {
+        let pages = (ftl.capacity() / 4096) as usize;
+        StampedDevice {
+            ftl,
+            tags: vec![0; pages],
+            tag: 0,
+        }
+    }
+
+    /// Writes each page of `lpns` with the next tag, through queue 0.
+    pub fn write(&mut self, lpns: impl IntoIterator<Item = u64>) {
+        for l in lpns {
+            self.tag += 1;
+            block_on(self.ftl.write(0, l * 4096, &stamped(l, self.tag), false)).unwrap();
+            self.tags[l as usize] = self.tag;
+        }
+    }
+
+    /// Every page reads back its newest tag, and the FTL's invariants hold.
+    pub fn verify(&self, what: &str) {
+        let mut buf = vec![0u8; 4096];
+        for (l, t) in self.tags.iter().enumerate() {
+            block_on(self.ftl.read(l as u64 * 4096, &mut buf)).unwrap();
+            assert_eq!(
+                check_stamp(l as u64, &buf).unwrap_or(0),
+                *t,
+                "{what}: page {l}"
+            );
+        }
+        self.ftl
+            .check_invariants()
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+}

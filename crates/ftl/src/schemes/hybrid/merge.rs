@@ -26,7 +26,7 @@ use crate::blocks::BlockState;
 use crate::core::Core;
 use crate::layout::{BlockIdx, Lpn, Psa, LOGICAL_PAGE};
 use crate::oob::{self, SlotMeta};
-use crate::schemes::block_ops;
+use crate::schemes::block_ops::{self, CopyFailed};
 
 /// The three merges (indices into `HybridScheme::merges`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,9 +35,6 @@ pub enum MergeKind {
     Partial = 1,
     Full = 2,
 }
-
-/// A copy that did not complete: the destination block's program failed.
-struct ProgramFailed;
 
 /// Destination pages whose reads a merge issues before programming the first of them.
 const READ_AHEAD: usize = 4;
@@ -86,7 +83,7 @@ impl HybridScheme {
                             .fetch_add(copied, Ordering::Relaxed);
                         MergeKind::Partial
                     }
-                    Err(ProgramFailed) => {
+                    Err(CopyFailed) => {
                         // The log block cannot take the copies: a full merge, and it retires.
                         drop(_gc);
                         return self.merge_lbn(core, lbn, true);
@@ -160,7 +157,7 @@ impl HybridScheme {
                 }
                 true
             }
-            Err(ProgramFailed) => {
+            Err(CopyFailed) => {
                 self.release_block(core, dst, kind, true);
                 false
             }
@@ -211,7 +208,7 @@ impl HybridScheme {
         lbn: u32,
         dst: BlockIdx,
         from: u32,
-    ) -> Result<u64, ProgramFailed> {
+    ) -> Result<u64, CopyFailed> {
         let layout = self.layout;
         let sps = layout.slots_per_page;
         let Some(last) = self.last_current_page(lbn) else {
@@ -271,46 +268,11 @@ impl HybridScheme {
                 block: dst_addr,
                 page: st.page,
             };
-            let result = core.nand.program(addr, &st.data, &oob_buf);
+            let result = block_ops::program_copy(core, addr, &st.data, &oob_buf, &mut programs);
             spare.push(st.data);
-            match result {
-                Ok(c) => {
-                    core.counters
-                        .gc_page_programs
-                        .fetch_add(1, Ordering::Relaxed);
-                    programs.push(c);
-                }
-                Err(e) if e.is_fault() => {
-                    tracing::warn!("merge program at {addr:?} failed: {e}; retiring the block");
-                    core.counters
-                        .program_failures
-                        .fetch_add(1, Ordering::Relaxed);
-                    for c in programs {
-                        c.wait();
-                    }
-                    return Err(ProgramFailed);
-                }
-                Err(e) => {
-                    core.set_read_only(format!("merge program at {addr:?} failed: {e}"));
-                    return Err(ProgramFailed);
-                }
-            }
+            result?;
         }
-        // The copies must be on flash before the map points at them and the sources can be
-        // erased.
-        for c in programs {
-            c.wait();
-        }
-        // Publish: a page trimmed meanwhile keeps its trim (its copy is garbage).
-        let mut copied = 0;
-        for (lpn, src, dst) in moves {
-            let st = core.cache.lock(lpn);
-            if self.map.relocate(&st, lpn, src, dst) {
-                copied += 1;
-            }
-        }
-        core.counters.gc_copies.fetch_add(copied, Ordering::Relaxed);
-        Ok(copied)
+        Ok(block_ops::publish_copies(core, &self.map, programs, moves))
     }
 
     /// Erases a block that holds nothing current any more (or marks it bad with `bad`) and

@@ -69,13 +69,12 @@ use self::logs::Logs;
 use self::merge::MergeKind;
 use crate::blocks::BlockState;
 use crate::buffer::SealedPage;
-use crate::cache::Stripe;
 use crate::checkpoint::Checkpoint;
 use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{BlockIdx, Layout, Lpn, Psa};
 use crate::recovery::Resolved;
-use crate::schemes::block_ops::Journal;
+use crate::schemes::block_ops::{self, Journal};
 use crate::schemes::page::map::PageMap;
 use crate::schemes::{BackgroundWorker, Placer, RecoverInput, Scheme, SchemeKind};
 use crate::stats::{LatencyHistogram, MergeKindStats, MergeStats};
@@ -223,14 +222,6 @@ impl HybridScheme {
 impl Scheme for HybridScheme {
     fn kind(&self) -> SchemeKind {
         self.kind
-    }
-
-    fn locate(&self, _stripe: &Stripe, lpn: Lpn) -> Option<Psa> {
-        self.map.get(lpn)
-    }
-
-    fn unmap(&self, stripe: &Stripe, lpn: Lpn) -> Option<Psa> {
-        self.map.unmap(stripe, lpn)
     }
 
     fn placer(self: Arc<Self>, q: usize) -> Box<dyn Placer> {
@@ -383,16 +374,10 @@ impl Scheme for HybridScheme {
 
 impl HybridScheme {
     fn block_state(&self, core: &Core, b: BlockIdx) -> BlockState {
-        let addr = self.layout.block_addr(b);
-        core.bank(addr.bank.0).alloc.lock().state[addr.block as usize]
+        block_ops::block_state(core, self.layout, b)
     }
 
     fn set_block_state(&self, core: &Core, b: BlockIdx, state: BlockState) {
-        let addr = self.layout.block_addr(b);
-        let mut a = core.bank(addr.bank.0).alloc.lock();
-        a.state[addr.block as usize] = state;
-        if state == BlockState::Full {
-            a.filled_seq[addr.block as usize] = core.current_seq();
-        }
+        block_ops::set_block_state(core, self.layout, b, state);
     }
 }

@@ -40,12 +40,7 @@ impl HybridScheme {
                     .push((layout.slot_in_block(psa), l));
             }
         }
-        let journal: HashSet<BlockIdx> = self
-            .map
-            .trim_slots()
-            .iter()
-            .map(|(p, _)| layout.block_of(*p))
-            .collect();
+        let journal = Journal::live_blocks(&self.map, layout);
         let single = |v: &[(u32, u32)]| -> Option<u32> {
             let first = v.first()?.1 / spb;
             v.iter().all(|(_, l)| l / spb == first).then_some(first)

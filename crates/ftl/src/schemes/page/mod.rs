@@ -35,7 +35,6 @@ use self::map::PageMap;
 use self::place::PagePlacer;
 use crate::blocks::BlockState;
 use crate::buffer::SealedPage;
-use crate::cache::Stripe;
 use crate::checkpoint::Checkpoint;
 use crate::config::{Frontiers, GcPolicy};
 use crate::core::Core;
@@ -100,14 +99,6 @@ impl PageScheme {
 impl Scheme for PageScheme {
     fn kind(&self) -> SchemeKind {
         SchemeKind::Page
-    }
-
-    fn locate(&self, _stripe: &Stripe, lpn: Lpn) -> Option<Psa> {
-        self.map.get(lpn)
-    }
-
-    fn unmap(&self, stripe: &Stripe, lpn: Lpn) -> Option<Psa> {
-        self.map.unmap(stripe, lpn)
     }
 
     fn placer(self: Arc<Self>, q: usize) -> Box<dyn Placer> {

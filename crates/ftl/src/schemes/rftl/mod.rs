@@ -73,13 +73,12 @@ pub use self::budget::StepBudget;
 use self::lbn::LbnState;
 use crate::blocks::BlockState;
 use crate::buffer::SealedPage;
-use crate::cache::Stripe;
 use crate::checkpoint::Checkpoint;
 use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{BlockIdx, Layout, Lpn, Psa};
 use crate::recovery::Resolved;
-use crate::schemes::block_ops::Journal;
+use crate::schemes::block_ops::{self, Journal};
 use crate::schemes::hybrid::banks::BankPlan;
 use crate::schemes::hybrid::locks::LbnLocks;
 use crate::schemes::page::map::PageMap;
@@ -162,17 +161,11 @@ impl RftlScheme {
     }
 
     fn block_state(&self, core: &Core, b: BlockIdx) -> BlockState {
-        let addr = self.layout.block_addr(b);
-        core.bank(addr.bank.0).alloc.lock().state[addr.block as usize]
+        block_ops::block_state(core, self.layout, b)
     }
 
     fn set_block_state(&self, core: &Core, b: BlockIdx, state: BlockState) {
-        let addr = self.layout.block_addr(b);
-        let mut a = core.bank(addr.bank.0).alloc.lock();
-        a.state[addr.block as usize] = state;
-        if state == BlockState::Full {
-            a.filled_seq[addr.block as usize] = core.current_seq();
-        }
+        block_ops::set_block_state(core, self.layout, b, state);
     }
 
     /// RAM the paper's layout needs for its maps: per logical block three block numbers and
@@ -180,24 +173,11 @@ impl RftlScheme {
     fn model_map_bytes(&self) -> usize {
         self.lbns as usize * (3 * 4 + 3 * 2 + self.layout.pages_per_block as usize * 4)
     }
-
-    /// The write bound of this device (RFTL's L(p) without the OOB read), in ns.
-    pub fn budget(&self) -> StepBudget {
-        self.budget
-    }
 }
 
 impl Scheme for RftlScheme {
     fn kind(&self) -> SchemeKind {
         SchemeKind::Rftl
-    }
-
-    fn locate(&self, _stripe: &Stripe, lpn: Lpn) -> Option<Psa> {
-        self.map.get(lpn)
-    }
-
-    fn unmap(&self, stripe: &Stripe, lpn: Lpn) -> Option<Psa> {
-        self.map.unmap(stripe, lpn)
     }
 
     fn placer(self: Arc<Self>, _q: usize) -> Box<dyn Placer> {

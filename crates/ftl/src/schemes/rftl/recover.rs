@@ -23,7 +23,7 @@ use crate::blocks::BlockState;
 use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{BlockIdx, Lpn};
-use crate::schemes::block_ops;
+use crate::schemes::block_ops::{self, Journal};
 
 impl RftlScheme {
     pub(super) fn rebuild_roles(&self, core: &Core) -> Result<()> {
@@ -39,12 +39,7 @@ impl RftlScheme {
                     .insert(self.lbn_of(Lpn(l)));
             }
         }
-        let journal: HashSet<BlockIdx> = self
-            .map
-            .trim_slots()
-            .iter()
-            .map(|(p, _)| layout.block_of(*p))
-            .collect();
+        let journal = Journal::live_blocks(&self.map, layout);
         let mut blocks_of: BTreeMap<u32, Vec<BlockIdx>> = BTreeMap::new();
         let mut mixed: BTreeSet<u32> = BTreeSet::new();
         for (b, lbns) in &lbns_in {

@@ -282,42 +282,10 @@ impl RftlScheme {
             }
             oob::encode_data(&mut oob_buf, &metas);
             self.advance(core, to);
-            match core.nand.program(addr, &data, &oob_buf) {
-                Ok(c) => {
-                    core.counters
-                        .gc_page_programs
-                        .fetch_add(1, Ordering::Relaxed);
-                    programs.push(c);
-                }
-                Err(e) if e.is_fault() => {
-                    tracing::warn!("rftl copy program at {addr:?} failed: {e}; retiring the block");
-                    core.counters
-                        .program_failures
-                        .fetch_add(1, Ordering::Relaxed);
-                    for c in programs {
-                        c.wait();
-                    }
-                    return Err(Some(to.block));
-                }
-                Err(e) => {
-                    core.set_read_only(format!("rftl copy program at {addr:?} failed: {e}"));
-                    return Err(Some(to.block));
-                }
+            if block_ops::program_copy(core, addr, &data, &oob_buf, &mut programs).is_err() {
+                return Err(Some(to.block));
             }
         }
-        // The copies must be on flash before the map points at them and the sources can be
-        // erased.
-        for c in programs {
-            c.wait();
-        }
-        let mut copied = 0;
-        for (lpn, src, dst) in moves {
-            let stripe = core.cache.lock(lpn);
-            if self.map.relocate(&stripe, lpn, src, dst) {
-                copied += 1;
-            }
-        }
-        core.counters.gc_copies.fetch_add(copied, Ordering::Relaxed);
-        Ok(copied)
+        Ok(block_ops::publish_copies(core, &self.map, programs, moves))
     }
 }
