@@ -30,11 +30,10 @@ pub fn scale_for_capacity(
     ftl: &FtlConfig,
     capacity: u64,
 ) -> anyhow::Result<NandConfig> {
-    if ftl.scheme == ftl::SchemeKind::Rftl {
-        // No size helps a device whose timing or block size cannot give the scheme's bound.
-        ftl::schemes::rftl::StepBudget::of(base)
-            .map_err(|e| UsageError(format!("scheme {} on this device: {e}", ftl.scheme)))?;
-    }
+    // No size helps a device whose timing or block size cannot give the scheme's bound.
+    ftl.scheme
+        .fits_device(base)
+        .map_err(|e| UsageError(format!("scheme {} on this device: {e}", ftl.scheme)))?;
     let g = base.geometry;
     let row = u64::from(g.banks()) * g.block_bytes();
     let mut raw = capacity;
@@ -146,15 +145,21 @@ pub fn print(json: bool) -> anyhow::Result<()> {
     for s in ftl::SchemeKind::ALL {
         out!("  {:<6} {}", s.name(), s.description());
     }
-    let rt: Vec<&str> = all
-        .iter()
-        .filter(|p| ftl::schemes::rftl::StepBudget::of(&p.config).is_ok())
-        .map(|p| p.name)
-        .collect();
+    let fits = |s: ftl::SchemeKind| -> Vec<&str> {
+        all.iter()
+            .filter(|p| s.fits_device(&p.config).is_ok())
+            .map(|p| p.name)
+            .collect()
+    };
     out!(
         "rftl bounds every write by one erase-long GC step and a program, which needs an erase \
          longer than a page copy and blocks of enough pages: presets {}.",
-        rt.join(", ")
+        fits(ftl::SchemeKind::Rftl).join(", ")
+    );
+    out!(
+        "gftl gives the same bound with a write buffer sized from the timing, which needs an \
+         erase longer than a page copy: presets {}.",
+        fits(ftl::SchemeKind::Gftl).join(", ")
     );
     Ok(())
 }

@@ -294,4 +294,18 @@ fn rftl_table5() {
             "rftl against {other}: {rows:?}"
         );
     }
+    // GFTL gives the same write bound (ftld makes no OOB search on its reads), and its eager,
+    // centralised GC copies more than RFTL's on-demand one (paper 004 §5.2).
+    assert!(worst("gftl") <= 2321.12 + 0.01, "{rows:?}");
+    let field = |s: &str, f: &str| {
+        rows.iter()
+            .find(|r| r["scheme"].as_str() == Some(s))
+            .and_then(|r| r[f].as_f64())
+            .unwrap_or_else(|| panic!("{s} {f} in {rows:?}"))
+    };
+    assert!(field("gftl", "merges") > 0.0, "{rows:?}");
+    assert!(
+        field("gftl", "copies") > field("rftl", "copies"),
+        "{rows:?}"
+    );
 }

@@ -133,7 +133,8 @@ fn random_4k_writes_qd32_verify_and_persist() {
 }
 
 /// fio's random 4 KiB writes with verify on the hybrid schemes (full merges all the way) and
-/// on RFTL (folds and shifts, a step per write) and NFTL, and again after a clean restart;
+/// on RFTL (folds and shifts, a step per write), GFTL (queued merges, a step per write) and
+/// NFTL, and again after a clean restart;
 /// BAST also with `same` log placement on a PMCD device.
 #[test]
 fn random_4k_writes_verify_on_every_block_mapped_scheme() {
@@ -145,6 +146,7 @@ fn random_4k_writes_verify_on_every_block_mapped_scheme() {
         ("fast", "spread", &[]),
         ("rftl", "spread", &[]),
         ("nftl", "spread", &[]),
+        ("gftl", "spread", &[]),
         (
             "bast",
             "same",
@@ -162,7 +164,7 @@ fn random_4k_writes_verify_on_every_block_mapped_scheme() {
         );
         let mut job = random_4k_qd32("48M");
         fio(&d.uri(), &strs(&job)).assert_verified(1);
-        if scheme == "rftl" || scheme == "nftl" {
+        if matches!(scheme, "rftl" | "nftl" | "gftl") {
             // The first pass fills each logical block's primary (or replacement); a second in
             // another order rewrites every page, so buffers fold and replacements merge
             // (fio's last option wins).
@@ -177,6 +179,17 @@ fn random_4k_writes_verify_on_every_block_mapped_scheme() {
                 "a job longer than a fold's budget: {rt:#}"
             );
             assert_eq!(rt["log_placement"], placement, "{rt:#}");
+        } else if scheme == "gftl" {
+            let rt = &d.stats()["ftl"]["rt"];
+            assert!(rt["merges"].as_u64().unwrap_or(0) > 0, "{rt:#}");
+            assert!(
+                rt["max_job_steps"].as_u64() <= rt["k_fold"].as_u64(),
+                "a merge longer than its budget: {rt:#}"
+            );
+            assert!(
+                rt["buffer_blocks_max"].as_u64() <= rt["buffer_blocks"].as_u64(),
+                "the write buffer outgrew its guarantee: {rt:#}"
+            );
         } else {
             let merges = &d.stats()["ftl"]["merges"];
             assert!(

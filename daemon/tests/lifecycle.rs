@@ -828,6 +828,8 @@ fn presets_lists_every_preset() {
     assert!(out.contains("  fast   hybrid FAST"), "{out}");
     assert!(out.contains("  rftl   real-time RFTL"), "{out}");
     assert!(out.contains("  nftl   block-level NFTL"), "{out}");
+    assert!(out.contains("  gftl   real-time GFTL"), "{out}");
+    assert!(out.contains("gftl gives the same bound"), "{out}");
     assert!(
         out.contains("presets k9-003, slc-small-004, slc-large-004, nvmevirt-970pro."),
         "{out}"
@@ -835,7 +837,7 @@ fn presets_lists_every_preset() {
     let help = run_ok(Command::new(FTLD).args(["format", "--help"]));
     assert!(
         help.contains("--ftl <SCHEME>")
-            && help.contains("[possible values: page, bast, fast, rftl, nftl]"),
+            && help.contains("[possible values: page, bast, fast, rftl, nftl, gftl]"),
         "{help}"
     );
     let json: Value = serde_json::from_str(&run_ok(Command::new(FTLD).args(["presets", "--json"])))

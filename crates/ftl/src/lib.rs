@@ -279,12 +279,18 @@ pub fn plan_format(
     }
     // A logical block of rftl holds up to three blocks, of nftl two: that is its spare, so
     // `overprovision` does not apply; and rftl's device must give the scheme's bound.
-    let max_lpns = match (usable - frontier).checked_div(cfg.scheme.blocks_per_logical_block()) {
+    let per_lbn = cfg.scheme.blocks_per_logical_block();
+    let max_lpns = match (usable - frontier).checked_div(per_lbn) {
+        // GFTL: a data block per logical block and a write buffer that grows with them.
+        _ if cfg.scheme == SchemeKind::Gftl => {
+            match schemes::gftl::GcBudget::max_lbns(nand, usable - frontier) {
+                Ok(lbns) => lbns * spb,
+                Err(e) => return bad(format!("scheme {}: {e}", cfg.scheme)),
+            }
+        }
         Some(lbns) => {
-            if cfg.scheme == SchemeKind::Rftl {
-                if let Err(e) = schemes::rftl::StepBudget::of(nand) {
-                    return bad(format!("scheme {}: {e}", cfg.scheme));
-                }
+            if let Err(e) = cfg.scheme.fits_device(nand) {
+                return bad(format!("scheme {}: {e}", cfg.scheme));
             }
             lbns * spb
         }

@@ -158,7 +158,7 @@ pub struct MergeStats {
 pub struct RtStats {
     /// Pages one step copies (copies within one erase's time).
     pub beta: u32,
-    /// Most steps a fold and a shift take.
+    /// Most steps a fold and a shift take (GFTL: a merge's steps, and 0).
     pub k_fold: u32,
     pub k_shift: u32,
     /// The longest a step keeps the device busy, and the bound on a host write's response
@@ -173,6 +173,13 @@ pub struct RtStats {
     pub folds: u64,
     pub shifts: u64,
     pub compactions: u64,
+    /// GFTL: merges done, the GC queue's length now and at most, the write buffer's
+    /// guaranteed size in blocks and the most it held (0 for RFTL).
+    pub merges: u64,
+    pub queue_len: u64,
+    pub queue_max: u64,
+    pub buffer_blocks: u32,
+    pub buffer_blocks_max: u32,
     /// Most steps one job took.
     pub max_job_steps: u64,
     /// A step's time, from its start to the submission of its last operation.

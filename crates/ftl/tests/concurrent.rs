@@ -225,3 +225,8 @@ fn eight_threads_overlapping_rftl() {
 fn eight_threads_overlapping_nftl() {
     run_scheme(GcPolicy::Adaptive, ftl::SchemeKind::Nftl, 7);
 }
+
+#[test]
+fn eight_threads_overlapping_gftl() {
+    run_scheme(GcPolicy::Adaptive, ftl::SchemeKind::Gftl, 8);
+}

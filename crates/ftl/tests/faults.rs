@@ -9,7 +9,7 @@ use ftl::{FtlError, GcPolicy, SchemeKind};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-/// Every GC policy of `page`, then `bast`, `fast`, `rftl` and `nftl`.
+/// Every GC policy of `page`, then `bast`, `fast`, `rftl`, `nftl` and `gftl`.
 fn every_scheme() -> Vec<(GcPolicy, SchemeKind)> {
     GcPolicy::ALL
         .into_iter()
@@ -19,6 +19,7 @@ fn every_scheme() -> Vec<(GcPolicy, SchemeKind)> {
             (GcPolicy::Adaptive, SchemeKind::Fast),
             (GcPolicy::Adaptive, SchemeKind::Rftl),
             (GcPolicy::Adaptive, SchemeKind::Nftl),
+            (GcPolicy::Adaptive, SchemeKind::Gftl),
         ])
         .collect()
 }

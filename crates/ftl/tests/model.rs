@@ -168,14 +168,14 @@ fn run_seed(seed: u64, ops: usize, dir: &Path) {
             channel_bytes_per_sec: 2_000_000_000,
             ..Default::default()
         };
-        if cfg.scheme == SchemeKind::Rftl {
-            // RFTL's bound needs an erase as long as several page copies (`budget.rs`): with
+        if cfg.scheme.is_real_time() {
+            // The real-time schemes need an erase as long as several page copies (`budget.rs`): with
             // 8-page blocks, 4 copies of a 16 KiB page per step.
             nand.timing.t_erase = std::time::Duration::from_micros(150);
         }
         ftl::nand_model::TimingMode::Real
     } else {
-        if cfg.scheme == SchemeKind::Rftl {
+        if cfg.scheme.is_real_time() {
             // 16 KiB pages: a copy of four 4 KiB slots (four array reads) is 383 us; RFTL's
             // 8-page blocks need 5 of them within an erase (`budget.rs`).
             nand.timing.t_erase = std::time::Duration::from_micros(2000);

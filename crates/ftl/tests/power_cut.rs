@@ -333,7 +333,7 @@ fn random_crash_points_with_timing_real_are_safe() {
             channel_bytes_per_sec: 2_000_000_000,
             ..Default::default()
         };
-        if scheme == SchemeKind::Rftl {
+        if scheme.is_real_time() {
             // RFTL's bound needs an erase as long as several copies (`budget.rs`): 8-page
             // blocks take a fold of at most 3 steps with 6 copies a step.
             nand.timing.t_erase = std::time::Duration::from_micros(90);

@@ -11,11 +11,115 @@ use nand_model::{BlockAddr, Completion, NandError, PageAddr};
 use parking_lot::Mutex;
 
 use crate::blocks::BlockState;
+use crate::buffer::SealedPage;
 use crate::core::Core;
 use crate::layout::{BlockIdx, Layout, Lpn, Psa, LOGICAL_PAGE};
 use crate::oob::{self, SlotKind, SlotMeta};
 use crate::schemes::page::map::PageMap;
 use crate::schemes::Target;
+
+/// The NAND time of a partial GC step's operations on a device (the real-time schemes' unit:
+/// RFTL §4.4, GFTL's partial block cleaning). A copy fills a destination page with the next
+/// current 4 KiB slots, which may come from as many source pages as the page has slots: an
+/// array read per slot, the slots out over the channel and the page back in with its OOB,
+/// and an array program (the slowest page type's; read-retry of a worn TLC/QLC block is not
+/// counted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StepCost {
+    pub copy_ns: u64,
+    pub erase_ns: u64,
+    /// One page and its OOB over the channel.
+    pub xfer_ns: u64,
+    /// The slowest page type's program.
+    pub prog_ns: u64,
+}
+
+impl StepCost {
+    pub(crate) fn of(nand: &nand_model::NandConfig) -> StepCost {
+        let t = &nand.timing;
+        let g = &nand.geometry;
+        let bits = t.cell.kind.bits();
+        let read = (0..bits).map(|p| t.read_ns(p, 0)).max().unwrap_or(0);
+        let prog_ns = (0..bits).map(|p| t.prog_ns(p)).max().unwrap_or(0);
+        let xfer_ns = t.xfer_ns(u64::from(g.page_size) + u64::from(g.oob_size));
+        let slots = u64::from((g.page_size / LOGICAL_PAGE as u32).max(1));
+        StepCost {
+            copy_ns: slots * read + 2 * xfer_ns + prog_ns,
+            erase_ns: t.t_erase.as_nanos() as u64,
+            xfer_ns,
+            prog_ns,
+        }
+    }
+
+    /// Pages one step copies (as many as fit in an erase's time, at most `ppb`), or why not
+    /// even one does.
+    pub(crate) fn beta(&self, ppb: u32) -> Result<u32, String> {
+        if self.copy_ns > self.erase_ns {
+            return Err(format!(
+                "a page copy ({} us: read, transfer out and in, program) takes longer than an erase ({} us), so a partial GC step cannot copy even one page within the bound",
+                self.copy_ns / 1000,
+                self.erase_ns / 1000
+            ));
+        }
+        Ok((self.erase_ns / self.copy_ns.max(1)).clamp(1, u64::from(ppb)) as u32)
+    }
+
+    /// The longest a step of `beta` copies or one erase keeps the device busy.
+    pub(crate) fn step_ns(&self, beta: u32) -> u64 {
+        self.erase_ns.max(u64::from(beta) * self.copy_ns)
+    }
+
+    /// A host write's bound: one step, then the page's own transfer and program.
+    pub(crate) fn write_bound_ns(&self, beta: u32) -> u64 {
+        self.step_ns(beta) + self.xfer_ns + self.prog_ns
+    }
+}
+
+/// A block of a logical block and the pages placed in it so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Blk {
+    pub block: BlockIdx,
+    /// Pages placed (programmed, or reserved for a program in flight).
+    pub next: u32,
+}
+
+impl Blk {
+    pub(crate) fn fresh(block: BlockIdx) -> Blk {
+        Blk { block, next: 0 }
+    }
+
+    pub(crate) fn free(&self, ppb: u32) -> u32 {
+        ppb.saturating_sub(self.next)
+    }
+}
+
+/// What a page holds, as the placement rules of the block-mapped schemes see it.
+pub(crate) struct PageShape {
+    pub(crate) lbn: u32,
+    /// Each slot's logical page (`None`: padding).
+    pub(crate) slots: Vec<Option<Lpn>>,
+}
+
+impl PageShape {
+    pub(crate) fn of(page: &SealedPage, spb: u32) -> Option<PageShape> {
+        let slots: Vec<Option<Lpn>> = page
+            .slots
+            .iter()
+            .map(|(m, _)| (m.kind == SlotKind::Data).then_some(m.lpn))
+            .collect();
+        let lbn = slots.iter().flatten().next()?.0 / spb;
+        Some(PageShape { lbn, slots })
+    }
+
+    /// Whether the page holds offsets `start, start + 1, ...` of its logical block, in order
+    /// and without padding.
+    pub(crate) fn in_order_from(&self, start: u32, spb: u32) -> bool {
+        self.slots
+            .iter()
+            .enumerate()
+            .all(|(i, s)| s.is_some_and(|l| l.0 == self.lbn * spb + start + i as u32))
+    }
+}
 
 /// A free block, from bank `prefer` if it has one, else from the bank with the most. With
 /// `for_merge` the GC reserve may be taken (work that frees blocks: merges, journal records).

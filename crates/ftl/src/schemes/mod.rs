@@ -49,6 +49,7 @@ use crate::recovery::Resolved;
 use crate::schemes::page::map::PageMap;
 
 pub(crate) mod block_ops;
+pub mod gftl;
 pub mod hybrid;
 pub mod page;
 pub mod rftl;
@@ -74,16 +75,21 @@ pub enum SchemeKind {
     /// NFTL (Ban 1995; paper 004's block-level baseline): a data block and a replacement
     /// block per logical block, merged when the replacement is full.
     Nftl,
+    /// GFTL (Choudhuri & Givargis 2008; paper 004's real-time baseline): block-mapped data
+    /// blocks, a shared write buffer and a queue of logical blocks merged a step per host
+    /// write.
+    Gftl,
 }
 
 impl SchemeKind {
     /// Every scheme, in the order `ftld presets` lists them.
-    pub const ALL: [SchemeKind; 5] = [
+    pub const ALL: [SchemeKind; 6] = [
         SchemeKind::Page,
         SchemeKind::Bast,
         SchemeKind::Fast,
         SchemeKind::Rftl,
         SchemeKind::Nftl,
+        SchemeKind::Gftl,
     ];
 
     /// The name used on the command line, in TOML, JSON and the superblock.
@@ -94,6 +100,7 @@ impl SchemeKind {
             SchemeKind::Fast => "fast",
             SchemeKind::Rftl => "rftl",
             SchemeKind::Nftl => "nftl",
+            SchemeKind::Gftl => "gftl",
         }
     }
 
@@ -115,6 +122,9 @@ impl SchemeKind {
             SchemeKind::Nftl => {
                 "block-level NFTL: a data block and a replacement block per logical block, merged when full (paper 004's baseline)"
             }
+            SchemeKind::Gftl => {
+                "real-time GFTL: block-mapped data blocks, a shared write buffer, queued merges a step per host write (paper 004's baseline)"
+            }
         }
     }
 
@@ -126,6 +136,7 @@ impl SchemeKind {
             SchemeKind::Fast => 2,
             SchemeKind::Rftl => 3,
             SchemeKind::Nftl => 4,
+            SchemeKind::Gftl => 5,
         }
     }
 
@@ -136,6 +147,22 @@ impl SchemeKind {
     /// Whether the scheme keeps log blocks (`[ftl] log_blocks` applies).
     pub fn has_log_blocks(self) -> bool {
         matches!(self, SchemeKind::Bast | SchemeKind::Fast)
+    }
+
+    /// Whether the scheme bounds a host write's reclaim work to one partial GC step (its device
+    /// must allow a page copy within an erase's time).
+    pub fn is_real_time(self) -> bool {
+        matches!(self, SchemeKind::Rftl | SchemeKind::Gftl)
+    }
+
+    /// Whether a device's timing and geometry let the scheme give its guarantee (the
+    /// real-time schemes' bound), or why not; every device fits the others.
+    pub fn fits_device(self, nand: &nand_model::NandConfig) -> std::result::Result<(), String> {
+        match self {
+            SchemeKind::Rftl => rftl::StepBudget::of(nand).map(|_| ()),
+            SchemeKind::Gftl => gftl::GcBudget::of(nand, 1).map(|_| ()),
+            _ => Ok(()),
+        }
     }
 
     /// Physical blocks a logical block may hold at once, for schemes that map whole blocks
@@ -151,7 +178,7 @@ impl SchemeKind {
     /// The fewest log blocks the scheme works with.
     pub fn min_log_blocks(self) -> u32 {
         match self {
-            SchemeKind::Page | SchemeKind::Rftl | SchemeKind::Nftl => 0,
+            SchemeKind::Page | SchemeKind::Rftl | SchemeKind::Nftl | SchemeKind::Gftl => 0,
             SchemeKind::Bast => 1,
             // One sequential-write log block and at least one random-write one.
             SchemeKind::Fast => 2,
@@ -192,6 +219,20 @@ impl SchemeKind {
                 let budget = rftl::StepBudget::of(nand)
                     .map_err(|e| crate::FtlError::Config(format!("scheme rftl: {e}")))?;
                 Ok(Arc::new(rftl::RftlScheme::new(layout, lpns, budget, plan)))
+            }
+            SchemeKind::Gftl => {
+                let lbns = lpns.div_ceil(layout.slots_per_block());
+                let budget = gftl::GcBudget::of(nand, u64::from(lbns))
+                    .map_err(|e| crate::FtlError::Config(format!("scheme gftl: {e}")))?;
+                let need = budget.blocks_needed(u64::from(lbns));
+                if need > u64::from(layout.total_blocks()) {
+                    return Err(crate::FtlError::Config(format!(
+                        "scheme gftl: {lbns} logical blocks and a write buffer of {} blocks need {need} blocks, the device has {}",
+                        budget.buffer_blocks,
+                        layout.total_blocks()
+                    )));
+                }
+                Ok(Arc::new(gftl::GftlScheme::new(layout, lpns, budget, plan)))
             }
         }
     }

@@ -30,9 +30,8 @@ use super::logs::{LogBlock, Logs};
 use super::{HybridScheme, LogPolicy};
 use crate::buffer::SealedPage;
 use crate::core::Core;
-use crate::layout::{BlockIdx, Lpn};
-use crate::oob::SlotKind;
-use crate::schemes::block_ops::Journal;
+use crate::layout::BlockIdx;
+use crate::schemes::block_ops::{Journal, PageShape};
 use crate::schemes::{Placer, Target};
 
 pub(super) fn placer(scheme: Arc<HybridScheme>, q: usize) -> Box<dyn Placer> {
@@ -63,34 +62,6 @@ struct HybridPlacer {
 /// programmed anyway.
 fn gave_up(core: &Core) -> bool {
     core.writers_gone() || core.read_only_reason().is_some()
-}
-
-/// What a page holds, as the log rules see it.
-struct PageShape {
-    lbn: u32,
-    /// Each slot's logical page (`None`: padding).
-    slots: Vec<Option<Lpn>>,
-}
-
-impl PageShape {
-    fn of(page: &SealedPage, spb: u32) -> Option<PageShape> {
-        let slots: Vec<Option<Lpn>> = page
-            .slots
-            .iter()
-            .map(|(m, _)| (m.kind == SlotKind::Data).then_some(m.lpn))
-            .collect();
-        let lbn = slots.iter().flatten().next()?.0 / spb;
-        Some(PageShape { lbn, slots })
-    }
-
-    /// Whether the page holds offsets `start, start + 1, ...` of its logical block, in order
-    /// and without padding.
-    fn in_order_from(&self, start: u32, spb: u32) -> bool {
-        self.slots
-            .iter()
-            .enumerate()
-            .all(|(i, s)| s.is_some_and(|l| l.0 == self.lbn * spb + start + i as u32))
-    }
 }
 
 impl HybridPlacer {

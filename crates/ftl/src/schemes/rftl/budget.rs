@@ -3,10 +3,7 @@
 //! A partial GC step is one block erase, or at most `beta` page copies, where `beta` copies
 //! take no longer than an erase (equation (2) with `t = T_er`): the erase is the longest
 //! operation that cannot be cut, so a step never holds a write longer than one erase would.
-//! A copy fills a destination page with the next current 4 KiB slots, which may come from as
-//! many source pages as the page has slots: an array read per slot, the slots out over the
-//! channel and the page back in, and an array program (the slowest page type's; read-retry of
-//! a worn TLC/QLC block is not counted). RFTL also reads a page's OOB for the map it keeps
+//! A copy's cost is `block_ops::StepCost`'s (shared with GFTL). RFTL also reads a page's OOB for the map it keeps
 //! there; ftld keeps the map in RAM, so that read is not made and not counted.
 //!
 //! The write bound holds for a write that finds its writer with nothing else in flight (one
@@ -29,6 +26,8 @@
 
 use nand_model::NandConfig;
 
+use crate::schemes::block_ops::StepCost;
+
 /// The reclaim budget of one host write on a device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StepBudget {
@@ -49,25 +48,9 @@ pub struct StepBudget {
 impl StepBudget {
     /// The budget on `nand`, or why the scheme cannot give its guarantee there.
     pub fn of(nand: &NandConfig) -> Result<StepBudget, String> {
-        let t = &nand.timing;
-        let g = &nand.geometry;
-        let bits = t.cell.kind.bits();
-        let read = (0..bits).map(|p| t.read_ns(p, 0)).max().unwrap_or(0);
-        let prog = (0..bits).map(|p| t.prog_ns(p)).max().unwrap_or(0);
-        // A page crosses the channel with its OOB.
-        let xfer = t.xfer_ns(u64::from(g.page_size) + u64::from(g.oob_size));
-        let slots = u64::from((g.page_size / crate::layout::LOGICAL_PAGE as u32).max(1));
-        let copy = slots * read + 2 * xfer + prog;
-        let erase = t.t_erase.as_nanos() as u64;
-        let ppb = g.pages_per_block;
-        if copy > erase {
-            return Err(format!(
-                "a page copy ({} us: read, transfer out and in, program) takes longer than an erase ({} us), so a partial GC step cannot copy even one page within the bound",
-                copy / 1000,
-                erase / 1000
-            ));
-        }
-        let beta = (erase / copy.max(1)).clamp(1, u64::from(ppb)) as u32;
+        let cost = StepCost::of(nand);
+        let ppb = nand.geometry.pages_per_block;
+        let beta = cost.beta(ppb)?;
         let k_fold = ppb.div_ceil(beta) + 1;
         let k_shift = k_fold.div_ceil(beta) + 1;
         let need = 2 * k_fold + k_shift;
@@ -76,13 +59,12 @@ impl StepBudget {
                 "a block of {ppb} pages is too small: a step copies {beta} pages, a fold takes {k_fold} steps and a shift {k_shift}, which needs blocks of at least {need} pages"
             ));
         }
-        let step_ns = erase.max(u64::from(beta) * copy);
         Ok(StepBudget {
             beta,
             k_fold,
             k_shift,
-            step_ns,
-            write_bound_ns: step_ns + xfer + prog,
+            step_ns: cost.step_ns(beta),
+            write_bound_ns: cost.write_bound_ns(beta),
         })
     }
 }

@@ -18,24 +18,7 @@
 //!   block is erased; run to the end at once, not a step at a time.
 
 use crate::layout::BlockIdx;
-
-/// A block of a logical block and the pages placed in it so far.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Blk {
-    pub block: BlockIdx,
-    /// Pages placed (programmed, or reserved for a program in flight).
-    pub next: u32,
-}
-
-impl Blk {
-    pub fn fresh(block: BlockIdx) -> Blk {
-        Blk { block, next: 0 }
-    }
-
-    pub fn free(&self, ppb: u32) -> u32 {
-        ppb.saturating_sub(self.next)
-    }
-}
+pub(crate) use crate::schemes::block_ops::Blk;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JobKind {

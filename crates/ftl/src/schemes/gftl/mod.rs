@@ -1,0 +1,427 @@
+//! Scheme `gftl`: the guaranteed-service FTL that paper 004 compares RFTL with (Choudhuri &
+//! Givargis, *Deterministic service guarantees for NAND flash using partial block cleaning*,
+//! CODES+ISSS 2008): block-mapped data blocks, a **write buffer** of page-mapped blocks shared
+//! by every logical block, and **centralised partial GC**: logical blocks with pages in the
+//! buffer wait in one queue and are merged one after another, a step at a time, one step per
+//! host page written anywhere, each step no longer than one erase. So no host write waits
+//! behind a whole-block clean, whatever the device's fullness (`budget.rs` for the bound and
+//! the buffer size that keeps it).
+//!
+//! | module | job |
+//! |---|---|
+//! | `budget` | the step size, a merge's steps and the write buffer's size from the timing |
+//! | `queue` | data blocks, the GC queue, the merge under way, the write buffer (bookkeeping) |
+//! | `steps` | a step: erase an emptied block, or copy or erase for the merge |
+//! | `place` | where a host page goes, and the step it runs first |
+//! | `recover` | roles rebuilt after an open |
+//!
+//! # Mapping
+//! A *logical block* is `slots_per_block` consecutive logical pages. Its data block holds
+//! page `o` in slot `o`. GFTL programs a free page of the data block in place; NAND that must
+//! be programmed in page order (every ftld device) allows that only for the data block's
+//! next page, so a host page goes in place when it holds the offsets of the data block's next
+//! page, in order (sequential writes), and to the write buffer otherwise, which queues its
+//! logical block for a merge. The per-page index is the page scheme's `PageMap` (O(1) reads,
+//! the valid bitmap, the trim log); GFTL's RAM (a block map, a page map of the buffer, a
+//! block-sized RAM buffer) is `model_map_bytes`. GFTL's reads search a block's OOB for a
+//! buffered page (`T_rdpg + pi T_rdoob`); ftld reads through its index and does not make
+//! those OOB reads (as for RFTL's OOB map reads).
+//!
+//! # Merges
+//! The queue's oldest logical block gets a fresh data block; each step copies up to `beta`
+//! of its pages, in page order, current versions from wherever they are (a page with no
+//! current slot below the last one is padded: in-order NAND cannot skip it), then a step
+//! erases the old data block. A page the host writes during its block's merge goes to the
+//! buffer, and the block is queued again if a page of it is left outside its data block.
+//! Buffer blocks whose pages were all superseded are erased, a step each, before other work.
+//! GC runs whenever the queue is not empty, however little a merge gains: paper 004's "many
+//! unnecessary valid page copies and block erases" against RFTL's on-demand reclaim.
+//!
+//! # Locks
+//! In this order: `gc` (held across a step: one step at a time, the centralised GC), a
+//! logical block's lock (`locks`, held by a writer from `target` to `committed` of its pages,
+//! and by a step on it), its `state` mutex, `core.gc_gate` shared (a step), the write cache's
+//! stripes (a step publishing its copies). `queue` and `pool` are leaves, never held while
+//! waiting for anything but the pool's open block, which a writer holds only from `target` to
+//! `issued`. A writer runs a step only with nothing in flight (it drains first), so a step
+//! waiting for a logical block's lock waits for programs to complete, never for a step.
+//!
+//! # Crash safety
+//! Data slots carry (logical page, sequence number) and copies keep the sequence number, so
+//! recovery resolves versions with the page scheme's rules; the data blocks are then the
+//! blocks whose current slots are all one logical block's, at their offsets, and every other
+//! block with current slots is a buffer block (`recover.rs`). A merge does not survive a
+//! close: its logical block is queued again at open. Trim records go to journal blocks.
+//!
+//! # Not done
+//! Static wear levelling (allocation takes the least-worn free block), GFTL's OOB search on
+//! reads (see Mapping), and steps on reads (only host writes run steps).
+
+mod budget;
+mod place;
+mod queue;
+mod recover;
+mod steps;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use nand_model::PageAddr;
+use parking_lot::{Condvar, Mutex};
+
+pub use self::budget::GcBudget;
+use self::queue::{BufferPool, DataState, GcState, LbnQueue};
+use crate::blocks::BlockState;
+use crate::buffer::SealedPage;
+use crate::checkpoint::Checkpoint;
+use crate::core::Core;
+use crate::error::Result;
+use crate::layout::{BlockIdx, Layout, Lpn, Psa};
+use crate::recovery::Resolved;
+use crate::schemes::block_ops::{self, Journal};
+use crate::schemes::hybrid::banks::BankPlan;
+use crate::schemes::hybrid::locks::LbnLocks;
+use crate::schemes::page::map::PageMap;
+use crate::schemes::{BackgroundWorker, Placer, RecoverInput, Scheme, SchemeKind};
+use crate::stats::{LatencyHistogram, RtStats};
+
+/// Counters of the partial GC.
+#[derive(Default)]
+struct GcCounters {
+    copy_steps: AtomicU64,
+    erase_steps: AtomicU64,
+    pages_copied: AtomicU64,
+    erases: AtomicU64,
+    merges: AtomicU64,
+    /// Most steps one merge took.
+    max_merge_steps: AtomicU64,
+    step_latency: LatencyHistogram,
+}
+
+/// The GFTL scheme's state.
+pub struct GftlScheme {
+    layout: Layout,
+    lpns: u32,
+    /// Logical pages per logical block (= slots per physical block).
+    spb: u32,
+    lbns: u32,
+    budget: GcBudget,
+    /// Where every logical page's newest version lives, the valid bitmap and the trim log.
+    pub map: PageMap,
+    /// Held by a writer placing a page of the logical block until the page is committed, and
+    /// by a step merging it: whoever changes where its pages live.
+    locks: LbnLocks,
+    /// Per logical block: its data block. Changed only by the holder of its lock.
+    state: Box<[Mutex<DataState>]>,
+    /// Logical blocks waiting for a merge (a leaf lock).
+    queue: Mutex<LbnQueue>,
+    /// The write buffer's blocks (a leaf lock; `pool_parked` wakes writers waiting for the
+    /// open block to come back).
+    pool: Mutex<BufferPool>,
+    pool_parked: Condvar,
+    /// Pages placed in buffer blocks and not yet committed (or failed), per block: such a
+    /// block is not erased even if nothing in it is current yet.
+    buffer_inflight: Mutex<std::collections::HashMap<BlockIdx, u32>>,
+    /// The merge under way and the emptied blocks waiting for their erase; held across a step.
+    gc: Mutex<GcState>,
+    /// Whether a step has work (set under `queue`'s lock, so a push is never missed).
+    work: AtomicBool,
+    /// Whether the write buffer's size guarantee applies: not after an open that found
+    /// buffer blocks (a merge cut short leaves its old block or its destination to the buffer,
+    /// and a crash the open block partly written) until the queue has once drained.
+    bound_applies: AtomicBool,
+    journal: Mutex<Journal>,
+    plan: BankPlan,
+    counters: GcCounters,
+}
+
+impl GftlScheme {
+    pub fn new(layout: Layout, lpns: u32, budget: GcBudget, plan: BankPlan) -> GftlScheme {
+        let spb = layout.slots_per_block();
+        let lbns = lpns.div_ceil(spb);
+        GftlScheme {
+            layout,
+            lpns,
+            spb,
+            lbns,
+            budget,
+            map: PageMap::new(layout, lpns),
+            locks: LbnLocks::new(lbns),
+            state: (0..lbns)
+                .map(|_| Mutex::new(DataState::default()))
+                .collect(),
+            queue: Mutex::new(LbnQueue::new(lbns)),
+            pool: Mutex::new(BufferPool::default()),
+            pool_parked: Condvar::new(),
+            buffer_inflight: Mutex::new(Default::default()),
+            gc: Mutex::new(GcState::default()),
+            work: AtomicBool::new(false),
+            bound_applies: AtomicBool::new(true),
+            journal: Mutex::new(Journal::default()),
+            plan,
+            counters: GcCounters::default(),
+        }
+    }
+
+    fn lbn_of(&self, lpn: Lpn) -> u32 {
+        lpn.0 / self.spb
+    }
+
+    fn bank_of(&self, b: BlockIdx) -> u32 {
+        self.layout.block_addr(b).bank.0
+    }
+
+    fn addr(&self, b: BlockIdx, page: u32) -> PageAddr {
+        PageAddr {
+            block: self.layout.block_addr(b),
+            page,
+        }
+    }
+
+    fn block_state(&self, core: &Core, b: BlockIdx) -> BlockState {
+        block_ops::block_state(core, self.layout, b)
+    }
+
+    fn set_block_state(&self, core: &Core, b: BlockIdx, state: BlockState) {
+        block_ops::set_block_state(core, self.layout, b, state);
+    }
+
+    /// Queues `lbn` for a merge.
+    fn enqueue(&self, lbn: u32) {
+        let mut q = self.queue.lock();
+        q.push(lbn);
+        self.work.store(true, Ordering::Release);
+    }
+
+    /// Whether `lbn` has a current page outside `data` (in the buffer, or in an old block).
+    fn has_pages_outside(&self, lbn: u32, data: Option<BlockIdx>) -> bool {
+        let first = lbn * self.spb;
+        let end = (first + self.spb).min(self.lpns);
+        (first..end).any(|l| {
+            self.map
+                .get(Lpn(l))
+                .is_some_and(|p| Some(self.layout.block_of(p)) != data)
+        })
+    }
+
+    /// RAM GFTL's layout needs for its maps: a block number per logical block, a page-map
+    /// entry per buffer page, and a block-sized RAM buffer (paper 004 §5.3).
+    fn model_map_bytes(&self) -> usize {
+        let ppb = self.layout.pages_per_block as usize;
+        self.lbns as usize * 4
+            + self.budget.buffer_blocks as usize * ppb * 4
+            + ppb * self.layout.page_size as usize
+    }
+}
+
+impl Scheme for GftlScheme {
+    fn kind(&self) -> SchemeKind {
+        SchemeKind::Gftl
+    }
+
+    fn placer(self: Arc<Self>, _q: usize) -> Box<dyn Placer> {
+        place::placer(self)
+    }
+
+    fn commit(&self, core: &Core, page: &SealedPage, addr: PageAddr) {
+        self.map.commit_page(core, self.layout, page, addr);
+    }
+
+    fn workers(self: Arc<Self>, _core: &Core) -> Vec<Box<dyn BackgroundWorker>> {
+        // GC runs a step per host write: no background worker.
+        Vec::new()
+    }
+
+    fn tick(&self, _core: &Core) {}
+
+    fn page_map(&self) -> &PageMap {
+        &self.map
+    }
+
+    fn after_checkpoint(&self, core: &Core) {
+        Journal::reclaim(&self.journal, core, self.layout, &self.map);
+    }
+
+    fn recover(
+        &self,
+        core: &Core,
+        ckpt: Option<&Checkpoint>,
+        input: RecoverInput,
+    ) -> Result<Resolved> {
+        crate::schemes::page::recover::resolve(core, self.layout, self.lpns, &self.map, ckpt, input)
+    }
+
+    fn after_recovery(&self, core: &Core) -> Result<()> {
+        self.rebuild_roles(core)
+    }
+
+    fn check(&self, core: &Core, zombies: &[Psa]) -> std::result::Result<(), String> {
+        self.map.check(zombies)?;
+        let layout = self.layout;
+        let (ppb, sps) = (layout.pages_per_block, layout.slots_per_page);
+        let gc = self.gc.lock();
+        let queue = self.queue.lock();
+        let pool = self.pool.lock();
+        let mut owner: std::collections::HashMap<BlockIdx, String> = Default::default();
+        let mut own = |b: BlockIdx, who: String| match owner.insert(b, who.clone()) {
+            Some(o) => Err(format!("block {} is {o} and {who}", b.0)),
+            None => Ok(()),
+        };
+        let states: Vec<DataState> = self.state.iter().map(|s| *s.lock()).collect();
+        for (lbn, st) in states.iter().enumerate() {
+            if let Some(d) = st.data {
+                own(d.block, format!("logical block {lbn}'s data block"))?;
+                if d.next > ppb {
+                    return Err(format!("logical block {lbn}: {d:?} is past its end"));
+                }
+            }
+            let merging = gc.merge.as_ref().is_some_and(|m| m.lbn == lbn as u32);
+            if st.merging != merging {
+                return Err(format!(
+                    "logical block {lbn}: merging {} but the merge under way is {:?}",
+                    st.merging, gc.merge
+                ));
+            }
+        }
+        if let Some(m) = &gc.merge {
+            own(m.dest.block, format!("merge {}'s destination", m.lbn))?;
+            for (b, _) in &m.old {
+                own(*b, format!("merge {}'s old block", m.lbn))?;
+            }
+        }
+        if let Some(o) = pool.open {
+            own(o.block, "the open buffer block".into())?;
+        }
+        for (b, _) in pool.closed.iter().chain(gc.erasable.iter()) {
+            own(*b, "a buffer block".into())?;
+        }
+        for (b, who) in &owner {
+            let s = self.block_state(core, *b);
+            if !matches!(s, BlockState::Open | BlockState::Full) {
+                return Err(format!("block {} ({who}) is {s:?}", b.0));
+            }
+        }
+        for l in 0..self.lpns {
+            let Some(psa) = self.map.get(Lpn(l)) else {
+                continue;
+            };
+            let lbn = self.lbn_of(Lpn(l));
+            let b = layout.block_of(psa);
+            let st = &states[lbn as usize];
+            if st.data.is_some_and(|d| d.block == b) {
+                // Block mapping: offset o in slot o.
+                let (page, slot) = layout.split(psa);
+                let off = l - lbn * self.spb;
+                if page.page * sps + slot != off {
+                    return Err(format!(
+                        "lpn {l} is in its data block {} at page {} slot {slot}, not at offset {off}",
+                        b.0, page.page
+                    ));
+                }
+                continue;
+            }
+            let Some(who) = owner.get(&b) else {
+                return Err(format!(
+                    "lpn {l} lives in block {} which no role holds",
+                    b.0
+                ));
+            };
+            if who.contains("data block") {
+                return Err(format!("lpn {l} lives in {who} (block {})", b.0));
+            }
+            if !st.merging && !queue.contains(lbn) {
+                return Err(format!(
+                    "lpn {l} is outside its data block ({who}) but logical block {lbn} is neither queued nor merging"
+                ));
+            }
+        }
+        // The buffer's size bound holds while no block failed (a retired data block joins
+        // the buffer until its pages move), and from the first time the queue drained after an
+        // open that found buffer blocks.
+        let held = pool.open.is_some() as u32 + pool.closed.len() as u32 + gc.erasable.len() as u32;
+        if held != pool.held {
+            return Err(format!(
+                "the write buffer counts {} blocks and holds {held}",
+                pool.held
+            ));
+        }
+        if core.read_only_reason().is_none()
+            && core.counters.program_failures.load(Ordering::Relaxed) == 0
+            && self.bound_applies.load(Ordering::Relaxed)
+            && held > self.budget.buffer_blocks
+        {
+            let blocks: Vec<String> = pool
+                .closed
+                .iter()
+                .map(|(b, _)| format!("{}:{}", b.0, self.map.valid_bits(*b)))
+                .collect();
+            return Err(format!(
+                "the write buffer holds {held} blocks, more than the {} its guarantee needs (queue {}, merge {:?}, {} erasable, closed block:valid slots {})",
+                self.budget.buffer_blocks,
+                queue.len(),
+                gc.merge,
+                gc.erasable.len(),
+                blocks.join(" ")
+            ));
+        }
+        Ok(())
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.map.memory_bytes()
+            + self.state.len() * std::mem::size_of::<Mutex<DataState>>()
+            + self.lbns as usize / 8
+            + self.model_map_bytes()
+    }
+
+    fn describe(&self, _core: &Core, lpn: Lpn) -> String {
+        let lbn = self.lbn_of(lpn);
+        format!(
+            "lpn {}: {:?}; logical block {lbn}: {:?}, queued {}",
+            lpn.0,
+            self.map.get(lpn).map(|p| self.layout.split(p)),
+            self.state[lbn as usize].lock(),
+            self.queue.lock().contains(lbn)
+        )
+    }
+
+    fn bench_victim_scan(&self, _core: &Core, _bank: u32) -> Option<u32> {
+        None
+    }
+
+    fn seal_unit(&self) -> u32 {
+        self.spb
+    }
+
+    fn rt_stats(&self) -> Option<RtStats> {
+        let c = &self.counters;
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let b = self.budget;
+        let (queue_len, queue_max) = {
+            let q = self.queue.lock();
+            (q.len() as u64, q.max_len as u64)
+        };
+        Some(RtStats {
+            beta: b.beta,
+            k_fold: b.merge_steps,
+            k_shift: 0,
+            step_bound_us: b.step_ns as f64 / 1000.0,
+            write_bound_us: b.write_bound_ns as f64 / 1000.0,
+            copy_steps: ld(&c.copy_steps),
+            erase_steps: ld(&c.erase_steps),
+            pages_copied: ld(&c.pages_copied),
+            erases: ld(&c.erases),
+            folds: 0,
+            shifts: 0,
+            compactions: 0,
+            merges: ld(&c.merges),
+            queue_len,
+            queue_max,
+            buffer_blocks: b.buffer_blocks,
+            buffer_blocks_max: self.pool.lock().max_blocks,
+            max_job_steps: ld(&c.max_merge_steps),
+            step_latency: c.step_latency.summary(),
+            log_placement: self.plan.placement().to_string(),
+        })
+    }
+}

@@ -1,0 +1,325 @@
+//! A step of GFTL's centralised partial GC (one per host page): erase a block the buffer
+//! emptied, or advance the merge of the queue's oldest logical block by at most `beta` page
+//! copies or one erase.
+//!
+//! A step holds `gc` (steps run one at a time), the merged logical block's lock (none of its
+//! pages in flight) and `gc_gate` shared, so a checkpoint never sees a step half published.
+//! Copies keep each slot's sequence number and CRC and are published under the stripes once
+//! programmed; a slot the host rewrote or trimmed meanwhile keeps its new state.
+
+use std::sync::atomic::Ordering;
+
+use nand_model::Completion;
+
+use super::queue::{GcState, Merge};
+use super::GftlScheme;
+use crate::blocks::BlockState;
+use crate::core::Core;
+use crate::layout::{BlockIdx, Lpn, Psa, LOGICAL_PAGE};
+use crate::oob::{self, SlotMeta};
+use crate::schemes::block_ops::{self, Blk, Released};
+
+/// What one piece of a step did.
+enum Did {
+    /// A NAND operation: the step is over.
+    Op,
+    /// Bookkeeping only (a merge started or ended without an operation): go on.
+    Bookkeeping,
+    /// Nothing to do.
+    Idle,
+}
+
+/// Releases a logical block's lock taken by a step.
+struct LbnGuard<'a> {
+    scheme: &'a GftlScheme,
+    lbn: u32,
+}
+
+impl Drop for LbnGuard<'_> {
+    fn drop(&mut self) {
+        self.scheme.locks.unlock(self.lbn);
+    }
+}
+
+fn gave_up(core: &Core) -> bool {
+    core.writers_gone() || core.read_only_reason().is_some()
+}
+
+impl GftlScheme {
+    /// A free block near `bank` (`for_merge`: the GC reserve may be taken).
+    pub(super) fn alloc(&self, core: &Core, bank: u32, what: &str) -> Option<BlockIdx> {
+        let b = block_ops::alloc_near(core, self.layout, bank, true);
+        if b.is_none() {
+            core.set_read_only(format!("gftl: no free block for {what}"));
+        }
+        b
+    }
+
+    /// Places the next page of `blk`, marking the block full after its last page.
+    pub(super) fn advance(&self, core: &Core, blk: &mut Blk) -> u32 {
+        let page = blk.next;
+        blk.next += 1;
+        if blk.next == self.layout.pages_per_block {
+            self.set_block_state(core, blk.block, BlockState::Full);
+        }
+        page
+    }
+
+    /// Whether a step has work. Read without a lock: a writer that misses a push by a
+    /// moment skips one step.
+    pub(super) fn has_work(&self) -> bool {
+        self.work.load(Ordering::Acquire)
+    }
+
+    /// Runs one step, if there is work. The caller holds no logical block's lock and has
+    /// nothing in flight.
+    pub(super) fn step(&self, core: &Core) {
+        let mut gc = self.gc.lock();
+        let t0 = core.now_ns();
+        // A merge's start or end without an operation is followed by the next piece of work;
+        // every round but the last makes no NAND operation or ends a merge.
+        for _ in 0..4 {
+            match self.step_piece(core, &mut gc) {
+                Did::Op => {
+                    core.counters.gc_steps.fetch_add(1, Ordering::Relaxed);
+                    self.counters.step_latency.record(core.since(t0));
+                    break;
+                }
+                Did::Bookkeeping => continue,
+                Did::Idle => break,
+            }
+        }
+        let other = gc.merge.is_some() || !gc.erasable.is_empty();
+        let q = self.queue.lock();
+        self.work.store(other || q.len() > 0, Ordering::Release);
+    }
+
+    fn step_piece(&self, core: &Core, gc: &mut GcState) -> Did {
+        if let Some((b, bad)) = gc.erasable.pop_front() {
+            let _gate = core.gc_gate.read();
+            let pool_after = self.erase_step(core, b, bad);
+            let mut pool = self.pool.lock();
+            match pool_after {
+                // Still held: back to the buffer's list, looked at again after a merge.
+                Some(entry) => pool.closed.push_back(entry),
+                None => pool.held -= 1,
+            }
+            return Did::Op;
+        }
+        let lbn = match &gc.merge {
+            Some(m) => m.lbn,
+            None => match self.queue.lock().pop() {
+                Some(l) => l,
+                None => return Did::Idle,
+            },
+        };
+        if !self.locks.lock(lbn, || gave_up(core)) {
+            return Did::Idle;
+        }
+        let _lock = LbnGuard { scheme: self, lbn };
+        let mut st = self.state[lbn as usize].lock();
+        let mut merge = match gc.merge.take() {
+            Some(m) => m,
+            None => {
+                // The merge starts: the old data block leaves the logical block.
+                let home = self.plan.home(lbn);
+                let data_bank = st.data.map(|d| self.bank_of(d.block));
+                let bank = self.plan.merge_bank(data_bank, data_bank.as_slice(), home);
+                let Some(dest) = self.alloc(core, bank, "a merge's data block") else {
+                    self.enqueue(lbn);
+                    return Did::Idle;
+                };
+                st.merging = true;
+                Merge {
+                    lbn,
+                    dest: Blk::fresh(dest),
+                    old: st
+                        .data
+                        .take()
+                        .map(|d| (d.block, false))
+                        .into_iter()
+                        .collect(),
+                    steps: 0,
+                }
+            }
+        };
+        let _gate = core.gc_gate.read();
+        let did = match self.copy_step(core, lbn, &mut merge.dest) {
+            Ok(0) => {
+                if merge.old.is_empty() {
+                    // Copies done and nothing to erase: the merge ends.
+                    self.end_merge(core, gc, &mut st, merge);
+                    return Did::Bookkeeping;
+                }
+                let (b, bad) = merge.old.remove(0);
+                if let Some(entry) = self.erase_step(core, b, bad) {
+                    // Slots in it are still held: the buffer keeps it until they are not.
+                    let mut pool = self.pool.lock();
+                    pool.closed.push_back(entry);
+                    pool.held += 1;
+                    pool.max_blocks = pool.max_blocks.max(pool.held);
+                }
+                Did::Op
+            }
+            Ok(n) => {
+                self.counters.copy_steps.fetch_add(1, Ordering::Relaxed);
+                self.counters.pages_copied.fetch_add(n, Ordering::Relaxed);
+                Did::Op
+            }
+            Err(()) => {
+                // A program into the destination failed: it retires once its slots are
+                // superseded, and the merge starts over into a fresh block.
+                merge.old.push((merge.dest.block, true));
+                let bank = self.plan.home(lbn);
+                match self.alloc(core, bank, "a merge's data block") {
+                    Some(b) => merge.dest = Blk::fresh(b),
+                    None => {
+                        // Read-only now: the merge stays as it is.
+                        gc.merge = Some(merge);
+                        return Did::Op;
+                    }
+                }
+                Did::Op
+            }
+        };
+        merge.steps += 1;
+        self.counters
+            .max_merge_steps
+            .fetch_max(u64::from(merge.steps), Ordering::Relaxed);
+        if merge.old.is_empty() && !self.has_pages_to_copy(lbn, &merge.dest) {
+            // The last erase was this step's: the merge ends with it.
+            self.end_merge(core, gc, &mut st, merge);
+        } else {
+            gc.merge = Some(merge);
+        }
+        did
+    }
+
+    /// Erases (or retires) block `b`, which holds nothing current. The caller holds
+    /// `gc_gate` shared. Returns the block back if slots in it are still held (a trim record
+    /// that cannot be written yet): it stays until they are not.
+    fn erase_step(&self, core: &Core, b: BlockIdx, bad: bool) -> Option<(BlockIdx, bool)> {
+        self.counters.erase_steps.fetch_add(1, Ordering::Relaxed);
+        match block_ops::release_emptied(core, self.layout, &self.map, b, bad, true) {
+            Released::Erased => {
+                self.counters.erases.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Released::Bad => None,
+            Released::Held => Some((b, bad)),
+        }
+    }
+
+    /// The merge's copies and erases are done: `dest` is the logical block's data block; the
+    /// logical block is queued again if the host left a page of it outside; buffer blocks
+    /// holding nothing current wait for their erase.
+    fn end_merge(
+        &self,
+        _core: &Core,
+        gc: &mut GcState,
+        st: &mut super::queue::DataState,
+        merge: Merge,
+    ) {
+        self.counters.merges.fetch_add(1, Ordering::Relaxed);
+        st.data = Some(merge.dest);
+        st.merging = false;
+        if self.has_pages_outside(merge.lbn, Some(merge.dest.block)) {
+            self.enqueue(merge.lbn);
+        } else if self.queue.lock().len() == 0 {
+            // Every logical block's pages are in its data block: whatever an open found in
+            // the buffer holds nothing current now.
+            self.bound_applies.store(true, Ordering::Relaxed);
+        }
+        let inflight = self.buffer_inflight.lock();
+        let mut pool = self.pool.lock();
+        let mut kept = std::collections::VecDeque::with_capacity(pool.closed.len());
+        while let Some((b, bad)) = pool.closed.pop_front() {
+            if self.map.valid_bits(b) == 0 && !inflight.contains_key(&b) {
+                gc.erasable.push_back((b, bad));
+            } else {
+                kept.push_back((b, bad));
+            }
+        }
+        pool.closed = kept;
+    }
+
+    /// Whether `lbn` has a current page at or after `dest`'s next page that is not in it.
+    fn has_pages_to_copy(&self, lbn: u32, dest: &Blk) -> bool {
+        self.last_page_to_copy(lbn, dest).is_some()
+    }
+
+    /// The highest page of the data block that a current page of `lbn` outside `dest` maps
+    /// to, if it is at or after `dest`'s next page (a page the host rewrote after its copy
+    /// stays in the buffer: the logical block is queued again).
+    fn last_page_to_copy(&self, lbn: u32, dest: &Blk) -> Option<u32> {
+        let sps = self.layout.slots_per_page;
+        let first = lbn * self.spb;
+        let end = (first + self.spb).min(self.lpns);
+        (first..end)
+            .rev()
+            .find(|&l| {
+                self.map
+                    .get(Lpn(l))
+                    .is_some_and(|p| self.layout.block_of(p) != dest.block)
+            })
+            .map(|l| (l - first) / sps)
+            .filter(|&p| p >= dest.next)
+    }
+
+    /// Copies up to `beta` pages of `lbn` into `dest` at their offsets, from `dest`'s next
+    /// page on (padding pages with no current slot), and publishes them. Returns the slots
+    /// moved (0: nothing left to copy); `Err` if a program failed (this step's copies are not
+    /// published).
+    fn copy_step(&self, core: &Core, lbn: u32, dest: &mut Blk) -> Result<u64, ()> {
+        let layout = self.layout;
+        let (ppb, sps) = (layout.pages_per_block, layout.slots_per_page);
+        let Some(last) = self.last_page_to_copy(lbn, dest) else {
+            return Ok(0);
+        };
+        let end = last.min(ppb - 1) + 1;
+        let stop = end.min(dest.next + self.budget.beta);
+        let first = lbn * self.spb;
+        let mut data = vec![0u8; layout.page_size as usize];
+        let mut oob_buf = vec![0u8; layout.oob_size as usize];
+        let mut programs: Vec<Completion> = Vec::new();
+        let mut moves: Vec<(Lpn, Psa, Psa)> = Vec::new();
+        let mut slots_moved = 0u64;
+        while dest.next < stop {
+            let addr = self.addr(dest.block, dest.next);
+            let mut metas = Vec::with_capacity(sps as usize);
+            let mut reads = Vec::new();
+            for i in 0..sps {
+                let buf = &mut data[i as usize * LOGICAL_PAGE..(i as usize + 1) * LOGICAL_PAGE];
+                let l = first + dest.next * sps + i;
+                let src = (l < self.lpns)
+                    .then(|| self.map.get(Lpn(l)))
+                    .flatten()
+                    .filter(|p| layout.block_of(*p) != dest.block);
+                match src {
+                    Some(src) => {
+                        let (meta, read) = block_ops::read_for_copy(core, layout, Lpn(l), src, buf);
+                        metas.push(meta);
+                        reads.extend(read);
+                        moves.push((Lpn(l), src, layout.psa(addr, i)));
+                        slots_moved += 1;
+                    }
+                    None => {
+                        buf.fill(0);
+                        metas.push(SlotMeta::PAD);
+                    }
+                }
+            }
+            for r in reads {
+                r.wait();
+            }
+            oob::encode_data(&mut oob_buf, &metas);
+            self.advance(core, dest);
+            if block_ops::program_copy(core, addr, &data, &oob_buf, &mut programs).is_err() {
+                return Err(());
+            }
+        }
+        block_ops::publish_copies(core, &self.map, programs, moves);
+        // Pages padded count as copies of the step: they take a program.
+        Ok(slots_moved.max(1))
+    }
+}
