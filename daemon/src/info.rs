@@ -77,6 +77,19 @@ pub fn render(info: &ImageInfo) -> String {
         (
             "over-provisioning",
             match info.ftl.blocks_per_logical_block() {
+                // GFTL's spare is its write buffer, sized from the timing.
+                0 if info.ftl == ftl::SchemeKind::Gftl => {
+                    let lbns = u64::from(info.logical_pages)
+                        .div_ceil(u64::from(g.pages_per_block) * u64::from(g.page_size / 4096));
+                    match ftl::schemes::gftl::GcBudget::of(&info.nand, lbns) {
+                        Ok(b) => format!(
+                            "a write buffer of {} blocks for {lbns} logical blocks ({:.1}%)",
+                            b.buffer_blocks,
+                            f64::from(b.buffer_blocks) * 100.0 / lbns.max(1) as f64
+                        ),
+                        Err(e) => format!("none: {e}"),
+                    }
+                }
                 0 => format!("{:.1}%", info.overprovision * 100.0),
                 // A logical block's own blocks are its spare; the setting does not apply.
                 n => format!(

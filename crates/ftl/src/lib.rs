@@ -47,7 +47,9 @@
 //! logical-block locks, log pool, log placement, merges,
 //! block roles after recovery) and `schemes/rftl` (RFTL: the step budget from the device's
 //! timing, a logical block's three blocks and its fold/shift jobs, a step per host page, roles
-//! after recovery); `schemes/block_ops` holds what the block-mapped schemes share.
+//! after recovery) and `schemes/gftl` (GFTL: the step size and write-buffer size from the
+//! timing, the GC queue, a merge step per host page, roles after recovery);
+//! `schemes/block_ops` holds what the block-mapped schemes share.
 //!
 //! ## Design in one page
 //! **Definitions.** An *LPN* is a 4 KiB logical page; a *slot* is a 4 KiB piece of a NAND page;
@@ -61,10 +63,15 @@
 //! one sequential-write log has an owner (`HybridScheme::check`); (2r) rftl: every mapped page
 //! lives in one of its logical block's blocks, a logical block holds at most three, no block
 //! belongs to two, and with no job under way its buffer has room for a fold (`k_fold` free
-//! pages: RFTL's Theorem 4.1) (`RftlScheme::check`); (3) only a block's owner
+//! pages: RFTL's Theorem 4.1) (`RftlScheme::check`); (2g) gftl: a mapped page in its logical
+//! block's data block sits at its own offset; any other mapped page is in a write-buffer block
+//! or a merge's block, and its logical block is queued or under merge; no block has two roles;
+//! the write buffer holds at most the blocks its guarantee computes (once the queue drained
+//! after an open that found buffer blocks) (`GftlScheme::check`); (3) only a block's owner
 //! programs it (a writer's frontier — with `[ftl] frontiers = "per-bank"` lent to one writer for
 //! each program — one block per plane of a bank on a device with planes; a
-//! log block's page, or an rftl block's, only by the writer holding its logical block);
+//! log block's page, or an rftl block's or a gftl data block's, only by the writer holding its
+//! logical block; gftl's write-buffer block is lent to one writer for each program);
 //! (3f) a host frontier's block becomes a GC candidate only once every page programmed into
 //! it is committed (`schemes/page/frontiers.rs`: with frontiers shared per bank, pages of one
 //! block commit from several queues in any order);

@@ -104,10 +104,10 @@ mod tests {
     fn the_write_buffer_follows_the_step_size() {
         let large = nand_model::preset("slc-large-004").unwrap();
         let b = GcBudget::of(&large.config, 1024).unwrap();
-        // 5 copies a step (as RFTL's budget), 64-page blocks: 13 copy steps and an erase.
-        assert_eq!((b.beta, b.merge_steps), (5, 14));
-        // (1025 x 14 + 1) x 64 / 63 = 14578 pages: 228 blocks, and the open one and backlog.
-        assert_eq!(b.buffer_blocks, 232);
+        // 5 copies a step (as RFTL's budget), 32-page blocks: 7 copy steps and an erase.
+        assert_eq!((b.beta, b.merge_steps), (5, 8));
+        // (1025 x 8 + 1) x 32 / 31 = 8466 pages: 265 blocks, and the open one and backlog.
+        assert_eq!(b.buffer_blocks, 269);
         assert_eq!(b.write_bound_ns / 1000, 2321);
         let n = GcBudget::max_lbns(&large.config, 2000).unwrap();
         let at = |n| GcBudget::of(&large.config, n).unwrap().blocks_needed(n);

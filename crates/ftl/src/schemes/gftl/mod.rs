@@ -259,6 +259,8 @@ impl Scheme for GftlScheme {
         self.map.check(zombies)?;
         let layout = self.layout;
         let (ppb, sps) = (layout.pages_per_block, layout.slots_per_page);
+        // Quiesced (no step, no page in flight): taking `gc` before the leaves and the states
+        // here, against the writers' order, cannot meet a holder.
         let gc = self.gc.lock();
         let queue = self.queue.lock();
         let pool = self.pool.lock();
@@ -287,6 +289,26 @@ impl Scheme for GftlScheme {
             own(m.dest.block, format!("merge {}'s destination", m.lbn))?;
             for (b, _) in &m.old {
                 own(*b, format!("merge {}'s old block", m.lbn))?;
+            }
+        }
+        // (A program that failed for another reason than a medium fault turned the device
+        // read-only without giving the open block back.)
+        if (pool.lent || !self.buffer_inflight.lock().is_empty())
+            && core.read_only_reason().is_none()
+        {
+            return Err(format!(
+                "quiesced, yet the write buffer is lent ({}) or has pages in flight",
+                pool.lent
+            ));
+        }
+        let faults = core.read_only_reason().is_some()
+            || core.counters.program_failures.load(Ordering::Relaxed) > 0;
+        if let Some(m) = gc.merge.as_ref().filter(|_| !faults) {
+            if m.steps > self.budget.merge_steps || m.end > ppb || m.dest.next > m.end {
+                return Err(format!(
+                    "a merge past its budget of {} steps: {m:?}",
+                    self.budget.merge_steps
+                ));
             }
         }
         if let Some(o) = pool.open {

@@ -193,7 +193,6 @@ impl Placer for GftlPlacer {
             Journal::failed(&s.journal, b);
             return;
         };
-        self.buffer_done(addr);
         let lbn = shape.lbn;
         let mut retired = false;
         {
@@ -216,9 +215,14 @@ impl Placer for GftlPlacer {
                 let mut pool = s.pool.lock();
                 pool.closed.push_back((b, true));
                 pool.held += 1;
+                pool.max_blocks = pool.max_blocks.max(pool.held);
+                drop(pool);
                 s.enqueue(lbn);
             }
         }
+        // Only now, with the block marked for retirement: until then its page in flight keeps
+        // a merge's end from taking it for an emptied block to erase.
+        self.buffer_done(addr);
         self.held.done(&s.locks, lbn, true);
     }
 }

@@ -71,6 +71,8 @@ pub struct Merge {
     /// Erased (or, `true`, marked bad) once the copies are done, in order: the old data block,
     /// and destinations a failed program left behind.
     pub old: Vec<(BlockIdx, bool)>,
+    /// Where the copies end (exclusive; fixed at the start: `GftlScheme::copy_end`).
+    pub end: u32,
     pub steps: u32,
 }
 

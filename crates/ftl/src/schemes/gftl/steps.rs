@@ -92,6 +92,11 @@ impl GftlScheme {
         let other = gc.merge.is_some() || !gc.erasable.is_empty();
         let q = self.queue.lock();
         self.work.store(other || q.len() > 0, Ordering::Release);
+        if !other && q.len() == 0 {
+            // Every logical block's pages are in its data block and every emptied block is
+            // erased: whatever an open found in the buffer is gone.
+            self.bound_applies.store(true, Ordering::Relaxed);
+        }
     }
 
     fn step_piece(&self, core: &Core, gc: &mut GcState) -> Did {
@@ -114,6 +119,10 @@ impl GftlScheme {
             },
         };
         if !self.locks.lock(lbn, || gave_up(core)) {
+            // A power cut or a read-only device: the logical block stays queued.
+            if gc.merge.is_none() {
+                self.enqueue(lbn);
+            }
             return Did::Idle;
         }
         let _lock = LbnGuard { scheme: self, lbn };
@@ -130,21 +139,23 @@ impl GftlScheme {
                     return Did::Idle;
                 };
                 st.merging = true;
+                let dest = Blk::fresh(dest);
                 Merge {
                     lbn,
-                    dest: Blk::fresh(dest),
+                    dest,
                     old: st
                         .data
                         .take()
                         .map(|d| (d.block, false))
                         .into_iter()
                         .collect(),
+                    end: self.copy_end(lbn, &dest),
                     steps: 0,
                 }
             }
         };
         let _gate = core.gc_gate.read();
-        let did = match self.copy_step(core, lbn, &mut merge.dest) {
+        let did = match self.copy_step(core, lbn, &mut merge.dest, merge.end) {
             Ok(0) => {
                 if merge.old.is_empty() {
                     // Copies done and nothing to erase: the merge ends.
@@ -169,10 +180,13 @@ impl GftlScheme {
             Err(()) => {
                 // A program into the destination failed: it retires once its slots are
                 // superseded, and the merge starts over into a fresh block.
-                merge.old.push((merge.dest.block, true));
                 let bank = self.plan.home(lbn);
                 match self.alloc(core, bank, "a merge's data block") {
-                    Some(b) => merge.dest = Blk::fresh(b),
+                    Some(b) => {
+                        merge.old.push((merge.dest.block, true));
+                        merge.dest = Blk::fresh(b);
+                        merge.end = self.copy_end(lbn, &merge.dest);
+                    }
                     None => {
                         // Read-only now: the merge stays as it is.
                         gc.merge = Some(merge);
@@ -186,7 +200,7 @@ impl GftlScheme {
         self.counters
             .max_merge_steps
             .fetch_max(u64::from(merge.steps), Ordering::Relaxed);
-        if merge.old.is_empty() && !self.has_pages_to_copy(lbn, &merge.dest) {
+        if merge.old.is_empty() && merge.dest.next >= merge.end {
             // The last erase was this step's: the merge ends with it.
             self.end_merge(core, gc, &mut st, merge);
         } else {
@@ -225,10 +239,6 @@ impl GftlScheme {
         st.merging = false;
         if self.has_pages_outside(merge.lbn, Some(merge.dest.block)) {
             self.enqueue(merge.lbn);
-        } else if self.queue.lock().len() == 0 {
-            // Every logical block's pages are in its data block: whatever an open found in
-            // the buffer holds nothing current now.
-            self.bound_applies.store(true, Ordering::Relaxed);
         }
         let inflight = self.buffer_inflight.lock();
         let mut pool = self.pool.lock();
@@ -243,9 +253,13 @@ impl GftlScheme {
         pool.closed = kept;
     }
 
-    /// Whether `lbn` has a current page at or after `dest`'s next page that is not in it.
-    fn has_pages_to_copy(&self, lbn: u32, dest: &Blk) -> bool {
-        self.last_page_to_copy(lbn, dest).is_some()
+    /// Where a merge's copies into `dest` end (exclusive), fixed when it starts: past the
+    /// last page of the data block a current page of `lbn` outside `dest` maps to. Pages the
+    /// host writes after it stay in the buffer (the logical block is queued again), so a merge
+    /// takes at most `merge_steps` steps whatever the host does meanwhile.
+    fn copy_end(&self, lbn: u32, dest: &Blk) -> u32 {
+        self.last_page_to_copy(lbn, dest)
+            .map_or(dest.next, |p| (p + 1).min(self.layout.pages_per_block))
     }
 
     /// The highest page of the data block that a current page of `lbn` outside `dest` maps
@@ -267,16 +281,15 @@ impl GftlScheme {
     }
 
     /// Copies up to `beta` pages of `lbn` into `dest` at their offsets, from `dest`'s next
-    /// page on (padding pages with no current slot), and publishes them. Returns the slots
-    /// moved (0: nothing left to copy); `Err` if a program failed (this step's copies are not
-    /// published).
-    fn copy_step(&self, core: &Core, lbn: u32, dest: &mut Blk) -> Result<u64, ()> {
+    /// page up to `end` (padding pages with no current slot), and publishes them. Returns the
+    /// slots moved (0: nothing left to copy); `Err` if a program failed (this step's copies
+    /// are not published).
+    fn copy_step(&self, core: &Core, lbn: u32, dest: &mut Blk, end: u32) -> Result<u64, ()> {
         let layout = self.layout;
-        let (ppb, sps) = (layout.pages_per_block, layout.slots_per_page);
-        let Some(last) = self.last_page_to_copy(lbn, dest) else {
+        let sps = layout.slots_per_page;
+        if dest.next >= end {
             return Ok(0);
-        };
-        let end = last.min(ppb - 1) + 1;
+        }
         let stop = end.min(dest.next + self.budget.beta);
         let first = lbn * self.spb;
         let mut data = vec![0u8; layout.page_size as usize];
