@@ -120,6 +120,13 @@ fn ready<F: Future>(f: F, op: Op) -> Result<F::Output, ReplayError> {
     }
 }
 
+/// Flushes `ftl` in virtual time: every buffered page programmed and committed, so what
+/// follows starts on a settled device (after a precondition, nothing of it is still queued in
+/// the writers to delay the first measured request).
+pub(crate) fn settle(ftl: &Ftl) -> Result<(), ReplayError> {
+    ready(ftl.flush(), Op::Flush)?.map_err(ReplayError::Ftl)
+}
+
 /// Feeds requests to an FTL in virtual time.
 pub struct Driver<'a> {
     ftl: &'a Ftl,

@@ -80,7 +80,8 @@ pub struct GcSummary {
     pub rt: Option<RtCounts>,
 }
 
-/// RFTL's partial GC during the replay, and its bounds (from the device's timing).
+/// A real-time scheme's partial GC during the replay (RFTL: folds, shifts, compactions;
+/// GFTL: merges, the queue and the write buffer), and its bounds (from the device's timing).
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct RtCounts {
     pub copy_steps: u64,
@@ -88,6 +89,12 @@ pub struct RtCounts {
     pub folds: u64,
     pub shifts: u64,
     pub compactions: u64,
+    pub merges: u64,
+    /// The longest the GC queue and the most blocks the write buffer held, since the FTL was
+    /// opened, and the buffer's guaranteed size.
+    pub queue_max: u64,
+    pub buffer_blocks_max: u32,
+    pub buffer_blocks: u32,
     /// Most steps one job took, since the FTL was opened.
     pub max_job_steps: u64,
     pub k_fold: u32,
@@ -250,6 +257,10 @@ fn gc_counts(s: &ftl::FtlStats) -> GcSummary {
             folds: r.folds,
             shifts: r.shifts,
             compactions: r.compactions,
+            merges: r.merges,
+            queue_max: r.queue_max,
+            buffer_blocks_max: r.buffer_blocks_max,
+            buffer_blocks: r.buffer_blocks,
             max_job_steps: r.max_job_steps,
             k_fold: r.k_fold,
             step_bound_us: r.step_bound_us,
@@ -284,6 +295,7 @@ fn minus(a: &GcSummary, b: &GcSummary) -> GcSummary {
                 folds: x.folds - y.folds,
                 shifts: x.shifts - y.shifts,
                 compactions: x.compactions - y.compactions,
+                merges: x.merges - y.merges,
                 ..x.clone()
             }),
             (r, _) => r.clone(),
@@ -559,8 +571,9 @@ fn aging_workload(spec: &str, capacity: u64, seed: u64) -> Result<Workload, Repl
 /// Ages the device (MQSim's preconditioning, LFTL's aging ioctl): writes the first `percent`
 /// of the device sequentially in 128 KiB requests, then overwrites it with uniform random
 /// 4 KiB writes in rounds of an eighth of that span until GC is in steady state (the WAF of two
-/// rounds in a row within 2 %, after at least one whole pass; at most four passes). Runs in
-/// virtual time, closed loop with one stream per write queue; nothing is recorded.
+/// rounds in a row within 2 %, after at least one whole pass; at most four passes), then
+/// flushes. Runs in virtual time, closed loop with one stream per write queue; nothing is
+/// recorded.
 pub fn precondition(ftl: &Ftl, percent: f64, seed: u64) -> Result<PreconditionReport, ReplayError> {
     let wall = Instant::now();
     let t0 = ftl.now_ns();
@@ -598,6 +611,9 @@ pub fn precondition(ftl: &Ftl, percent: f64, seed: u64) -> Result<PreconditionRe
             prev = Some(waf);
         }
     }
+    // Writes are acknowledged once buffered: the last ones' programs (and, with a real-time
+    // scheme, the GC steps they carry) would otherwise delay the first measured request.
+    driver::settle(ftl)?;
     report.simulated_seconds = ftl.now_ns().saturating_sub(t0) as f64 / 1e9;
     report.wall_seconds = wall.elapsed().as_secs_f64();
     Ok(report)
