@@ -336,3 +336,74 @@ fn gc_salvages_slots_of_an_oob_that_fails_only_its_own_crc() {
         ftl.check_invariants().unwrap();
     }
 }
+
+/// Rewrites slot 0's LPN in a page's OOB to `lpn` and seals the OOB again (its CRC holds): a
+/// hostile image that names another page there.
+fn forge_oob_lpn(path: &Path, page: ftl::nand_model::PageAddr, lpn: u32) {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let off = ftl::nand_model::page_oob_offset(path, page).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    // The OOB's CRC covers bytes 4..end of the data layout (one 4 KiB slot: 28 bytes);
+    // find its length from the stored CRC: the device's OOB size.
+    let mut oob = vec![0u8; 256];
+    f.seek(SeekFrom::Start(off)).unwrap();
+    f.read_exact(&mut oob).unwrap();
+    let len = (8..=oob.len())
+        .find(|&n| crc32fast::hash(&oob[4..n]).to_le_bytes() == oob[0..4])
+        .expect("the OOB's CRC covers a prefix");
+    oob[12..16].copy_from_slice(&lpn.to_le_bytes());
+    let crc = crc32fast::hash(&oob[4..len]);
+    oob[0..4].copy_from_slice(&crc.to_le_bytes());
+    f.seek(SeekFrom::Start(off)).unwrap();
+    f.write_all(&oob).unwrap();
+}
+
+/// A hostile OOB that still passes its CRC but names another logical page for slot 0: the
+/// page it holds reads as uncorrectable (its entry names another page), and GC, which moves a
+/// slot only to where its entry's page is mapped, must neither copy the block over and over
+/// (the slot stays valid: once looked like a trim record still on its way) nor lose the
+/// other pages; the block is kept as damaged until the host rewrites the page.
+#[test]
+fn gc_does_not_loop_on_a_slot_whose_sealed_oob_names_another_page() {
+    for (copyback, policy) in [(true, GcPolicy::InPath), (false, GcPolicy::Parallel)] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.img");
+        let (ftl, cfg, pages) = written_once(&path, copyback, policy);
+        let lost: Vec<u64> = (0..pages).step_by(97).collect();
+        let where_: Vec<_> = lost
+            .iter()
+            .map(|&l| ftl.physical_slot(l as u32).unwrap().0)
+            .collect();
+        drop(ftl);
+        for (&l, &page) in lost.iter().zip(&where_) {
+            forge_oob_lpn(&path, page, ((l + 1) % pages) as u32);
+        }
+        let ftl = open(&path, cfg.clone());
+        let tags = overwrite_at_random(&ftl, pages, &lost, 5);
+        assert!(
+            ftl.read_only_reason().is_none(),
+            "{:?}",
+            ftl.read_only_reason()
+        );
+        for &l in &lost {
+            assert_uncorrectable(&ftl, l);
+        }
+        for l in (0..pages).filter(|l| !lost.contains(l)) {
+            verify(&ftl, l, tags[l as usize]);
+        }
+        let s = ftl.stats();
+        // Every host page costs a bounded number of GC copies: no victim copied in a loop.
+        assert!(
+            s.waf < 20.0,
+            "copyback {copyback}: WAF {} ({} GC copies)",
+            s.waf,
+            s.gc_copies
+        );
+        let damaged: u32 = s.banks.iter().map(|b| b.damaged_blocks).sum();
+        assert!(damaged > 0, "GC kept no block for a lost page");
+    }
+}

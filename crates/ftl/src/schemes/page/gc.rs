@@ -645,11 +645,35 @@ impl PageScheme {
             block: cur.block,
         };
         let idx = core.layout.block_idx(blk_addr);
+        let zombies = self.map.zombies_in(idx);
         let left = self.map.valid_count(idx).max(self.map.valid_bits(idx));
         if left != 0 && core.bank(b).alloc.lock().state[cur.block as usize] == BlockState::Damaged {
             tracing::warn!(
                 "bank {b} block {}: {left} slots unreadable; kept until the host rewrites them",
                 cur.block
+            );
+            return Step::Idle;
+        }
+        if left > zombies {
+            // Valid slots that neither moved nor wait for a trim record: their OOB names a
+            // page the map does not place there (a hostile or damaged image whose OOB still
+            // passes its CRC), so host reads of them fail and GC cannot move them. Kept as
+            // damaged until the host rewrites them; cleaning the block again would copy the
+            // rest of it over and over and free nothing.
+            tracing::warn!(
+                "bank {b} block {}: {} valid slots whose OOB names another page; kept until the host rewrites them",
+                cur.block,
+                left - zombies
+            );
+            core.counters
+                .gc_corrupt_slots
+                .fetch_add(u64::from(left - zombies), Ordering::Relaxed);
+            mark_damaged(
+                core,
+                PageAddr {
+                    block: blk_addr,
+                    page: 0,
+                },
             );
             return Step::Idle;
         }

@@ -128,6 +128,10 @@ pub struct PageMap {
     dirty: Box<[AtomicU64]>,
     valid: ValidSlots,
     trim_log: Mutex<Vec<(Psa, u64)>>,
+    /// Per block: its zombies (slots [`PageMap::unmap`] took out whose trim records are not
+    /// on flash yet). GC tells a slot held by a trim on its way from one that nothing will
+    /// ever release (an OOB that names another page: a hostile or damaged image).
+    zombies: Box<[AtomicU32]>,
 }
 
 impl PageMap {
@@ -140,6 +144,9 @@ impl PageMap {
                 .collect(),
             valid: ValidSlots::new(layout),
             trim_log: Mutex::new(Vec::new()),
+            zombies: (0..layout.total_blocks())
+                .map(|_| AtomicU32::new(0))
+                .collect(),
         }
     }
 
@@ -210,12 +217,32 @@ impl PageMap {
     /// Trim: unmaps `lpn` and returns its slot, which stays valid (a zombie, so GC keeps its
     /// block) until [`PageMap::release`] says the trim's record is on flash.
     pub fn unmap(&self, _stripe: &Stripe, lpn: Lpn) -> Option<Psa> {
-        self.swap(lpn, None)
+        let old = self.swap(lpn, None);
+        if let Some(z) =
+            old.and_then(|p| self.zombies.get(self.valid.layout.block_of(p).0 as usize))
+        {
+            z.fetch_add(1, Ordering::AcqRel);
+        }
+        old
     }
 
     /// A zombie's trim record is on flash: its slot is garbage now.
     pub fn release(&self, zombie: Psa) {
         self.valid.clear(zombie);
+        if let Some(z) = self
+            .zombies
+            .get(self.valid.layout.block_of(zombie).0 as usize)
+        {
+            let _ = z.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        }
+    }
+
+    /// Zombies in block `b` (read before its valid count: a release in between then errs
+    /// towards "still held").
+    pub fn zombies_in(&self, b: BlockIdx) -> u32 {
+        self.zombies
+            .get(b.0 as usize)
+            .map_or(0, |z| z.load(Ordering::Acquire))
     }
 
     /// A programmed trim-log slot: live (valid) until [`PageMap::prune_trim_log`] drops it.
