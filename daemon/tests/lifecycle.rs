@@ -348,6 +348,38 @@ fn usage_errors_exit_2() {
         "{err}"
     );
     assert!(!img.exists(), "no image is left behind");
+    // gftl where a page copy is slower than an erase: the same, naming both times.
+    let (code, err) = run_to_exit(
+        Command::new(FTLD)
+            .args(["format", "--ftl", "gftl", "--preset", "tlc", "--image"])
+            .arg(&img),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("scheme gftl") && err.contains("longer than an erase"),
+        "{err}"
+    );
+    assert!(!img.exists(), "no image is left behind");
+    // Where it fits, `info` shows its spare: the write buffer its guarantee needs.
+    run_ok(
+        Command::new(FTLD)
+            .args([
+                "format",
+                "--ftl",
+                "gftl",
+                "--preset",
+                "slc-large-004",
+                "--capacity",
+                "64M",
+                "--image",
+            ])
+            .arg(&img),
+    );
+    let info = run_ok(Command::new(FTLD).arg("info").arg(&img));
+    assert!(
+        info.contains("a write buffer of 137 blocks for 512 logical blocks"),
+        "{info}"
+    );
 }
 
 #[test]
