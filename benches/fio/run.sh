@@ -24,8 +24,11 @@
 # Usage: benches/fio/run.sh [--smoke] [--size SIZE] [--runtime SECONDS] [--reps N]
 #                           [--ftld PATH] [--servers "ftld nbdkit qemu-nbd"]
 #                           [--overprovision FRACTION] [--ftl SCHEME[,SCHEME...]]
+#                           [--preset NAME]
 #                           [--pin-cpu N | --no-pin]
 #   --overprovision  format ftld's image with this over-provisioning (default: ftld's, 0.07)
+#   --preset   format ftld's image on this NAND preset (default: ftld's, `default`; rftl needs
+#              one of the presets `ftld presets` names for it, e.g. slc-large-004)
 #   --ftl      format ftld's image with this FTL scheme (default: ftld's, page; `ftld presets`);
 #              a list (e.g. page,bast,fast) runs one ftld per scheme, named ftld-SCHEME, all
 #              alternated with the peers on the same jobs; MERGES is then each hybrid's
@@ -45,6 +48,7 @@ REPS=2
 FTLD=""
 OP=""
 SCHEME=""
+PRESET=""
 SERVERS="ftld nbdkit qemu-nbd"
 PIN_CPU=""
 PIN=1
@@ -57,10 +61,11 @@ while [ $# -gt 0 ]; do
         --ftld) FTLD="$2"; shift ;;
         --overprovision) OP="$2"; shift ;;
         --ftl) SCHEME="$2"; shift ;;
+        --preset) PRESET="$2"; shift ;;
         --servers) SERVERS="$2"; shift ;;
         --pin-cpu) PIN_CPU="$2"; shift ;;
         --no-pin) PIN=0 ;;
-        -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -131,6 +136,9 @@ start_server() { # NAME (ftld, ftld-SCHEME, nbdkit, qemu-nbd)
             fi
             if [ -n "$scheme" ]; then
                 cfg+=(--ftl "$scheme")
+            fi
+            if [ -n "$PRESET" ]; then
+                cfg+=(--preset "$PRESET")
             fi
             "$FTLD" serve "${cfg[@]}" --timing off --capacity "$SIZE" --image "$W/$1.img" \
                 --nbd-socket "$W/$1.sock" --control-socket "$W/$1.ctl" >"$W/$1.log" 2>&1 &
@@ -279,7 +287,7 @@ echo "fio over NBD (unix sockets), export $SIZE, ${RUNTIME}s per run after ${RAM
 if [ "$PIN" = 1 ]; then
     echo "jobs ending in -pin: the server (every thread) and fio on CPU $PIN_CPU"
 fi
-echo "ftld: $("$FTLD" --version 2>/dev/null || echo ftld) --timing off, FTL scheme ${SCHEME:-default}, over-provisioning ${OP:-default}; $(fio --version); $(nbdkit --version | head -1); $(qemu-nbd --version | head -1)"
+echo "ftld: $("$FTLD" --version 2>/dev/null || echo ftld) --timing off, FTL scheme ${SCHEME:-default}, preset ${PRESET:-default}, over-provisioning ${OP:-default}; $(fio --version); $(nbdkit --version | head -1); $(qemu-nbd --version | head -1)"
 echo
 awk -F'\t' -v servers="$SERVERS" '
     { k = $1 SUBSEP $2; iops[k] += $4; mean[k] += $5; p99[k] += $6; cpu[k] += $7; n[k]++;
