@@ -211,6 +211,11 @@ impl OpenPages {
             .fetch_add(1 | if last { EXHAUSTED } else { 0 }, Ordering::AcqRel);
     }
 
+    /// Pages of `block` handed out and not yet committed or given up.
+    pub(super) fn outstanding(&self, block: BlockAddr) -> u32 {
+        self.entry(block).load(Ordering::Acquire) & !EXHAUSTED
+    }
+
     /// Page `addr` was committed, or given up after a failed program. True when it was the
     /// block's last outstanding page and its last page is out: the block is full, GC's to take.
     /// (The entry is then 0 again, ready for the block's next life after an erase.)

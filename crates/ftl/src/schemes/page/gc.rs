@@ -684,7 +684,13 @@ impl PageScheme {
                 "bank {b} block {}: {left} slots still held; retry later",
                 cur.block
             );
-            core.bank(b).alloc.lock().state[cur.block as usize] = BlockState::Full;
+            // A block being retired stays so (it is cleaned again, then marked bad).
+            core.bank(b).alloc.lock().state[cur.block as usize] = if cur.purpose == Purpose::Retire
+            {
+                BlockState::Retiring
+            } else {
+                BlockState::Full
+            };
             self.costs.touch(b);
             core.flush_requested.store(true, Ordering::Release);
             core.maint_wake.notify(usize::MAX);
@@ -747,11 +753,23 @@ impl PageScheme {
             self.map.valid_count(core.layout.block_idx(addr)) <= room
         };
         let pick = |block: u32, purpose| Some((block, purpose));
+        // A block retired after a failed program may still have pages another writer
+        // programmed before the failure and has not committed (frontiers shared per bank):
+        // moving it out before they commit would leave them behind (their valid bits are set
+        // at commit, after GC passed them), and the block would be erased or marked bad under
+        // them. Only once every page handed out is resolved.
         let mut chosen = a
             .state
             .iter()
             .enumerate()
-            .position(|(i, s)| *s == BlockState::Retiring && fits(i))
+            .position(|(i, s)| {
+                *s == BlockState::Retiring
+                    && fits(i)
+                    && self.open_pages.outstanding(BlockAddr {
+                        bank: BankId(b),
+                        block: i as u32,
+                    }) == 0
+            })
             .and_then(|i| pick(i as u32, Purpose::Retire));
         // Static wear levelling only on a bank that is not short of free blocks: with
         // background workers, while the device's free pool is full (a bank at its reserve is

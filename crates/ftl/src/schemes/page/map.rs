@@ -233,7 +233,11 @@ impl PageMap {
             .zombies
             .get(self.valid.layout.block_of(zombie).0 as usize)
         {
-            let _ = z.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+            let before = z.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+            debug_assert!(
+                before.is_ok(),
+                "{zombie:?} released more often than unmapped"
+            );
         }
     }
 
@@ -447,6 +451,7 @@ impl PageMap {
         let layout = self.valid.layout;
         let mut expect = vec![0u32; layout.total_blocks() as usize];
         let mut seen = std::collections::HashSet::new();
+        let mut zombies_per_block = vec![0u32; layout.total_blocks() as usize];
         for (l, e) in self.l2p.iter().enumerate() {
             let v = e.load(Ordering::Acquire);
             if v == Psa::UNMAPPED {
@@ -486,6 +491,15 @@ impl PageMap {
                 return Err(format!("zombie {psa:?} has its valid bit clear"));
             }
             expect[layout.block_of(*psa).0 as usize] += 1;
+            zombies_per_block[layout.block_of(*psa).0 as usize] += 1;
+        }
+        for (b, n) in zombies_per_block.iter().enumerate() {
+            let counted = self.zombies_in(BlockIdx(b as u32));
+            if counted != *n {
+                return Err(format!(
+                    "block {b}: {counted} zombies counted, {n} trim records waiting hold slots there"
+                ));
+            }
         }
         for (b, e) in expect.iter().enumerate() {
             let got = self.valid_count(BlockIdx(b as u32));
