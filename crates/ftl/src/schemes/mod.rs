@@ -284,15 +284,21 @@ pub(crate) trait Scheme: Send + Sync + std::any::Any {
     fn placer(self: Arc<Self>, q: usize) -> Box<dyn Placer>;
 
     /// `page` was programmed at `addr` and the program completed: make its slots the newest
-    /// versions of their pages (unless a newer write or a trim superseded them).
-    fn commit(&self, core: &Core, page: &SealedPage, addr: PageAddr);
+    /// versions of their pages (unless a newer write or a trim superseded them: a data slot
+    /// commits only if the overlay still holds its sequence number), through the page map.
+    fn commit(&self, core: &Core, page: &SealedPage, addr: PageAddr) {
+        self.page_map().commit_page(core, core.layout, page, addr);
+    }
 
     /// The scheme's background workers (GC): each runs on its own thread, or with timing
-    /// `virtual` as an actor of the simulation.
-    fn workers(self: Arc<Self>, core: &Core) -> Vec<Box<dyn BackgroundWorker>>;
+    /// `virtual` as an actor of the simulation. None by default: the block-mapped schemes
+    /// reclaim where the write arrives (merges, partial steps).
+    fn workers(self: Arc<Self>, _core: &Core) -> Vec<Box<dyn BackgroundWorker>> {
+        Vec::new()
+    }
 
     /// The maintenance thread's tick (every 50 ms).
-    fn tick(&self, core: &Core);
+    fn tick(&self, _core: &Core) {}
 
     /// The per-page index every scheme keeps today (where each logical page's newest version
     /// is, the valid bitmap, the trim log): `locate`, `unmap` and the checkpoint calls
@@ -329,13 +335,18 @@ pub(crate) trait Scheme: Send + Sync + std::any::Any {
 
     /// Rebuilds the scheme's state from the checkpoint (if any; its map is in [`Scheme::map_sink`]
     /// already) and a scan of what was programmed after it, which the scheme runs
-    /// ([`Core::scan`]); the shared block states are rebuilt by the caller afterwards.
+    /// ([`Core::scan`]); the shared block states are rebuilt by the caller afterwards. By
+    /// default the page scheme's rules (the highest sequence number wins; copies keep it)
+    /// into the page map; a scheme then derives its own roles in `after_recovery`.
     fn recover(
         &self,
         core: &Core,
         ckpt: Option<&Checkpoint>,
         input: RecoverInput,
-    ) -> Result<Resolved>;
+    ) -> Result<Resolved> {
+        let map = self.page_map();
+        page::recover::resolve(core, core.layout, map.lpns(), map, ckpt, input)
+    }
 
     /// Checks the scheme's invariants (quiesced by `check::Quiesced`: no host operation, no
     /// page in flight, GC between steps); `zombies` are the slots whose trim records are still

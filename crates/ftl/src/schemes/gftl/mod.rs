@@ -72,17 +72,14 @@ use parking_lot::{Condvar, Mutex};
 pub use self::budget::GcBudget;
 use self::queue::{BufferPool, DataState, GcState, LbnQueue};
 use crate::blocks::BlockState;
-use crate::buffer::SealedPage;
-use crate::checkpoint::Checkpoint;
 use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{BlockIdx, Layout, Lpn, Psa};
-use crate::recovery::Resolved;
 use crate::schemes::block_ops::{self, Journal};
 use crate::schemes::hybrid::banks::BankPlan;
 use crate::schemes::hybrid::locks::LbnLocks;
 use crate::schemes::page::map::PageMap;
-use crate::schemes::{BackgroundWorker, Placer, RecoverInput, Scheme, SchemeKind};
+use crate::schemes::{Placer, Scheme, SchemeKind};
 use crate::stats::{LatencyHistogram, RtStats};
 
 /// Counters of the partial GC.
@@ -223,32 +220,12 @@ impl Scheme for GftlScheme {
         place::placer(self)
     }
 
-    fn commit(&self, core: &Core, page: &SealedPage, addr: PageAddr) {
-        self.map.commit_page(core, self.layout, page, addr);
-    }
-
-    fn workers(self: Arc<Self>, _core: &Core) -> Vec<Box<dyn BackgroundWorker>> {
-        // GC runs a step per host write: no background worker.
-        Vec::new()
-    }
-
-    fn tick(&self, _core: &Core) {}
-
     fn page_map(&self) -> &PageMap {
         &self.map
     }
 
     fn after_checkpoint(&self, core: &Core) {
         Journal::reclaim(&self.journal, core, self.layout, &self.map);
-    }
-
-    fn recover(
-        &self,
-        core: &Core,
-        ckpt: Option<&Checkpoint>,
-        input: RecoverInput,
-    ) -> Result<Resolved> {
-        crate::schemes::page::recover::resolve(core, self.layout, self.lpns, &self.map, ckpt, input)
     }
 
     fn after_recovery(&self, core: &Core) -> Result<()> {

@@ -60,7 +60,6 @@ mod recover;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use nand_model::PageAddr;
 use parking_lot::Mutex;
 
 use self::banks::BankPlan;
@@ -68,15 +67,12 @@ use self::locks::LbnLocks;
 use self::logs::Logs;
 use self::merge::MergeKind;
 use crate::blocks::BlockState;
-use crate::buffer::SealedPage;
-use crate::checkpoint::Checkpoint;
 use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{BlockIdx, Layout, Lpn, Psa};
-use crate::recovery::Resolved;
 use crate::schemes::block_ops::{self, Journal};
 use crate::schemes::page::map::PageMap;
-use crate::schemes::{BackgroundWorker, Placer, RecoverInput, Scheme, SchemeKind};
+use crate::schemes::{Placer, Scheme, SchemeKind};
 use crate::stats::{LatencyHistogram, MergeKindStats, MergeStats};
 
 /// Which hybrid: how log blocks are associated with data blocks.
@@ -228,16 +224,6 @@ impl Scheme for HybridScheme {
         place::placer(self, q)
     }
 
-    /// As `page`: a data slot commits only if the overlay still holds its sequence number.
-    fn commit(&self, core: &Core, page: &SealedPage, addr: PageAddr) {
-        self.map.commit_page(core, self.layout, page, addr);
-    }
-
-    fn workers(self: Arc<Self>, _core: &Core) -> Vec<Box<dyn BackgroundWorker>> {
-        // Merges run where a log block is needed, as the papers define them.
-        Vec::new()
-    }
-
     /// Static wear levelling (`merge.rs`: one move per tick at most).
     fn tick(&self, core: &Core) {
         if core.read_only_reason().is_none() && !core.writers_gone() {
@@ -251,15 +237,6 @@ impl Scheme for HybridScheme {
 
     fn after_checkpoint(&self, core: &Core) {
         self.reclaim_journal(core);
-    }
-
-    fn recover(
-        &self,
-        core: &Core,
-        ckpt: Option<&Checkpoint>,
-        input: RecoverInput,
-    ) -> Result<Resolved> {
-        crate::schemes::page::recover::resolve(core, self.layout, self.lpns, &self.map, ckpt, input)
     }
 
     fn after_recovery(&self, core: &Core) -> Result<()> {

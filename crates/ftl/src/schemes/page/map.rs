@@ -241,6 +241,11 @@ impl PageMap {
         }
     }
 
+    /// Logical pages the map holds.
+    pub fn lpns(&self) -> u32 {
+        self.l2p.len() as u32
+    }
+
     /// Zombies in block `b` (read before its valid count: a release in between then errs
     /// towards "still held").
     pub fn zombies_in(&self, b: BlockIdx) -> u32 {

@@ -72,17 +72,14 @@ use parking_lot::Mutex;
 pub use self::budget::StepBudget;
 use self::lbn::LbnState;
 use crate::blocks::BlockState;
-use crate::buffer::SealedPage;
-use crate::checkpoint::Checkpoint;
 use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{BlockIdx, Layout, Lpn, Psa};
-use crate::recovery::Resolved;
 use crate::schemes::block_ops::{self, Journal};
 use crate::schemes::hybrid::banks::BankPlan;
 use crate::schemes::hybrid::locks::LbnLocks;
 use crate::schemes::page::map::PageMap;
-use crate::schemes::{BackgroundWorker, Placer, RecoverInput, Scheme, SchemeKind};
+use crate::schemes::{Placer, Scheme, SchemeKind};
 use crate::stats::{LatencyHistogram, RtStats};
 
 /// Counters of the partial GC.
@@ -184,34 +181,12 @@ impl Scheme for RftlScheme {
         place::placer(self)
     }
 
-    /// As every scheme: a data slot commits only if the overlay still holds its sequence
-    /// number.
-    fn commit(&self, core: &Core, page: &SealedPage, addr: PageAddr) {
-        self.map.commit_page(core, self.layout, page, addr);
-    }
-
-    fn workers(self: Arc<Self>, _core: &Core) -> Vec<Box<dyn BackgroundWorker>> {
-        // Reclaim runs a step per host write, where the write arrives: no background worker.
-        Vec::new()
-    }
-
-    fn tick(&self, _core: &Core) {}
-
     fn page_map(&self) -> &PageMap {
         &self.map
     }
 
     fn after_checkpoint(&self, core: &Core) {
         Journal::reclaim(&self.journal, core, self.layout, &self.map);
-    }
-
-    fn recover(
-        &self,
-        core: &Core,
-        ckpt: Option<&Checkpoint>,
-        input: RecoverInput,
-    ) -> Result<Resolved> {
-        crate::schemes::page::recover::resolve(core, self.layout, self.lpns, &self.map, ckpt, input)
     }
 
     fn after_recovery(&self, core: &Core) -> Result<()> {
