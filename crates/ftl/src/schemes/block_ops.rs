@@ -91,6 +91,17 @@ impl Blk {
     pub(crate) fn free(&self, ppb: u32) -> u32 {
         ppb.saturating_sub(self.next)
     }
+
+    /// Places the next page (a host page or a copy) and returns its index; the block is
+    /// marked full after its last page.
+    pub(crate) fn take_next(&mut self, core: &Core, layout: Layout) -> u32 {
+        let page = self.next;
+        self.next += 1;
+        if self.next == layout.pages_per_block {
+            set_block_state(core, layout, self.block, BlockState::Full);
+        }
+        page
+    }
 }
 
 /// What a page holds, as the placement rules of the block-mapped schemes see it.
@@ -261,6 +272,69 @@ pub(crate) fn program_copy(
             core.set_read_only(format!("copy program at {addr:?} failed: {e}"));
             Err(CopyFailed)
         }
+    }
+}
+
+/// The pages one reclaim step copies (RFTL's and GFTL's steps): each destination page is
+/// filled from the current slots of up to a page's worth of sources and programmed; the
+/// copies are published together once every program is on flash.
+pub(crate) struct PageCopier {
+    data: Vec<u8>,
+    oob: Vec<u8>,
+    programs: Vec<Completion>,
+    moves: Vec<(Lpn, Psa, Psa)>,
+}
+
+impl PageCopier {
+    pub(crate) fn new(layout: Layout) -> PageCopier {
+        PageCopier {
+            data: vec![0u8; layout.page_size as usize],
+            oob: vec![0u8; layout.oob_size as usize],
+            programs: Vec::new(),
+            moves: Vec::new(),
+        }
+    }
+
+    /// Programs the page at `addr` with slot `i` holding `sources[i]` (a logical page and
+    /// the slot its current version is in; `None`, or past the end: padding). Returns the
+    /// slots copied; `Err` if the program failed (nothing of this copier is published).
+    pub(crate) fn copy_page(
+        &mut self,
+        core: &Core,
+        layout: Layout,
+        addr: PageAddr,
+        sources: &[Option<(Lpn, Psa)>],
+    ) -> Result<u64, CopyFailed> {
+        let sps = layout.slots_per_page as usize;
+        let mut metas = Vec::with_capacity(sps);
+        let mut reads = Vec::new();
+        let mut copied = 0;
+        for (i, buf) in self.data.chunks_mut(LOGICAL_PAGE).enumerate().take(sps) {
+            match sources.get(i).copied().flatten() {
+                Some((lpn, src)) => {
+                    let (meta, read) = read_for_copy(core, layout, lpn, src, buf);
+                    metas.push(meta);
+                    reads.extend(read);
+                    self.moves.push((lpn, src, layout.psa(addr, i as u32)));
+                    copied += 1;
+                }
+                None => {
+                    buf.fill(0);
+                    metas.push(SlotMeta::PAD);
+                }
+            }
+        }
+        for r in reads {
+            r.wait();
+        }
+        oob::encode_data(&mut self.oob, &metas);
+        program_copy(core, addr, &self.data, &self.oob, &mut self.programs)?;
+        Ok(copied)
+    }
+
+    /// Waits for the programs and publishes the copies ([`publish_copies`]).
+    pub(crate) fn publish(self, core: &Core, map: &PageMap) -> u64 {
+        publish_copies(core, map, self.programs, self.moves)
     }
 }
 

@@ -57,7 +57,7 @@ impl GftlPlacer {
         if !st.merging {
             match st.data.as_mut() {
                 Some(d) if d.next < ppb && shape.in_order_from(d.next * sps, s.spb) => {
-                    let page = s.advance(core, d);
+                    let page = d.take_next(core, s.layout);
                     return Target::Program(s.addr(d.block, page));
                 }
                 None if shape.in_order_from(0, s.spb) => {
@@ -65,7 +65,7 @@ impl GftlPlacer {
                         return Target::ReadOnly;
                     };
                     let mut d = Blk::fresh(b);
-                    let page = s.advance(core, &mut d);
+                    let page = d.take_next(core, s.layout);
                     st.data = Some(d);
                     return Target::Program(s.addr(b, page));
                 }
@@ -97,7 +97,7 @@ impl GftlPlacer {
             }
             if let Some(b) = pool.open.as_mut() {
                 let block = b.block;
-                let page = s.advance(core, b);
+                let page = b.take_next(core, s.layout);
                 if b.next == ppb {
                     pool.closed.push_back((block, false));
                     pool.open = None;

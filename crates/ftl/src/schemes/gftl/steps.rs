@@ -9,15 +9,11 @@
 
 use std::sync::atomic::Ordering;
 
-use nand_model::Completion;
-
 use super::queue::{GcState, Merge};
 use super::GftlScheme;
-use crate::blocks::BlockState;
 use crate::core::Core;
-use crate::layout::{BlockIdx, Lpn, Psa, LOGICAL_PAGE};
-use crate::oob::{self, SlotMeta};
-use crate::schemes::block_ops::{self, Blk, Released};
+use crate::layout::{BlockIdx, Lpn};
+use crate::schemes::block_ops::{self, Blk, PageCopier, Released};
 
 /// What one piece of a step did.
 enum Did {
@@ -53,16 +49,6 @@ impl GftlScheme {
             core.set_read_only(format!("gftl: no free block for {what}"));
         }
         b
-    }
-
-    /// Places the next page of `blk`, marking the block full after its last page.
-    pub(super) fn advance(&self, core: &Core, blk: &mut Blk) -> u32 {
-        let page = blk.next;
-        blk.next += 1;
-        if blk.next == self.layout.pages_per_block {
-            self.set_block_state(core, blk.block, BlockState::Full);
-        }
-        page
     }
 
     /// Whether a step has work. Read without a lock: a writer that misses a push by a
@@ -156,7 +142,7 @@ impl GftlScheme {
         };
         let _gate = core.gc_gate.read();
         let did = match self.copy_step(core, lbn, &mut merge.dest, merge.end) {
-            Ok(0) => {
+            Ok(None) => {
                 if merge.old.is_empty() {
                     // Copies done and nothing to erase: the merge ends.
                     self.end_merge(core, gc, &mut st, merge);
@@ -172,7 +158,7 @@ impl GftlScheme {
                 }
                 Did::Op
             }
-            Ok(n) => {
+            Ok(Some(n)) => {
                 self.counters.copy_steps.fetch_add(1, Ordering::Relaxed);
                 self.counters.pages_copied.fetch_add(n, Ordering::Relaxed);
                 Did::Op
@@ -282,57 +268,40 @@ impl GftlScheme {
 
     /// Copies up to `beta` pages of `lbn` into `dest` at their offsets, from `dest`'s next
     /// page up to `end` (padding pages with no current slot), and publishes them. Returns the
-    /// slots moved (0: nothing left to copy); `Err` if a program failed (this step's copies
-    /// are not published).
-    fn copy_step(&self, core: &Core, lbn: u32, dest: &mut Blk, end: u32) -> Result<u64, ()> {
+    /// slots moved (`None`: nothing left to copy); `Err` if a program failed (this step's
+    /// copies are not published).
+    fn copy_step(
+        &self,
+        core: &Core,
+        lbn: u32,
+        dest: &mut Blk,
+        end: u32,
+    ) -> Result<Option<u64>, ()> {
         let layout = self.layout;
         let sps = layout.slots_per_page;
         if dest.next >= end {
-            return Ok(0);
+            return Ok(None);
         }
         let stop = end.min(dest.next + self.budget.beta);
         let first = lbn * self.spb;
-        let mut data = vec![0u8; layout.page_size as usize];
-        let mut oob_buf = vec![0u8; layout.oob_size as usize];
-        let mut programs: Vec<Completion> = Vec::new();
-        let mut moves: Vec<(Lpn, Psa, Psa)> = Vec::new();
-        let mut slots_moved = 0u64;
+        let mut copier = PageCopier::new(layout);
         while dest.next < stop {
             let addr = self.addr(dest.block, dest.next);
-            let mut metas = Vec::with_capacity(sps as usize);
-            let mut reads = Vec::new();
-            for i in 0..sps {
-                let buf = &mut data[i as usize * LOGICAL_PAGE..(i as usize + 1) * LOGICAL_PAGE];
-                let l = first + dest.next * sps + i;
-                let src = (l < self.lpns)
-                    .then(|| self.map.get(Lpn(l)))
-                    .flatten()
-                    .filter(|p| layout.block_of(*p) != dest.block);
-                match src {
-                    Some(src) => {
-                        let (meta, read) = block_ops::read_for_copy(core, layout, Lpn(l), src, buf);
-                        metas.push(meta);
-                        reads.extend(read);
-                        moves.push((Lpn(l), src, layout.psa(addr, i)));
-                        slots_moved += 1;
-                    }
-                    None => {
-                        buf.fill(0);
-                        metas.push(SlotMeta::PAD);
-                    }
-                }
-            }
-            for r in reads {
-                r.wait();
-            }
-            oob::encode_data(&mut oob_buf, &metas);
-            self.advance(core, dest);
-            if block_ops::program_copy(core, addr, &data, &oob_buf, &mut programs).is_err() {
+            let sources: Vec<_> = (0..sps)
+                .map(|i| {
+                    let l = first + dest.next * sps + i;
+                    (l < self.lpns)
+                        .then(|| self.map.get(Lpn(l)))
+                        .flatten()
+                        .filter(|p| layout.block_of(*p) != dest.block)
+                        .map(|src| (Lpn(l), src))
+                })
+                .collect();
+            dest.take_next(core, layout);
+            if copier.copy_page(core, layout, addr, &sources).is_err() {
                 return Err(());
             }
         }
-        block_ops::publish_copies(core, &self.map, programs, moves);
-        // Pages padded count as copies of the step: they take a program.
-        Ok(slots_moved.max(1))
+        Ok(Some(copier.publish(core, &self.map)))
     }
 }

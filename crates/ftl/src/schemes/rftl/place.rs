@@ -76,7 +76,7 @@ impl RftlPlacer {
                 }
             }
             if let Some(p) = st.primary.as_mut().filter(|p| p.next < ppb) {
-                let page = s.advance(core, p);
+                let page = p.take_next(core, s.layout);
                 return Target::Program(s.addr(p.block, page));
             }
             if st.buffer.is_none() {
@@ -110,7 +110,7 @@ impl RftlPlacer {
                 continue;
             }
             if let Some(b) = st.buffer.as_mut().filter(|b| b.next < ppb) {
-                let page = s.advance(core, b);
+                let page = b.take_next(core, s.layout);
                 return Target::Program(s.addr(b.block, page));
             }
             // Primary and buffer full and no job under way to free them: only after a fault

@@ -9,15 +9,11 @@
 
 use std::sync::atomic::Ordering;
 
-use nand_model::Completion;
-
 use super::lbn::{Blk, JobKind, LbnState};
 use super::RftlScheme;
-use crate::blocks::BlockState;
 use crate::core::Core;
-use crate::layout::{BlockIdx, Lpn, Psa, LOGICAL_PAGE};
-use crate::oob::{self, SlotMeta};
-use crate::schemes::block_ops::{self, Released};
+use crate::layout::{BlockIdx, Lpn, Psa};
+use crate::schemes::block_ops::{self, PageCopier, Released};
 
 /// What a step did.
 enum Stepped {
@@ -41,16 +37,6 @@ impl RftlScheme {
             );
         }
         b
-    }
-
-    /// Places the next page of `blk` (a host page or a copy), closing the block when full.
-    pub(super) fn advance(&self, core: &Core, blk: &mut Blk) -> u32 {
-        let page = blk.next;
-        blk.next += 1;
-        if blk.next == self.layout.pages_per_block {
-            self.set_block_state(core, blk.block, BlockState::Full);
-        }
-        page
     }
 
     /// Runs one step of `lbn`'s job, if it has one. The caller holds `lbn`'s lock with none
@@ -258,34 +244,15 @@ impl RftlScheme {
             return Err(None);
         }
         let take = cands.len().min(pages * sps);
-        let mut data = vec![0u8; layout.page_size as usize];
-        let mut oob_buf = vec![0u8; layout.oob_size as usize];
-        let mut programs: Vec<Completion> = Vec::new();
-        let mut moves: Vec<(Lpn, Psa, Psa)> = Vec::with_capacity(take);
+        let mut copier = PageCopier::new(layout);
         for chunk in cands[..take].chunks(sps) {
-            let mut metas = Vec::with_capacity(sps);
-            let mut reads = Vec::new();
             let addr = self.addr(to.block, to.next);
-            for (i, &(src, lpn)) in chunk.iter().enumerate() {
-                let buf = &mut data[i * LOGICAL_PAGE..(i + 1) * LOGICAL_PAGE];
-                let (meta, read) = block_ops::read_for_copy(core, layout, lpn, src, buf);
-                metas.push(meta);
-                reads.extend(read);
-                moves.push((lpn, src, layout.psa(addr, i as u32)));
-            }
-            for i in chunk.len()..sps {
-                data[i * LOGICAL_PAGE..(i + 1) * LOGICAL_PAGE].fill(0);
-                metas.push(SlotMeta::PAD);
-            }
-            for r in reads {
-                r.wait();
-            }
-            oob::encode_data(&mut oob_buf, &metas);
-            self.advance(core, to);
-            if block_ops::program_copy(core, addr, &data, &oob_buf, &mut programs).is_err() {
+            let sources: Vec<_> = chunk.iter().map(|&(src, lpn)| Some((lpn, src))).collect();
+            to.take_next(core, layout);
+            if copier.copy_page(core, layout, addr, &sources).is_err() {
                 return Err(Some(to.block));
             }
         }
-        Ok(block_ops::publish_copies(core, &self.map, programs, moves))
+        Ok(copier.publish(core, &self.map))
     }
 }
