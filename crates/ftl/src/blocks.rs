@@ -31,8 +31,9 @@ pub enum BlockState {
     /// their data is lost and host reads of them fail, so the map keeps pointing here and the
     /// block cannot be erased. Never a victim while any slot is valid, so GC does not clean it
     /// again and again (one unreadable page would otherwise stall GC, then the device); a
-    /// victim again once the host has overwritten them all. Not persisted: after a restart GC
-    /// finds it out again.
+    /// victim again once the host has overwritten them all (then marked bad, not erased, if a
+    /// program had failed in it: [`BankAlloc::program_failed`]). Not persisted: after a
+    /// restart GC finds it out again.
     Damaged,
     /// A program failed here: GC moves its data out, then it is marked bad.
     Retiring,
@@ -50,6 +51,11 @@ pub struct BankAlloc {
     pub erase_count: Vec<u32>,
     /// Sequence number when the block was last filled (age for cost-benefit victims).
     pub filled_seq: Vec<u64>,
+    /// A program failed in the block since its last erase: whatever path empties it next
+    /// (GC's retire, a damaged block's reclaim once its unreadable slots were rewritten, a
+    /// scheme's merge) marks it bad instead of erasing it. Kept beside `state` because a block
+    /// can leave `Retiring` (for `Damaged`) before it is emptied.
+    pub program_failed: Vec<bool>,
 }
 
 impl BankAlloc {
@@ -59,6 +65,7 @@ impl BankAlloc {
             state: vec![BlockState::Free; blocks as usize],
             erase_count: vec![0; blocks as usize],
             filled_seq: vec![0; blocks as usize],
+            program_failed: vec![false; blocks as usize],
         }
     }
 

@@ -403,13 +403,15 @@ impl Core {
     pub fn retire_block(&self, b: u32, block: u32) {
         let mut a = self.bank(b).alloc.lock();
         a.state[block as usize] = BlockState::Retiring;
+        a.program_failed[block as usize] = true;
         drop(a);
         self.counters.retired_blocks.fetch_add(1, Ordering::Relaxed);
         self.wake_all_gc();
     }
 
-    /// Erases a block that holds nothing valid and no pinned read (or, with `retire`, marks it
-    /// bad) and returns it to its bank's free list; an erase that fails retires it. Returns
+    /// Erases a block that holds nothing valid and no pinned read (or, with `retire` or after
+    /// a failed program in it, marks it bad) and returns it to its bank's free list; an erase
+    /// that fails retires it. Returns
     /// whether the block was erased (false: it went bad). Used by GC and by merges.
     ///
     /// The erase is not waited for: its effect and any fault are known at submission, and the
@@ -428,14 +430,21 @@ impl Core {
         retire: bool,
     ) -> (bool, Option<nand_model::Completion>) {
         let mut done = None;
-        if self.bank(addr.bank.0).alloc.lock().state[addr.block as usize] == BlockState::Free {
+        let (state, failed_program) = {
+            let a = self.bank(addr.bank.0).alloc.lock();
+            (
+                a.state[addr.block as usize],
+                a.program_failed[addr.block as usize],
+            )
+        };
+        if state == BlockState::Free {
             // Released twice: a second free-list entry would hand the block to two owners.
             // A check, not a lock: two releases racing each other can both pass it; the owner
             // of a block must make sure only one releases it (a scheme's invariant).
             tracing::error!("{addr:?} is released but already free; left alone");
             return (false, None);
         }
-        let went_bad = if retire {
+        let went_bad = if retire || failed_program {
             if let Err(e) = self.nand.mark_bad(addr) {
                 tracing::error!("cannot mark {addr:?} bad: {e}");
             }
@@ -460,6 +469,7 @@ impl Core {
         };
         let b = addr.bank.0;
         let mut a = self.bank(b).alloc.lock();
+        a.program_failed[addr.block as usize] = false;
         if went_bad {
             a.state[addr.block as usize] = BlockState::Bad;
         } else {

@@ -407,3 +407,95 @@ fn gc_does_not_loop_on_a_slot_whose_sealed_oob_names_another_page() {
         assert!(damaged > 0, "GC kept no block for a lost page");
     }
 }
+
+/// A block retired after a failed program that GC then finds damaged (a slot whose OOB names
+/// another page) is kept until the host rewrites that page, and then marked bad, not erased
+/// and reused: the failed program is remembered when the block leaves `Retiring`. Before, the
+/// damaged block became an ordinary victim once rewritten and went back to the free list.
+#[test]
+fn a_retired_block_found_damaged_is_marked_bad_once_rewritten() {
+    for (copyback, policy) in [(true, GcPolicy::InPath), (false, GcPolicy::Parallel)] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.img");
+        let cfg = ftl::FtlConfig {
+            gc_copyback: copyback,
+            ..small_cfg(policy)
+        };
+        let ftl = create(&path, &small_nand(4096, 24), cfg.clone());
+        let pages = ftl.capacity() / 4096;
+        let half = pages / 2;
+        for l in 0..half {
+            write(&ftl, l, 1);
+        }
+        block_on(ftl.flush()).unwrap();
+        // One of the last pages written sits in a bank's open block, not at its last page:
+        // the next program of that block fails, so the block is retired with the pages
+        // written so far still valid in it.
+        let last: Vec<_> = (half - 16..half)
+            .map(|l| (l, ftl.physical_slot(l as u32).unwrap().0))
+            .collect();
+        let (lost, at) = last
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(i, (_, at))| {
+                at.page + 1 < 8 && last[i + 1..].iter().all(|(_, a)| a.block != at.block)
+            })
+            .map(|(_, &la)| la)
+            .expect("the last 16 pages written all end their blocks");
+        let next = ftl::nand_model::PageAddr {
+            block: at.block,
+            page: at.page + 1,
+        };
+        ftl.nand().faults().fail_program_at(next);
+        for l in half..pages {
+            write(&ftl, l, 1);
+        }
+        block_on(ftl.flush()).unwrap();
+        assert_eq!(
+            ftl.stats().retired_blocks,
+            1,
+            "the armed program did not fail"
+        );
+        assert_eq!(ftl.stats().bad_blocks, 0);
+        // A page of the retired block now names another page in its OOB (through the image
+        // file: the running device sees it through its shared mapping).
+        forge_oob_lpn(&path, at, ((lost + 1) % pages) as u32);
+        let tags = overwrite_at_random(&ftl, pages, &[lost], 7);
+        let s = ftl.stats();
+        let damaged: u32 = s.banks.iter().map(|b| b.damaged_blocks).sum();
+        assert_eq!(
+            damaged, 1,
+            "GC did not keep the retired block with its lost page"
+        );
+        assert_eq!(
+            s.bad_blocks, 0,
+            "the damaged block went bad with a page still in it"
+        );
+        assert_uncorrectable(&ftl, lost);
+        // Rewritten, the block holds nothing current: GC empties it and must retire it.
+        let mut tag = tags.iter().max().copied().unwrap_or(1) + 1;
+        write(&ftl, lost, tag);
+        for _ in 0..20 {
+            for l in 0..pages {
+                write(&ftl, l, tag);
+            }
+            let s = ftl.stats();
+            if s.banks.iter().map(|b| b.damaged_blocks).sum::<u32>() == 0 {
+                break;
+            }
+            tag += 1;
+        }
+        block_on(ftl.flush()).unwrap();
+        let s = ftl.stats();
+        assert_eq!(s.banks.iter().map(|b| b.damaged_blocks).sum::<u32>(), 0);
+        assert_eq!(
+            s.bad_blocks, 1,
+            "copyback {copyback}: the block whose program failed was erased and reused"
+        );
+        for l in 0..pages {
+            verify(&ftl, l, tag);
+        }
+        ftl.check_invariants().unwrap();
+    }
+}
