@@ -163,6 +163,7 @@ impl Core {
     /// `nand_model::ArrivalScope`): the FTL's own lookup time is absorbed into the modelled
     /// latency instead of added to it.
     pub(crate) async fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.scheme.before_read(self);
         let mut pending: Vec<Completion> = Vec::new();
         {
             // Not held across an await: the scope is this thread's.
@@ -217,6 +218,8 @@ impl Core {
             return Source::Served;
         };
         self.pins.pin(self.layout.block_of(psa));
+        drop(st);
+        self.scheme.search_on_flash(self, lpn, psa);
         Source::Flash(psa)
     }
 

@@ -165,6 +165,9 @@ pub struct RtStats {
     /// (one step, then the page's transfer and program), in microseconds.
     pub step_bound_us: f64,
     pub write_bound_us: f64,
+    /// The bound on a host read's response: GFTL's one step, then its OOB search of a data
+    /// block and the page's read; RFTL's reads run no step (the page's read).
+    pub read_bound_us: f64,
     pub copy_steps: u64,
     pub erase_steps: u64,
     pub pages_copied: u64,
@@ -180,6 +183,10 @@ pub struct RtStats {
     pub queue_max: u64,
     pub buffer_blocks: u32,
     pub buffer_blocks_max: u32,
+    /// GFTL: OOB reads of its reads' data-block searches, and searches that did not find the
+    /// page where the map has it (0 for RFTL).
+    pub oob_reads: u64,
+    pub search_misses: u64,
     /// Most steps one job took.
     pub max_job_steps: u64,
     /// A step's time, from its start to the submission of its last operation.

@@ -1,8 +1,9 @@
 //! GFTL (paper 004's real-time baseline): centralised partial GC keeps every host write's
 //! reclaim work to one step (at most `beta` copies or one erase), whatever the device's
 //! fullness, and the write buffer within the size its guarantee computes; sequential writes
-//! go in place; data survives merges, a clean reopen, a power cut and overwrites of a full
-//! device. Crashes at every medium operation are swept for every scheme in `power_cut.rs`,
+//! go in place, and so do writes in any order until the data block is full; reads search a
+//! data block's OOB area and run a step too, within GFTL's read bound; data survives merges,
+//! a clean reopen, a power cut and overwrites of a full device. Crashes at every medium operation are swept for every scheme in `power_cut.rs`,
 //! faults in `faults.rs`, and the randomized model test draws `gftl` too.
 
 mod common;
@@ -150,6 +151,157 @@ fn every_write_is_within_one_step_and_its_program() {
             (worst as f64) / 1000.0 <= bound,
             "{page_size}-byte pages: worst FUA write {} us, bound {bound} us ({rt:?})",
             worst as f64 / 1000.0
+        );
+        ftl.check_invariants().unwrap();
+    }
+}
+
+/// GFTL appends a logical block's pages to its data block in the order they come, so writes
+/// in any order go in place until the block is full (no buffer page, no merge), and a read of
+/// a page there searches the block's OOB area from its newest page down: reading the page
+/// written first of a full block reads every page's OOB.
+#[test]
+fn a_data_block_takes_pages_in_any_order_and_reads_search_its_oob() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("o.img");
+    let mut d = device(&img, 4096);
+    let ppb = 8u64; // small_nand's pages per block
+                    // Logical block 1, its pages backwards, then logical block 2 with offset 3 three times.
+    for l in (ppb..2 * ppb).rev() {
+        d.write([l]);
+    }
+    for l in [2 * ppb + 3, 2 * ppb + 3, 2 * ppb + 3, 2 * ppb] {
+        d.write([l]);
+    }
+    block_on(d.ftl.flush()).unwrap();
+    let rt = d.ftl.stats().rt.unwrap();
+    assert_eq!((rt.merges, rt.buffer_blocks_max), (0, 0), "{rt:?}");
+    let before = rt.oob_reads;
+    let mut buf = vec![0u8; 4096];
+    // Page ppb + 7 was written first: the search reads all 8 OOBs, newest first.
+    block_on(d.ftl.read((2 * ppb - 1) * 4096, &mut buf)).unwrap();
+    assert_eq!(
+        check_stamp(2 * ppb - 1, &buf),
+        Some(d.tags[2 * ppb as usize - 1])
+    );
+    let rt = d.ftl.stats().rt.unwrap();
+    assert_eq!(rt.oob_reads - before, ppb, "{rt:?}");
+    // Offset 3 of logical block 2: its newest version is the third page, found on the
+    // second OOB read (the fourth page holds offset 0).
+    block_on(d.ftl.read((2 * ppb + 3) * 4096, &mut buf)).unwrap();
+    let rt2 = d.ftl.stats().rt.unwrap();
+    assert_eq!(rt2.oob_reads - rt.oob_reads, 2, "{rt2:?}");
+    assert_eq!(rt2.search_misses, 0);
+    d.verify("after writes in any order");
+    d.ftl.check_invariants().unwrap();
+    // The ninth page of logical block 2 finds its data block full: to the buffer, queued.
+    for _ in 0..5 {
+        d.write([2 * ppb + 5]);
+    }
+    let rt = d.ftl.stats().rt.unwrap();
+    assert!(
+        rt.buffer_blocks_max >= 1 && rt.queue_len + rt.merges >= 1,
+        "{rt:?}"
+    );
+    d.verify("after the data block filled");
+    // Clean reopen and power cut: the roles come back, the searches still find every page.
+    let Device { ftl, tags, tag } = d;
+    block_on(ftl.flush()).unwrap();
+    ftl.simulate_power_loss();
+    let ftl = open(&img, cfg());
+    let d = Device { ftl, tags, tag };
+    d.verify("after a power cut");
+    assert_eq!(d.ftl.stats().rt.unwrap().search_misses, 0);
+    d.ftl.check_invariants().unwrap();
+}
+
+/// GFTL runs a GC step per request, reads too (`L(p) = T_er + max(U(e_r), U(e_w))`): with
+/// the GC queue left non-empty by overwrites, reads alone drain it, and the data reads back.
+#[test]
+fn reads_alone_drain_the_gc_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("r.img");
+    let mut d = device(&img, 4096);
+    let pages = d.tags.len() as u64;
+    for l in 0..pages {
+        d.write([l]);
+    }
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(5);
+    for _ in 0..pages {
+        d.write([rng.gen_range(0..pages)]);
+    }
+    block_on(d.ftl.flush()).unwrap();
+    let rt = d.ftl.stats().rt.unwrap();
+    assert!(
+        rt.queue_len > 0,
+        "the overwrites left nothing to merge: {rt:?}"
+    );
+    let steps = rt.copy_steps + rt.erase_steps;
+    let mut buf = vec![0u8; 4096];
+    for i in 0..pages * 4 {
+        if d.ftl.stats().rt.unwrap().queue_len == 0 {
+            break;
+        }
+        let l = (i * 13) % pages;
+        block_on(d.ftl.read(l * 4096, &mut buf)).unwrap();
+        assert_eq!(check_stamp(l, &buf), Some(d.tags[l as usize]), "page {l}");
+    }
+    let rt = d.ftl.stats().rt.unwrap();
+    assert_eq!(rt.queue_len, 0, "reads did not drain the queue: {rt:?}");
+    assert!(rt.copy_steps + rt.erase_steps > steps, "{rt:?}");
+    d.verify("after reads merged the queue");
+    d.ftl.check_invariants().unwrap();
+}
+
+/// With timing virtual, a full device under uniform random FUA overwrites and reads (one in
+/// four): no read waits longer than one step, an OOB search of a whole block and its page's
+/// read (GFTL's read bound), and no write longer than one step and its program.
+#[test]
+fn every_read_is_within_one_step_an_oob_search_and_its_read() {
+    for page_size in [4096, 8192] {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("v.img");
+        let nand = small_nand(page_size, 32);
+        let ftl = Ftl::create(&img, &nand, TimingMode::Virtual, cfg(), None).unwrap();
+        let pages = ftl.capacity() / 4096;
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(13);
+        let (mut worst_r, mut worst_w) = (0u64, 0u64);
+        let rt = ftl.stats().rt.unwrap();
+        let (rbound, wbound) = (rt.read_bound_us, rt.write_bound_us);
+        assert!(rbound > wbound, "{rt:?}");
+        let mut buf = vec![0u8; 4096];
+        for l in 0..pages {
+            block_on(ftl.write(0, l * 4096, &stamped(l, 1), true)).unwrap();
+        }
+        let mut tags = vec![1u64; pages as usize];
+        for i in 2..pages * 10 {
+            let l = rng.gen_range(0..pages);
+            let t0 = ftl.now_ns();
+            if i % 4 == 0 {
+                block_on(ftl.read(l * 4096, &mut buf)).unwrap();
+                worst_r = worst_r.max(ftl.now_ns() - t0);
+                assert_eq!(check_stamp(l, &buf), Some(tags[l as usize]), "page {l}");
+            } else {
+                block_on(ftl.write(0, l * 4096, &stamped(l, i), true)).unwrap();
+                worst_w = worst_w.max(ftl.now_ns() - t0);
+                tags[l as usize] = i;
+            }
+        }
+        let rt = ftl.stats().rt.unwrap();
+        assert!(rt.merges > 10 && rt.oob_reads > 0, "{rt:?}");
+        assert_eq!(rt.search_misses, 0, "{rt:?}");
+        let us = |ns: u64| ns as f64 / 1000.0;
+        // Reads ran steps: the worst waited for an erase.
+        assert!(us(worst_r) > rt.step_bound_us, "{rt:?}");
+        assert!(
+            us(worst_r) <= rbound,
+            "{page_size}-byte pages: worst read {} us, bound {rbound} us ({rt:?})",
+            us(worst_r)
+        );
+        assert!(
+            us(worst_w) <= wbound,
+            "{page_size}-byte pages: worst FUA write {} us, bound {wbound} us ({rt:?})",
+            us(worst_w)
         );
         ftl.check_invariants().unwrap();
     }

@@ -32,6 +32,10 @@ pub(crate) struct StepCost {
     pub xfer_ns: u64,
     /// The slowest page type's program.
     pub prog_ns: u64,
+    /// The slowest page type's array read.
+    pub read_ns: u64,
+    /// An OOB area's read: the array read and the OOB over the channel.
+    pub oob_read_ns: u64,
 }
 
 impl StepCost {
@@ -48,6 +52,8 @@ impl StepCost {
             erase_ns: t.t_erase.as_nanos() as u64,
             xfer_ns,
             prog_ns,
+            read_ns: read,
+            oob_read_ns: read + t.xfer_ns(u64::from(g.oob_size)),
         }
     }
 
@@ -72,6 +78,11 @@ impl StepCost {
     /// A host write's bound: one step, then the page's own transfer and program.
     pub(crate) fn write_bound_ns(&self, beta: u32) -> u64 {
         self.step_ns(beta) + self.xfer_ns + self.prog_ns
+    }
+
+    /// A page's read: the array read and the page over the channel.
+    pub(crate) fn page_read_ns(&self) -> u64 {
+        self.read_ns + self.xfer_ns
     }
 }
 

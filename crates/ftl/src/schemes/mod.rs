@@ -273,6 +273,17 @@ pub(crate) trait Scheme: Send + Sync + std::any::Any {
         self.page_map().get(lpn)
     }
 
+    /// A host read arrives, before anything of it is looked up or pinned: a scheme whose GC
+    /// runs a step per request (GFTL) runs it here. The reader holds nothing; the step must
+    /// not wait for a lock, a pin or a program in flight (skip it instead).
+    fn before_read(&self, _core: &Core) {}
+
+    /// `lpn` is about to be read from `psa` (its block pinned): the NAND reads the scheme's
+    /// own lookup makes before the data read, if its mapping is not all in RAM (GFTL searches
+    /// its data block's OOB area). They are submitted now, so the bank's timeline keeps the
+    /// data read behind them.
+    fn search_on_flash(&self, _core: &Core, _lpn: Lpn, _psa: Psa) {}
+
     /// Trim: unmaps `lpn`. Returns the slot it pointed at, which must stay allocated until the
     /// trim's record is on flash: the record travels in a [`SealedPage`]'s `zombies`, and
     /// [`Scheme::commit`] of that page releases them.

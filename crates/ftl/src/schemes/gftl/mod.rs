@@ -16,26 +16,30 @@
 //! | `recover` | roles rebuilt after an open |
 //!
 //! # Mapping
-//! A *logical block* is `slots_per_block` consecutive logical pages. Its data block holds
-//! page `o` in slot `o`. GFTL programs a free page of the data block in place; NAND that must
-//! be programmed in page order (every ftld device) allows that only for the data block's
-//! next page, so a host page goes in place when it holds the offsets of the data block's next
-//! page, in order (sequential writes), and to the write buffer otherwise, which queues its
-//! logical block for a merge. The per-page index is the page scheme's `PageMap` (O(1) reads,
-//! the valid bitmap, the trim log); GFTL's RAM (a block map, a page map of the buffer, a
-//! block-sized RAM buffer) is `model_map_bytes`. GFTL's reads search a block's OOB for a
-//! buffered page (`T_rdpg + pi T_rdoob`); ftld reads through its index and does not make
-//! those OOB reads (as for RFTL's OOB map reads).
+//! A *logical block* is `slots_per_block` consecutive logical pages. It has a **data block**,
+//! which GFTL programs in page order as the host writes, whatever the offsets (every ftld
+//! device programs a block's pages in order, as GFTL's NAND does): a page's offset is in its
+//! OOB, so a read of a page in a data block **searches the block's OOB area**, newest page
+//! first, up to `pi` OOB reads (`T_rdpg + pi T_rdoob`, GFTL's read bound: `search_data_block`,
+//! counted in `ftl.rt.oob_reads`). Once the data block is full, the logical block's pages go
+//! to the **write buffer**, which is page-mapped in RAM (no search), and the logical block is
+//! queued for a merge. ftld keeps the page scheme's `PageMap` for every page (the valid
+//! bitmap, the trim log, recovery); the OOB search is made on the medium and timed, and its
+//! answer checked against the map. GFTL's own RAM (a block map, a page map of the buffer, a
+//! block-sized RAM buffer) is `model_map_bytes`.
 //!
 //! # Merges
 //! The queue's oldest logical block gets a fresh data block; each step copies up to `beta`
-//! of its pages, in page order, current versions from wherever they are (a page with no
-//! current slot below the last one is padded: in-order NAND cannot skip it), then a step
-//! erases the old data block. A page the host writes during its block's merge goes to the
-//! buffer, and the block is queued again if a page of it is left outside its data block.
-//! Buffer blocks whose pages were all superseded are erased, a step each, before other work.
-//! GC runs whenever the queue is not empty, however little a merge gains: paper 004's "many
-//! unnecessary valid page copies and block erases" against RFTL's on-demand reclaim.
+//! pages of it, its current versions from wherever they are, packed in offset order (the
+//! offsets are fixed when the merge starts), then a step erases the old data block. The new
+//! data block takes the host's next pages after the copies. A page the host writes during
+//! its block's merge goes to the buffer, and the block is queued again if a page of it is
+//! left outside its data block. Buffer blocks whose pages were all superseded are erased, a
+//! step each, before other work. GC runs whenever the queue is not empty, however little a
+//! merge gains: paper 004's "many unnecessary valid page copies and block erases" against
+//! RFTL's on-demand reclaim. A step runs per host page written and per host read (GFTL's
+//! `L(p) = T_er + max(U(e_r), U(e_w))`); a read's step is skipped where it would wait for a
+//! lock or a pin (`steps.rs`).
 //!
 //! # Locks
 //! In this order: `gc` (held across a step: one step at a time, the centralised GC), a
@@ -49,13 +53,12 @@
 //! # Crash safety
 //! Data slots carry (logical page, sequence number) and copies keep the sequence number, so
 //! recovery resolves versions with the page scheme's rules; the data blocks are then the
-//! blocks whose current slots are all one logical block's, at their offsets, and every other
-//! block with current slots is a buffer block (`recover.rs`). A merge does not survive a
-//! close: its logical block is queued again at open. Trim records go to journal blocks.
+//! blocks whose current slots are all one logical block's, and every other block with
+//! current slots is a buffer block (`recover.rs`). A merge does not survive a close: its
+//! logical block is queued again at open. Trim records go to journal blocks.
 //!
 //! # Not done
-//! Static wear levelling (allocation takes the least-worn free block), GFTL's OOB search on
-//! reads (see Mapping), and steps on reads (only host writes run steps).
+//! Static wear levelling (allocation takes the least-worn free block).
 
 mod budget;
 mod place;
@@ -63,7 +66,7 @@ mod queue;
 mod recover;
 mod steps;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use nand_model::PageAddr;
@@ -71,16 +74,22 @@ use parking_lot::{Condvar, Mutex};
 
 pub use self::budget::GcBudget;
 use self::queue::{BufferPool, DataState, GcState, LbnQueue};
+use self::steps::StepFor;
 use crate::blocks::BlockState;
 use crate::core::Core;
 use crate::error::Result;
-use crate::layout::{BlockIdx, Layout, Lpn, Psa};
+use crate::layout::{BlockIdx, Layout, Lpn, Psa, LOGICAL_PAGE};
+use crate::oob;
 use crate::schemes::block_ops::{self, Journal};
 use crate::schemes::hybrid::banks::BankPlan;
 use crate::schemes::hybrid::locks::LbnLocks;
 use crate::schemes::page::map::PageMap;
 use crate::schemes::{Placer, Scheme, SchemeKind};
 use crate::stats::{LatencyHistogram, RtStats};
+
+/// OOB bytes that hold the slot entries of the largest page's slots.
+const MAX_ENTRIES_LEN: usize =
+    oob::slot_entry_len(nand_model::MAX_PAGE_SIZE / LOGICAL_PAGE as u32 - 1);
 
 /// Counters of the partial GC.
 #[derive(Default)]
@@ -93,6 +102,22 @@ struct GcCounters {
     /// Most steps one merge took.
     max_merge_steps: AtomicU64,
     step_latency: LatencyHistogram,
+    /// OOB reads of data-block searches (paper 004's Sigma_oob, GFTL's part of it).
+    oob_reads: AtomicU64,
+    /// Searches whose first OOB naming the page was not where the map has it.
+    search_misses: AtomicU64,
+}
+
+/// What a block is to GFTL, for a read: a data block's pages are found by an OOB search.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Role {
+    /// Not GFTL's (free, a journal block) or not known.
+    None = 0,
+    /// A logical block's data block (or a merge's destination or old data block).
+    Data = 1,
+    /// A write-buffer block (page-mapped in RAM).
+    Buffer = 2,
 }
 
 /// The GFTL scheme's state.
@@ -130,6 +155,9 @@ pub struct GftlScheme {
     journal: Mutex<Journal>,
     plan: BankPlan,
     counters: GcCounters,
+    /// Each block's [`Role`], set when GFTL takes it for a role (read by reads without a
+    /// lock: a stale value can only make one read search or not search).
+    roles: Box<[AtomicU8]>,
 }
 
 impl GftlScheme {
@@ -157,6 +185,72 @@ impl GftlScheme {
             journal: Mutex::new(Journal::default()),
             plan,
             counters: GcCounters::default(),
+            roles: (0..layout.total_blocks())
+                .map(|_| AtomicU8::new(Role::None as u8))
+                .collect(),
+        }
+    }
+
+    fn set_role(&self, b: BlockIdx, role: Role) {
+        if let Some(r) = self.roles.get(b.0 as usize) {
+            r.store(role as u8, Ordering::Relaxed);
+        }
+    }
+
+    fn role(&self, b: BlockIdx) -> Role {
+        match self
+            .roles
+            .get(b.0 as usize)
+            .map(|r| r.load(Ordering::Relaxed))
+        {
+            Some(1) => Role::Data,
+            Some(2) => Role::Buffer,
+            _ => Role::None,
+        }
+    }
+
+    /// GFTL's read of a page in a data block: the block's OOB area is read from its newest
+    /// programmed page down until an entry names `lpn` (at most `pages_per_block` OOB reads).
+    /// The reads are real NAND operations on the block's bank, submitted before the data read
+    /// so its timeline keeps the data read behind them; the page found must be the one the
+    /// map has (a miss is counted: GFTL would have read the wrong page).
+    fn search_data_block(&self, core: &Core, lpn: Lpn, psa: Psa) {
+        let layout = self.layout;
+        let (at, _) = layout.split(psa);
+        let top = core
+            .nand
+            .block_state(at.block)
+            .map_or(layout.pages_per_block, |s| s.programmed_pages);
+        let sps = layout.slots_per_page;
+        let mut entries = [0u8; MAX_ENTRIES_LEN];
+        let len = oob::slot_entry_len(sps - 1).min(MAX_ENTRIES_LEN);
+        let mut found = None;
+        for p in (0..top.min(layout.pages_per_block)).rev() {
+            let page = PageAddr {
+                block: at.block,
+                page: p,
+            };
+            self.counters.oob_reads.fetch_add(1, Ordering::Relaxed);
+            let mut reads = [(page, 0u32, &mut [][..], Some(&mut entries[..len]))];
+            if core.nand.read_planes(&mut reads).is_err() {
+                // An unreadable OOB: the search goes on to the older pages.
+                continue;
+            }
+            let names = (0..sps).any(|i| {
+                oob::slot_entry(&entries[..len], i)
+                    .is_some_and(|m| m.kind == oob::SlotKind::Data && m.lpn == lpn)
+            });
+            if names {
+                found = Some(p);
+                break;
+            }
+        }
+        if found != Some(at.page) {
+            self.counters.search_misses.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(
+                "gftl: the OOB search for lpn {} found page {found:?}, the map has {at:?}",
+                lpn.0
+            );
         }
     }
 
@@ -224,6 +318,18 @@ impl Scheme for GftlScheme {
         &self.map
     }
 
+    fn before_read(&self, core: &Core) {
+        if self.has_work() {
+            self.step(core, StepFor::Read);
+        }
+    }
+
+    fn search_on_flash(&self, core: &Core, lpn: Lpn, psa: Psa) {
+        if self.role(self.layout.block_of(psa)) == Role::Data {
+            self.search_data_block(core, lpn, psa);
+        }
+    }
+
     fn after_checkpoint(&self, core: &Core) {
         Journal::reclaim(&self.journal, core, self.layout, &self.map);
     }
@@ -281,7 +387,11 @@ impl Scheme for GftlScheme {
         let faults = core.read_only_reason().is_some()
             || core.counters.program_failures.load(Ordering::Relaxed) > 0;
         if let Some(m) = gc.merge.as_ref().filter(|_| !faults) {
-            if m.steps > self.budget.merge_steps || m.end > ppb || m.dest.next > m.end {
+            let pages = (m.to_copy.len() as u32).div_ceil(sps);
+            if m.steps > self.budget.merge_steps
+                || m.to_copy.len() as u32 > self.spb
+                || m.dest.next > pages.min(ppb)
+            {
                 return Err(format!(
                     "a merge past its budget of {} steps: {m:?}",
                     self.budget.merge_steps
@@ -308,15 +418,7 @@ impl Scheme for GftlScheme {
             let b = layout.block_of(psa);
             let st = &states[lbn as usize];
             if st.data.is_some_and(|d| d.block == b) {
-                // Block mapping: offset o in slot o.
-                let (page, slot) = layout.split(psa);
-                let off = l - lbn * self.spb;
-                if page.page * sps + slot != off {
-                    return Err(format!(
-                        "lpn {l} is in its data block {} at page {} slot {slot}, not at offset {off}",
-                        b.0, page.page
-                    ));
-                }
+                // Its data block: any page of it (the host's order).
                 continue;
             }
             let Some(who) = owner.get(&b) else {
@@ -406,6 +508,7 @@ impl Scheme for GftlScheme {
             k_shift: 0,
             step_bound_us: b.step_ns as f64 / 1000.0,
             write_bound_us: b.write_bound_ns as f64 / 1000.0,
+            read_bound_us: b.read_bound_ns as f64 / 1000.0,
             copy_steps: ld(&c.copy_steps),
             erase_steps: ld(&c.erase_steps),
             pages_copied: ld(&c.pages_copied),
@@ -418,6 +521,8 @@ impl Scheme for GftlScheme {
             queue_max,
             buffer_blocks: b.buffer_blocks,
             buffer_blocks_max: self.pool.lock().max_blocks,
+            oob_reads: ld(&c.oob_reads),
+            search_misses: ld(&c.search_misses),
             max_job_steps: ld(&c.max_merge_steps),
             step_latency: c.step_latency.summary(),
             log_placement: self.plan.placement().to_string(),

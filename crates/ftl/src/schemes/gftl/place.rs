@@ -2,9 +2,10 @@
 //!
 //! A data page (the pages of one logical block: `Scheme::seal_unit`) first runs one step of
 //! the GC if there is work (GFTL serves a request and one partial step per period), then goes
-//! to its data block's next page if it holds that page's offsets in order (a logical block
-//! without a data block gets one for a page at offset 0), or else to the write buffer, which
-//! queues its logical block for a merge. A trim-record page goes to the journal.
+//! to its data block's next page, whatever its offsets (a logical block without a data block
+//! gets one), or, once the data block is full or while its logical block is merged, to the
+//! write buffer, which queues its logical block for a merge. A trim-record page goes to the
+//! journal.
 //!
 //! The writer holds the logical block's lock from `target` to `committed` of each page (as
 //! the hybrids do, `hybrid/locks.rs`); a step needs nothing in flight (it may wait for the
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use nand_model::PageAddr;
 
-use super::GftlScheme;
+use super::{GftlScheme, Role};
 use crate::buffer::SealedPage;
 use crate::core::Core;
 use crate::schemes::block_ops::{Blk, Journal, PageShape};
@@ -51,19 +52,20 @@ fn gave_up(core: &Core) -> bool {
 impl GftlPlacer {
     fn place(&mut self, core: &Core, shape: &PageShape) -> Target {
         let s = self.scheme.clone();
-        let (ppb, sps) = (s.layout.pages_per_block, s.layout.slots_per_page);
+        let ppb = s.layout.pages_per_block;
         let lbn = shape.lbn;
         let mut st = s.state[lbn as usize].lock();
         if !st.merging {
             match st.data.as_mut() {
-                Some(d) if d.next < ppb && shape.in_order_from(d.next * sps, s.spb) => {
+                Some(d) if d.next < ppb => {
                     let page = d.take_next(core, s.layout);
                     return Target::Program(s.addr(d.block, page));
                 }
-                None if shape.in_order_from(0, s.spb) => {
+                None => {
                     let Some(b) = s.alloc(core, s.plan.home(lbn), "a data block") else {
                         return Target::ReadOnly;
                     };
+                    s.set_role(b, Role::Data);
                     let mut d = Blk::fresh(b);
                     let page = d.take_next(core, s.layout);
                     st.data = Some(d);
@@ -115,6 +117,7 @@ impl GftlPlacer {
             else {
                 return Target::ReadOnly;
             };
+            s.set_role(b, Role::Buffer);
             pool.open = Some(Blk::fresh(b));
             pool.held += 1;
             pool.max_blocks = pool.max_blocks.max(pool.held);
@@ -153,7 +156,7 @@ impl Placer for GftlPlacer {
             if self.held.inflight() > 0 {
                 return Target::Drain;
             }
-            s.step(core);
+            s.step(core, super::steps::StepFor::Write);
             self.stepped = true;
         }
         if gave_up(core) {
@@ -212,6 +215,7 @@ impl Placer for GftlPlacer {
             let mut st = s.state[lbn as usize].lock();
             if st.data.is_some_and(|d| d.block == b) {
                 st.data = None;
+                s.set_role(b, Role::Buffer);
                 let mut pool = s.pool.lock();
                 pool.closed.push_back((b, true));
                 pool.held += 1;

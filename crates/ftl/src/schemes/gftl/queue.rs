@@ -7,8 +7,9 @@ use std::collections::VecDeque;
 use crate::layout::BlockIdx;
 use crate::schemes::block_ops::Blk;
 
-/// A logical block's data block: page `o` of the logical block lives in slot `o` (block
-/// mapping), or in the write buffer.
+/// A logical block's data block: its pages in the order they were written (GFTL appends to
+/// it, so a read searches its OOB area: `GftlScheme::search_data_block`), until it is full;
+/// then its pages go to the write buffer.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct DataState {
     pub data: Option<Blk>,
@@ -47,6 +48,18 @@ impl LbnQueue {
         }
     }
 
+    /// Puts `lbn` back at the head (a merge that could not start now), unless it is queued.
+    pub fn push_front(&mut self, lbn: u32) {
+        let Some(q) = self.queued.get_mut(lbn as usize) else {
+            return;
+        };
+        if !*q {
+            *q = true;
+            self.fifo.push_front(lbn);
+            self.max_len = self.max_len.max(self.fifo.len());
+        }
+    }
+
     pub fn pop(&mut self) -> Option<u32> {
         let l = self.fifo.pop_front()?;
         self.queued[l as usize] = false;
@@ -62,7 +75,7 @@ impl LbnQueue {
     }
 }
 
-/// A merge under way: every current page of `lbn` goes to its slot in `dest`, in page order,
+/// A merge under way: the logical block's current pages go to `dest` in offset order, packed,
 /// then the old blocks are erased.
 #[derive(Clone, Debug)]
 pub struct Merge {
@@ -71,9 +84,20 @@ pub struct Merge {
     /// Erased (or, `true`, marked bad) once the copies are done, in order: the old data block,
     /// and destinations a failed program left behind.
     pub old: Vec<(BlockIdx, bool)>,
-    /// Where the copies end (exclusive; fixed at the start: `GftlScheme::copy_end`).
-    pub end: u32,
+    /// The offsets to copy, ascending: those with a current page when the merge started
+    /// (fixed then, so a merge takes at most `merge_steps` steps whatever the host writes
+    /// meanwhile: such a page stays in the buffer and the logical block is queued again).
+    pub to_copy: Vec<u32>,
+    /// Offsets of `to_copy` copied so far (a destination page takes `slots_per_page`).
+    pub copied: usize,
     pub steps: u32,
+}
+
+impl Merge {
+    /// Whether every offset is copied.
+    pub fn copies_done(&self) -> bool {
+        self.copied >= self.to_copy.len()
+    }
 }
 
 /// The write buffer: the block host pages are appended to (lent to one writer at a time, from
@@ -118,5 +142,9 @@ mod tests {
         assert_eq!(q.pop(), Some(2));
         q.push(2);
         assert_eq!((q.pop(), q.pop(), q.pop()), (Some(0), Some(2), None));
+        q.push(1);
+        q.push_front(3);
+        q.push_front(1);
+        assert_eq!((q.pop(), q.pop(), q.pop()), (Some(3), Some(1), None));
     }
 }

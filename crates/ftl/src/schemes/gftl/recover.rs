@@ -2,9 +2,11 @@
 //! sequence number wins; copies keep it), then the roles are derived from where the current
 //! versions are:
 //!
-//! - a block whose current slots all belong to one logical block, each at its offset, is
-//!   that logical block's **data block** (of several such blocks, the one with the most
-//!   current slots; the host appends after its last programmed page);
+//! - a block whose current slots all belong to one logical block is that logical block's
+//!   **data block** (of several such blocks, the one with the most current slots; the host
+//!   appends after its last programmed page). A buffer block that held only one logical
+//!   block's current pages may become its data block: a data block may hold its pages in
+//!   any order, so that is a state GFTL could have reached;
 //! - every other block with current slots is a **buffer** block (full: a partly written one
 //!   is not appended to any more), and the logical blocks with a current page outside their
 //!   data block are **queued** for a merge, in logical-block order;
@@ -29,15 +31,13 @@ struct Seen {
     /// The one logical block its current slots belong to (`None` after a second one).
     lbn: Option<u32>,
     mixed: bool,
-    /// Every current slot is at its offset.
-    at_offsets: bool,
     slots: u32,
 }
 
 impl GftlScheme {
     pub(super) fn rebuild_roles(&self, core: &Core) -> Result<()> {
         let layout = self.layout;
-        let (ppb, sps) = (layout.pages_per_block, layout.slots_per_page);
+        let ppb = layout.pages_per_block;
         let journal = Journal::live_blocks(&self.map, layout);
         let mut seen: BTreeMap<BlockIdx, Seen> = BTreeMap::new();
         for l in 0..self.lpns {
@@ -49,22 +49,18 @@ impl GftlScheme {
                 continue;
             }
             let lbn = self.lbn_of(Lpn(l));
-            let (page, slot) = layout.split(psa);
-            let at = page.page * sps + slot == l - lbn * self.spb;
             let e = seen.entry(b).or_insert(Seen {
                 lbn: Some(lbn),
-                at_offsets: true,
                 ..Seen::default()
             });
             if e.lbn != Some(lbn) {
                 e.mixed = true;
             }
-            e.at_offsets &= at;
             e.slots += 1;
         }
         let mut data: BTreeMap<u32, (BlockIdx, u32)> = BTreeMap::new();
         for (b, e) in &seen {
-            let Some(lbn) = e.lbn.filter(|_| !e.mixed && e.at_offsets) else {
+            let Some(lbn) = e.lbn.filter(|_| !e.mixed) else {
                 continue;
             };
             let better = data.get(&lbn).is_none_or(|(_, n)| e.slots > *n);
@@ -89,6 +85,7 @@ impl GftlScheme {
                 BlockState::Full
             };
             self.set_block_state(core, b, state);
+            self.set_role(b, super::Role::Data);
             self.state[lbn as usize].lock().data = Some(d);
         }
         {
@@ -96,6 +93,7 @@ impl GftlScheme {
             *pool = Default::default();
             for b in seen.keys().filter(|b| !data_blocks.contains(b)) {
                 self.set_block_state(core, *b, BlockState::Full);
+                self.set_role(*b, super::Role::Buffer);
                 pool.closed.push_back((*b, false));
             }
             pool.held = pool.closed.len() as u32;

@@ -1,9 +1,11 @@
-//! A step of GFTL's centralised partial GC (one per host page): erase a block the buffer
-//! emptied, or advance the merge of the queue's oldest logical block by at most `beta` page
-//! copies or one erase.
+//! A step of GFTL's centralised partial GC (one per host request: a page written, a read):
+//! erase a block the buffer emptied, or advance the merge of the queue's oldest logical block
+//! by at most `beta` page copies or one erase.
 //!
 //! A step holds `gc` (steps run one at a time), the merged logical block's lock (none of its
 //! pages in flight) and `gc_gate` shared, so a checkpoint never sees a step half published.
+//! A read's step waits for none of them, nor for a pinned block or a trim record: it is
+//! skipped instead (the reader may hold a writer's pages in flight, or another read's pin).
 //! Copies keep each slot's sequence number and CRC and are published under the stripes once
 //! programmed; a slot the host rewrote or trimmed meanwhile keeps its new state.
 
@@ -23,6 +25,14 @@ enum Did {
     Bookkeeping,
     /// Nothing to do.
     Idle,
+}
+
+/// Who runs a step: a writer, which has drained its own pages and may wait, or a reader,
+/// which must not (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum StepFor {
+    Write,
+    Read,
 }
 
 /// Releases a logical block's lock taken by a step.
@@ -57,15 +67,21 @@ impl GftlScheme {
         self.work.load(Ordering::Acquire)
     }
 
-    /// Runs one step, if there is work. The caller holds no logical block's lock and has
-    /// nothing in flight.
-    pub(super) fn step(&self, core: &Core) {
-        let mut gc = self.gc.lock();
+    /// Runs one step, if there is work. A writer holds no logical block's lock and has
+    /// nothing in flight; a reader holds no pin, and its step is skipped where it would wait.
+    pub(super) fn step(&self, core: &Core, who: StepFor) {
+        let mut gc = match who {
+            StepFor::Write => self.gc.lock(),
+            StepFor::Read => match self.gc.try_lock() {
+                Some(g) => g,
+                None => return,
+            },
+        };
         let t0 = core.now_ns();
         // A merge's start or end without an operation is followed by the next piece of work;
         // every round but the last makes no NAND operation or ends a merge.
         for _ in 0..4 {
-            match self.step_piece(core, &mut gc) {
+            match self.step_piece(core, &mut gc, who) {
                 Did::Op => {
                     core.counters.gc_steps.fetch_add(1, Ordering::Relaxed);
                     self.counters.step_latency.record(core.since(t0));
@@ -85,8 +101,19 @@ impl GftlScheme {
         }
     }
 
-    fn step_piece(&self, core: &Core, gc: &mut GcState) -> Did {
-        if let Some((b, bad)) = gc.erasable.pop_front() {
+    /// Whether block `b` can be erased now without waiting (a reader's step): nothing current
+    /// in it, no trim record holding a slot, no read pinning it.
+    fn erasable_now(&self, core: &Core, b: BlockIdx) -> bool {
+        self.map.valid_bits(b) == 0 && !core.pins.pinned(b)
+    }
+
+    fn step_piece(&self, core: &Core, gc: &mut GcState, who: StepFor) -> Did {
+        let reader = who == StepFor::Read;
+        if let Some(&(b, bad)) = gc.erasable.front() {
+            if reader && !self.erasable_now(core, b) {
+                return Did::Idle;
+            }
+            gc.erasable.pop_front();
             let _gate = core.gc_gate.read();
             let pool_after = self.erase_step(core, b, bad);
             let mut pool = self.pool.lock();
@@ -104,44 +131,62 @@ impl GftlScheme {
                 None => return Did::Idle,
             },
         };
-        if !self.locks.lock(lbn, || gave_up(core)) {
-            // A power cut or a read-only device: the logical block stays queued.
+        let locked = if reader {
+            self.locks.try_lock(lbn)
+        } else {
+            self.locks.lock(lbn, || gave_up(core))
+        };
+        if !locked {
+            // A power cut, a read-only device, or a reader's step that would wait: the
+            // logical block keeps its place in the queue.
             if gc.merge.is_none() {
-                self.enqueue(lbn);
+                self.queue.lock().push_front(lbn);
             }
             return Did::Idle;
         }
         let _lock = LbnGuard { scheme: self, lbn };
         let mut st = self.state[lbn as usize].lock();
+        if reader {
+            if let Some(m) = gc.merge.as_ref().filter(|m| m.copies_done()) {
+                if m.old
+                    .first()
+                    .is_some_and(|(b, _)| !self.erasable_now(core, *b))
+                {
+                    return Did::Idle;
+                }
+            }
+        }
         let mut merge = match gc.merge.take() {
             Some(m) => m,
             None => {
-                // The merge starts: the old data block leaves the logical block.
+                // The merge starts: the old data block leaves the logical block, and the
+                // offsets to copy are fixed.
                 let home = self.plan.home(lbn);
                 let data_bank = st.data.map(|d| self.bank_of(d.block));
                 let bank = self.plan.merge_bank(data_bank, data_bank.as_slice(), home);
                 let Some(dest) = self.alloc(core, bank, "a merge's data block") else {
-                    self.enqueue(lbn);
+                    self.queue.lock().push_front(lbn);
                     return Did::Idle;
                 };
+                self.set_role(dest, super::Role::Data);
                 st.merging = true;
-                let dest = Blk::fresh(dest);
                 Merge {
                     lbn,
-                    dest,
+                    dest: Blk::fresh(dest),
                     old: st
                         .data
                         .take()
                         .map(|d| (d.block, false))
                         .into_iter()
                         .collect(),
-                    end: self.copy_end(lbn, &dest),
+                    to_copy: self.current_offsets(lbn),
+                    copied: 0,
                     steps: 0,
                 }
             }
         };
         let _gate = core.gc_gate.read();
-        let did = match self.copy_step(core, lbn, &mut merge.dest, merge.end) {
+        let did = match self.copy_step(core, lbn, &mut merge) {
             Ok(None) => {
                 if merge.old.is_empty() {
                     // Copies done and nothing to erase: the merge ends.
@@ -169,9 +214,10 @@ impl GftlScheme {
                 let bank = self.plan.home(lbn);
                 match self.alloc(core, bank, "a merge's data block") {
                     Some(b) => {
+                        self.set_role(b, super::Role::Data);
                         merge.old.push((merge.dest.block, true));
                         merge.dest = Blk::fresh(b);
-                        merge.end = self.copy_end(lbn, &merge.dest);
+                        merge.copied = 0;
                     }
                     None => {
                         // Read-only now: the merge stays as it is.
@@ -186,7 +232,7 @@ impl GftlScheme {
         self.counters
             .max_merge_steps
             .fetch_max(u64::from(merge.steps), Ordering::Relaxed);
-        if merge.old.is_empty() && merge.dest.next >= merge.end {
+        if merge.old.is_empty() && merge.copies_done() {
             // The last erase was this step's: the merge ends with it.
             self.end_merge(core, gc, &mut st, merge);
         } else {
@@ -239,65 +285,44 @@ impl GftlScheme {
         pool.closed = kept;
     }
 
-    /// Where a merge's copies into `dest` end (exclusive), fixed when it starts: past the
-    /// last page of the data block a current page of `lbn` outside `dest` maps to. Pages the
-    /// host writes after it stay in the buffer (the logical block is queued again), so a merge
-    /// takes at most `merge_steps` steps whatever the host does meanwhile.
-    fn copy_end(&self, lbn: u32, dest: &Blk) -> u32 {
-        self.last_page_to_copy(lbn, dest)
-            .map_or(dest.next, |p| (p + 1).min(self.layout.pages_per_block))
-    }
-
-    /// The highest page of the data block that a current page of `lbn` outside `dest` maps
-    /// to, if it is at or after `dest`'s next page (a page the host rewrote after its copy
-    /// stays in the buffer: the logical block is queued again).
-    fn last_page_to_copy(&self, lbn: u32, dest: &Blk) -> Option<u32> {
-        let sps = self.layout.slots_per_page;
+    /// The offsets of `lbn` with a current page, ascending.
+    fn current_offsets(&self, lbn: u32) -> Vec<u32> {
         let first = lbn * self.spb;
         let end = (first + self.spb).min(self.lpns);
         (first..end)
-            .rev()
-            .find(|&l| {
-                self.map
-                    .get(Lpn(l))
-                    .is_some_and(|p| self.layout.block_of(p) != dest.block)
-            })
-            .map(|l| (l - first) / sps)
-            .filter(|&p| p >= dest.next)
+            .filter(|&l| self.map.get(Lpn(l)).is_some())
+            .map(|l| l - first)
+            .collect()
     }
 
-    /// Copies up to `beta` pages of `lbn` into `dest` at their offsets, from `dest`'s next
-    /// page up to `end` (padding pages with no current slot), and publishes them. Returns the
-    /// slots moved (`None`: nothing left to copy); `Err` if a program failed (this step's
-    /// copies are not published).
-    fn copy_step(
-        &self,
-        core: &Core,
-        lbn: u32,
-        dest: &mut Blk,
-        end: u32,
-    ) -> Result<Option<u64>, ()> {
+    /// Copies up to `beta` pages of the merge's offsets into its destination, packed in
+    /// offset order (a page with no current slot left for an offset, trimmed meanwhile, is
+    /// padded there), and publishes them. Returns the slots moved (`None`: nothing left to
+    /// copy); `Err` if a program failed (this step's copies are not published).
+    fn copy_step(&self, core: &Core, lbn: u32, merge: &mut Merge) -> Result<Option<u64>, ()> {
         let layout = self.layout;
-        let sps = layout.slots_per_page;
-        if dest.next >= end {
+        let sps = layout.slots_per_page as usize;
+        if merge.copies_done() {
             return Ok(None);
         }
-        let stop = end.min(dest.next + self.budget.beta);
         let first = lbn * self.spb;
         let mut copier = PageCopier::new(layout);
-        while dest.next < stop {
+        let mut pages = 0;
+        while pages < self.budget.beta && !merge.copies_done() {
+            let dest = &mut merge.dest;
             let addr = self.addr(dest.block, dest.next);
+            let take = (merge.to_copy.len() - merge.copied).min(sps);
             let sources: Vec<_> = (0..sps)
                 .map(|i| {
-                    let l = first + dest.next * sps + i;
-                    (l < self.lpns)
-                        .then(|| self.map.get(Lpn(l)))
-                        .flatten()
-                        .filter(|p| layout.block_of(*p) != dest.block)
-                        .map(|src| (Lpn(l), src))
+                    (i < take)
+                        .then(|| Lpn(first + merge.to_copy[merge.copied + i]))
+                        .and_then(|l| self.map.get(l).map(|src| (l, src)))
+                        .filter(|(_, src)| layout.block_of(*src) != dest.block)
                 })
                 .collect();
+            merge.copied += take;
             dest.take_next(core, layout);
+            pages += 1;
             if copier.copy_page(core, layout, addr, &sources).is_err() {
                 return Err(());
             }

@@ -43,6 +43,9 @@ pub struct StepBudget {
     /// RFTL's bound on a host write's response (L(p) of Table 2, without the OOB read):
     /// one step, then the page's own transfer and program.
     pub write_bound_ns: u64,
+    /// A host read's: RFTL's reads run no step, so the page's read (without the OOB read of
+    /// Table 2's `U(e_r)`: ftld's map of RFTL is in RAM).
+    pub read_bound_ns: u64,
 }
 
 impl StepBudget {
@@ -65,6 +68,7 @@ impl StepBudget {
             k_shift,
             step_ns: cost.step_ns(beta),
             write_bound_ns: cost.write_bound_ns(beta),
+            read_bound_ns: cost.page_read_ns(),
         })
     }
 }
