@@ -294,8 +294,10 @@ fn rftl_table5() {
             "rftl against {other}: {rows:?}"
         );
     }
-    // GFTL gives the same write bound (ftld makes no OOB search on its reads), and its eager,
-    // centralised GC copies more than RFTL's on-demand one (paper 004 §5.2).
+    // GFTL gives the same write bound, its reads search a data block's OOB area after a
+    // step, so its worst request is a read, above RFTL's worst and within its own bound
+    // (paper 004 Table 5: 3650 against 2325 us), and its eager, centralised GC copies more
+    // than RFTL's on-demand one (§5.2).
     assert!(worst("gftl") <= 2321.12 + 0.01, "{rows:?}");
     let field = |s: &str, f: &str| {
         rows.iter()
@@ -303,6 +305,15 @@ fn rftl_table5() {
             .and_then(|r| r[f].as_f64())
             .unwrap_or_else(|| panic!("{s} {f} in {rows:?}"))
     };
+    assert!(
+        field("gftl", "T worst us") > field("rftl", "T worst us"),
+        "{rows:?}"
+    );
+    assert!(
+        field("gftl", "R worst us") <= field("gftl", "bound us") + 0.01,
+        "{rows:?}"
+    );
+    assert!(field("gftl", "OOB reads") > 0.0, "{rows:?}");
     assert!(field("gftl", "merges") > 0.0, "{rows:?}");
     assert!(
         field("gftl", "copies") > field("rftl", "copies"),

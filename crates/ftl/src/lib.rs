@@ -63,9 +63,10 @@
 //! one sequential-write log has an owner (`HybridScheme::check`); (2r) rftl: every mapped page
 //! lives in one of its logical block's blocks, a logical block holds at most three, no block
 //! belongs to two, and with no job under way its buffer has room for a fold (`k_fold` free
-//! pages: RFTL's Theorem 4.1) (`RftlScheme::check`); (2g) gftl: a mapped page in its logical
-//! block's data block sits at its own offset; any other mapped page is in a write-buffer block
-//! or a merge's block, and its logical block is queued or under merge; no block has two roles;
+//! pages: RFTL's Theorem 4.1) (`RftlScheme::check`); (2g) gftl: a data block holds only its
+//! logical block's pages (in the order written); any other mapped page is in a write-buffer
+//! block or a merge's block, and its logical block is queued or under merge; no block has two
+//! roles; a merge copies at most one block's offsets in at most `merge_steps` steps;
 //! the write buffer holds at most the blocks its guarantee computes (once the queue drained
 //! after an open that found buffer blocks) (`GftlScheme::check`); (3) only a block's owner
 //! programs it (a writer's frontier — with `[ftl] frontiers = "per-bank"` lent to one writer for

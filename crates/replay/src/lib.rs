@@ -100,6 +100,11 @@ pub struct RtCounts {
     pub k_fold: u32,
     pub step_bound_us: f64,
     pub write_bound_us: f64,
+    pub read_bound_us: f64,
+    /// GFTL: OOB reads of its reads' data-block searches, and searches that did not find the
+    /// page where the map has it.
+    pub oob_reads: u64,
+    pub search_misses: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -261,6 +266,9 @@ fn gc_counts(s: &ftl::FtlStats) -> GcSummary {
             queue_max: r.queue_max,
             buffer_blocks_max: r.buffer_blocks_max,
             buffer_blocks: r.buffer_blocks,
+            oob_reads: r.oob_reads,
+            search_misses: r.search_misses,
+            read_bound_us: r.read_bound_us,
             max_job_steps: r.max_job_steps,
             k_fold: r.k_fold,
             step_bound_us: r.step_bound_us,
@@ -296,6 +304,8 @@ fn minus(a: &GcSummary, b: &GcSummary) -> GcSummary {
                 shifts: x.shifts - y.shifts,
                 compactions: x.compactions - y.compactions,
                 merges: x.merges - y.merges,
+                oob_reads: x.oob_reads - y.oob_reads,
+                search_misses: x.search_misses - y.search_misses,
                 ..x.clone()
             }),
             (r, _) => r.clone(),

@@ -75,9 +75,9 @@ pub enum SchemeKind {
     /// NFTL (Ban 1995; paper 004's block-level baseline): a data block and a replacement
     /// block per logical block, merged when the replacement is full.
     Nftl,
-    /// GFTL (Choudhuri & Givargis 2008; paper 004's real-time baseline): block-mapped data
-    /// blocks, a shared write buffer and a queue of logical blocks merged a step per host
-    /// write.
+    /// GFTL (Choudhuri & Givargis 2008; paper 004's real-time baseline): a data block per
+    /// logical block, appended to in any order and searched by its OOB on reads, a shared
+    /// write buffer, and a queue of logical blocks merged a step per host request.
     Gftl,
 }
 
@@ -123,7 +123,7 @@ impl SchemeKind {
                 "block-level NFTL: a data block and a replacement block per logical block, merged when full (paper 004's baseline)"
             }
             SchemeKind::Gftl => {
-                "real-time GFTL: block-mapped data blocks, a shared write buffer, queued merges a step per host write (paper 004's baseline)"
+                "real-time GFTL: data blocks searched by OOB on reads, a shared write buffer, queued merges a step per request (paper 004's baseline)"
             }
         }
     }

@@ -1,11 +1,11 @@
 //! Scheme `gftl`: the guaranteed-service FTL that paper 004 compares RFTL with (Choudhuri &
 //! Givargis, *Deterministic service guarantees for NAND flash using partial block cleaning*,
-//! CODES+ISSS 2008): block-mapped data blocks, a **write buffer** of page-mapped blocks shared
-//! by every logical block, and **centralised partial GC**: logical blocks with pages in the
-//! buffer wait in one queue and are merged one after another, a step at a time, one step per
-//! host page written anywhere, each step no longer than one erase. So no host write waits
-//! behind a whole-block clean, whatever the device's fullness (`budget.rs` for the bound and
-//! the buffer size that keeps it).
+//! CODES+ISSS 2008): a data block per logical block, a **write buffer** of page-mapped blocks
+//! shared by every logical block, and **centralised partial GC**: logical blocks with pages in
+//! the buffer wait in one queue and are merged one after another, a step at a time, one step
+//! per host page written anywhere and per host read, each step no longer than one erase. So
+//! no host request waits behind a whole-block clean, whatever the device's fullness
+//! (`budget.rs` for the bounds and the buffer size that keeps them).
 //!
 //! | module | job |
 //! |---|---|
@@ -13,6 +13,7 @@
 //! | `queue` | data blocks, the GC queue, the merge under way, the write buffer (bookkeeping) |
 //! | `steps` | a step: erase an emptied block, or copy or erase for the merge |
 //! | `place` | where a host page goes, and the step it runs first |
+//! | this file | the OOB search of a read, the roles' check, the counters |
 //! | `recover` | roles rebuilt after an open |
 //!
 //! # Mapping
