@@ -4,9 +4,8 @@
 //!
 //! A partial block cleaning step is one erase, or at most `beta` page copies within an erase's
 //! time (`block_ops::StepCost`, the same unit as RFTL's). A merge of a queued logical block
-//! copies at most one block's pages into its new data block (a destination page per copy,
-//! padded where the logical block has no current page below its last one) and erases the old
-//! data block: `merge_steps = ceil(ppb / beta) + 1`.
+//! copies at most one block's pages into its new data block (its current pages, packed in
+//! offset order) and erases the old data block: `merge_steps = ceil(ppb / beta) + 1`.
 //!
 //! # Why the write buffer never runs out
 //! Every host page runs one step. A logical block with a page in the buffer is in the GC
@@ -23,7 +22,9 @@
 //! The bound on a host write's response is one step and its own program, as RFTL's. A read
 //! runs a step too, then searches a data block's OOB area (at most `ppb` OOB reads) and reads
 //! the page: `read_bound_ns`, paper 004's `T_er + T_rdpg + pi T_rdoob` (the larger of GFTL's
-//! two: its `L(p)`).
+//! two: its `L(p)`). Both bounds are the paper's model: one request at a time, of one 4 KiB
+//! page (a request of `n` pages searches `n` times; a write that arrives while another
+//! request's step runs waits for it first, as any request behind another does).
 
 use nand_model::NandConfig;
 

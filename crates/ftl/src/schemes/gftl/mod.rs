@@ -211,10 +211,14 @@ impl GftlScheme {
     }
 
     /// GFTL's read of a page in a data block: the block's OOB area is read from its newest
-    /// programmed page down until an entry names `lpn` (at most `pages_per_block` OOB reads).
-    /// The reads are real NAND operations on the block's bank, submitted before the data read
-    /// so its timeline keeps the data read behind them; the page found must be the one the
-    /// map has (a miss is counted: GFTL would have read the wrong page).
+    /// programmed page down until an entry names `lpn` (at most `pages_per_block` OOB reads,
+    /// and their retries). The reads are real NAND operations on the block's bank, submitted
+    /// before the data read so its timeline keeps the data read behind them. The page found
+    /// should be the one the map has; a miss is counted (`search_misses`) and the map's page
+    /// read: with several queues two versions of a page can reach its data block out of
+    /// their sequence order (the newest-first search would then find the older one, where
+    /// ftld's versions follow sequence numbers), or the page was rewritten into the block
+    /// between the map's lookup and the search.
     fn search_data_block(&self, core: &Core, lpn: Lpn, psa: Psa) {
         let layout = self.layout;
         let (at, _) = layout.split(psa);
@@ -231,11 +235,22 @@ impl GftlScheme {
                 block: at.block,
                 page: p,
             };
-            self.counters.oob_reads.fetch_add(1, Ordering::Relaxed);
-            let mut reads = [(page, 0u32, &mut [][..], Some(&mut entries[..len]))];
-            if core.nand.read_planes(&mut reads).is_err() {
-                // An unreadable OOB: the search goes on to the older pages.
-                continue;
+            // An OOB that fails to read is read again, as a host read is; one that fails every
+            // time ends the search (GFTL cannot tell what the page holds), and the data read
+            // goes ahead from the map.
+            let mut read = false;
+            for _ in 0..=core.cfg.read_retries {
+                self.counters.oob_reads.fetch_add(1, Ordering::Relaxed);
+                let mut reads = [(page, 0u32, &mut [][..], Some(&mut entries[..len]))];
+                if core.nand.read_planes(&mut reads).is_ok() {
+                    read = true;
+                    break;
+                }
+                core.counters.read_retries.fetch_add(1, Ordering::Relaxed);
+            }
+            if !read {
+                tracing::debug!("gftl: the OOB search for lpn {} cannot read {page:?}", lpn.0);
+                return;
             }
             let names = (0..sps).any(|i| {
                 oob::slot_entry(&entries[..len], i)

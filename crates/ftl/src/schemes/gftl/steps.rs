@@ -109,12 +109,23 @@ impl GftlScheme {
 
     fn step_piece(&self, core: &Core, gc: &mut GcState, who: StepFor) -> Did {
         let reader = who == StepFor::Read;
+        // A reader takes `gc_gate` now or not at all (a checkpoint may want it); a writer takes
+        // it where it always did, after the logical block's lock.
+        let reader_gate = if reader {
+            match core.gc_gate.try_read() {
+                Some(g) => Some(g),
+                None => return Did::Idle,
+            }
+        } else {
+            None
+        };
+        let gate = || reader_gate.is_none().then(|| core.gc_gate.read());
         if let Some(&(b, bad)) = gc.erasable.front() {
             if reader && !self.erasable_now(core, b) {
                 return Did::Idle;
             }
             gc.erasable.pop_front();
-            let _gate = core.gc_gate.read();
+            let _gate = gate();
             let pool_after = self.erase_step(core, b, bad);
             let mut pool = self.pool.lock();
             match pool_after {
@@ -146,16 +157,6 @@ impl GftlScheme {
         }
         let _lock = LbnGuard { scheme: self, lbn };
         let mut st = self.state[lbn as usize].lock();
-        if reader {
-            if let Some(m) = gc.merge.as_ref().filter(|m| m.copies_done()) {
-                if m.old
-                    .first()
-                    .is_some_and(|(b, _)| !self.erasable_now(core, *b))
-                {
-                    return Did::Idle;
-                }
-            }
-        }
         let mut merge = match gc.merge.take() {
             Some(m) => m,
             None => {
@@ -185,13 +186,19 @@ impl GftlScheme {
                 }
             }
         };
-        let _gate = core.gc_gate.read();
+        let _gate = gate();
         let did = match self.copy_step(core, lbn, &mut merge) {
             Ok(None) => {
                 if merge.old.is_empty() {
                     // Copies done and nothing to erase: the merge ends.
                     self.end_merge(core, gc, &mut st, merge);
                     return Did::Bookkeeping;
+                }
+                if reader && !self.erasable_now(core, merge.old[0].0) {
+                    // A slot still held by a trim record, or a read's pin: a writer's step
+                    // waits for it, a reader's is skipped.
+                    gc.merge = Some(merge);
+                    return Did::Idle;
                 }
                 let (b, bad) = merge.old.remove(0);
                 if let Some(entry) = self.erase_step(core, b, bad) {

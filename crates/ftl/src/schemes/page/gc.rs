@@ -124,14 +124,22 @@ enum Moved {
     Failed,
 }
 
+/// A GC frontier's temperature: with `separation = "hot-cold"`, moved data keeps the
+/// temperature the host's writes gave it (hot pages to one GC frontier, cold to another),
+/// so hot survivors of a victim do not land among cold ones, die there soon and make the
+/// cold block a mixed one; otherwise everything goes to `COLD`.
+const COLD: usize = 0;
+const HOT: usize = 1;
+
 /// A bank's cleaner state (under the bank's GC mutex).
 #[derive(Default)]
 pub struct BankGc {
     victim: Option<Cursor>,
-    /// The GC frontier: `(bank, block)`. Normally on the bank being cleaned; on another bank
-    /// only when this one has no free block left (then its data is rescued elsewhere rather than
-    /// leaving the bank stuck with reclaimable space it cannot reach).
-    frontier: Option<(u32, Frontier)>,
+    /// The GC frontiers, `COLD` and `HOT`: `(bank, block)`. Normally on the bank being
+    /// cleaned; on another bank only when this one has no free block left (then its data is
+    /// rescued elsewhere rather than leaving the bank stuck with reclaimable space it cannot
+    /// reach). `HOT` only with hot/cold separation.
+    frontiers: [Option<(u32, Frontier)>; 2],
     staged: Staging,
     /// Victim page and OOB read buffers, and the GC page's OOB, reused across steps.
     page: Vec<u8>,
@@ -210,7 +218,13 @@ impl PageScheme {
             // frontier's room plus the bank's free blocks bound what may be chosen.
             let ppb = core.layout.pages_per_block;
             let spp = core.layout.slots_per_page;
-            let frontier_room = g.frontier.map_or(0, |(_, f)| (ppb - f.next) * spp);
+            // With two frontiers a victim's data may all go to either: the smaller room counts.
+            let room_of = |f: &Option<(u32, Frontier)>| f.map_or(0, |(_, f)| (ppb - f.next) * spp);
+            let frontier_room = if self.recency.is_some() {
+                room_of(&g.frontiers[COLD]).min(room_of(&g.frontiers[HOT]))
+            } else {
+                room_of(&g.frontiers[COLD])
+            };
             let rescue = if self.rescue_bank(core, b).is_some() {
                 core.layout.slots_per_block()
             } else {
@@ -256,8 +270,14 @@ impl PageScheme {
                 if valid.is_empty() {
                     continue;
                 }
-                if core.cfg.gc_copyback && valid.len() == spp && g.staged.is_empty() {
-                    match self.copyback_page(core, b, addr, &mut g.frontier, &mut g.oob) {
+                // With hot/cold separation a page goes where its logical pages' temperature
+                // says, which only a read through the controller (its OOB) tells: no copyback.
+                if core.cfg.gc_copyback
+                    && self.recency.is_none()
+                    && valid.len() == spp
+                    && g.staged.is_empty()
+                {
+                    match self.copyback_page(core, b, addr, &mut g.frontiers[COLD], &mut g.oob) {
                         Moved::Done => break,
                         Moved::Failed => {
                             // Nothing moved: the page is visited again by the next step.
@@ -449,14 +469,15 @@ impl PageScheme {
         metas.resize(spp, SlotMeta::PAD);
         g.out_oob.resize(core.layout.oob_size as usize, 0);
         oob::encode_data(&mut g.out_oob, &metas);
+        let t = self.temperature(&metas[..take]);
         loop {
-            let Some(addr) = self.gc_frontier(core, b, &mut g.frontier) else {
+            let Some(addr) = self.gc_frontier(core, b, &mut g.frontiers[t]) else {
                 return false;
             };
             let result = core
                 .nand
                 .program(addr, &g.staged.data[..page_size], &g.out_oob);
-            self.advance_gc_frontier(core, &mut g.frontier, addr);
+            self.advance_gc_frontier(core, &mut g.frontiers[t], addr);
             match result {
                 Ok(c) => {
                     c.wait();
@@ -486,7 +507,7 @@ impl PageScheme {
                     core.counters
                         .program_failures
                         .fetch_add(1, Ordering::Relaxed);
-                    g.frontier = None;
+                    g.frontiers[t] = None;
                     core.retire_block(addr.block.bank.0, addr.block.block);
                 }
                 Err(e) => {
@@ -494,6 +515,25 @@ impl PageScheme {
                     return false;
                 }
             }
+        }
+    }
+
+    /// Which GC frontier a page of `slots` goes to: `HOT` if most of its data slots are pages
+    /// the host rewrote recently (`recency.rs`, the host writes' own test), with hot/cold
+    /// separation; `COLD` otherwise.
+    fn temperature(&self, slots: &[SlotMeta]) -> usize {
+        let Some(recency) = &self.recency else {
+            return COLD;
+        };
+        let (mut hot, mut data) = (0, 0);
+        for m in slots.iter().filter(|m| m.kind == SlotKind::Data) {
+            data += 1;
+            hot += usize::from(recency.is_hot(m.lpn.0));
+        }
+        if data > 0 && 2 * hot > data {
+            HOT
+        } else {
+            COLD
         }
     }
 
