@@ -63,7 +63,9 @@ pub enum Separation {
     None,
     /// Hot/cold separation by update recency: a page the host wrote before within the last
     /// half to whole `hot_window` goes to a second write frontier on each bank (each writer's,
-    /// with frontiers `per-queue`; an open block per plane) (`schemes/page/recency.rs`).
+    /// with frontiers `per-queue`; an open block per plane) (`schemes/page/recency.rs`), and
+    /// GC moves data by the same test to a hot or a cold GC frontier (through the controller:
+    /// no copyback, which cannot tell a page's temperature before it moves it).
     HotCold,
 }
 

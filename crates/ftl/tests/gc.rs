@@ -528,3 +528,59 @@ fn shared_frontiers_keep_one_open_host_block_per_bank() {
     );
     assert!(owned.iter().any(|&n| n > 2), "per-queue: {owned:?}");
 }
+
+/// With hot/cold separation, GC keeps moved data's temperature: a victim's hot survivors go
+/// to a hot GC frontier and its cold ones to a cold one, so after a long 80/20 run blocks hold
+/// one temperature or the other, not both (paper 000's single GC frontier would gather hot
+/// survivors among the cold data GC moves, where they die soon and leave mixed blocks).
+/// Measured as the share of valid pages that sit in a block with more of the other kind.
+#[test]
+fn gc_keeps_moved_data_apart_by_temperature() {
+    let mixing = |separation: ftl::Separation| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.img");
+        let mut cfg = small_cfg(GcPolicy::Parallel);
+        cfg.separation = separation;
+        let ftl = create_sixteen_banks(&path, cfg);
+        let pages = ftl.capacity() / 4096;
+        let hot = pages / 5;
+        let mut rng = SmallRng::seed_from_u64(3);
+        let mut tags = vec![0u64; pages as usize];
+        block_on(async {
+            for l in 0..pages {
+                overwrite(&ftl, l, l, &mut tags).await;
+            }
+            for i in 0..15 * pages {
+                let l = if rng.gen_bool(0.8) {
+                    rng.gen_range(0..hot)
+                } else {
+                    rng.gen_range(hot..pages)
+                };
+                overwrite(&ftl, i, l, &mut tags).await;
+            }
+            ftl.flush().await.unwrap();
+        });
+        verify_all(&ftl, &tags);
+        ftl.check_invariants().unwrap();
+        let mut per_block: std::collections::HashMap<_, (u64, u64)> = Default::default();
+        for l in 0..pages {
+            if let Some((a, _)) = ftl.physical_slot(l as u32) {
+                let e = per_block.entry(a.block).or_default();
+                if l < hot {
+                    e.0 += 1;
+                } else {
+                    e.1 += 1;
+                }
+            }
+        }
+        let minority: u64 = per_block.values().map(|(h, c)| (*h).min(*c)).sum();
+        minority as f64 / pages as f64
+    };
+    let on = mixing(ftl::Separation::HotCold);
+    let off = mixing(ftl::Separation::None);
+    eprintln!("pages in a block of the other temperature: {on:.3} separated, {off:.3} not");
+    assert!(
+        on < 0.5 * off,
+        "separated {on:.3} against {off:.3}: moved data mixes temperatures"
+    );
+}

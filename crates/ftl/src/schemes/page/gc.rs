@@ -23,7 +23,11 @@
 //! levelling: its cold data moves and the block re-enters the free list), else greedy (fewest
 //! valid slots) or cost-benefit. Valid slots are copied to the bank's own GC frontier with their
 //! original sequence number, and the map is switched with a compare-and-set so a host write that
-//! raced the copy wins.
+//! raced the copy wins. With hot/cold separation the bank has two GC frontiers and a page
+//! goes to the one of its temperature (the host writes' recency test): GC-moved data kept
+//! apart from host data but mixed by temperature made separation gain nothing (an 80/20 run,
+//! cost-benefit victims: WAF 4.64 with one GC frontier, 4.41 with two; `benches/sim/hotcold_gc.py`
+//! shows the same with a perfect classifier).
 //!
 //! Scheduling (the `GcPolicy`): in-path (writers clean before writing to a bank under its soft
 //! floor, LFTL NPGC, paced at the victim's steady-state steps per page), parallel (workers
