@@ -35,6 +35,21 @@ pub fn render(info: &ImageInfo) -> String {
             info.pages_after_checkpoint
         )
     };
+    let lbns = u64::from(info.logical_pages)
+        .div_ceil(u64::from(g.pages_per_block) * u64::from(g.page_size / 4096));
+    let us = |ns: u64| ns as f64 / 1000.0;
+    // The real-time schemes' bounds on one request's response (paper 004's L(p)).
+    let bounds = match info.ftl {
+        ftl::SchemeKind::Rftl => Some(
+            ftl::schemes::rftl::StepBudget::of(&info.nand)
+                .map(|b| (us(b.write_bound_ns), us(b.read_bound_ns))),
+        ),
+        ftl::SchemeKind::Gftl => Some(
+            ftl::schemes::gftl::GcBudget::of(&info.nand, lbns)
+                .map(|b| (us(b.write_bound_ns), us(b.read_bound_ns))),
+        ),
+        _ => None,
+    };
     let rows = [
         ("image", info.path.display().to_string()),
         (
@@ -79,8 +94,6 @@ pub fn render(info: &ImageInfo) -> String {
             match info.ftl.blocks_per_logical_block() {
                 // GFTL's spare is its write buffer, sized from the timing.
                 0 if info.ftl == ftl::SchemeKind::Gftl => {
-                    let lbns = u64::from(info.logical_pages)
-                        .div_ceil(u64::from(g.pages_per_block) * u64::from(g.page_size / 4096));
                     match ftl::schemes::gftl::GcBudget::of(&info.nand, lbns) {
                         Ok(b) => format!(
                             "a write buffer of {} blocks for {lbns} logical blocks ({:.1}%)",
@@ -93,14 +106,22 @@ pub fn render(info: &ImageInfo) -> String {
                 0 => format!("{:.1}%", info.overprovision * 100.0),
                 // A logical block's own blocks are its spare; the setting does not apply.
                 n => format!(
-                    "{}% (up to {n} blocks for each of {} logical blocks)",
+                    "{}% (up to {n} blocks for each of {lbns} logical blocks)",
                     (n - 1) * 100,
-                    u64::from(info.logical_pages)
-                        .div_ceil(u64::from(g.pages_per_block) * u64::from(g.page_size / 4096))
                 ),
             },
         ),
         ("timing", t.summary()),
+        (
+            "response bounds",
+            match bounds {
+                None => "none (not a real-time scheme)".to_string(),
+                Some(Ok((w, r))) => format!(
+                    "a 4 KiB write within {w:.0} us, a read within {r:.0} us (one request at a time)"
+                ),
+                Some(Err(e)) => format!("none: {e}"),
+            },
+        ),
         ("interconnect", info.nand.interconnect.to_string()),
         (
             "write queues",

@@ -380,6 +380,11 @@ fn usage_errors_exit_2() {
         info.contains("a write buffer of 137 blocks for 512 logical blocks"),
         "{info}"
     );
+    // And its bounds: a step and the program; a step, an OOB search and the read.
+    assert!(
+        info.contains("a 4 KiB write within 2321 us, a read within 2867 us"),
+        "{info}"
+    );
 }
 
 #[test]
