@@ -121,41 +121,6 @@ fn a_device_where_a_copy_is_slower_than_an_erase_is_refused() {
     );
 }
 
-/// With timing virtual, no FUA write of a full device under uniform random overwrites waits
-/// longer than one step and its own program, computed from the device's timing.
-#[test]
-fn every_write_is_within_one_step_and_its_program() {
-    for page_size in [4096, 8192] {
-        let dir = tempfile::tempdir().unwrap();
-        let img = dir.path().join("v.img");
-        let nand = small_nand(page_size, 32);
-        let ftl = Ftl::create(&img, &nand, TimingMode::Virtual, cfg(), None).unwrap();
-        let pages = ftl.capacity() / 4096;
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
-        let mut worst = 0u64;
-        let bound = ftl.stats().rt.unwrap().write_bound_us;
-        for i in 0..pages * 10 {
-            let l = if i < pages {
-                i
-            } else {
-                rng.gen_range(0..pages)
-            };
-            let t0 = ftl.now_ns();
-            block_on(ftl.write(0, l * 4096, &stamped(l, i), true)).unwrap();
-            worst = worst.max(ftl.now_ns() - t0);
-        }
-        let rt = ftl.stats().rt.unwrap();
-        assert!(rt.merges > 10, "{rt:?}");
-        assert!(rt.buffer_blocks_max <= rt.buffer_blocks, "{rt:?}");
-        assert!(
-            (worst as f64) / 1000.0 <= bound,
-            "{page_size}-byte pages: worst FUA write {} us, bound {bound} us ({rt:?})",
-            worst as f64 / 1000.0
-        );
-        ftl.check_invariants().unwrap();
-    }
-}
-
 /// GFTL appends a logical block's pages to its data block in the order they come, so writes
 /// in any order go in place until the block is full (no buffer page, no merge), and a read of
 /// a page there searches the block's OOB area from its newest page down: reading the page
@@ -253,56 +218,68 @@ fn reads_alone_drain_the_gc_queue() {
     d.ftl.check_invariants().unwrap();
 }
 
-/// With timing virtual, a full device under uniform random FUA overwrites and reads (one in
-/// four): no read waits longer than one step, an OOB search of a whole block and its page's
-/// read (GFTL's read bound), and no write longer than one step and its program.
-#[test]
-fn every_read_is_within_one_step_an_oob_search_and_its_read() {
-    for page_size in [4096, 8192] {
-        let dir = tempfile::tempdir().unwrap();
-        let img = dir.path().join("v.img");
-        let nand = small_nand(page_size, 32);
-        let ftl = Ftl::create(&img, &nand, TimingMode::Virtual, cfg(), None).unwrap();
-        let pages = ftl.capacity() / 4096;
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(13);
-        let (mut worst_r, mut worst_w) = (0u64, 0u64);
-        let rt = ftl.stats().rt.unwrap();
-        let (rbound, wbound) = (rt.read_bound_us, rt.write_bound_us);
-        assert!(rbound > wbound, "{rt:?}");
-        let mut buf = vec![0u8; 4096];
-        for l in 0..pages {
-            block_on(ftl.write(0, l * 4096, &stamped(l, 1), true)).unwrap();
+/// The worst read and FUA write responses (ns) on a full device under uniform random
+/// overwrites in virtual time, with a read every `read_every` requests (`None`: writes
+/// only), and the partial GC's figures at the end.
+fn worst_responses(page_size: u32, read_every: Option<u64>) -> (u64, u64, ftl::RtStats) {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("v.img");
+    let nand = small_nand(page_size, 32);
+    let ftl = Ftl::create(&img, &nand, TimingMode::Virtual, cfg(), None).unwrap();
+    let pages = ftl.capacity() / 4096;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(13);
+    let (mut worst_r, mut worst_w) = (0u64, 0u64);
+    let mut buf = vec![0u8; 4096];
+    for l in 0..pages {
+        block_on(ftl.write(0, l * 4096, &stamped(l, 1), true)).unwrap();
+    }
+    let mut tags = vec![1u64; pages as usize];
+    for i in 2..pages * 10 {
+        let l = rng.gen_range(0..pages);
+        let t0 = ftl.now_ns();
+        if read_every.is_some_and(|n| i % n == 0) {
+            block_on(ftl.read(l * 4096, &mut buf)).unwrap();
+            worst_r = worst_r.max(ftl.now_ns() - t0);
+            assert_eq!(check_stamp(l, &buf), Some(tags[l as usize]), "page {l}");
+        } else {
+            block_on(ftl.write(0, l * 4096, &stamped(l, i), true)).unwrap();
+            worst_w = worst_w.max(ftl.now_ns() - t0);
+            tags[l as usize] = i;
         }
-        let mut tags = vec![1u64; pages as usize];
-        for i in 2..pages * 10 {
-            let l = rng.gen_range(0..pages);
-            let t0 = ftl.now_ns();
-            if i % 4 == 0 {
-                block_on(ftl.read(l * 4096, &mut buf)).unwrap();
-                worst_r = worst_r.max(ftl.now_ns() - t0);
-                assert_eq!(check_stamp(l, &buf), Some(tags[l as usize]), "page {l}");
-            } else {
-                block_on(ftl.write(0, l * 4096, &stamped(l, i), true)).unwrap();
-                worst_w = worst_w.max(ftl.now_ns() - t0);
-                tags[l as usize] = i;
+    }
+    ftl.check_invariants().unwrap();
+    (worst_r, worst_w, ftl.stats().rt.unwrap())
+}
+
+/// With timing virtual, no FUA write of a full device under uniform random overwrites waits
+/// longer than one step and its own program; with reads among them (one in four), no read
+/// waits longer than one step, an OOB search of a whole block and its page's read (GFTL's
+/// read bound), and the writes keep theirs. Bounds computed from the device's timing.
+#[test]
+fn every_request_is_within_its_bound() {
+    let us = |ns: u64| ns as f64 / 1000.0;
+    for page_size in [4096, 8192] {
+        for read_every in [None, Some(4)] {
+            let (worst_r, worst_w, rt) = worst_responses(page_size, read_every);
+            let (rbound, wbound) = (rt.read_bound_us, rt.write_bound_us);
+            assert!(rbound > wbound, "{rt:?}");
+            assert!(rt.merges > 10, "{rt:?}");
+            assert!(rt.buffer_blocks_max <= rt.buffer_blocks, "{rt:?}");
+            assert!(
+                us(worst_w) <= wbound,
+                "{page_size}-byte pages, reads {read_every:?}: worst FUA write {} us, bound {wbound} us ({rt:?})",
+                us(worst_w)
+            );
+            if read_every.is_some() {
+                assert!(rt.oob_reads > 0 && rt.search_misses == 0, "{rt:?}");
+                // Reads ran steps: the worst waited for an erase.
+                assert!(us(worst_r) > rt.step_bound_us, "{rt:?}");
+                assert!(
+                    us(worst_r) <= rbound,
+                    "{page_size}-byte pages: worst read {} us, bound {rbound} us ({rt:?})",
+                    us(worst_r)
+                );
             }
         }
-        let rt = ftl.stats().rt.unwrap();
-        assert!(rt.merges > 10 && rt.oob_reads > 0, "{rt:?}");
-        assert_eq!(rt.search_misses, 0, "{rt:?}");
-        let us = |ns: u64| ns as f64 / 1000.0;
-        // Reads ran steps: the worst waited for an erase.
-        assert!(us(worst_r) > rt.step_bound_us, "{rt:?}");
-        assert!(
-            us(worst_r) <= rbound,
-            "{page_size}-byte pages: worst read {} us, bound {rbound} us ({rt:?})",
-            us(worst_r)
-        );
-        assert!(
-            us(worst_w) <= wbound,
-            "{page_size}-byte pages: worst FUA write {} us, bound {wbound} us ({rt:?})",
-            us(worst_w)
-        );
-        ftl.check_invariants().unwrap();
     }
 }
