@@ -64,8 +64,9 @@ pub enum Separation {
     /// Hot/cold separation by update recency: a page the host wrote before within the last
     /// half to whole `hot_window` goes to a second write frontier on each bank (each writer's,
     /// with frontiers `per-queue`; an open block per plane) (`schemes/page/recency.rs`), and
-    /// GC moves data by the same test to a hot or a cold GC frontier (through the controller:
-    /// no copyback, which cannot tell a page's temperature before it moves it).
+    /// GC moves a page to a hot or a cold GC frontier by the same bitmaps (hot: the host wrote
+    /// it within the window), through the controller: no copyback, which cannot tell a page's
+    /// temperature before it moves it.
     HotCold,
 }
 

@@ -38,8 +38,10 @@ use crate::schemes::Scheme;
 use crate::stats::Counters;
 
 /// Free blocks per bank that only GC may take, so its frontier never starves. One is enough:
-/// a victim is chosen only if its valid slots fit in the GC frontier's room plus the free
-/// blocks (`select_victim`), and cleaning it frees a whole block for at most its valid slots.
+/// a victim is chosen only if its valid slots fit in the GC frontiers' room plus the free
+/// blocks (`select_victim`; with hot/cold separation a page takes the other temperature's GC
+/// frontier when its own has no block), and cleaning it frees a whole block for at most its
+/// valid slots.
 /// Every free block is spare space doing nothing (a full block at least gathers invalid slots
 /// for GC); with many banks the per-bank reserve and soft floor are what part the measured WAF
 /// from the greedy limit (`waf_limit.rs`).
@@ -506,7 +508,16 @@ impl Core {
     pub fn check_spares(&self) {
         let planes = u64::from(self.nand.config().planes.max(1));
         // `cfg.queues` is the data queues this FTL runs (capped at open).
-        let open = crate::frontier_owners(&self.cfg) * planes + 1 + 1;
+        // Host write frontiers and GC frontiers (two of each with the page scheme's hot/cold
+        // separation), and the trim journal's block.
+        let temps = if self.cfg.scheme == crate::schemes::SchemeKind::Page
+            && self.cfg.separation == crate::config::Separation::HotCold
+        {
+            2
+        } else {
+            1
+        };
+        let open = temps * (crate::frontier_owners(&self.cfg) * planes + 1) + 1;
         let needed = (self.lpns as u64).div_ceil(self.layout.slots_per_block() as u64)
             + self.layout.banks as u64 * (open + GC_RESERVE as u64);
         let usable = self.usable_blocks();

@@ -50,7 +50,7 @@ pub struct PageScheme {
     lpns: u32,
     /// L2P, valid slots and the live trim log, kept in step.
     pub map: PageMap,
-    /// Per bank: its cleaner's state (victim cursor, GC frontier, staging), one cleaner at a
+    /// Per bank: its cleaner's state (victim cursor, GC frontiers, staging), one cleaner at a
     /// time.
     pub gc: Vec<Mutex<BankGc>>,
     /// Host-load gauge of the adaptive GC policy.
