@@ -224,7 +224,8 @@ impl PageScheme {
             // frontier's room plus the bank's free blocks bound what may be chosen.
             let ppb = core.layout.pages_per_block;
             let spp = core.layout.slots_per_page;
-            // With two frontiers a victim's data may all go to either: the smaller room counts.
+            // With two frontiers a page takes the other's room when its own cannot have a
+            // block (`gc_program`), so their rooms add.
             let room_of = |f: &Option<(u32, Frontier)>| f.map_or(0, |(_, f)| (ppb - f.next) * spp);
             let frontier_room = room_of(&g.frontiers[COLD]) + room_of(&g.frontiers[HOT]);
             let rescue = if self.rescue_bank(core, b).is_some() {
