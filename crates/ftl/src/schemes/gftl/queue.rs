@@ -36,26 +36,27 @@ impl LbnQueue {
         }
     }
 
-    /// Queues `lbn` unless it is queued already.
+    /// Queues `lbn` at the back unless it is queued already.
     pub fn push(&mut self, lbn: u32) {
-        let Some(q) = self.queued.get_mut(lbn as usize) else {
-            return;
-        };
-        if !*q {
-            *q = true;
-            self.fifo.push_back(lbn);
-            self.max_len = self.max_len.max(self.fifo.len());
-        }
+        self.insert(lbn, false);
     }
 
     /// Puts `lbn` back at the head (a merge that could not start now), unless it is queued.
     pub fn push_front(&mut self, lbn: u32) {
+        self.insert(lbn, true);
+    }
+
+    fn insert(&mut self, lbn: u32, front: bool) {
         let Some(q) = self.queued.get_mut(lbn as usize) else {
             return;
         };
         if !*q {
             *q = true;
-            self.fifo.push_front(lbn);
+            if front {
+                self.fifo.push_front(lbn);
+            } else {
+                self.fifo.push_back(lbn);
+            }
             self.max_len = self.max_len.max(self.fifo.len());
         }
     }
