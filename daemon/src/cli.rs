@@ -21,6 +21,17 @@ fn parse_tls_mode(s: &str) -> Result<TlsMode, String> {
 }
 
 /// `--ftl`: one of the scheme names, listed in `--help` and in the error for a wrong one.
+/// `ftld replay --speed`: slower than 1/1000 would leave a virtual-time run simulating a
+/// trace's idle time (GC and maintenance tick through it) for days of wall time.
+fn speed(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if (1e-3..=1e6).contains(&x) {
+        Ok(x)
+    } else {
+        Err(format!("{s} is outside 0.001 to 1e6"))
+    }
+}
+
 fn scheme_parser() -> impl clap::builder::TypedValueParser<Value = SchemeKind> {
     use clap::builder::TypedValueParser;
     clap::builder::PossibleValuesParser::new(SchemeKind::ALL.map(SchemeKind::name))
@@ -144,8 +155,8 @@ pub struct ReplayArgs {
     /// ignored). Without it, requests arrive at their trace times (open loop).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub queue_depth: Option<u32>,
-    /// Open loop: replay X times faster than the trace's own times.
-    #[arg(long, value_name = "X", default_value_t = 1.0)]
+    /// Open loop: replay X times faster than the trace's own times (0.001 to 1e6).
+    #[arg(long, value_name = "X", default_value_t = 1.0, value_parser = speed)]
     pub speed: f64,
     /// Age the device first: fill this percentage of it, then overwrite it at random until GC
     /// is in steady state.

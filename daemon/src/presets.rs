@@ -34,6 +34,8 @@ pub fn scale_for_capacity(
     ftl.scheme
         .fits_device(base)
         .map_err(|e| UsageError(format!("scheme {} on this device: {e}", ftl.scheme)))?;
+    // A format the tunables refuse would read as "too small" below.
+    ftl::check_running_policy(ftl).map_err(|e| UsageError(e.to_string()))?;
     let g = base.geometry;
     let row = u64::from(g.banks()) * g.block_bytes();
     let mut raw = capacity;

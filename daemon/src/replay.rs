@@ -4,7 +4,7 @@
 //! device or file).
 
 use std::fs::File;
-use std::io::{BufReader, IsTerminal, Seek};
+use std::io::{BufRead, BufReader, IsTerminal, Read};
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -51,13 +51,15 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
-    // Parsed before any device is opened; sized where the capacity is known.
-    let workload: Option<WorkloadSpec> = match &args.workload {
-        Some(w) => Some(
+    // Parsed (a workload) or opened and its format found (a trace) before any device is
+    // opened or aged: a wrong path or a file of no known format fails at once. A workload is
+    // sized where the capacity is known.
+    let source = match &args.workload {
+        Some(w) => Source::Workload(
             w.parse()
                 .map_err(|e| UsageError(format!("--workload {w:?}: {e}")))?,
         ),
-        None => None,
+        None => Source::Trace(open_trace(args)?),
     };
     let timing = match (args.timing, &args.target) {
         (Some(t @ (ReplayTiming::Virtual | ReplayTiming::Off)), Some(_)) => {
@@ -130,13 +132,13 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
             }
             replay_on(
                 args,
-                workload,
+                source,
                 &opts,
                 Device::Real(target.as_ref(), None),
                 cfg_json,
             )?
         }
-        None => replay_image(args, workload, timing, &opts, cfg_json)?,
+        None => replay_image(args, source, timing, &opts, cfg_json)?,
     };
     report(args, &summary)
 }
@@ -152,7 +154,7 @@ const VIRTUAL_QUEUES: usize = 2;
 /// Replays on an image (given or scratch), in virtual or real time.
 fn replay_image(
     args: &ReplayArgs,
-    workload: Option<WorkloadSpec>,
+    source: Source,
     timing: ReplayTiming,
     opts: &DriverOptions,
     mut cfg_json: serde_json::Value,
@@ -246,12 +248,12 @@ fn replay_image(
     cfg_json["ftl_settings"] = serde_json::to_value(&settings.ftl)?;
     cfg_json["precondition"] = serde_json::to_value(&precondition)?;
     let summary = match timing {
-        ReplayTiming::Virtual => replay_on(args, workload, opts, Device::Virtual(&ftl), cfg_json)?,
+        ReplayTiming::Virtual => replay_on(args, source, opts, Device::Virtual(&ftl), cfg_json)?,
         ReplayTiming::Real | ReplayTiming::Off => {
             let target = FtlTarget::new(&ftl);
             replay_on(
                 args,
-                workload,
+                source,
                 opts,
                 Device::Real(&target, Some(&ftl)),
                 cfg_json,
@@ -272,10 +274,76 @@ enum Device<'a> {
     Real(&'a dyn Target, Option<&'a Ftl>),
 }
 
+/// What is replayed.
+enum Source {
+    Workload(WorkloadSpec),
+    Trace(OpenTrace),
+}
+
+/// A trace file, opened, with its format.
+struct OpenTrace {
+    path: PathBuf,
+    format: Format,
+    reader: Box<dyn BufRead + Send>,
+}
+
+/// Opens the trace of `args` and finds its format (`--format`, or guessed from its first
+/// line). The lines read to guess it are kept and read again, so a pipe works too
+/// (`ftld replay <(zcat trace.csv.gz)`).
+fn open_trace(args: &ReplayArgs) -> anyhow::Result<OpenTrace> {
+    let path = args.trace.clone().context("a trace or --workload")?;
+    let f = File::open(&path).with_context(|| format!("opening trace {}", path.display()))?;
+    let mut reader = BufReader::with_capacity(1 << 20, f);
+    let (format, head) = match &args.format {
+        Some(f) => (f.parse::<Format>().map_err(UsageError)?, Vec::new()),
+        None => {
+            let mut tee = Tee {
+                inner: &mut reader,
+                copy: Vec::new(),
+            };
+            let f = ftl_replay::detect(&path, &mut tee)?;
+            (f, tee.copy)
+        }
+    };
+    Ok(OpenTrace {
+        path,
+        format,
+        reader: Box::new(std::io::Cursor::new(head).chain(reader)),
+    })
+}
+
+/// A reader that keeps a copy of what is read through it.
+struct Tee<'a, R> {
+    inner: &'a mut R,
+    copy: Vec<u8>,
+}
+
+impl<R: BufRead> Read for Tee<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.copy.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+}
+
+impl<R: BufRead> BufRead for Tee<'_, R> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        self.inner.fill_buf()
+    }
+
+    fn consume(&mut self, amt: usize) {
+        // What `fill_buf` returned is still buffered: this reads no more from the file.
+        if let Ok(b) = self.inner.fill_buf() {
+            self.copy.extend_from_slice(&b[..amt.min(b.len())]);
+        }
+        self.inner.consume(amt);
+    }
+}
+
 /// Replays the trace or workload of `args` on `dev`.
 fn replay_on(
     args: &ReplayArgs,
-    workload: Option<WorkloadSpec>,
+    source: Source,
     opts: &DriverOptions,
     dev: Device<'_>,
     mut cfg_json: serde_json::Value,
@@ -290,33 +358,21 @@ fn replay_on(
             b.set_position(n);
         }
     };
-    let requests: Box<dyn Iterator<Item = Result<Request, TraceError>> + Send> = if let Some(spec) =
-        workload
-    {
-        cfg_json["workload"] = args.workload.clone().into();
-        let w = Workload::new(spec, capacity, args.seed)
-            .map_err(|e| UsageError(format!("--workload: {e}")))?;
-        if let Some(b) = &bar {
-            b.set_length(w.size_hint().1.unwrap_or(0) as u64);
-        }
-        Box::new(w.map(Ok::<Request, TraceError>))
-    } else {
-        let path = args.trace.clone().context("a trace or --workload")?;
-        let f = File::open(&path).with_context(|| format!("opening trace {}", path.display()))?;
-        let mut reader = BufReader::with_capacity(1 << 20, f);
-        let format = match &args.format {
-            Some(f) => f.parse::<Format>().map_err(UsageError)?,
-            None => {
-                let f = ftl_replay::detect(&path, &mut reader)?;
-                reader
-                    .rewind()
-                    .with_context(|| format!("rereading {}", path.display()))?;
-                f
+    let requests: Box<dyn Iterator<Item = Result<Request, TraceError>> + Send> = match source {
+        Source::Workload(spec) => {
+            cfg_json["workload"] = args.workload.clone().into();
+            let w = Workload::new(spec, capacity, args.seed)
+                .map_err(|e| UsageError(format!("--workload: {e}")))?;
+            if let Some(b) = &bar {
+                b.set_length(w.size_hint().1.unwrap_or(0) as u64);
             }
-        };
-        cfg_json["trace"] = path.display().to_string().into();
-        cfg_json["format"] = format.name().into();
-        Box::new(TraceReader::new(&path, format, reader))
+            Box::new(w.map(Ok::<Request, TraceError>))
+        }
+        Source::Trace(t) => {
+            cfg_json["trace"] = t.path.display().to_string().into();
+            cfg_json["format"] = t.format.name().into();
+            Box::new(TraceReader::new(&t.path, t.format, t.reader))
+        }
     };
     let cfg = ReplayConfig {
         driver: opts.clone(),

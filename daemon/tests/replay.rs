@@ -162,6 +162,58 @@ fn bad_input_gets_a_clear_error() {
     let o = ftld(&["/nonexistent/trace.csv"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/trace.csv"));
+    // The trace is opened, and its format found, before an image is made or aged.
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("never.img");
+    let img = img.to_str().unwrap();
+    for trace in [
+        "/nonexistent/trace.csv",
+        fixture("unknown.txt").to_str().unwrap(),
+    ] {
+        let o = ftld(&[
+            trace,
+            "--image",
+            img,
+            "--capacity",
+            "64M",
+            "--precondition",
+            "100",
+        ]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(!text(&o).contains("preconditioning"), "{}", text(&o));
+        assert!(!Path::new(img).exists(), "{trace}: the image was made");
+    }
+    // Rates and pauses a virtual-time run would take days of wall time to simulate.
+    for args in [
+        &["--workload", "random,requests=2,iops=1e-300"][..],
+        &["--workload", "thinktime,think=100000s"][..],
+        &["--workload", "periodic,period=200000s"][..],
+        &[fixture("msr.csv").to_str().unwrap(), "--speed", "1e-9"][..],
+    ] {
+        let o = ftld(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+    }
+    // A binary file given as the trace (here the image's own kind of content: zeroes).
+    let o = ftld(&["/dev/zero", "--capacity", "64M"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("not a text trace"), "{}", text(&o));
+    // A GC thread count no machine runs.
+    let cfg = dir.path().join("threads.toml");
+    std::fs::write(&cfg, "[ftl]\ngc_threads = 100000000\n").unwrap();
+    let o = ftld(&[
+        "--workload",
+        "random,requests=10",
+        "--capacity",
+        "64M",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("gc_threads 100000000 is above 256"),
+        "{}",
+        text(&o)
+    );
 }
 
 /// The replay's write payload: byte `i` of every request is this (see `driver::patterned`).

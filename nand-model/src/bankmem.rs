@@ -103,12 +103,22 @@ pub(crate) fn count_frame_refs(
     Ok(())
 }
 
-/// Why a bank's frame table was refused at open.
+/// Why a bank's tables were refused at open.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct FrameTableError {
-    pub(crate) bank: u32,
-    pub(crate) page: u64,
-    pub(crate) reason: &'static str,
+pub(crate) enum TableError {
+    /// A frame table entry is out of range, or too many pages share a frame.
+    Frame {
+        bank: u32,
+        page: u64,
+        reason: &'static str,
+    },
+    /// A block table entry says more pages are programmed than the block has: every scan of
+    /// the block (recovery's, GC's) would walk past its end.
+    Block {
+        bank: u32,
+        block: u32,
+        programmed_pages: u32,
+    },
 }
 
 // SAFETY: BankMem only holds pointers into a shared file mapping that `_map` keeps alive; the
@@ -122,13 +132,14 @@ impl BankMem {
     ///
     /// Returns `Ok(None)` if the mapping is shorter than the layout (the caller checked the file
     /// length, so that would mean the file shrank between the check and the map), and an error
-    /// if a frame table entry is out of range or too many pages share one frame.
+    /// if a frame table entry is out of range or too many pages share one frame, or a block
+    /// table entry counts more programmed pages than a block has.
     pub(crate) fn split(
         map: &Arc<MmapRaw>,
         g: &Geometry,
         layout: &Layout,
         read_at: impl Fn(&mut [u8], u64) -> std::io::Result<()>,
-    ) -> Result<Option<Vec<BankMem>>, FrameTableError> {
+    ) -> Result<Option<Vec<BankMem>>, TableError> {
         let Ok(len) = u64::try_from(map.len()) else {
             return Ok(None);
         };
@@ -176,20 +187,32 @@ impl BankMem {
             let mut done = 0usize;
             while done < table_len {
                 let n = chunk.len().min(table_len - done);
-                read_at(&mut chunk[..n], table_off + done as u64).map_err(|_| FrameTableError {
-                    bank: bank as u32,
-                    page: (done / FRAME_ENTRY_SIZE as usize) as u64,
-                    reason: "the frame table could not be read",
+                read_at(&mut chunk[..n], table_off + done as u64).map_err(|_| {
+                    TableError::Frame {
+                        bank: bank as u32,
+                        page: (done / FRAME_ENTRY_SIZE as usize) as u64,
+                        reason: "the frame table could not be read",
+                    }
                 })?;
                 let first = done / FRAME_ENTRY_SIZE as usize;
                 count_frame_refs(&chunk[..n], first, &mut mem.refs).map_err(|(page, reason)| {
-                    FrameTableError {
+                    TableError::Frame {
                         bank: bank as u32,
                         page,
                         reason,
                     }
                 })?;
                 done += n;
+            }
+            for block in 0..g.blocks_per_bank {
+                let st = mem.block(block);
+                if st.programmed_pages > g.pages_per_block {
+                    return Err(TableError::Block {
+                        bank: bank as u32,
+                        block,
+                        programmed_pages: st.programmed_pages,
+                    });
+                }
             }
             mem.pool = (0..pages as u32)
                 .rev()

@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
-use crate::bankmem::{BankMem, BlockState};
+use crate::bankmem::{BankMem, BlockState, TableError};
 use crate::clock::{SimClock, ALREADY_DONE};
 use crate::completion::Completion;
 use crate::config::{NandConfig, MAX_PLANES};
@@ -108,11 +108,24 @@ impl NandDevice {
         let mems = BankMem::split(&image.map, &g, &image.layout, |buf, off| {
             image.read_exact_at(buf, off)
         })
-        .map_err(|e| ImageError::CorruptFrameTable {
-            path: image.path.clone(),
-            bank: e.bank,
-            page: e.page,
-            reason: e.reason,
+        .map_err(|e| match e {
+            TableError::Frame { bank, page, reason } => ImageError::CorruptFrameTable {
+                path: image.path.clone(),
+                bank,
+                page,
+                reason,
+            },
+            TableError::Block {
+                bank,
+                block,
+                programmed_pages,
+            } => ImageError::CorruptBlockTable {
+                path: image.path.clone(),
+                bank,
+                block,
+                programmed_pages,
+                pages_per_block: g.pages_per_block,
+            },
         })?
         .ok_or_else(|| ImageError::Truncated {
             path: image.path.clone(),

@@ -67,6 +67,16 @@ pub enum GeometryError {
         /// The flags word.
         flags: u32,
     },
+    /// An operation latency is longer than the model accepts.
+    #[error("{field} must be at most {max_ns} ns (a second), got {ns} ns")]
+    Latency {
+        /// The field's name.
+        field: &'static str,
+        /// The value given, in nanoseconds.
+        ns: u128,
+        /// The largest value accepted.
+        max_ns: u128,
+    },
     /// Read-retry asks for more steps than the model allows.
     #[error("read_retry.max_steps must be at most {max}, got {max_steps}")]
     ReadRetrySteps {
@@ -295,6 +305,20 @@ pub enum ImageError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A block-table entry is impossible (the file was damaged or written by something else).
+    #[error("image {}: block table entry of bank {bank}, block {block} is corrupt: programmed_pages is {programmed_pages}, but a block has {pages_per_block} pages", path.display())]
+    CorruptBlockTable {
+        /// The image path.
+        path: PathBuf,
+        /// The bank.
+        bank: u32,
+        /// The block's index within the bank.
+        block: u32,
+        /// The entry's programmed-page count.
+        programmed_pages: u32,
+        /// Pages per block of the image's geometry.
+        pages_per_block: u32,
+    },
     /// The file is shorter than its header says it must be.
     #[error("image {}: truncated: expected {expected} bytes, found {actual}", path.display())]
     Truncated {
@@ -354,6 +378,7 @@ impl ImageError {
             | ImageError::GeometryMismatch { path, .. }
             | ImageError::Truncated { path, .. }
             | ImageError::CorruptFrameTable { path, .. }
+            | ImageError::CorruptBlockTable { path, .. }
             | ImageError::Locked { path, .. }
             | ImageError::InvalidGeometry { path, .. }
             | ImageError::Preallocate { path, .. }

@@ -269,9 +269,10 @@ pub(crate) fn decode(b: &[u8]) -> Result<Header, HeaderError> {
             t_suspend: Duration::from_nanos(u64_at(b, 168)),
             t_resume: Duration::from_nanos(u64_at(b, 176)),
         };
-        timing.validate().map_err(HeaderError::Geometry)?;
         planes = u32_at(b, 184);
     }
+    // Every version's latencies are bounded (versions 2 and 3 have only the first four).
+    timing.validate().map_err(HeaderError::Geometry)?;
     let mut uuid = [0u8; 16];
     uuid.copy_from_slice(&b[80..96]);
     let config = NandConfig {

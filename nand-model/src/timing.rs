@@ -181,10 +181,35 @@ impl ReadRetry {
 /// Most read-retry steps a device may ask for (real parts give up after a few dozen).
 pub const MAX_READ_RETRY_STEPS: u32 = 64;
 
+/// Longest latency of one operation the model accepts: a second (real parts take at most tens
+/// of milliseconds). It keeps every sum and product of latencies the FTLs compute (a GC step's
+/// cost, a response bound, a retried read) far from overflow, whatever an image header says.
+pub const MAX_LATENCY: Duration = Duration::from_secs(1);
+
 impl Timing {
-    /// Checks what the latencies alone cannot get wrong: no upper-page latency past the cell's
-    /// page types, read-retry steps within [`MAX_READ_RETRY_STEPS`].
+    /// Checks what the latencies alone cannot get wrong: every latency at most
+    /// [`MAX_LATENCY`], no upper-page latency past the cell's page types, read-retry steps
+    /// within [`MAX_READ_RETRY_STEPS`].
     pub fn validate(&self) -> Result<(), GeometryError> {
+        let latencies = [
+            ("t_read", self.t_read),
+            ("t_prog", self.t_prog),
+            ("t_erase", self.t_erase),
+            ("t_suspend", self.suspend.t_suspend),
+            ("t_resume", self.suspend.t_resume),
+        ]
+        .into_iter()
+        .chain(self.cell.t_read_upper.map(|t| ("t_read (upper page)", t)))
+        .chain(self.cell.t_prog_upper.map(|t| ("t_prog (upper page)", t)));
+        for (field, t) in latencies {
+            if t > MAX_LATENCY {
+                return Err(GeometryError::Latency {
+                    field,
+                    ns: t.as_nanos(),
+                    max_ns: MAX_LATENCY.as_nanos(),
+                });
+            }
+        }
         if !self.cell.unused_are_zero() {
             return Err(GeometryError::Cell {
                 reason: format!(

@@ -135,6 +135,60 @@ fn corrupt_frame_table_entry() {
     assert!(nand_model::page_data_offset(&f.path, nand_model::PageAddr::new(1, 1, 2)).is_ok());
 }
 
+/// Latencies in the header are bounded whatever the format version: an image whose read
+/// "takes" 584 years would overflow every sum of latencies an FTL computes (a GC step's cost,
+/// a response bound) and make a virtual-time run wait forever.
+#[test]
+fn an_absurd_latency_in_the_header_is_refused() {
+    for (at, field) in [(48u64, "t_read"), (56, "t_prog"), (64, "t_erase")] {
+        let f = closed_image();
+        patch(&f.path, at, &u64::MAX.to_le_bytes());
+        fix_crc(&f.path);
+        let e = open(&f.path).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&f.path.display().to_string())
+                && msg.contains(&format!("{field} must be at most 1000000000 ns")),
+            "{msg}"
+        );
+        // A second is still a (slow) device.
+        patch(&f.path, at, &1_000_000_000u64.to_le_bytes());
+        fix_crc(&f.path);
+        open(&f.path).unwrap();
+    }
+}
+
+#[test]
+fn corrupt_block_table_entry() {
+    let f = closed_image();
+    // The block table follows the 4 KiB header, 16 B per block (4 banks x 8 blocks of 4
+    // pages). Block 2 of bank 1 is entry 10; its programmed-page count is at byte 8. A block
+    // "with" 5 programmed pages would send every scan of it past its end.
+    patch(&f.path, 4096 + 10 * 16 + 8, &5u32.to_le_bytes());
+    let e = open(&f.path).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ImageError::CorruptBlockTable {
+                bank: 1,
+                block: 2,
+                programmed_pages: 5,
+                pages_per_block: 4,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&f.path.display().to_string()) && msg.contains("programmed_pages is 5"),
+        "{msg}"
+    );
+    // A full block is fine.
+    patch(&f.path, 4096 + 10 * 16 + 8, &4u32.to_le_bytes());
+    open(&f.path).unwrap();
+}
+
 #[test]
 fn geometry_mismatch_per_field() {
     let f = closed_image();

@@ -30,7 +30,8 @@ pub fn checkpoint(data: &[u8]) {
 /// The OOB record decoder (data slots, checkpoint and superblock pages) and the per-slot
 /// entry reader used on the read path.
 pub fn oob(data: &[u8]) {
-    let _ = crate::oob::decode(data);
+    let _ = crate::oob::decode(data, 8);
+    let _ = crate::oob::decode(data, 1);
     for slot in 0..8 {
         let _ = crate::oob::slot_entry(data, slot);
     }

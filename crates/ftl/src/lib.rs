@@ -177,16 +177,28 @@ pub struct FormatPlan {
     pub max_export_bytes: u64,
 }
 
-/// Checks the tunables a running FTL uses whatever the image (at create and at open).
-fn check_running_policy(cfg: &FtlConfig) -> Result<()> {
+/// Checks the tunables a running FTL uses whatever the image (at create and at open; also
+/// for a tool that sizes a device by trying formats, before it reads a failed try as "too
+/// small").
+pub fn check_running_policy(cfg: &FtlConfig) -> Result<()> {
     if !(cfg.hot_window > 0.0 && cfg.hot_window <= 1000.0) {
         return Err(FtlError::Config(format!(
             "hot_window {} is outside (0, 1000] (a fraction of the exported pages)",
             cfg.hot_window
         )));
     }
+    // A thread each: more than a few per bank only contend for the same victims.
+    if cfg.gc_threads > MAX_GC_THREADS {
+        return Err(FtlError::Config(format!(
+            "gc_threads {} is above {MAX_GC_THREADS} (0: one per two banks)",
+            cfg.gc_threads
+        )));
+    }
     Ok(())
 }
+
+/// Most background GC workers (`[ftl] gc_threads`).
+pub const MAX_GC_THREADS: usize = 256;
 
 /// How many owners of host write frontiers a bank has (for a new image's reserve and the
 /// spare-block check): one with frontiers shared per bank (and for the hybrid schemes, whose

@@ -152,15 +152,19 @@ pub fn slot_entry(buf: &[u8], slot: u32) -> Option<SlotMeta> {
     })
 }
 
-/// Decodes an OOB; `None` when it is erased, torn or not ours.
-pub fn decode(buf: &[u8]) -> Option<PageOob> {
+/// Decodes an OOB of a page of `slots_per_page` slots; `None` when it is erased, torn or not
+/// ours. A data page's OOB lists one entry per slot (a padding slot too): an OOB that lists
+/// more than the page holds is not ours either, even with a valid checksum (each entry names a
+/// slot address that recovery and GC would map, so a hostile count would point logical pages
+/// at the next page's slots, or past the device's last slot).
+pub fn decode(buf: &[u8], slots_per_page: u32) -> Option<PageOob> {
     if buf.len() < 32 || u32_at(buf, 0) != crc32fast::hash(&buf[4..]) {
         return None;
     }
     match buf[4] {
         1 => {
             let n = buf[5] as usize;
-            if data_oob_len(n as u32) > buf.len() {
+            if data_oob_len(n as u32) > buf.len() || n > slots_per_page as usize {
                 return None;
             }
             let mut slots = Vec::with_capacity(n);
@@ -217,7 +221,8 @@ mod tests {
             },
         ];
         encode_data(&mut b, &slots);
-        assert_eq!(decode(&b), Some(PageOob::Data(slots.clone())));
+        assert_eq!(decode(&b, 3), Some(PageOob::Data(slots.clone())));
+        assert_eq!(decode(&b, 2), None, "more entries than the page has slots");
         for (i, s) in slots.iter().enumerate() {
             let i = i as u32;
             assert_eq!(slot_entry(&b[..slot_entry_len(i)], i), Some(*s));
@@ -226,11 +231,11 @@ mod tests {
         assert_eq!(slot_entry(&b, 3), None, "past the page's slot count");
         assert_eq!(slot_entry(&[0xff; 64], 0), None, "erased");
         b[30] ^= 1;
-        assert_eq!(decode(&b), None);
-        assert_eq!(decode(&[0xff; 256]), None);
+        assert_eq!(decode(&b, 3), None);
+        assert_eq!(decode(&[0xff; 256], 3), None);
         encode_checkpoint(&mut b, 3, 4, 5, 6);
         assert_eq!(
-            decode(&b),
+            decode(&b, 1),
             Some(PageOob::Checkpoint {
                 id: 3,
                 index: 4,

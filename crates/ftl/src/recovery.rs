@@ -251,7 +251,8 @@ impl Core {
                 if !self.read_retrying(addr, 0, &mut [], &mut oob_buf) {
                     continue;
                 }
-                let Some(PageOob::Data(metas)) = oob::decode(&oob_buf) else {
+                let Some(PageOob::Data(metas)) = oob::decode(&oob_buf, self.layout.slots_per_page)
+                else {
                     // Erased, torn by a crash mid-program, or a failed program: skip.
                     continue;
                 };
@@ -353,7 +354,7 @@ impl Scanner for Core {
         if !read {
             return SlotVersion::Unreadable;
         }
-        let Some(PageOob::Data(metas)) = oob::decode(&oob_buf) else {
+        let Some(PageOob::Data(metas)) = oob::decode(&oob_buf, self.layout.slots_per_page) else {
             return SlotVersion::Other;
         };
         match metas.get(slot as usize) {

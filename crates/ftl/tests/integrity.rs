@@ -362,6 +362,66 @@ fn forge_oob_lpn(path: &Path, page: ftl::nand_model::PageAddr, lpn: u32) {
     f.write_all(&oob).unwrap();
 }
 
+/// Makes a data page's OOB list a second slot, for `lpn` at a sequence number newer than any
+/// written, and seals it again (its CRC holds): a hostile image whose page "has" more slots
+/// than a 4 KiB page can.
+fn forge_extra_slot(path: &Path, page: ftl::nand_model::PageAddr, lpn: u32) {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let off = ftl::nand_model::page_oob_offset(path, page).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut oob = vec![0u8; 256];
+    f.seek(SeekFrom::Start(off)).unwrap();
+    f.read_exact(&mut oob).unwrap();
+    let len = (8..=oob.len())
+        .find(|&n| crc32fast::hash(&oob[4..n]).to_le_bytes() == oob[0..4])
+        .expect("the OOB's CRC covers a prefix");
+    assert_eq!(oob[5], 1, "a 4 KiB page lists one slot");
+    oob[5] = 2;
+    // Entry 1 (8-byte header, 20-byte entries): kind data, LPN, sequence number, data CRC.
+    let e = 8 + 20;
+    oob[e] = 1;
+    oob[e + 4..e + 8].copy_from_slice(&lpn.to_le_bytes());
+    oob[e + 8..e + 16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    let crc = crc32fast::hash(&oob[4..len]);
+    oob[0..4].copy_from_slice(&crc.to_le_bytes());
+    f.seek(SeekFrom::Start(off)).unwrap();
+    f.write_all(&oob).unwrap();
+}
+
+/// Recovery's scan of a page whose sealed OOB lists more slots than the page has: the extra
+/// entry would map its logical page to the next page's slot (or, on the device's last page,
+/// past the last slot: a panic at open). Such an OOB is not ours: the page is skipped like a
+/// torn one, and the page the extra entry names keeps its own data.
+#[test]
+fn recovery_skips_an_oob_listing_more_slots_than_its_page_has() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.img");
+    let (ftl, cfg, pages) = written_once(&path, true, GcPolicy::InPath);
+    drop(ftl);
+    let ftl = open(&path, cfg.clone());
+    // Written after the last checkpoint: recovery scans their pages.
+    for l in 0..16 {
+        write(&ftl, l, 2);
+    }
+    block_on(ftl.flush()).unwrap();
+    let target = ftl.physical_slot(0).unwrap().0;
+    ftl.simulate_power_loss();
+    let named = pages - 1;
+    forge_extra_slot(&path, target, named as u32);
+    let ftl = open(&path, cfg.clone());
+    verify(&ftl, named, 1);
+    for l in 1..16 {
+        verify(&ftl, l, 2);
+    }
+    // Page 0's newest copy is on the page whose OOB is not ours: its older one stands.
+    verify(&ftl, 0, 1);
+    ftl.check_invariants().unwrap();
+}
+
 /// A hostile OOB that still passes its CRC but names another logical page for slot 0: the
 /// page it holds reads as uncorrectable (its entry names another page), and GC, which moves a
 /// slot only to where its entry's page is mapped, must neither copy the block over and over

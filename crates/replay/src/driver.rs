@@ -249,7 +249,10 @@ impl<'a> Driver<'a> {
             Op::Write => {
                 let len = r.len as usize;
                 if self.data.len() < len {
-                    self.data = Bytes::from(patterned(len.next_power_of_two()));
+                    // Grown by powers of two (few regrowths), but never past the device: a
+                    // request is at most the capacity (`fit`).
+                    let cap = usize::try_from(self.capacity).unwrap_or(usize::MAX);
+                    self.data = Bytes::from(patterned(len.next_power_of_two().min(cap).max(len)));
                 }
                 ready(
                     ftl.write_bytes(q, r.offset, self.data.slice(..len), r.fua),
@@ -290,14 +293,20 @@ pub fn fit(
         adjusted.empty += 1;
         return None;
     }
+    // In u128: a trace's offset and length are any u64, and their sum (widened to a sector)
+    // must not wrap past 2^64 back into the device.
     let start = r.offset / 512 * 512;
-    let end = r.offset.saturating_add(r.len).div_ceil(512) * 512;
-    if (start, end) != (r.offset, r.offset + r.len) {
+    let exact_end = u128::from(r.offset) + u128::from(r.len);
+    let end = exact_end.div_ceil(512) * 512;
+    if start != r.offset || end != exact_end {
         adjusted.unaligned += 1;
     }
-    let len = end - start;
+    let Ok(len) = u64::try_from(end - u128::from(start)) else {
+        adjusted.refused += 1;
+        return None;
+    };
     let mut off = start;
-    if end > capacity {
+    if end > u128::from(capacity) {
         if len > capacity || out_of_range == OutOfRange::Refuse {
             adjusted.refused += 1;
             return None;

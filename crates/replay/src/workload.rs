@@ -91,8 +91,10 @@ fn duration_ns(v: &str, key: &str) -> Result<u64, String> {
     let x: f64 = num
         .parse()
         .map_err(|_| format!("{key}={v}: not a duration"))?;
-    if !(0.0..1e18).contains(&(x * unit)) {
-        return Err(format!("{key}={v}: out of range"));
+    // A day at most: a virtual-time run still simulates the idle time (GC and maintenance
+    // tick through it), so years of pauses would never end.
+    if !(0.0..=86_400e9).contains(&(x * unit)) {
+        return Err(format!("{key}={v}: out of range (0 to 1 day)"));
     }
     Ok((x * unit).round() as u64)
 }
@@ -172,8 +174,10 @@ impl std::str::FromStr for WorkloadSpec {
                         .trim()
                         .parse()
                         .map_err(|_| format!("iops={v}: not a rate"))?;
-                    if !(x > 0.0 && x < 1e9) {
-                        return Err(format!("iops={v}: out of range"));
+                    // Down to one request in 1000 s (slower would leave a virtual-time run
+                    // simulating idle time for days of wall time).
+                    if !(1e-3..1e9).contains(&x) {
+                        return Err(format!("iops={v}: out of range (0.001 to 1e9)"));
                     }
                     w.iops = Some(x);
                 }

@@ -162,3 +162,91 @@ fn an_empty_trace_is_an_error() {
         .to_string();
     assert!(e.contains("no D (issue) events"), "{e}");
 }
+
+/// A binary or compressed file given as a trace: refused at its first line, by line number,
+/// without reading the whole file as one line (`/dev/zero` has no newline at all).
+#[test]
+fn a_binary_file_is_refused_as_not_text() {
+    let p = Path::new("/dev/zero");
+    let mut r = BufReader::new(File::open(p).unwrap());
+    let e = detect(p, &mut r).unwrap_err().to_string();
+    assert!(
+        e.contains("/dev/zero:1:") && e.contains("not a text trace"),
+        "{e}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let gz = dir.path().join("trace.csv.gz");
+    std::fs::write(&gz, [0x1f, 0x8b, 0x08, 0x00, 0xff, 0xfe, 0x80, 0x0a]).unwrap();
+    let mut r = BufReader::new(File::open(&gz).unwrap());
+    let e = detect(&gz, &mut r).unwrap_err().to_string();
+    assert!(e.contains("trace.csv.gz:1: not UTF-8"), "{e}");
+    let r = BufReader::new(File::open(&gz).unwrap());
+    let e = TraceReader::new(&gz, Format::Msr, r)
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("decompress it first"), "{e}");
+}
+
+/// Offsets whose byte address does not fit 64 bits are refused by line, not wrapped to 0.
+#[test]
+fn a_blkparse_sector_past_2_64_bytes_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("big.txt");
+    std::fs::write(&p, "  8,0 0 1 0.1 1 D W 36028797018963968 + 8 [x]\n").unwrap();
+    let r = BufReader::new(File::open(&p).unwrap());
+    let e = TraceReader::new(&p, Format::Blkparse, r)
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("big.txt:1: sector 36028797018963968: past 2^64 bytes"),
+        "{e}"
+    );
+}
+
+/// A request that ends past 2^64 bytes is refused by the driver's fit, not wrapped into the
+/// device by an overflow.
+#[test]
+fn a_request_ending_past_2_64_is_refused() {
+    use ftl_replay::{driver::fit, Adjusted, OutOfRange};
+    let mut adjusted = Adjusted::default();
+    let r = Request::new(0, Op::Write, u64::MAX - 511, 512);
+    assert!(fit(&mut adjusted, r, 1 << 30, OutOfRange::Refuse).is_none());
+    let r = Request::new(0, Op::Write, u64::MAX - 511, 4096);
+    assert!(fit(&mut adjusted, r, 1 << 30, OutOfRange::Wrap)
+        .is_some_and(|r| r.offset + r.len <= 1 << 30));
+    let r = Request::new(0, Op::Write, 4096, u64::MAX);
+    assert!(fit(&mut adjusted, r, 1 << 30, OutOfRange::Wrap).is_none());
+    assert_eq!(adjusted.refused, 2, "{adjusted:?}");
+    assert_eq!(adjusted.wrapped, 1, "{adjusted:?}");
+}
+
+/// One wrong digit in an MSR timestamp (filetime, 100 ns units) puts a request 158 years
+/// later: refused by line rather than simulated.
+#[test]
+fn a_time_jump_of_years_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("jump.csv");
+    std::fs::write(
+        &p,
+        "128166372003061629,hm,0,Write,0,4096,10\n\
+         178166372003061729,hm,0,Read,8192,4096,10\n",
+    )
+    .unwrap();
+    let r = BufReader::new(File::open(&p).unwrap());
+    let e = TraceReader::new(&p, Format::Msr, r)
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("jump.csv:2: the time jumps 57870.4 days"), "{e}");
+    // A week apart is a real trace's night and weekend.
+    std::fs::write(
+        &p,
+        "128166372003061629,hm,0,Write,0,4096,10\n\
+         128172420003061629,hm,0,Read,8192,4096,10\n",
+    )
+    .unwrap();
+    let r = BufReader::new(File::open(&p).unwrap());
+    assert_eq!(TraceReader::new(&p, Format::Msr, r).count(), 2);
+}

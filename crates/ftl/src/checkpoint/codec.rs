@@ -204,6 +204,11 @@ impl Header {
                 "checkpoint sequence numbers out of range (sc {sc}, prev_sc {prev_sc})"
             ));
         }
+        // One id per checkpoint written: 2^62 is never reached, and the next id (`id + 1`)
+        // must not wrap to 0 and lose to this one as "newest" at every later open.
+        if id >= 1 << 62 {
+            return Err(format!("checkpoint id {id} out of range"));
+        }
         let (lpns, blocks, trims, chunks, crc, len) = (
             h(40)?,
             h(44)? as usize,
@@ -586,5 +591,12 @@ mod tests {
             ..out
         };
         assert!(decode(&encode(&bad), 4096).is_err());
+        // An id whose successor would wrap.
+        let bad = Outgoing {
+            id: u64::MAX,
+            ..out
+        };
+        let e = decode(&encode(&bad), 4096).err().unwrap_or_default();
+        assert!(e.contains("checkpoint id"), "{e}");
     }
 }

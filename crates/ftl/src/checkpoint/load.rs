@@ -40,7 +40,7 @@ pub(super) fn header_at(
         )
         .ok()?;
     c.wait();
-    match oob::decode(&oob_buf)? {
+    match oob::decode(&oob_buf, layout.slots_per_page)? {
         PageOob::Checkpoint {
             id,
             index: 0,
@@ -149,7 +149,7 @@ fn read_page(
     nand.read(layout.ckpt_page(area, offset + i), 0, page, Some(oob_buf))
         .map_err(|e| e.to_string())?
         .wait();
-    match oob::decode(oob_buf) {
+    match oob::decode(oob_buf, layout.slots_per_page) {
         Some(PageOob::Checkpoint {
             id: pid,
             index,

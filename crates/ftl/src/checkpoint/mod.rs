@@ -138,7 +138,8 @@ pub fn read_superblock(nand: &NandDevice) -> Result<SuperBlock> {
         page: 0,
     };
     nand.read(addr, 0, &mut data, Some(&mut oob_buf))?.wait();
-    match oob::decode(&oob_buf) {
+    // (A superblock page: the slot count only bounds data pages.)
+    match oob::decode(&oob_buf, geo.page_size / crate::layout::LOGICAL_PAGE as u32) {
         Some(PageOob::Superblock { crc }) if crc == crc32fast::hash(&data) => {}
         _ => return Err(fail("no FTL superblock (the NAND image was never formatted by ftld, or its superblock is corrupt)")),
     }

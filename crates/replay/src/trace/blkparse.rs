@@ -64,8 +64,13 @@ impl State {
             (0, 0)
         };
         let flush = Request::new(at, Op::Flush, 0, 0);
+        let bytes = |n: u64, field: &str| {
+            n.checked_mul(512)
+                .ok_or_else(|| format!("{field} {n}: past 2^64 bytes"))
+        };
+        let (offset, len) = (bytes(sector, "sector")?, bytes(count, "sector count")?);
         let data = op.filter(|_| count > 0).map(|op| {
-            let mut r = Request::new(at, op, sector * 512, count * 512);
+            let mut r = Request::new(at, op, offset, len);
             r.fua = fua && op == Op::Write;
             r
         });

@@ -1,6 +1,7 @@
 //! fio's I/O logs (`write_iolog`, `read_iolog`): version 2 (`FILE ACTION [OFFSET LENGTH]`, no
 //! times: requests arrive together, `FILE wait USEC` adds a pause) and version 3
-//! (`MSEC FILE ACTION [OFFSET LENGTH]`). File actions (`add`, `open`, `close`) are skipped;
+//! (`USEC FILE ACTION [OFFSET LENGTH]`: fio writes the microseconds since the log started,
+//! `utime_since_now` in its `iolog.c`, and replays them as such). File actions (`add`, `open`, `close`) are skipped;
 //! `sync`/`datasync` are flushes.
 
 use super::{parse_u64, Parsed};
@@ -32,8 +33,8 @@ impl State {
             let Some((t, rest)) = f.split_first() else {
                 return Err("empty line".into());
             };
-            let ms = parse_u64(t, "timestamp (ms)")?;
-            (ms.saturating_mul(1_000_000), rest)
+            let us = parse_u64(t, "timestamp (us)")?;
+            (us.saturating_mul(1_000), rest)
         } else {
             (self.now, &f[..])
         };
@@ -94,11 +95,34 @@ mod tests {
         };
         assert_eq!(
             (r.op, r.arrival),
-            (Op::Read, crate::request::Arrival::At(12_000_000))
+            (Op::Read, crate::request::Arrival::At(12_000))
         );
         let Ok(Parsed::One(r)) = s.parse("13 /dev/sdb sync", 3) else {
             panic!()
         };
         assert_eq!(r.op, Op::Flush);
+    }
+
+    /// The head and tail of a log fio 3.33 wrote (`fio --name=t --filename=f.dat --size=4M
+    /// --rw=write --bs=4k --rate_iops=100 --runtime=1 --time_based --write_iolog=io.log`): a
+    /// one-second run, so its last write is near 1 000 000 us.
+    #[test]
+    fn a_log_fio_wrote_spans_its_run_time() {
+        let log = "fio version 3 iolog\n30 f.dat add\n171 f.dat open\n\
+                   174 f.dat write 0 4096\n10170 f.dat write 4096 4096\n\
+                   990174 f.dat write 405504 4096\n1000168 f.dat close\n";
+        let mut s = State::default();
+        let mut writes = Vec::new();
+        for (n, line) in log.lines().enumerate() {
+            if let Ok(Parsed::One(r)) = s.parse(line, n as u64 + 1) {
+                writes.push(r.arrival);
+            }
+        }
+        use crate::request::Arrival::At;
+        assert_eq!(
+            writes,
+            [At(174_000), At(10_170_000), At(990_174_000)],
+            "10 ms apart at 100 IOPS, the last one just under a second in"
+        );
     }
 }

@@ -120,17 +120,47 @@ fn is_blank_or_comment(line: &str) -> bool {
     t.is_empty() || t.starts_with('#')
 }
 
+/// Longest line a trace may have. Real trace lines are under 200 bytes; a longer one is a
+/// binary or compressed file given by mistake, whose first "line" could be the whole file
+/// (`/dev/zero` would never end).
+const MAX_LINE: u64 = 64 * 1024;
+
+/// Reads line `n` of the trace at `path` into `line` (appending); 0 at the end of the file.
+fn read_line(
+    path: &Path,
+    reader: &mut impl BufRead,
+    line: &mut String,
+    n: u64,
+) -> Result<usize, TraceError> {
+    let not_text = |why: &str| TraceError::Line {
+        path: path.to_path_buf(),
+        line: n,
+        reason: format!(
+            "{why}: not a text trace (a compressed or binary file? decompress it first)"
+        ),
+    };
+    let read = std::io::Read::take(&mut *reader, MAX_LINE + 1)
+        .read_line(line)
+        .map_err(|source| match source.kind() {
+            std::io::ErrorKind::InvalidData => not_text("not UTF-8"),
+            _ => TraceError::Io {
+                path: path.to_path_buf(),
+                source,
+            },
+        })?;
+    if read as u64 > MAX_LINE {
+        return Err(not_text(&format!("longer than {MAX_LINE} bytes")));
+    }
+    Ok(read)
+}
+
 /// Guesses the format from the first line that is not blank or a comment.
 pub fn detect(path: &Path, reader: &mut impl BufRead) -> Result<Format, TraceError> {
-    let io = |source| TraceError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
     let mut n = 0u64;
     let mut line = String::new();
     loop {
         line.clear();
-        if reader.read_line(&mut line).map_err(io)? == 0 {
+        if read_line(path, reader, &mut line, n + 1)? == 0 {
             return Err(TraceError::Empty {
                 path: path.to_path_buf(),
                 hint: String::new(),
@@ -187,7 +217,12 @@ pub struct TraceReader<R> {
     blk: blkparse::State,
     requests: u64,
     done: bool,
+    /// The latest request time so far (trace clock, ns).
+    last_at: Option<u64>,
 }
+
+/// Longest pause between a trace's requests: 30 days (the MSR Cambridge traces span a week).
+const MAX_GAP_NS: u64 = 30 * 86_400_000_000_000;
 
 impl<R: BufRead> TraceReader<R> {
     pub fn new(path: &Path, format: Format, reader: R) -> TraceReader<R> {
@@ -203,11 +238,34 @@ impl<R: BufRead> TraceReader<R> {
             blk: blkparse::State::default(),
             requests: 0,
             done: false,
+            last_at: None,
         }
     }
 
     pub fn format(&self) -> Format {
         self.format
+    }
+
+    /// Refuses a request that arrives more than [`MAX_GAP_NS`] after the previous one (a
+    /// virtual-time run would simulate the whole gap).
+    fn check_gap(&mut self, r: &Request) -> Result<(), TraceError> {
+        if let crate::request::Arrival::At(t) = r.arrival {
+            if let Some(prev) = self.last_at.filter(|&p| t > p.saturating_add(MAX_GAP_NS)) {
+                return Err(TraceError::Line {
+                    path: self.path.clone(),
+                    line: self.n,
+                    reason: format!(
+                        "the time jumps {:.1} days after the previous request's: a wrong \
+                         timestamp? (requests more than {} days apart are refused: a \
+                         virtual-time replay simulates the idle time between them)",
+                        (t - prev) as f64 / 86_400e9,
+                        MAX_GAP_NS / 86_400_000_000_000
+                    ),
+                });
+            }
+            self.last_at = Some(self.last_at.map_or(t, |p| p.max(t)));
+        }
+        Ok(())
     }
 
     fn rebase(&mut self, mut r: Request) -> Request {
@@ -224,13 +282,7 @@ impl<R: BufRead> TraceReader<R> {
         }
         loop {
             self.line.clear();
-            let read = self
-                .reader
-                .read_line(&mut self.line)
-                .map_err(|source| TraceError::Io {
-                    path: self.path.clone(),
-                    source,
-                })?;
+            let read = read_line(&self.path, &mut self.reader, &mut self.line, self.n + 1)?;
             if read == 0 {
                 if self.requests == 0 {
                     let hint = match self.format {
@@ -273,10 +325,13 @@ impl<R: BufRead> TraceReader<R> {
                     }
                 }
                 Parsed::One(r) => {
+                    self.check_gap(&r)?;
                     self.requests += 1;
                     return Ok(Some(self.rebase(r)));
                 }
                 Parsed::Two(a, b) => {
+                    self.check_gap(&a)?;
+                    self.check_gap(&b)?;
                     self.requests += 2;
                     let b = self.rebase(b);
                     self.pending = Some(b);

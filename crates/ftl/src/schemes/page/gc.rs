@@ -359,7 +359,7 @@ impl PageScheme {
                     break;
                 }
             }
-            let Some(PageOob::Data(m)) = oob::decode(oob) else {
+            let Some(PageOob::Data(m)) = oob::decode(oob, core.layout.slots_per_page) else {
                 core.counters.read_retries.fetch_add(1, Ordering::Relaxed);
                 metas = None;
                 continue;
@@ -650,7 +650,7 @@ impl PageScheme {
                     core.counters
                         .gc_page_programs
                         .fetch_add(1, Ordering::Relaxed);
-                    match oob::decode(oob) {
+                    match oob::decode(oob, core.layout.slots_per_page) {
                         Some(PageOob::Data(metas)) => {
                             for meta in &metas {
                                 self.map.prefetch(meta.lpn);

@@ -185,7 +185,7 @@ impl Scheme for PageScheme {
             .read(page, 0, &mut [], Some(&mut oob_buf))
             .map(|c| c.wait())
             .ok()
-            .and_then(|_| oob::decode(&oob_buf));
+            .and_then(|_| oob::decode(&oob_buf, core.layout.slots_per_page));
         let state = core.nand.block_state(page.block);
         format!(
             "lpn {}: psa {} = {page:?} slot {slot}, valid {}, block {state:?}, oob {meta:?}",
