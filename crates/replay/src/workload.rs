@@ -10,11 +10,12 @@
 //!
 //! Keys every kind takes: `requests=N` (default 100000), `bs=SIZE` (default 4k), `read=PCT`
 //! (share of reads, default 0), `span=PCT%|SIZE` (the part of the device used, from offset 0;
-//! default all of it), `iops=N` (open loop at that rate; without it requests are closed loop:
-//! each stream sends the next when its previous one completes, `--queue-depth` streams),
-//! `arrival=fixed|poisson` (with `iops`), `pattern=random|seq` (`thinktime` and `periodic`),
-//! `flush_every=N` (a flush after every N writes), `fua=1` (every write is FUA: complete when
-//! durable, as a synchronous write). Sizes take k/m/g suffixes (powers of 2).
+//! default all of it), `flush_every=N` (a flush after every N writes), `fua=1` (every write is
+//! FUA: complete when durable, as a synchronous write). `random`, `hotcold` and `seq` also take
+//! `iops=N` (open loop at that rate; without it requests are closed loop: each stream sends
+//! the next when its previous one completes, `--queue-depth` streams) and
+//! `arrival=fixed|poisson` (with `iops`); `thinktime` and `periodic` take
+//! `pattern=random|seq`. A key the kind does not use, or a key given twice, is an error. Sizes take k/m/g suffixes (powers of 2).
 //! The random choices come from `--seed`, so a workload is the same on every run.
 
 use rand::rngs::SmallRng;
@@ -30,6 +31,19 @@ pub enum Kind {
     Seq,
     ThinkTime,
     Periodic,
+}
+
+impl Kind {
+    /// The kind as `--workload` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Random => "random",
+            Kind::HotCold => "hotcold",
+            Kind::Seq => "seq",
+            Kind::ThinkTime => "thinktime",
+            Kind::Periodic => "periodic",
+        }
+    }
 }
 
 /// A parsed `--workload` spec.
@@ -146,17 +160,23 @@ impl std::str::FromStr for WorkloadSpec {
             flush_every: 0,
             fua: false,
         };
+        let mut seen: Vec<&str> = Vec::new();
         for kv in parts {
             let (k, v) = kv
                 .split_once('=')
                 .ok_or_else(|| format!("{kv:?} is not KEY=VALUE"))?;
-            match k.trim() {
+            let k = k.trim();
+            if seen.contains(&k) {
+                return Err(format!("{k} is given twice"));
+            }
+            seen.push(k);
+            match k {
                 "requests" => {
                     w.requests = v
                         .trim()
                         .parse::<f64>()
                         .ok()
-                        .filter(|x| *x >= 1.0 && *x < 1e12)
+                        .filter(|x| *x >= 1.0 && *x < 1e12 && x.fract() == 0.0)
                         .ok_or_else(|| format!("requests={v}: not a count"))?
                         as u64
                 }
@@ -241,6 +261,24 @@ impl std::str::FromStr for WorkloadSpec {
         }
         if w.bs == 0 || !w.bs.is_multiple_of(512) {
             return Err(format!("bs={} is not a positive multiple of 512", w.bs));
+        }
+        // A key another kind's generator reads would be silently ignored here.
+        for &k in &seen {
+            let applies = match k {
+                "hot" => kind == Kind::HotCold,
+                "think" | "long" | "every" => kind == Kind::ThinkTime,
+                "period" => kind == Kind::Periodic,
+                "pattern" => matches!(kind, Kind::ThinkTime | Kind::Periodic),
+                // thinktime's pauses and periodic's period are their arrivals.
+                "iops" | "arrival" => matches!(kind, Kind::Random | Kind::HotCold | Kind::Seq),
+                _ => true,
+            };
+            if !applies {
+                return Err(format!("{k} does not apply to a {} workload", kind.name()));
+            }
+        }
+        if seen.contains(&"arrival") && w.iops.is_none() {
+            return Err("arrival needs iops (without it requests are closed loop)".into());
         }
         Ok(w)
     }
@@ -375,5 +413,59 @@ impl Iterator for Workload {
             len: self.spec.bs,
             fua: !read && self.spec.fua,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(spec: &str) -> String {
+        spec.parse::<WorkloadSpec>().expect_err(spec)
+    }
+
+    /// Keys another kind's generator reads, a key given twice, a fractional count and an
+    /// arrival law without a rate are refused rather than ignored.
+    #[test]
+    fn keys_the_kind_does_not_use_are_refused() {
+        for (spec, want) in [
+            (
+                "periodic,iops=10",
+                "iops does not apply to a periodic workload",
+            ),
+            (
+                "thinktime,iops=10",
+                "iops does not apply to a thinktime workload",
+            ),
+            ("seq,hot=90/10", "hot does not apply to a seq workload"),
+            (
+                "random,think=5ms",
+                "think does not apply to a random workload",
+            ),
+            (
+                "hotcold,period=1s",
+                "period does not apply to a hotcold workload",
+            ),
+            (
+                "seq,pattern=random",
+                "pattern does not apply to a seq workload",
+            ),
+            ("random,arrival=poisson", "arrival needs iops"),
+            ("random,bs=4k,bs=8k", "bs is given twice"),
+            ("random,requests=2.9", "requests=2.9: not a count"),
+            ("random,iops=1e-300", "iops=1e-300: out of range"),
+            ("thinktime,long=100000s", "long=100000s: out of range"),
+        ] {
+            let e = err(spec);
+            assert!(e.contains(want), "{spec}: {e}");
+        }
+        for ok in [
+            "periodic,period=10ms,pattern=seq,read=25,fua=1",
+            "thinktime,think=1ms,every=64,long=100ms,pattern=random",
+            "hotcold,hot=80/20,iops=500,arrival=poisson",
+            "random,requests=5.3e6,bs=4k",
+        ] {
+            ok.parse::<WorkloadSpec>().expect(ok);
+        }
     }
 }

@@ -250,3 +250,20 @@ fn a_time_jump_of_years_is_refused() {
     let r = BufReader::new(File::open(&p).unwrap());
     assert_eq!(TraceReader::new(&p, Format::Msr, r).count(), 2);
 }
+
+/// A byte-order mark before the first line (some Windows tools write one) is not data.
+#[test]
+fn a_byte_order_mark_is_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bom.csv");
+    let msr = std::fs::read_to_string(fixture("msr.csv")).unwrap();
+    std::fs::write(&p, format!("\u{feff}{msr}")).unwrap();
+    let (f, rs) = {
+        let mut r = BufReader::new(File::open(&p).unwrap());
+        let f = detect(&p, &mut r).expect("format guessed");
+        let r = BufReader::new(File::open(&p).unwrap());
+        (f, TraceReader::new(&p, f, r).collect::<Result<Vec<_>, _>>())
+    };
+    assert_eq!(f, Format::Msr);
+    assert_eq!(shape(&rs.unwrap()), shape(&read("msr.csv").1.unwrap()));
+}

@@ -151,6 +151,10 @@ fn read_line(
     if read as u64 > MAX_LINE {
         return Err(not_text(&format!("longer than {MAX_LINE} bytes")));
     }
+    // A byte-order mark (a file saved by some Windows tools) is not part of the first field.
+    if n == 1 && line.starts_with('\u{feff}') {
+        line.drain(..'\u{feff}'.len_utf8());
+    }
     Ok(read)
 }
 
