@@ -139,6 +139,8 @@ pub struct Driver<'a> {
     pub adjusted: Adjusted,
     /// Requests the FTL failed (an uncorrectable read, say), by op.
     pub errors: u64,
+    /// The first of them: which request, and why.
+    pub first_error: Option<String>,
     /// When the replay began (simulated ns).
     pub start_ns: u64,
     issued: u64,
@@ -163,6 +165,7 @@ impl<'a> Driver<'a> {
             buf: Vec::new(),
             adjusted: Adjusted::default(),
             errors: 0,
+            first_error: None,
             start_ns,
             issued: 0,
         })
@@ -269,9 +272,18 @@ impl<'a> Driver<'a> {
                     reason,
                 });
             }
-            // Counted, not fatal: the summary reports `errors` (an uncorrectable read, say).
-            let _ = e;
+            // Counted, not fatal: the summary reports `errors` (an uncorrectable read, say)
+            // and the first one.
             self.errors += 1;
+            if self.first_error.is_none() {
+                self.first_error = Some(format!(
+                    "request {} ({} of {} bytes at {}): {e}",
+                    self.issued + 1,
+                    r.op.name(),
+                    r.len,
+                    r.offset
+                ));
+            }
         }
         Ok(Some(ftl.now_ns()))
     }
