@@ -67,8 +67,11 @@ pub struct RecoveryReport {
 }
 
 /// Sequence numbers at or above this are refused when read from the medium: no device lives
-/// through 2^62 operations, and a counter restored near `u64::MAX` would wrap.
-const MAX_SEQ: u64 = 1 << 62;
+/// through 2^61 operations (7 000 years at 10 million a second). It is half the limit a
+/// checkpoint's counter must stay under (2^62, `checkpoint::codec`), so a counter restored
+/// from a hostile slot just below it still leaves 2^61 operations before the checkpoints it
+/// writes would be refused (and every slot written since dropped at the next scan).
+const MAX_SEQ: u64 = 1 << 61;
 
 /// Receives each intact data slot the scan finds: (lpn, seq, where). Called from the banks'
 /// scan threads at once.

@@ -422,6 +422,63 @@ fn recovery_skips_an_oob_listing_more_slots_than_its_page_has() {
     ftl.check_invariants().unwrap();
 }
 
+/// Sets slot 0's sequence number in a page's OOB and seals the OOB again.
+fn forge_oob_seq(path: &Path, page: ftl::nand_model::PageAddr, seq: u64) {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let off = ftl::nand_model::page_oob_offset(path, page).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut oob = vec![0u8; 256];
+    f.seek(SeekFrom::Start(off)).unwrap();
+    f.read_exact(&mut oob).unwrap();
+    let len = (8..=oob.len())
+        .find(|&n| crc32fast::hash(&oob[4..n]).to_le_bytes() == oob[0..4])
+        .expect("the OOB's CRC covers a prefix");
+    oob[16..24].copy_from_slice(&seq.to_le_bytes());
+    let crc = crc32fast::hash(&oob[4..len]);
+    oob[0..4].copy_from_slice(&crc.to_le_bytes());
+    f.seek(SeekFrom::Start(off)).unwrap();
+    f.write_all(&oob).unwrap();
+}
+
+/// A scanned slot numbered just below the checkpoints' limit (2^62) once became the sequence
+/// counter: every checkpoint written afterwards was refused at load, and the next scan dropped
+/// every slot written since as "impossible", so flushed writes vanished at each open. Such a
+/// slot is ignored now (scanned numbers stop at 2^61), and writes after it survive opens.
+#[test]
+fn a_slot_numbered_near_the_limit_does_not_take_the_counter() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.img");
+    let (ftl, cfg, _) = written_once(&path, true, GcPolicy::InPath);
+    drop(ftl);
+    let ftl = open(&path, cfg.clone());
+    for l in 0..16 {
+        write(&ftl, l, 2);
+    }
+    block_on(ftl.flush()).unwrap();
+    let target = ftl.physical_slot(3).unwrap().0;
+    ftl.simulate_power_loss();
+    forge_oob_seq(&path, target, (1 << 62) - 1);
+    let ftl = open(&path, cfg.clone());
+    verify(&ftl, 3, 1);
+    for l in 16..32 {
+        write(&ftl, l, 3);
+    }
+    block_on(ftl.flush()).unwrap();
+    ftl.close().unwrap();
+    drop(ftl);
+    for _ in 0..2 {
+        let ftl = open(&path, cfg.clone());
+        for l in 16..32 {
+            verify(&ftl, l, 3);
+        }
+        ftl.simulate_power_loss();
+    }
+}
+
 /// A hostile OOB that still passes its CRC but names another logical page for slot 0: the
 /// page it holds reads as uncorrectable (its entry names another page), and GC, which moves a
 /// slot only to where its entry's page is mapped, must neither copy the block over and over

@@ -48,6 +48,12 @@ impl HybridScheme {
         let identity = |v: &[(u32, u32)]| v.iter().all(|(s, l)| *s == l % spb);
         let mut blocks_of: BTreeMap<u32, Vec<BlockIdx>> = BTreeMap::new();
         for (b, v) in &per_block {
+            // A journal block (live trim-log slots) is the journal's, never a data or log
+            // block too (as in rftl and gftl): a block with both roles could be erased by a
+            // merge and then released again by the journal under its next owner.
+            if journal.contains(b) {
+                continue;
+            }
             let mut lbns: Vec<u32> = v.iter().map(|(_, l)| l / spb).collect();
             lbns.sort_unstable();
             lbns.dedup();

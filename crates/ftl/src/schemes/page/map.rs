@@ -367,9 +367,22 @@ impl PageMap {
                 e.store(Psa::UNMAPPED, Ordering::Release);
             }
         }
-        for (psa, _) in &trim_slots {
-            self.valid.set(*psa);
-        }
+        // A trim-log slot holds trim records, never a page: one a page maps (only a corrupt
+        // checkpoint can list it) is dropped, or pruning it would clear the page's valid bit
+        // and GC would erase the page's only copy.
+        let trim_slots: Vec<(Psa, u64)> = trim_slots
+            .into_iter()
+            .filter(|&(psa, _)| {
+                let fresh = self.valid.set(psa);
+                if !fresh {
+                    tracing::warn!(
+                        "recovery: trim-log slot {} is a mapped page's slot; dropped",
+                        psa.0
+                    );
+                }
+                fresh
+            })
+            .collect();
         *self.trim_log.lock() = trim_slots;
         mapped
     }
@@ -604,10 +617,15 @@ mod tests {
         m.store(19, &[63]);
         // A slot mapped twice (a corrupt checkpoint): the second entry loses it.
         m.store(7, &[4]);
-        assert_eq!(m.rebuild_valid(vec![(Psa(10), 1)]), 2);
+        // A trim-log slot a page maps (a corrupt checkpoint again) is dropped: pruning it
+        // would clear the page's valid bit.
+        assert_eq!(m.rebuild_valid(vec![(Psa(10), 1), (Psa(63), 2)]), 2);
         assert_eq!(m.valid_total(), 3);
         assert_eq!((m.get(Lpn(0)), m.get(Lpn(7))), (Some(Psa(4)), None));
+        assert_eq!(m.trim_slots(), vec![(Psa(10), 1)]);
         assert!(m.check(&[]).is_ok());
+        m.prune_trim_log(5);
+        assert!(m.is_valid(Psa(63)), "the page's slot stays valid");
         m.prefetch(Lpn(19));
         m.prefetch(Lpn(u32::MAX));
     }

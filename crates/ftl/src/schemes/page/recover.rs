@@ -258,6 +258,19 @@ pub(crate) fn resolve(
     let mut tl = Vec::new();
     if let Some(c) = ckpt {
         for &(psa, seq) in &c.trims {
+            // A trim-log slot is kept live (valid, its block a journal block) until it is
+            // pruned, and then its block may be erased: one that names the superblock, a
+            // checkpoint area or no slot at all is not ours (a corrupt checkpoint).
+            if u64::from(psa.0) >= layout.total_slots()
+                || layout.is_reserved(layout.block_addr(layout.block_of(psa)))
+            {
+                tracing::warn!(
+                    "recovery: the checkpoint lists slot {} as a trim-log slot, outside the \
+                     data blocks; ignored",
+                    psa.0
+                );
+                continue;
+            }
             let blk = layout.block_of(psa).0 as usize;
             if blk < erased_since.len() && !erased_since[blk] {
                 tl.push((psa, seq));
@@ -424,6 +437,21 @@ mod tests {
         assert_eq!(get(3), Some(Psa(20)), "torn write ignored");
         assert_eq!(r.torn_slots, 2);
         assert_eq!(r.lost_pages, 0);
+    }
+
+    /// Trim-log slots a checkpoint lists in the superblock's block or past the device are not
+    /// ours: left out, so they never make a reserved block a journal block the FTL erases.
+    #[test]
+    fn checkpoint_trim_slots_outside_the_data_blocks_are_ignored() {
+        let scheme = scheme();
+        let mut ck = checkpoint(&scheme.map, &[]);
+        ck.trims = vec![(Psa(0), 5), (Psa(24), 5), (Psa(1000), 5)];
+        assert!(scheme
+            .layout
+            .is_reserved(scheme.layout.block_addr(crate::layout::BlockIdx(0))));
+        let given = Given::new(Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        resolve(&given, scheme.layout, 8, &scheme.map, Some(&ck), input()).expect("resolves");
+        assert_eq!(scheme.map.trim_slots(), vec![(Psa(24), 5)]);
     }
 
     /// Versions against the checkpoint, one another and trims: the highest number wins
