@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use ftl::{Bytes, Ftl, FtlError};
-use ftl_nbd::{BackendError, BlockBackend};
+use ftl_nbd::{BackendError, BlockBackend, Extent};
 
 /// An [`Ftl`] exported over NBD.
 pub struct FtlBackend {
@@ -115,6 +115,22 @@ impl BlockBackend for FtlBackend {
             .write_zeroes(queue, offset, len, fua)
             .await
             .map_err(|e| backend_error(Op::WriteZeroes, e))
+    }
+
+    /// The FTL's map: an unmapped page (never written, trimmed, zeroed) is a hole that reads
+    /// as zeroes.
+    async fn block_status(&self, offset: u64, len: u64) -> Result<Vec<Extent>, BackendError> {
+        let runs = self
+            .ftl
+            .allocation(offset, len)
+            .map_err(|e| backend_error(Op::Read, e))?;
+        Ok(runs
+            .into_iter()
+            .map(|r| Extent {
+                len: r.len,
+                hole: !r.mapped,
+            })
+            .collect())
     }
 }
 

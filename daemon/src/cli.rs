@@ -20,7 +20,6 @@ fn parse_tls_mode(s: &str) -> Result<TlsMode, String> {
     s.parse()
 }
 
-/// `--ftl`: one of the scheme names, listed in `--help` and in the error for a wrong one.
 /// `ftld replay --speed`: slower than 1/1000 would leave a virtual-time run simulating a
 /// trace's idle time (GC and maintenance tick through it) for days of wall time.
 fn speed(s: &str) -> Result<f64, String> {
@@ -32,6 +31,7 @@ fn speed(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `--ftl`: one of the scheme names, listed in `--help` and in the error for a wrong one.
 fn scheme_parser() -> impl clap::builder::TypedValueParser<Value = SchemeKind> {
     use clap::builder::TypedValueParser;
     clap::builder::PossibleValuesParser::new(SchemeKind::ALL.map(SchemeKind::name))

@@ -141,9 +141,9 @@ impl NandFileConfig {
             t.t_erase = duration("t_erase_us", us)?;
         }
         if let Some(mb) = self.channel_mb_s {
-            if !(0.0..=1e6).contains(&mb) {
+            if !(mb == 0.0 || (1.0..=1e6).contains(&mb)) {
                 return Err(format!(
-                    "[nand] channel_mb_s must be from 0 to 1000000, not {mb}"
+                    "[nand] channel_mb_s must be 0 (instant) or from 1 to 1000000, not {mb}"
                 ));
             }
             t.channel_bytes_per_sec = (mb * 1e6).round() as u64;

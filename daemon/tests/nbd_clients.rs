@@ -496,3 +496,90 @@ fn tls_settings_are_checked_before_serving() {
         "{err}"
     );
 }
+
+/// `nbdinfo --map --json`: the export's extents as (offset, length, type); type 3 is
+/// hole + zero, 0 data.
+fn nbdinfo_map(uri: &str) -> Vec<(u64, u64, u64)> {
+    let out = run_ok(tool("nbdinfo").args(["--map", "--json", uri]));
+    let v: Value = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("nbdinfo printed bad JSON: {e}\n{out}"));
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a list: {out}"))
+        .iter()
+        .map(|e| {
+            let n = |k: &str| e[k].as_u64().unwrap_or_else(|| panic!("{k} in {e}"));
+            (n("offset"), n("length"), n("type"))
+        })
+        .collect()
+}
+
+/// `base:allocation` through real clients: what the host wrote is data, what it never wrote
+/// or discarded (or zeroed) is a hole that reads as zeroes, on every scheme, and the same after
+/// a power cut. `nbdinfo --map` and `qemu-img map` both read it (`qemu-img convert` and
+/// `nbdcopy` skip the holes).
+#[test]
+fn block_status_maps_written_and_discarded_ranges() {
+    if !require_tool("nbdinfo", "libnbd-bin") || !require_tool("qemu-io", "qemu-utils") {
+        return;
+    }
+    const M: u64 = 1 << 20;
+    const H: u64 = 3;
+    let want = vec![
+        (0, 256 << 10, 0),
+        (256 << 10, 512 << 10, H),
+        (768 << 10, 256 << 10, 0),
+        (M, 7 * M, H),
+        (8 * M, 4096, 0),
+        (8 * M + 4096, 4096, H),
+        (8 * M + 8192, 4096, 0),
+        (8 * M + 12288, 56 * M - 12288, H),
+    ];
+    for scheme in ["page", "fast", "gftl", "nftl"] {
+        let mut d = Daemon::start_with(
+            FTLD,
+            DaemonOpts {
+                extra: vec!["--ftl".into(), scheme.into()],
+                ..Default::default()
+            },
+        );
+        let uri = d.uri();
+        let v = nbdinfo_json(&uri);
+        assert_eq!(v["exports"][0]["contexts"][0], "base:allocation", "{v:#}");
+        qemu_io(
+            &uri,
+            &[
+                "write -P 1 0 1M",
+                "write -P 2 8M 12k",
+                "discard 256k 512k",
+                "write -z 8196k 4k",
+            ],
+        );
+        assert_eq!(nbdinfo_map(&uri), want, "{scheme}");
+        let qmap = run_ok(tool("qemu-img").args(["map", "--output=json", "-f", "raw", &uri]));
+        let q: Value = serde_json::from_str(&qmap).unwrap();
+        let data: Vec<(u64, u64)> = q
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["data"] == true)
+            .map(|e| (e["start"].as_u64().unwrap(), e["length"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(
+            data,
+            vec![
+                (0, 256 << 10),
+                (768 << 10, 256 << 10),
+                (8 * M, 4096),
+                (8 * M + 8192, 4096)
+            ],
+            "{scheme}: {qmap}"
+        );
+        d.kill9();
+        d.restart();
+        assert_eq!(nbdinfo_map(&d.uri()), want, "{scheme} after a power cut");
+        qemu_io(
+            &d.uri(),
+            &["read -P 1 0 256k", "read -P 0 256k 512k", "read -P 2 8M 4k"],
+        );
+    }
+}

@@ -77,6 +77,14 @@ pub enum GeometryError {
         /// The largest value accepted.
         max_ns: u128,
     },
+    /// The channel is slower than the model accepts.
+    #[error("channel_bytes_per_sec must be 0 (instant) or at least {min}, got {bytes_per_sec}")]
+    ChannelSpeed {
+        /// The value given.
+        bytes_per_sec: u64,
+        /// The slowest accepted.
+        min: u64,
+    },
     /// Read-retry asks for more steps than the model allows.
     #[error("read_retry.max_steps must be at most {max}, got {max_steps}")]
     ReadRetrySteps {

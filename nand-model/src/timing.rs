@@ -186,9 +186,13 @@ pub const MAX_READ_RETRY_STEPS: u32 = 64;
 /// cost, a response bound, a retried read) far from overflow, whatever an image header says.
 pub const MAX_LATENCY: Duration = Duration::from_secs(1);
 
+/// Slowest channel the model accepts (bytes a second), besides 0 (instant).
+pub const MIN_CHANNEL_BYTES_PER_SEC: u64 = 1_000_000;
+
 impl Timing {
     /// Checks what the latencies alone cannot get wrong: every latency at most
-    /// [`MAX_LATENCY`], no upper-page latency past the cell's page types, read-retry steps
+    /// [`MAX_LATENCY`], a channel of at least [`MIN_CHANNEL_BYTES_PER_SEC`] (or instant), no
+    /// upper-page latency past the cell's page types, read-retry steps
     /// within [`MAX_READ_RETRY_STEPS`].
     pub fn validate(&self) -> Result<(), GeometryError> {
         let latencies = [
@@ -201,6 +205,14 @@ impl Timing {
         .into_iter()
         .chain(self.cell.t_read_upper.map(|t| ("t_read (upper page)", t)))
         .chain(self.cell.t_prog_upper.map(|t| ("t_prog (upper page)", t)));
+        // 0 is an instant channel; a slow one is bounded like the latencies (a 32 KiB page
+        // over 1 MB/s takes 33 ms).
+        if (1..MIN_CHANNEL_BYTES_PER_SEC).contains(&self.channel_bytes_per_sec) {
+            return Err(GeometryError::ChannelSpeed {
+                bytes_per_sec: self.channel_bytes_per_sec,
+                min: MIN_CHANNEL_BYTES_PER_SEC,
+            });
+        }
         for (field, t) in latencies {
             if t > MAX_LATENCY {
                 return Err(GeometryError::Latency {

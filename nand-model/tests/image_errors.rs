@@ -156,6 +156,15 @@ fn an_absurd_latency_in_the_header_is_refused() {
         fix_crc(&f.path);
         open(&f.path).unwrap();
     }
+    // So is the channel: a byte a second would make one page's transfer take an hour.
+    let f = closed_image();
+    patch(&f.path, 72, &1u64.to_le_bytes());
+    fix_crc(&f.path);
+    let msg = open(&f.path).unwrap_err().to_string();
+    assert!(
+        msg.contains("channel_bytes_per_sec must be 0 (instant) or at least 1000000"),
+        "{msg}"
+    );
 }
 
 #[test]

@@ -148,6 +148,7 @@ pub use crate::checkpoint::{inspect, ImageInfo};
 pub use crate::config::{Frontiers, FtlConfig, GcPolicy, Separation, VictimPolicy};
 pub use crate::error::{FtlError, Result};
 pub use crate::layout::{Lpn, Psa, LOGICAL_PAGE, SECTOR};
+pub use crate::read::Extent;
 pub use crate::recovery::{RecoveryMode, RecoveryReport};
 pub use crate::schemes::{LogPlacement, SchemeKind};
 pub use crate::stats::{BankStats, FtlStats, LatencySummary, RtStats, WearStats};
@@ -606,6 +607,18 @@ impl Ftl {
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         self.core.latencies.record(OpKind::Read, self.core.since(t));
         Ok(())
+    }
+
+    /// Which parts of `[offset, offset + len)` (both multiples of 512) hold data, as runs from
+    /// `offset`; unmapped runs (never written, trimmed or zeroed) read as zeroes. A page is
+    /// mapped or not as a whole (4 KiB). Covers at most 1 GiB per call: the runs may add up
+    /// to less than `len`, never more (NBD `base:allocation`, `qemu-img map`).
+    pub fn allocation(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        self.core.check_range(offset, len)?;
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(self.core.allocation(offset, len))
     }
 
     /// Writes `data` at `offset` through write queue `queue` (taken modulo [`Ftl::queues`]).

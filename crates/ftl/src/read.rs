@@ -21,6 +21,9 @@
 //! fault; after `read_retries` retries it is an uncorrectable read
 //! ([`FtlError::Uncorrectable`]: EIO to the host), never wrong bytes.
 //!
+//! **Allocation.** The same plan, without reading, says which pages hold data
+//! ([`Core::allocation`]: NBD's `base:allocation`).
+//!
 //! [`NandDevice::read_planes`]: nand_model::NandDevice::read_planes
 
 use std::sync::atomic::Ordering;
@@ -35,6 +38,20 @@ use crate::oob::{self, SlotKind};
 
 /// Slots in the largest NAND page the model accepts.
 const MAX_SLOTS_PER_PAGE: u32 = nand_model::MAX_PAGE_SIZE / LOGICAL_PAGE as u32;
+
+/// Most pages one [`Core::allocation`] query looks at: 2^18 (1 GiB), a few milliseconds of
+/// lookups under the page's stripe lock each.
+pub(crate) const ALLOCATION_SCAN_PAGES: u64 = 1 << 18;
+
+/// A run of bytes that are all mapped or all unmapped (see [`crate::Ftl::allocation`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    /// Bytes in the run.
+    pub len: u64,
+    /// Holds data (buffered or on flash); unmapped bytes read as zeroes.
+    pub mapped: bool,
+}
+
 /// OOB bytes that hold the entries of every slot of the largest page.
 const MAX_ENTRIES_LEN: usize = oob::slot_entry_len(MAX_SLOTS_PER_PAGE - 1);
 
@@ -203,6 +220,38 @@ impl Core {
             }
         }
         Ok(())
+    }
+
+    /// Which parts of `[offset, offset + len)` (range-checked) hold data, as consecutive runs
+    /// from `offset`: a page is mapped if it is buffered or on flash; an unmapped one (never
+    /// written, trimmed, zeroed) reads as zeroes. Pages are 4 KiB: a page partly written by a
+    /// 512-byte write is mapped whole. At most [`ALLOCATION_SCAN_PAGES`] pages are looked
+    /// at; the runs then cover less than `len`.
+    pub(crate) fn allocation(&self, offset: u64, len: u64) -> Vec<Extent> {
+        let page = LOGICAL_PAGE as u64;
+        let end = offset + len;
+        let first = offset / page;
+        let last = ((end - 1) / page).min(first + ALLOCATION_SCAN_PAGES - 1);
+        let mut runs: Vec<Extent> = Vec::new();
+        let mut pos = offset;
+        for lpn in first..=last {
+            let to = ((lpn + 1) * page).min(end);
+            let mapped = {
+                // Pages past 2^32 do not exist: `check_range` keeps `lpn` below the capacity.
+                let lpn = Lpn(lpn as u32);
+                let st = self.cache.lock(lpn);
+                st.overlay.contains_key(&lpn.0) || self.scheme.locate(&st, lpn).is_some()
+            };
+            match runs.last_mut() {
+                Some(run) if run.mapped == mapped => run.len += to - pos,
+                _ => runs.push(Extent {
+                    len: to - pos,
+                    mapped,
+                }),
+            }
+            pos = to;
+        }
+        runs
     }
 
     /// Serves logical page `lpn` from the overlay or as zeroes into `dst` (from byte `off` of

@@ -67,11 +67,16 @@ pub struct RecoveryReport {
 }
 
 /// Sequence numbers at or above this are refused when read from the medium: no device lives
-/// through 2^61 operations (7 000 years at 10 million a second). It is half the limit a
-/// checkpoint's counter must stay under (2^62, `checkpoint::codec`), so a counter restored
-/// from a hostile slot just below it still leaves 2^61 operations before the checkpoints it
-/// writes would be refused (and every slot written since dropped at the next scan).
-const MAX_SEQ: u64 = 1 << 61;
+/// through 2^62 operations, and a counter restored near `u64::MAX` would wrap. A checkpoint's
+/// counter and id are held to the same limit (`checkpoint::codec`).
+const MAX_SEQ: u64 = 1 << 62;
+
+/// A device whose sequence counter or checkpoint id comes back at or above this opens
+/// read-only. No device lives through 2^61 operations (7 000 years at ten million a second),
+/// so only a forged or corrupt slot or checkpoint gets here; writing on would number slots
+/// ever closer to [`MAX_SEQ`], past which a later scan drops them and later checkpoints are
+/// refused: flushed writes would vanish. Read-only, everything on flash stays readable.
+const SEQ_READ_ONLY_AT: u64 = 1 << 61;
 
 /// Receives each intact data slot the scan finds: (lpn, seq, where). Called from the banks'
 /// scan threads at once.
@@ -208,6 +213,14 @@ impl Core {
         self.set_seq(max_seq);
         // The scheme finishes its rebuild on the block states (hybrid schemes: block roles).
         self.scheme.after_recovery(self)?;
+        let id = checkpoint_id.unwrap_or(0);
+        if max_seq >= SEQ_READ_ONLY_AT || id >= SEQ_READ_ONLY_AT {
+            self.set_read_only(format!(
+                "the sequence counter ({max_seq}) or the checkpoint id ({id}) read from the \
+                 image is at or above 2^61, which no device reaches: a corrupt or forged slot \
+                 or checkpoint; writing on could lose data"
+            ));
+        }
         let mode = match checkpoint_id {
             None => RecoveryMode::FullScan,
             Some(_) if pages == 0 && !fallback => RecoveryMode::Clean,

@@ -444,38 +444,57 @@ fn forge_oob_seq(path: &Path, page: ftl::nand_model::PageAddr, seq: u64) {
     f.write_all(&oob).unwrap();
 }
 
-/// A scanned slot numbered just below the checkpoints' limit (2^62) once became the sequence
-/// counter: every checkpoint written afterwards was refused at load, and the next scan dropped
-/// every slot written since as "impossible", so flushed writes vanished at each open. Such a
-/// slot is ignored now (scanned numbers stop at 2^61), and writes after it survive opens.
+/// A scanned slot numbered near the limit (2^62, past which a scan drops a slot and a
+/// checkpoint is refused) once became the sequence counter: every checkpoint written afterwards
+/// was refused at load and the next scan dropped every slot written since, so flushed writes
+/// vanished at each open. Now a counter that comes back at 2^61 or more (no device gets there:
+/// the slot is forged) opens the device read-only, with what was on flash readable; a large
+/// counter below that is an ordinary one, and writes after it survive power cuts.
 #[test]
-fn a_slot_numbered_near_the_limit_does_not_take_the_counter() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("q.img");
-    let (ftl, cfg, _) = written_once(&path, true, GcPolicy::InPath);
-    drop(ftl);
-    let ftl = open(&path, cfg.clone());
-    for l in 0..16 {
-        write(&ftl, l, 2);
-    }
-    block_on(ftl.flush()).unwrap();
-    let target = ftl.physical_slot(3).unwrap().0;
-    ftl.simulate_power_loss();
-    forge_oob_seq(&path, target, (1 << 62) - 1);
-    let ftl = open(&path, cfg.clone());
-    verify(&ftl, 3, 1);
-    for l in 16..32 {
-        write(&ftl, l, 3);
-    }
-    block_on(ftl.flush()).unwrap();
-    ftl.close().unwrap();
-    drop(ftl);
-    for _ in 0..2 {
+fn a_slot_numbered_near_the_limit_opens_the_device_read_only() {
+    for (seq, read_only) in [(1u64 << 60, false), (1 << 61, true), ((1 << 62) - 1, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.img");
+        let (ftl, cfg, _) = written_once(&path, true, GcPolicy::InPath);
+        drop(ftl);
         let ftl = open(&path, cfg.clone());
-        for l in 16..32 {
-            verify(&ftl, l, 3);
+        for l in 0..16 {
+            write(&ftl, l, 2);
         }
+        block_on(ftl.flush()).unwrap();
+        let target = ftl.physical_slot(3).unwrap().0;
         ftl.simulate_power_loss();
+        forge_oob_seq(&path, target, seq);
+        let ftl = open(&path, cfg.clone());
+        for l in 0..16 {
+            verify(&ftl, l, 2);
+        }
+        let reason = ftl.read_only_reason();
+        assert_eq!(reason.is_some(), read_only, "seq {seq}: {reason:?}");
+        if read_only {
+            assert!(reason.is_some_and(|r| r.contains("sequence counter")));
+            continue;
+        }
+        for l in 16..32 {
+            write(&ftl, l, 3);
+        }
+        block_on(ftl.flush()).unwrap();
+        ftl.simulate_power_loss();
+        for _ in 0..2 {
+            let ftl = open(&path, cfg.clone());
+            for l in 16..32 {
+                verify(&ftl, l, 3);
+            }
+            for l in 32..40 {
+                write(&ftl, l, 4);
+            }
+            block_on(ftl.flush()).unwrap();
+            ftl.simulate_power_loss();
+        }
+        let ftl = open(&path, cfg.clone());
+        for l in 32..40 {
+            verify(&ftl, l, 4);
+        }
     }
 }
 

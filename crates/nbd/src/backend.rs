@@ -69,6 +69,27 @@ pub trait BlockBackend: Send + Sync + 'static {
         len: u64,
         fua: bool,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// Allocation of `[offset, offset + len)` (checked as for `read`, but `len` may be up to
+    /// 4 GiB) as consecutive runs from `offset`. They may cover less than `len` (the client
+    /// asks again for the rest) but not more. The default says the whole range is allocated,
+    /// which is always true enough: a client then reads it.
+    fn block_status(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> impl Future<Output = Result<Vec<Extent>, BackendError>> + Send {
+        let _ = offset;
+        std::future::ready(Ok(vec![Extent { len, hole: false }]))
+    }
+}
+
+/// A run of bytes of one allocation state, from [`BlockBackend::block_status`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    /// Bytes in the run.
+    pub len: u64,
+    /// Not allocated: reads as zeroes (an FTL's unmapped page).
+    pub hole: bool,
 }
 
 /// A device error reported by a [`BlockBackend`]. The server maps it to an NBD error code in

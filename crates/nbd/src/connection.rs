@@ -147,6 +147,7 @@ pub(crate) async fn serve_connection<B, R, W>(
         size,
         read_only: export.read_only,
         structured: negotiated.structured,
+        block_status: negotiated.block_status,
     };
     let ended = match channel {
         Channel::Clear(r, w) => transmission(&ctx, r, w, params, negotiated, shutdown).await,

@@ -1,10 +1,11 @@
 //! The fixed newstyle handshake: greeting, client flags, then option haggling until the client
 //! enters transmission (`NBD_OPT_GO` or `NBD_OPT_EXPORT_NAME`), aborts, or breaks the protocol.
 //!
-//! Supported options: `EXPORT_NAME`, `ABORT`, `LIST`, `INFO`, `GO`, `STRUCTURED_REPLY` and,
-//! when the server has a [`TlsPolicy`] other than off, `STARTTLS`. Every other option (the
-//! metadata-context options among them) gets `NBD_REP_ERR_UNSUP` and negotiation continues, as
-//! the spec's baseline requires.
+//! Supported options: `EXPORT_NAME`, `ABORT`, `LIST`, `INFO`, `GO`, `STRUCTURED_REPLY`,
+//! `LIST_META_CONTEXT`, `SET_META_CONTEXT` (one context, `base:allocation`; `SET` needs
+//! structured replies first, as the spec says) and, when the server has a [`TlsPolicy`] other
+//! than off, `STARTTLS`. Every other option gets `NBD_REP_ERR_UNSUP` and negotiation
+//! continues, as the spec's baseline requires.
 //!
 //! TLS (see [`crate::tls`] for the modes): [`negotiate`] returns [`Outcome::StartTls`] after
 //! acknowledging `STARTTLS`; the connection then runs the TLS handshake and calls
@@ -68,6 +69,9 @@ impl ExportInfo {
 pub(crate) struct Negotiated {
     /// Structured replies were negotiated.
     pub structured: bool,
+    /// `base:allocation` was selected (the last `SET_META_CONTEXT` chose it), so
+    /// `NBD_CMD_BLOCK_STATUS` is allowed.
+    pub block_status: bool,
     /// Transmission flags sent to the client.
     pub flags: u16,
 }
@@ -180,6 +184,7 @@ where
     W: AsyncWrite + Unpin,
 {
     let mut structured = false;
+    let mut block_status = false;
     while state.options < MAX_OPTIONS {
         state.options += 1;
         let mut hdr = [0u8; OPTION_HEADER_LEN];
@@ -203,7 +208,12 @@ where
                 // This option cannot answer with an error: the spec says to close.
                 return Err(ProtocolError::TlsRequired);
             }
-            return export_name(r, w, export, len, structured, state.no_zeroes).await;
+            let agreed = Negotiated {
+                structured,
+                block_status,
+                flags: transmission_flags(export.read_only, structured),
+            };
+            return export_name(r, w, export, len, agreed, state.no_zeroes).await;
         }
         if len > MAX_DISCARD_OPTION_LEN {
             return Err(ProtocolError::TooLarge {
@@ -280,8 +290,38 @@ where
                 if info_or_go(w, option, &data, export, structured).await? && option == NBD_OPT_GO {
                     return Ok(Outcome::Transmission(Negotiated {
                         structured,
+                        block_status,
                         flags: transmission_flags(export.read_only, structured),
                     }));
+                }
+            }
+            NBD_OPT_LIST_META_CONTEXT | NBD_OPT_SET_META_CONTEXT => {
+                let set = option == NBD_OPT_SET_META_CONTEXT;
+                if set && !structured {
+                    let msg = b"NBD_OPT_SET_META_CONTEXT needs NBD_OPT_STRUCTURED_REPLY first";
+                    reply(w, option, NBD_REP_ERR_INVALID, msg).await?;
+                    continue;
+                }
+                match parse_meta_request(&data) {
+                    Err(msg) => reply(w, option, NBD_REP_ERR_INVALID, msg.as_bytes()).await?,
+                    Ok(req) if !export.matches(&req.name) => {
+                        let msg = format!("unknown export {:?}", truncate_str(&req.name, 256));
+                        reply(w, option, NBD_REP_ERR_UNKNOWN, msg.as_bytes()).await?;
+                    }
+                    Ok(req) => {
+                        let chosen = req.selects_base_allocation(set);
+                        if chosen {
+                            let mut ctx = BASE_ALLOCATION_ID.to_be_bytes().to_vec();
+                            ctx.extend_from_slice(BASE_ALLOCATION.as_bytes());
+                            w.write_all(&encode_option_reply(option, NBD_REP_META_CONTEXT, &ctx))
+                                .await?;
+                        }
+                        if set {
+                            // Each SET replaces what an earlier one chose.
+                            block_status = chosen;
+                        }
+                        reply(w, option, NBD_REP_ACK, &[]).await?;
+                    }
                 }
             }
             _ => {
@@ -299,7 +339,7 @@ async fn export_name<R, W>(
     w: &mut W,
     export: &ExportInfo,
     len: u32,
-    structured: bool,
+    agreed: Negotiated,
     no_zeroes: bool,
 ) -> Result<Outcome, ProtocolError>
 where
@@ -318,11 +358,14 @@ where
     if !export.matches(&name) {
         return Err(ProtocolError::UnknownExport(name));
     }
-    let flags = transmission_flags(export.read_only, structured);
-    w.write_all(&encode_export_name_reply(export.size, flags, no_zeroes))
-        .await?;
+    w.write_all(&encode_export_name_reply(
+        export.size,
+        agreed.flags,
+        no_zeroes,
+    ))
+    .await?;
     w.flush().await?;
-    Ok(Outcome::Transmission(Negotiated { structured, flags }))
+    Ok(Outcome::Transmission(agreed))
 }
 
 /// `NBD_OPT_INFO` / `NBD_OPT_GO`. Returns whether the export was accepted (final `NBD_REP_ACK`).
@@ -411,6 +454,72 @@ fn parse_info_request(data: &[u8]) -> Result<InfoRequest, String> {
     })
 }
 
+/// An `NBD_OPT_LIST_META_CONTEXT` / `NBD_OPT_SET_META_CONTEXT` request.
+#[derive(Debug, PartialEq, Eq)]
+struct MetaRequest {
+    name: String,
+    queries: Vec<String>,
+}
+
+impl MetaRequest {
+    /// Whether the request names `base:allocation`: by its full name, or (listing only) by
+    /// its namespace `base:` or by asking for every context (no query at all). A `SET` with no
+    /// query selects nothing.
+    fn selects_base_allocation(&self, set: bool) -> bool {
+        if !set && self.queries.is_empty() {
+            return true;
+        }
+        self.queries
+            .iter()
+            .any(|q| q == BASE_ALLOCATION || (!set && q == "base:"))
+    }
+}
+
+/// Parses a metadata-context request: a 32-bit name length, the export name, a 32-bit query
+/// count, then each query as a 32-bit length and a string. Every length is checked against
+/// the payload and the spec's string limit, and the queries must fill the payload exactly.
+fn parse_meta_request(data: &[u8]) -> Result<MetaRequest, String> {
+    let mut at = 0usize;
+    let name = take_string(data, &mut at, "export name")?;
+    let count = take_u32(data, &mut at, "query count")?;
+    let mut queries = Vec::new();
+    for _ in 0..count {
+        // Each query takes at least its 4-byte length: a count the payload cannot hold fails
+        // here, before it can make this loop long.
+        queries.push(take_string(data, &mut at, "query")?);
+    }
+    if at != data.len() {
+        return Err(format!(
+            "{} bytes after the {count} queries",
+            data.len() - at
+        ));
+    }
+    Ok(MetaRequest { name, queries })
+}
+
+/// The big-endian u32 at `*at` (the `what` of a message), moving `*at` past it.
+fn take_u32(data: &[u8], at: &mut usize, what: &str) -> Result<u32, String> {
+    let v = data
+        .get(*at..*at + 4)
+        .map(be_u32)
+        .ok_or_else(|| format!("payload ends before the {what}"))?;
+    *at += 4;
+    Ok(v)
+}
+
+/// A string sent as a 32-bit length and UTF-8 bytes, at most the spec's string limit.
+fn take_string(data: &[u8], at: &mut usize, what: &str) -> Result<String, String> {
+    let len = take_u32(data, at, &format!("{what} length"))? as usize;
+    if len > MAX_STRING_LEN {
+        return Err(format!("{what} length {len} exceeds {MAX_STRING_LEN}"));
+    }
+    let bytes = data
+        .get(*at..*at + len)
+        .ok_or_else(|| format!("{what} length {len} exceeds the payload"))?;
+    *at += len;
+    String::from_utf8(bytes.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
+}
+
 /// Sends one option reply and flushes (every option's final reply ends a round trip).
 async fn reply<W: AsyncWrite + Unpin>(
     w: &mut W,
@@ -471,6 +580,72 @@ mod tests {
         assert!(parse_info_request(&p).is_err());
         // Huge name length does not overflow.
         assert!(parse_info_request(&[0xff, 0xff, 0xff, 0xff, 0, 0]).is_err());
+    }
+
+    fn meta_payload(name: &str, queries: &[&str]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&(name.len() as u32).to_be_bytes());
+        b.extend_from_slice(name.as_bytes());
+        b.extend_from_slice(&(queries.len() as u32).to_be_bytes());
+        for q in queries {
+            b.extend_from_slice(&(q.len() as u32).to_be_bytes());
+            b.extend_from_slice(q.as_bytes());
+        }
+        b
+    }
+
+    /// `base:allocation` is listed for no query, its namespace or its name, and set only by
+    /// its name; other namespaces are not ours.
+    #[test]
+    fn meta_context_queries() {
+        let req = |qs: &[&str]| parse_meta_request(&meta_payload("ftld", qs)).unwrap();
+        assert_eq!(
+            req(&["base:allocation", "qemu:dirty-bitmap:x"]),
+            MetaRequest {
+                name: "ftld".into(),
+                queries: vec!["base:allocation".into(), "qemu:dirty-bitmap:x".into()]
+            }
+        );
+        for (qs, list, set) in [
+            (&[][..], true, false),
+            (&["base:"][..], true, false),
+            (&["base:allocation"][..], true, true),
+            (
+                &["qemu:allocation-depth", "base:allocation"][..],
+                true,
+                true,
+            ),
+            (&["qemu:allocation-depth"][..], false, false),
+            (&["base:allocationx"][..], false, false),
+        ] {
+            let r = req(qs);
+            assert_eq!(r.selects_base_allocation(false), list, "LIST {qs:?}");
+            assert_eq!(r.selects_base_allocation(true), set, "SET {qs:?}");
+        }
+    }
+
+    #[test]
+    fn rejects_malformed_meta_requests() {
+        let good = meta_payload("", &["base:allocation"]);
+        assert!(parse_meta_request(&good).is_ok());
+        // Every truncation fails; so does a trailing byte.
+        for n in 0..good.len() {
+            assert!(parse_meta_request(&good[..n]).is_err(), "{n} bytes");
+        }
+        let mut long = good.clone();
+        long.push(0);
+        assert!(parse_meta_request(&long).is_err());
+        // A query count the payload cannot hold fails without looping 2^32 times.
+        let mut many = meta_payload("", &[]);
+        many[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(parse_meta_request(&many).is_err());
+        // A query over the string limit, and one that is not UTF-8.
+        let big = "b".repeat(MAX_STRING_LEN + 1);
+        assert!(parse_meta_request(&meta_payload("", &[&big])).is_err());
+        let mut bad = meta_payload("", &["ab"]);
+        let n = bad.len();
+        bad[n - 1] = 0xff;
+        assert!(parse_meta_request(&bad).is_err());
     }
 
     #[test]

@@ -16,18 +16,24 @@
 //!
 //! What the server speaks (details in each module):
 //! - handshake: fixed newstyle with `NBD_FLAG_NO_ZEROES`; options `GO`, `INFO`, `EXPORT_NAME`,
-//!   `LIST`, `ABORT`, `STRUCTURED_REPLY`, `STARTTLS`; info `EXPORT`, `NAME`, `DESCRIPTION`,
+//!   `LIST`, `ABORT`, `STRUCTURED_REPLY`, `STARTTLS`, `LIST_META_CONTEXT`,
+//!   `SET_META_CONTEXT`; info `EXPORT`, `NAME`, `DESCRIPTION`,
 //!   `BLOCK_SIZE` (512 / 4096 / 32 MiB); everything else `NBD_REP_ERR_UNSUP`;
 //! - TLS ([`tls`], rustls): off, offered (`on`) or required (`require`), with optional client
 //!   certificate verification; certificates in nbdkit's and qemu's directory layout;
+//! - metadata context `base:allocation` (`LIST_META_CONTEXT`, `SET_META_CONTEXT`, with
+//!   structured replies), answered from [`BlockBackend::block_status`]: which ranges are holes
+//!   that read as zeroes (an FTL's unmapped pages), for `qemu-img map`, `nbdinfo --map`,
+//!   `nbdcopy`;
 //! - transmission: `READ`, `WRITE`, `FLUSH`, `TRIM`, `WRITE_ZEROES` (with `NO_HOLE` and
-//!   `FAST_ZERO`), `CACHE`, `DISC`; `FUA` on every command; simple or structured replies; many
-//!   requests in flight per connection, replies in completion order; `CAN_MULTI_CONN`.
+//!   `FAST_ZERO`), `CACHE`, `BLOCK_STATUS` (with `REQ_ONE`), `DISC`; `FUA` on every command;
+//!   simple or structured replies; many requests in flight per connection, replies in
+//!   completion order; `CAN_MULTI_CONN`.
 //!
 //! [`client`] is a blocking client for any NBD server (`ftld replay --target` uses it).
 //!
-//! Not implemented: TLS with pre-shared keys, metadata contexts / `NBD_CMD_BLOCK_STATUS`, extended headers, resize,
-//! more than one export.
+//! Not implemented: TLS with pre-shared keys, metadata contexts other than `base:allocation`,
+//! extended headers, resize, more than one export.
 //!
 //! # Decisions where the spec leaves a choice
 //! - Zero-length `READ`/`WRITE`/`TRIM`/`WRITE_ZEROES`/`CACHE` (behaviour unspecified, "SHOULD NOT
@@ -84,7 +90,7 @@ mod server;
 mod stats;
 pub mod tls;
 
-pub use backend::{BackendError, BlockBackend};
+pub use backend::{BackendError, BlockBackend, Extent};
 pub use connection::WRITE_DISCARD_LIMIT;
 pub use error::{errno_for, ProtocolError, RequestError};
 pub use handshake::{MAX_DISCARD_OPTION_LEN, MAX_OPTIONS, MAX_OPTION_LEN};

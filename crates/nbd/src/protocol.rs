@@ -5,8 +5,8 @@
 //! All integers on the wire are big-endian.
 //!
 //! Only the fixed newstyle handshake is spoken; the experimental `EXTENDED_HEADERS` and `RESIZE`
-//! extensions, TLS and metadata contexts (`NBD_CMD_BLOCK_STATUS`) are not implemented, so their
-//! constants only appear where the server must recognise and refuse them.
+//! extensions are not implemented, so their constants only appear where the server must
+//! recognise and refuse them. Of the metadata contexts, `base:allocation` is served.
 //!
 //! The encoders build a complete message in a `Vec<u8>` so that the writer can send it with one
 //! `write_all`; the decoders take fixed-size byte arrays that the caller has read in full, so they
@@ -89,9 +89,9 @@ pub const NBD_OPT_INFO: u32 = 6;
 pub const NBD_OPT_GO: u32 = 7;
 /// Use structured replies in transmission.
 pub const NBD_OPT_STRUCTURED_REPLY: u32 = 8;
-/// List metadata contexts (not supported here).
+/// List metadata contexts (`base:allocation` is the one served).
 pub const NBD_OPT_LIST_META_CONTEXT: u32 = 9;
-/// Select metadata contexts (not supported here).
+/// Select metadata contexts for `NBD_CMD_BLOCK_STATUS`.
 pub const NBD_OPT_SET_META_CONTEXT: u32 = 10;
 /// Experimental extended headers (not supported here).
 pub const NBD_OPT_EXTENDED_HEADERS: u32 = 11;
@@ -106,6 +106,9 @@ pub const NBD_REP_ACK: u32 = 1;
 pub const NBD_REP_SERVER: u32 = 2;
 /// One piece of information in an `NBD_OPT_INFO`/`NBD_OPT_GO` answer.
 pub const NBD_REP_INFO: u32 = 3;
+/// One metadata context in an `NBD_OPT_LIST_META_CONTEXT`/`SET_META_CONTEXT` answer: its id,
+/// then its name.
+pub const NBD_REP_META_CONTEXT: u32 = 4;
 /// Bit 31 marks an error reply.
 pub const NBD_REP_FLAG_ERROR: u32 = 1 << 31;
 /// Unknown option.
@@ -158,7 +161,7 @@ pub const NBD_CMD_TRIM: u16 = 4;
 pub const NBD_CMD_CACHE: u16 = 5;
 /// Write zeroes without payload.
 pub const NBD_CMD_WRITE_ZEROES: u16 = 6;
-/// Block status (needs metadata contexts, not supported here).
+/// Block status of a range in the negotiated metadata contexts.
 pub const NBD_CMD_BLOCK_STATUS: u16 = 7;
 
 /// Force unit access: reply only once the command's data is durable.
@@ -184,10 +187,26 @@ pub const NBD_REPLY_TYPE_NONE: u16 = 0;
 pub const NBD_REPLY_TYPE_OFFSET_DATA: u16 = 1;
 /// Hole chunk: 64-bit offset, 32-bit length.
 pub const NBD_REPLY_TYPE_OFFSET_HOLE: u16 = 2;
+/// Block status chunk: a context id, then (length, status flags) descriptors.
+pub const NBD_REPLY_TYPE_BLOCK_STATUS: u16 = 5;
 /// Generic error chunk.
 pub const NBD_REPLY_TYPE_ERROR: u16 = (1 << 15) | 1;
 /// Error chunk with the offset where the error happened.
 pub const NBD_REPLY_TYPE_ERROR_OFFSET: u16 = (1 << 15) | 2;
+
+// ---------------------------------------------------------------------------------------------
+// Metadata contexts
+// ---------------------------------------------------------------------------------------------
+
+/// The allocation context every NBD client knows (qemu-img map, nbdinfo --map, nbdcopy).
+pub const BASE_ALLOCATION: &str = "base:allocation";
+/// The id `base:allocation` is given in `NBD_REP_META_CONTEXT` (the server picks it; one
+/// context, one id).
+pub const BASE_ALLOCATION_ID: u32 = 1;
+/// `base:allocation` status: the range is not allocated (a trimmed or never written page).
+pub const NBD_STATE_HOLE: u32 = 1 << 0;
+/// `base:allocation` status: the range reads as zeroes.
+pub const NBD_STATE_ZERO: u32 = 1 << 1;
 
 // ---------------------------------------------------------------------------------------------
 // Limits
@@ -421,6 +440,25 @@ pub fn encode_structured_error(cookie: u64, errno: Errno, message: &str) -> Vec<
     // `msg.len() <= MAX_STRING_LEN` fits in 16 bits.
     b.extend_from_slice(&(msg.len() as u16).to_be_bytes());
     b.extend_from_slice(msg.as_bytes());
+    b
+}
+
+/// A complete `NBD_REPLY_TYPE_BLOCK_STATUS` chunk (with `NBD_REPLY_FLAG_DONE`) for context
+/// `context` with `descriptors` of (length, status flags).
+pub fn encode_block_status(cookie: u64, context: u32, descriptors: &[(u32, u32)]) -> Vec<u8> {
+    let payload_len = 4 + 8 * descriptors.len();
+    let mut b = Vec::with_capacity(20 + payload_len);
+    b.extend_from_slice(&encode_structured_header(
+        cookie,
+        NBD_REPLY_FLAG_DONE,
+        NBD_REPLY_TYPE_BLOCK_STATUS,
+        len_u32(payload_len),
+    ));
+    b.extend_from_slice(&context.to_be_bytes());
+    for (len, flags) in descriptors {
+        b.extend_from_slice(&len.to_be_bytes());
+        b.extend_from_slice(&flags.to_be_bytes());
+    }
     b
 }
 

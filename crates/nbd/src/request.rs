@@ -4,16 +4,18 @@
 //! # Validation order and error codes
 //! The checks run in this order; the first that fails decides the reply (spec section "Error
 //! values"; nbdkit's `validate_request` uses the same codes):
-//! 1. unknown command (including `NBD_CMD_BLOCK_STATUS`, as no metadata context can be
-//!    negotiated) → `NBD_EINVAL`;
-//! 2. a flag not valid for the command → `NBD_EINVAL`. `FUA` is valid on every command;
-//!    `DF` on `READ` only with structured replies; `NO_HOLE` and `FAST_ZERO` on `WRITE_ZEROES`;
+//! 1. unknown command (including `NBD_CMD_BLOCK_STATUS` when no metadata context was
+//!    selected) → `NBD_EINVAL`;
+//! 2. a flag not valid for the command → `NBD_EINVAL`. `FUA` is valid on every command but
+//!    `BLOCK_STATUS`; `DF` on `READ` only with structured replies; `NO_HOLE` and `FAST_ZERO`
+//!    on `WRITE_ZEROES`; `REQ_ONE` on `BLOCK_STATUS`;
 //! 3. `FLUSH` with a non-zero offset or length → `NBD_EINVAL`;
 //! 4. `WRITE`, `TRIM`, `WRITE_ZEROES` on a read-only export → `NBD_EPERM`;
 //! 5. zero length → `NBD_EINVAL` (the spec leaves zero-length requests unspecified; like
 //!    nbdkit we refuse them instead of passing them to the backend);
 //! 6. offset or length not a multiple of 512 → `NBD_EINVAL`;
-//! 7. `READ` / `WRITE` longer than 32 MiB → `NBD_EINVAL`;
+//! 7. `READ` / `WRITE` longer than 32 MiB → `NBD_EINVAL` (a `BLOCK_STATUS` length is a range,
+//!    not a payload: any length);
 //! 8. range past the end → `NBD_ENOSPC` for `WRITE` / `WRITE_ZEROES`, `NBD_EINVAL` otherwise.
 //!
 //! # Replies
@@ -22,9 +24,10 @@
 //! `DONE` (the whole read completes before the chunk is sent, so no error can follow it, and
 //! `DF` is trivially honoured); any failure is one `NBD_REPLY_TYPE_ERROR` chunk carrying a
 //! message. `ERROR_OFFSET` is not used because the backend does not report where a failure
-//! happened. Other successful commands get a simple reply, which the spec allows.
+//! happened. Other successful commands get a simple reply, which the spec allows, but
+//! `BLOCK_STATUS`, whose answer is one `NBD_REPLY_TYPE_BLOCK_STATUS` chunk flagged `DONE`.
 
-use crate::backend::BlockBackend;
+use crate::backend::{BlockBackend, Extent};
 use crate::buffers::ReadBuffers;
 use crate::error::RequestError;
 use crate::protocol::*;
@@ -40,6 +43,8 @@ pub(crate) struct ExportParams {
     pub read_only: bool,
     /// Structured replies were negotiated.
     pub structured: bool,
+    /// `base:allocation` was selected: `BLOCK_STATUS` is allowed.
+    pub block_status: bool,
 }
 
 /// A validated request. Ranges are inside the export and 512-byte aligned, lengths non-zero.
@@ -57,6 +62,8 @@ pub(crate) enum Command {
     Cache,
     /// Zero the range.
     WriteZeroes { offset: u64, len: u32, fua: bool },
+    /// Allocation of the range (`base:allocation`); `one`: a single descriptor (`REQ_ONE`).
+    BlockStatus { offset: u64, len: u32, one: bool },
 }
 
 /// Validates a request header (see the module doc for the order of checks).
@@ -68,6 +75,7 @@ pub(crate) fn validate(h: &RequestHeader, ex: &ExportParams) -> Result<Command, 
             NBD_CMD_FLAG_FUA
         }
         NBD_CMD_WRITE_ZEROES => NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO,
+        NBD_CMD_BLOCK_STATUS if ex.block_status => NBD_CMD_FLAG_REQ_ONE,
         kind => {
             return Err(RequestError::new(
                 Errno::Inval,
@@ -144,6 +152,11 @@ pub(crate) fn validate(h: &RequestHeader, ex: &ExportParams) -> Result<Command, 
         NBD_CMD_WRITE => Command::Write { offset, len, fua },
         NBD_CMD_TRIM => Command::Trim { offset, len, fua },
         NBD_CMD_CACHE => Command::Cache,
+        NBD_CMD_BLOCK_STATUS => Command::BlockStatus {
+            offset,
+            len,
+            one: h.flags & NBD_CMD_FLAG_REQ_ONE != 0,
+        },
         // Only WRITE_ZEROES is left: unknown kinds returned above.
         _ => Command::WriteZeroes { offset, len, fua },
     })
@@ -211,6 +224,18 @@ pub(crate) async fn execute<B: BlockBackend>(
         Command::WriteZeroes { offset, len, fua } => {
             backend.write_zeroes(queue, offset, len.into(), fua).await
         }
+        Command::BlockStatus { offset, len, one } => {
+            match backend.block_status(offset, len.into()).await {
+                Ok(extents) => {
+                    let descriptors = descriptors(&extents, len, one);
+                    return Reply {
+                        head: encode_block_status(cookie, BASE_ALLOCATION_ID, &descriptors),
+                        data: None,
+                    };
+                }
+                Err(e) => Err(e),
+            }
+        }
     };
     match result {
         Ok(()) => Reply {
@@ -224,6 +249,42 @@ pub(crate) async fn execute<B: BlockBackend>(
             error_reply(cookie, &err, ex.structured)
         }
     }
+}
+
+/// `base:allocation` descriptors of `extents` (which start at the request's offset), for a
+/// request of `len` bytes: neighbours of the same state merged, zero lengths dropped, the sum
+/// at most `len` (the spec: a server may answer less than asked, never more), at least one
+/// descriptor (a backend that answers nothing gets "allocated" for the whole range, the
+/// status any server may always give), one if `one`.
+fn descriptors(extents: &[Extent], len: u32, one: bool) -> Vec<(u32, u32)> {
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    let mut left = len;
+    for e in extents {
+        if left == 0 {
+            break;
+        }
+        let n = u32::try_from(e.len).unwrap_or(u32::MAX).min(left);
+        if n == 0 {
+            continue;
+        }
+        left -= n;
+        let flags = if e.hole {
+            NBD_STATE_HOLE | NBD_STATE_ZERO
+        } else {
+            0
+        };
+        match out.last_mut() {
+            Some((l, f)) if *f == flags => *l += n,
+            _ => out.push((n, flags)),
+        }
+    }
+    if out.is_empty() {
+        out.push((len, 0));
+    }
+    if one {
+        out.truncate(1);
+    }
+    out
 }
 
 /// A successful read's reply.
@@ -248,6 +309,7 @@ mod tests {
         size: 1 << 20,
         read_only: false,
         structured: false,
+        block_status: false,
     };
 
     fn hdr(kind: u16, flags: u16, offset: u64, length: u32) -> RequestHeader {
@@ -355,6 +417,72 @@ mod tests {
         assert_eq!(
             errno(hdr(NBD_CMD_READ, 0, u64::MAX - 511, 512), &EX),
             Some(Errno::Inval)
+        );
+    }
+
+    /// `BLOCK_STATUS` only once `base:allocation` was selected; `REQ_ONE` is its flag, `FUA`
+    /// is not; its length is a range (past 32 MiB is fine, past the end is not); a read-only
+    /// export answers it.
+    #[test]
+    fn block_status_needs_its_context() {
+        let bs = ExportParams {
+            structured: true,
+            block_status: true,
+            size: 1 << 30,
+            ..EX
+        };
+        assert_eq!(
+            validate(
+                &hdr(NBD_CMD_BLOCK_STATUS, NBD_CMD_FLAG_REQ_ONE, 512, 1 << 29),
+                &bs
+            ),
+            Ok(Command::BlockStatus {
+                offset: 512,
+                len: 1 << 29,
+                one: true
+            })
+        );
+        let e = |flags, offset, len, ex| errno(hdr(NBD_CMD_BLOCK_STATUS, flags, offset, len), ex);
+        assert_eq!(e(0, 0, 512, &bs), None);
+        assert_eq!(e(0, 0, 512, &EX), Some(Errno::Inval), "no context");
+        assert_eq!(e(NBD_CMD_FLAG_FUA, 0, 512, &bs), Some(Errno::Inval));
+        assert_eq!(e(0, 0, 0, &bs), Some(Errno::Inval), "zero length");
+        assert_eq!(e(0, 1, 512, &bs), Some(Errno::Inval), "unaligned");
+        assert_eq!(
+            e(0, (1 << 30) - 512, 1024, &bs),
+            Some(Errno::Inval),
+            "past the end"
+        );
+        let ro = ExportParams {
+            read_only: true,
+            ..bs
+        };
+        assert_eq!(e(0, 0, 512, &ro), None);
+    }
+
+    /// Descriptors merge neighbours of one state, never sum past the request, drop empty
+    /// runs, always give one, and exactly one with `REQ_ONE`.
+    #[test]
+    fn block_status_descriptors() {
+        let x = |len, hole| Extent { len, hole };
+        const H: u32 = NBD_STATE_HOLE | NBD_STATE_ZERO;
+        assert_eq!(
+            descriptors(
+                &[x(4096, true), x(0, false), x(4096, true), x(8192, false)],
+                12288,
+                false
+            ),
+            vec![(8192, H), (4096, 0)]
+        );
+        assert_eq!(
+            descriptors(&[x(1 << 40, true)], 4096, false),
+            vec![(4096, H)]
+        );
+        assert_eq!(descriptors(&[], 4096, false), vec![(4096, 0)]);
+        assert_eq!(descriptors(&[x(0, true)], 4096, false), vec![(4096, 0)]);
+        assert_eq!(
+            descriptors(&[x(512, false), x(4096, true)], 8192, true),
+            vec![(512, 0)]
         );
     }
 

@@ -120,12 +120,7 @@ async fn unknown_options_get_unsup_then_go_works() {
     let srv = mem_server();
     let mut c = srv.connect().await;
     c.start().await;
-    for opt in [
-        0x1234_5678,
-        NBD_OPT_SET_META_CONTEXT,
-        NBD_OPT_LIST_META_CONTEXT,
-        NBD_OPT_EXTENDED_HEADERS,
-    ] {
+    for opt in [0x1234_5678, NBD_OPT_EXTENDED_HEADERS] {
         let (ty, msg) = c.option(opt, b"some payload").await;
         assert_eq!(ty, NBD_REP_ERR_UNSUP, "option {opt}");
         assert!(!msg.is_empty(), "error replies carry a message");
@@ -133,6 +128,104 @@ async fn unknown_options_get_unsup_then_go_works() {
     let r = c.info_or_go(NBD_OPT_GO, EXPORT, &[]).await;
     assert_eq!(r.result, NBD_REP_ACK);
     assert_eq!(c.read(0, 4096).await.error, 0);
+}
+
+/// A metadata-context request: export name, then the queries.
+fn meta(name: &str, queries: &[&str]) -> Vec<u8> {
+    let mut b = (name.len() as u32).to_be_bytes().to_vec();
+    b.extend_from_slice(name.as_bytes());
+    b.extend_from_slice(&(queries.len() as u32).to_be_bytes());
+    for q in queries {
+        b.extend_from_slice(&(q.len() as u32).to_be_bytes());
+        b.extend_from_slice(q.as_bytes());
+    }
+    b
+}
+
+/// `base:allocation`: listed (for no query or its namespace), selected by `SET` only after
+/// structured replies and only by its name, refused for another export or a malformed
+/// request; once selected, `BLOCK_STATUS` answers one chunk for the context (a backend
+/// without holes: all data), one descriptor with `REQ_ONE`; without it, `EINVAL`.
+#[tokio::test]
+async fn base_allocation_is_negotiated_and_answered() {
+    let srv = mem_server();
+    let mut c = srv.connect().await;
+    c.start().await;
+    let ctx = |d: &[u8]| {
+        (
+            u32::from_be_bytes(d[..4].try_into().unwrap()),
+            d[4..].to_vec(),
+        )
+    };
+    // SET before structured replies.
+    let (ty, _) = c
+        .option(
+            NBD_OPT_SET_META_CONTEXT,
+            &meta(EXPORT, &["base:allocation"]),
+        )
+        .await;
+    assert_eq!(ty, NBD_REP_ERR_INVALID);
+    for queries in [&[][..], &["base:"][..]] {
+        c.send_option(NBD_OPT_LIST_META_CONTEXT, &meta("", queries))
+            .await;
+        let (_, ty, d) = c.option_reply().await;
+        assert_eq!(ty, NBD_REP_META_CONTEXT, "LIST {queries:?}");
+        assert_eq!(ctx(&d), (1, b"base:allocation".to_vec()));
+        assert_eq!(c.option_reply().await.1, NBD_REP_ACK);
+    }
+    let (ty, _) = c
+        .option(NBD_OPT_LIST_META_CONTEXT, &meta("", &["qemu:x"]))
+        .await;
+    assert_eq!(ty, NBD_REP_ACK, "nothing of another namespace");
+    let (ty, _) = c
+        .option(NBD_OPT_LIST_META_CONTEXT, &meta("nope", &[]))
+        .await;
+    assert_eq!(ty, NBD_REP_ERR_UNKNOWN);
+    let (ty, _) = c.option(NBD_OPT_LIST_META_CONTEXT, &[0, 0, 0, 9]).await;
+    assert_eq!(ty, NBD_REP_ERR_INVALID);
+    assert_eq!(c.option(NBD_OPT_STRUCTURED_REPLY, &[]).await.0, NBD_REP_ACK);
+    // SET by namespace selects nothing; by name, the context.
+    let (ty, _) = c
+        .option(NBD_OPT_SET_META_CONTEXT, &meta(EXPORT, &["base:"]))
+        .await;
+    assert_eq!(ty, NBD_REP_ACK);
+    c.send_option(
+        NBD_OPT_SET_META_CONTEXT,
+        &meta(EXPORT, &["base:allocation"]),
+    )
+    .await;
+    let (_, ty, d) = c.option_reply().await;
+    assert_eq!(
+        (ty, ctx(&d)),
+        (NBD_REP_META_CONTEXT, (1, b"base:allocation".to_vec()))
+    );
+    assert_eq!(c.option_reply().await.1, NBD_REP_ACK);
+    assert_eq!(
+        c.info_or_go(NBD_OPT_GO, EXPORT, &[]).await.result,
+        NBD_REP_ACK
+    );
+    for (flags, len) in [(0, 1u32 << 20), (NBD_CMD_FLAG_REQ_ONE, 8192)] {
+        let r = c.call(NBD_CMD_BLOCK_STATUS, flags, 4096, len, &[]).await;
+        assert_eq!(r.error, 0, "{}", r.message);
+        assert_eq!(
+            r.chunks,
+            vec![(NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS)]
+        );
+        let mut want = 1u32.to_be_bytes().to_vec();
+        want.extend_from_slice(&len.to_be_bytes());
+        want.extend_from_slice(&0u32.to_be_bytes());
+        assert_eq!(r.data, want);
+    }
+    let r = c
+        .call(NBD_CMD_BLOCK_STATUS, NBD_CMD_FLAG_FUA, 0, 512, &[])
+        .await;
+    assert_eq!(r.error, EINVAL);
+
+    // A connection that selected nothing gets EINVAL.
+    let (mut c, _, _) = srv.client(true).await;
+    let r = c.call(NBD_CMD_BLOCK_STATUS, 0, 0, 512, &[]).await;
+    assert_eq!(r.error, EINVAL);
+    assert_eq!(c.read(0, 512).await.error, 0, "and goes on");
 }
 
 #[tokio::test]

@@ -276,9 +276,10 @@ impl<'a> Driver<'a> {
             // and the first one.
             self.errors += 1;
             if self.first_error.is_none() {
+                // Numbered as `ReplayError::ReadOnly` numbers its request.
                 self.first_error = Some(format!(
                     "request {} ({} of {} bytes at {}): {e}",
-                    self.issued + 1,
+                    self.issued,
                     r.op.name(),
                     r.len,
                     r.offset

@@ -443,14 +443,20 @@ pub fn replay(
     driver.run(requests, &mut rec, progress)?;
     // What the host wrote is all on flash before WAF is read (as fio's `end_fsync`): the
     // writes still buffered would otherwise count as host bytes without their programs, and a
-    // short replay showed a WAF below 1 (0.9992 for 20 000 random 4 KiB writes, 0.92 with 64
+    // short replay showed a WAF below 1 (0.9992 for 20 000 random 4 KiB writes, 0.92 with 8
     // queues). The drain is not a request: it adds no latency and no simulated time to the
-    // figures.
-    driver::settle(ftl)?;
+    // figures (`simulated_seconds` ends with the last request); its programs are in the WAF,
+    // the GC and NAND counts and the time series' last interval, and the FTL's own statistics
+    // count it as a flush. A drain that fails (the device turned read-only) leaves WAF as it
+    // is and is reported as the first error if there was none.
+    let mut first_error = driver.first_error.clone();
+    if let Err(e) = driver::settle(ftl) {
+        first_error.get_or_insert(format!("the final drain of the write buffers: {e}"));
+    }
     let outcome = Outcome {
         adjusted: driver.adjusted.clone(),
         errors: driver.errors,
-        first_error: driver.first_error.clone(),
+        first_error,
         dispatch: None,
         host_stalls: None,
     };
@@ -490,17 +496,20 @@ pub fn replay_real(
         .flatten();
     let o = realtime::run(target, waf, &cfg.driver, requests, &mut rec, progress)?;
     let stalls = probe.map(nand_model::StallProbe::finish);
-    if let Some(ftl) = ftl {
-        // As in virtual time: the buffered writes programmed before WAF is read.
-        futures::executor::block_on(ftl.flush()).map_err(ReplayError::Ftl)?;
-    }
+    // As in virtual time: the buffered writes programmed before WAF is read.
+    let drained = match ftl {
+        Some(ftl) => futures::executor::block_on(ftl.flush()).err(),
+        None => None,
+    };
     if let (Some(dir), Some(r)) = (&cfg.out, &stalls) {
         write_stalls(dir, r, o.origin_ns)?;
     }
     let outcome = Outcome {
         adjusted: o.adjusted,
         errors: o.errors,
-        first_error: o.first_error,
+        first_error: o
+            .first_error
+            .or_else(|| drained.map(|e| format!("the final drain of the write buffers: {e}"))),
         dispatch: o.dispatch,
         host_stalls: stalls.as_ref().map(HostStalls::of),
     };

@@ -205,7 +205,8 @@ impl Header {
             ));
         }
         // One id per checkpoint written: 2^62 is never reached, and the next id (`id + 1`)
-        // must not wrap to 0 and lose to this one as "newest" at every later open.
+        // must not wrap to 0 and lose to this one as "newest" at every later open. (Recovery
+        // opens a device read-only long before: at 2^61.)
         if id >= 1 << 62 {
             return Err(format!("checkpoint id {id} out of range"));
         }

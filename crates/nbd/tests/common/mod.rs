@@ -439,6 +439,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
                             r.message = String::from_utf8(payload[6..6 + mlen].to_vec())
                                 .expect("UTF-8 message");
                         }
+                        // Its payload as sent: the context id, then the descriptors.
+                        NBD_REPLY_TYPE_BLOCK_STATUS => r.data.extend_from_slice(&payload),
                         other => panic!("unexpected chunk type {other}"),
                     }
                     if flags & NBD_REPLY_FLAG_DONE != 0 {

@@ -68,12 +68,20 @@ impl State {
             n.checked_mul(512)
                 .ok_or_else(|| format!("{field} {n}: past 2^64 bytes"))
         };
-        let (offset, len) = (bytes(sector, "sector")?, bytes(count, "sector count")?);
-        let data = op.filter(|_| count > 0).map(|op| {
-            let mut r = Request::new(at, op, offset, len);
-            r.fua = fua && op == Op::Write;
-            r
-        });
+        // Only a request with data has a meaningful sector (a flush's may be printed as -1).
+        let data = match op.filter(|_| count > 0) {
+            Some(op) => {
+                let mut r = Request::new(
+                    at,
+                    op,
+                    bytes(sector, "sector")?,
+                    bytes(count, "sector count")?,
+                );
+                r.fua = fua && op == Op::Write;
+                Some(r)
+            }
+            None => None,
+        };
         Ok(match (preflush, data) {
             (true, Some(d)) => Parsed::Two(flush, d),
             (true, None) => Parsed::One(flush),
@@ -117,6 +125,9 @@ mod tests {
             Ok(Parsed::Two(..))
         ));
         let r = one(&mut s, "  8,0 0 5 2.0 1 D FN [x]");
+        assert_eq!(r.op, Op::Flush);
+        // A flush's sector is meaningless (printed as -1 by some tools): not checked.
+        let r = one(&mut s, "  8,0 0 5 2.0 1 D FN 18446744073709551615 + 0 [x]");
         assert_eq!(r.op, Op::Flush);
         assert_eq!(one(&mut s, "  8,0 0 6 2.0 1 D DS 64 + 64 [x]").op, Op::Trim);
         assert!(s.parse("  8,0 0 7 2.0 1 D XS 64 + 64 [x]").is_err());

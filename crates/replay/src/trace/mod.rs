@@ -120,9 +120,9 @@ fn is_blank_or_comment(line: &str) -> bool {
     t.is_empty() || t.starts_with('#')
 }
 
-/// Longest line a trace may have. Real trace lines are under 200 bytes; a longer one is a
-/// binary or compressed file given by mistake, whose first "line" could be the whole file
-/// (`/dev/zero` would never end).
+/// Longest line a trace may have, its line end included. Real trace lines are under 200
+/// bytes; a longer one is a binary or compressed file given by mistake, whose first "line"
+/// could be the whole file (`/dev/zero` would never end).
 const MAX_LINE: u64 = 64 * 1024;
 
 /// Reads line `n` of the trace at `path` into `line` (appending); 0 at the end of the file.
@@ -162,9 +162,21 @@ fn read_line(
 pub fn detect(path: &Path, reader: &mut impl BufRead) -> Result<Format, TraceError> {
     let mut n = 0u64;
     let mut line = String::new();
+    // Bytes of blank and comment lines so far: the caller may keep them (to read them again
+    // from a pipe), so a file of only comments is refused after a while.
+    let mut skipped = 0u64;
     loop {
         line.clear();
-        if read_line(path, reader, &mut line, n + 1)? == 0 {
+        if skipped > MAX_LINE * 16 {
+            return Err(TraceError::Line {
+                path: path.to_path_buf(),
+                line: n,
+                reason: format!("no request in the first {skipped} bytes (all blank or comments)"),
+            });
+        }
+        let read = read_line(path, reader, &mut line, n + 1)?;
+        skipped += read as u64;
+        if read == 0 {
             return Err(TraceError::Empty {
                 path: path.to_path_buf(),
                 hint: String::new(),

@@ -417,7 +417,10 @@ impl PageScheme {
                     );
                     mark_damaged(core, addr);
                 } else {
-                    tracing::warn!("GC: {addr:?}'s OOB fails its CRC; its slots' entries hold");
+                    tracing::warn!(
+                        "GC: {addr:?}'s OOB does not decode (its CRC, or more slots than a \
+                         page has); its slots' entries hold"
+                    );
                 }
                 (m, salvaged.as_slice())
             }
