@@ -183,6 +183,27 @@ fn bad_input_gets_a_clear_error() {
         assert!(!text(&o).contains("preconditioning"), "{}", text(&o));
         assert!(!Path::new(img).exists(), "{trace}: the image was made");
     }
+    // A trace read from a pipe (`ftld replay <(zcat t.gz)`): its format is guessed from the
+    // first lines, which are read again, not sought back to.
+    let msr = std::fs::read(fixture("msr.csv")).unwrap();
+    let mut child = Command::new(FTLD)
+        .args(["replay", "/dev/stdin", "--capacity", "64M"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"# a comment first\n").unwrap();
+        stdin.write_all(&msr).unwrap();
+    }
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["config"]["format"], "msr", "{v:#}");
+    assert_eq!(v["requests"], 4, "{v:#}");
     // Rates and pauses a virtual-time run would take days of wall time to simulate.
     for args in [
         &["--workload", "random,requests=2,iops=1e-300"][..],
