@@ -34,6 +34,7 @@
 //! [nbd]
 //! export_name = "ftld"
 //! max_connections = 64
+//! reply_stall_timeout_s = 60 # a client that reads no reply this long is disconnected
 //! tls = "require"            # off | on | require
 //! tls_certificates = "pki"   # server-cert.pem, server-key.pem, ca-cert.pem
 //! tls_verify_peer = true     # clients need a certificate signed by ca-cert.pem
@@ -105,6 +106,8 @@ pub struct NbdFileConfig {
     pub export_name: Option<String>,
     pub description: Option<String>,
     pub max_connections: Option<usize>,
+    /// Seconds a reply may wait for the client to read it before the connection is closed.
+    pub reply_stall_timeout_s: Option<f64>,
     pub tls: Option<String>,
     pub tls_certificates: Option<PathBuf>,
     pub tls_verify_peer: Option<bool>,
@@ -363,6 +366,15 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
         }
         if let Some(m) = n.max_connections {
             nbd.max_connections = m;
+        }
+        if let Some(t) = n.reply_stall_timeout_s {
+            if !(t > 0.0 && t <= 86_400.0) {
+                return Err(UsageError(format!(
+                    "[nbd] reply_stall_timeout_s must be above 0 and at most 86400, not {t}"
+                ))
+                .into());
+            }
+            nbd.reply_stall_timeout = std::time::Duration::from_secs_f64(t);
         }
     }
     nbd.validate()

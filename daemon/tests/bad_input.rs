@@ -100,13 +100,16 @@ fn wrong_magic_closes_only_that_connection() {
 fn unknown_options_get_unsup_and_go_still_works() {
     let f = Fixture::start();
     let mut c = Client::negotiating(&f.d.socket()).expect("connect");
-    // An unknown number and LIST_META_CONTEXT (9), which ftld does not do.
-    for opt in [0x1234_5678, 9, 200] {
+    // Unknown numbers and EXTENDED_HEADERS (11), which ftld does not do.
+    for opt in [0x1234_5678, 11, 200] {
         c.send_option(opt, b"payload").expect("send");
         let (o, ty, msg) = c.option_reply().expect("reply");
         assert_eq!((o, ty), (opt, NBD_REP_ERR_UNSUP), "option {opt}");
         assert!(!msg.is_empty(), "error replies carry a message");
     }
+    // LIST_META_CONTEXT (9) with a payload that is no request: invalid.
+    c.send_option(9, b"payload").expect("send");
+    assert_eq!(c.option_reply().expect("reply").1, NBD_REP_ERR_INVALID);
     // STARTTLS (5) on a daemon without --tls: refused by policy; with a payload: invalid.
     for (payload, expect) in [(&b""[..], NBD_REP_ERR_POLICY), (b"x", NBD_REP_ERR_INVALID)] {
         c.send_option(5, payload).expect("send");

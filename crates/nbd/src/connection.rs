@@ -20,7 +20,8 @@
 //!   written", and at most `max_inflight_bytes_per_connection` bytes of read/write buffers.
 //!   The permits travel with the reply and are released once it is written (or dropped because
 //!   the peer is gone), so a client that stops reading replies stops being read from: the
-//!   channel is unbounded in type only.
+//!   channel is unbounded in type only. One that reads no reply for `reply_stall_timeout`
+//!   counts as gone: its connection ends and its buffers are freed.
 //! - Replies go out in completion order, so cookies come back out of order across requests.
 //! - A `WRITE` that fails validation still has its payload read and discarded so the stream stays
 //!   in sync, up to [`WRITE_DISCARD_LIMIT`]; a longer announced payload (the length field allows
@@ -269,7 +270,15 @@ where
     let (failed_tx, mut failed) = oneshot::channel();
     let (abandon, abandon_rx) = oneshot::channel();
     let (done_tx, requests_done) = oneshot::channel();
-    let replies = Replies::new(w, rx, Arc::clone(&buffers), failed_tx, abandon_rx, done_tx);
+    let replies = Replies::new(
+        w,
+        rx,
+        Arc::clone(&buffers),
+        failed_tx,
+        abandon_rx,
+        done_tx,
+        cfg.reply_stall_timeout,
+    );
     let mut replies = tokio::spawn(replies.run());
     let slots = Arc::new(Semaphore::new(cfg.max_inflight_per_connection));
     let budget_units = cfg.max_inflight_bytes_per_connection / BUDGET_UNIT as usize;

@@ -57,12 +57,14 @@
 //!   success with a simple reply and failure with an error chunk.
 //! - Option haggling: payloads over 8 KiB get `NBD_REP_ERR_TOO_BIG` (read and discarded up to
 //!   1 MiB, else the connection closes); at most 128 options per connection (before and after
-//!   `STARTTLS` together); `STARTTLS` on a server without TLS gets `NBD_REP_ERR_POLICY`; the
-//!   metadata-context options get `NBD_REP_ERR_UNSUP`; a repeated `STRUCTURED_REPLY` is
-//!   acknowledged again. Clients without `NBD_FLAG_C_FIXED_NEWSTYLE` are served too.
+//!   `STARTTLS` together); `STARTTLS` on a server without TLS gets `NBD_REP_ERR_POLICY`; a
+//!   repeated `STRUCTURED_REPLY` is acknowledged again. Clients without `NBD_FLAG_C_FIXED_NEWSTYLE` are served too.
 //! - Replies to `NBD_OPT_LIST` carry the description after the name in `NBD_REP_SERVER`.
 //! - Limits: `max_connections` (extra connections are closed right after accept), 128 requests
-//!   and 256 MiB of buffers in flight per connection (then the server stops reading from it).
+//!   and 256 MiB of buffers in flight per connection (then the server stops reading from it),
+//!   and `reply_stall_timeout` (60 s): a client whose socket takes no reply byte that long is
+//!   disconnected, so one that stops reading cannot hold its buffers and slot for ever. An
+//!   idle connection (no request) is kept however long.
 //!
 //! ```no_run
 //! use ftl_nbd::{MemBackend, NbdServer, ServerConfig};

@@ -31,6 +31,7 @@ use std::io::IoSlice;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncWrite, BufWriter};
@@ -89,6 +90,10 @@ pub(crate) struct Replies<W> {
     requests_done: Option<oneshot::Sender<()>>,
     /// Where a read's data buffer goes once its reply is written.
     buffers: Arc<ReadBuffers>,
+    /// How long a write to the socket may make no progress before the peer counts as gone
+    /// (`ServerConfig::reply_stall_timeout`), and the deadline of the current stall.
+    stall_limit: Duration,
+    stall: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl<W: AsyncWrite + Unpin> Replies<W> {
@@ -99,6 +104,7 @@ impl<W: AsyncWrite + Unpin> Replies<W> {
         failed: oneshot::Sender<()>,
         abandon: oneshot::Receiver<()>,
         requests_done: oneshot::Sender<()>,
+        stall_limit: Duration,
     ) -> Replies<W> {
         Replies {
             w,
@@ -113,7 +119,24 @@ impl<W: AsyncWrite + Unpin> Replies<W> {
             abandon: Some(abandon),
             requests_done: Some(requests_done),
             buffers,
+            stall_limit,
+            stall: None,
         }
+    }
+
+    /// A socket operation returned `Pending`: ready with an error once it has made no
+    /// progress for `stall_limit` (a client that stopped reading its replies would otherwise
+    /// pin the connection's buffers, up to `max_inflight_bytes_per_connection`, for ever).
+    fn poll_stall(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let limit = self.stall_limit;
+        let sleep = self
+            .stall
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        ready!(sleep.as_mut().poll(cx));
+        Poll::Ready(Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the client read no reply for {limit:?}"),
+        )))
     }
 
     /// Runs until the reader is done, every request finished and (unless writing failed or
@@ -205,11 +228,19 @@ impl<W: AsyncWrite + Unpin> Replies<W> {
                 } else {
                     (&[][..], &data[self.sent - head.len()..])
                 };
-                let n = ready!(Pin::new(&mut self.w)
-                    .poll_write_vectored(cx, &[IoSlice::new(h), IoSlice::new(d)]))?;
+                let n = match Pin::new(&mut self.w)
+                    .poll_write_vectored(cx, &[IoSlice::new(h), IoSlice::new(d)])
+                {
+                    Poll::Ready(n) => n?,
+                    Poll::Pending => {
+                        ready!(self.poll_stall(cx))?;
+                        return Poll::Pending;
+                    }
+                };
                 if n == 0 {
                     return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
                 }
+                self.stall = None;
                 self.sent += n;
             }
             self.sent = 0;
@@ -239,7 +270,15 @@ impl<W: AsyncWrite + Unpin> Replies<W> {
     /// it). Ready once flushed or the writing stopped.
     fn poll_flush_out(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.unflushed && matches!(self.writing, Writing::On) {
-            match ready!(Pin::new(&mut self.w).poll_flush(cx)) {
+            let flushed = match Pin::new(&mut self.w).poll_flush(cx) {
+                Poll::Ready(r) => r,
+                Poll::Pending => match self.poll_stall(cx) {
+                    Poll::Ready(Err(e)) => Err(e),
+                    _ => return Poll::Pending,
+                },
+            };
+            self.stall = None;
+            match flushed {
                 Ok(()) => self.unflushed = false,
                 Err(e) => self.fail(e),
             }
@@ -318,7 +357,15 @@ mod tests {
         let (abandon, abandon_rx) = oneshot::channel();
         let (done_tx, done) = oneshot::channel();
         let w = BufWriter::with_capacity(64 << 10, socket);
-        let replies = Replies::new(w, rx, Arc::default(), failed_tx, abandon_rx, done_tx);
+        let replies = Replies::new(
+            w,
+            rx,
+            Arc::default(),
+            failed_tx,
+            abandon_rx,
+            done_tx,
+            Duration::from_secs(60),
+        );
         Harness {
             tx,
             failed,

@@ -44,6 +44,11 @@ pub struct ServerConfig {
     pub max_inflight_bytes_per_connection: usize,
     /// Time a client has to finish the handshake.
     pub handshake_timeout: Duration,
+    /// Time a reply may wait for the client to read it (the socket accepting no byte) before
+    /// the connection is closed: a client that stops reading would otherwise hold its
+    /// buffers (up to `max_inflight_bytes_per_connection`) and its connection slot for ever.
+    /// Waiting for the backend does not count, nor an idle connection.
+    pub reply_stall_timeout: Duration,
     /// After shutdown is signalled: time to finish receiving a partly received request and to
     /// send the last replies. Backend calls are always awaited regardless.
     pub shutdown_grace: Duration,
@@ -58,6 +63,7 @@ impl Default for ServerConfig {
             max_inflight_per_connection: 128,
             max_inflight_bytes_per_connection: 256 << 20,
             handshake_timeout: Duration::from_secs(30),
+            reply_stall_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(5),
         }
     }
@@ -93,6 +99,9 @@ impl ServerConfig {
         }
         if self.max_inflight_bytes_per_connection < MAX_PAYLOAD as usize {
             return Err(ConfigError::TooSmall("max_inflight_bytes_per_connection"));
+        }
+        if self.reply_stall_timeout.is_zero() {
+            return Err(ConfigError::TooSmall("reply_stall_timeout"));
         }
         Ok(())
     }

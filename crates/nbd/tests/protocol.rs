@@ -716,6 +716,42 @@ async fn shutdown_is_bounded_when_the_client_stops_reading() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
+/// A client that stops reading its replies holds the connection's read buffers (up to
+/// `max_inflight_bytes_per_connection`) only until `reply_stall_timeout`: then the connection
+/// ends, its memory and slot are freed, and other clients go on. Idle connections and slow
+/// backends do not count (`disconnect_with_requests_in_flight`, the other tests' clients).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_replies_is_disconnected() {
+    let cfg = ServerConfig {
+        reply_stall_timeout: Duration::from_millis(500),
+        ..config()
+    };
+    let srv = TestServer::start(MemBackend::new(SIZE), cfg);
+    let (mut idle, _, _) = srv.client(false).await;
+    let (mut c, _, _) = srv.client(false).await;
+    // Far more reply data than the socket buffers hold; the client never reads it.
+    for _ in 0..64 {
+        c.request(NBD_CMD_READ, 0, 0, 1 << 20, &[]).await;
+    }
+    let started = std::time::Instant::now();
+    let deadline = started + STEP;
+    while srv.server.stats().connections_active != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stalled client was kept"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        started.elapsed()
+    );
+    // The idle connection stayed (it waited longer than the stall limit for nothing).
+    assert_eq!(idle.read(0, 512).await.error, 0);
+    drop(c);
+}
+
 #[tokio::test]
 async fn connection_limit_closes_extra_connections() {
     let srv = TestServer::start(
