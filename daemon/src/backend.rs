@@ -119,10 +119,15 @@ impl BlockBackend for FtlBackend {
 
     /// The FTL's map: an unmapped page (never written, trimmed, zeroed) is a hole that reads
     /// as zeroes.
-    async fn block_status(&self, offset: u64, len: u64) -> Result<Vec<Extent>, BackendError> {
+    async fn block_status(
+        &self,
+        offset: u64,
+        len: u64,
+        max_runs: usize,
+    ) -> Result<Vec<Extent>, BackendError> {
         let runs = self
             .ftl
-            .allocation(offset, len)
+            .allocation(offset, len, max_runs)
             .map_err(|e| backend_error(Op::Read, e))?;
         Ok(runs
             .into_iter()

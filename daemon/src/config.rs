@@ -368,9 +368,9 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
             nbd.max_connections = m;
         }
         if let Some(t) = n.reply_stall_timeout_s {
-            if !(t > 0.0 && t <= 86_400.0) {
+            if !(1.0..=86_400.0).contains(&t) {
                 return Err(UsageError(format!(
-                    "[nbd] reply_stall_timeout_s must be above 0 and at most 86400, not {t}"
+                    "[nbd] reply_stall_timeout_s must be from 1 to 86400, not {t}"
                 ))
                 .into());
             }

@@ -609,16 +609,16 @@ impl Ftl {
         Ok(())
     }
 
-    /// Which parts of `[offset, offset + len)` (both multiples of 512) hold data, as runs from
-    /// `offset`; unmapped runs (never written, trimmed or zeroed) read as zeroes. A page is
-    /// mapped or not as a whole (4 KiB). Covers at most 1 GiB per call: the runs may add up
-    /// to less than `len`, never more (NBD `base:allocation`, `qemu-img map`).
-    pub fn allocation(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
+    /// Which parts of `[offset, offset + len)` (both multiples of 512) hold data, as at most
+    /// `max_runs` runs from `offset`; unmapped runs (never written, trimmed or zeroed) read as
+    /// zeroes. A page is mapped or not as a whole (4 KiB). Covers at most 1 GiB per call: the
+    /// runs may add up to less than `len`, never more (NBD `base:allocation`, `qemu-img map`).
+    pub fn allocation(&self, offset: u64, len: u64, max_runs: usize) -> Result<Vec<Extent>> {
         self.core.check_range(offset, len)?;
         if len == 0 {
             return Ok(Vec::new());
         }
-        Ok(self.core.allocation(offset, len))
+        Ok(self.core.allocation(offset, len, max_runs))
     }
 
     /// Writes `data` at `offset` through write queue `queue` (taken modulo [`Ftl::queues`]).

@@ -225,9 +225,10 @@ impl Core {
     /// Which parts of `[offset, offset + len)` (range-checked) hold data, as consecutive runs
     /// from `offset`: a page is mapped if it is buffered or on flash; an unmapped one (never
     /// written, trimmed, zeroed) reads as zeroes. Pages are 4 KiB: a page partly written by a
-    /// 512-byte write is mapped whole. At most [`ALLOCATION_SCAN_PAGES`] pages are looked
-    /// at; the runs then cover less than `len`.
-    pub(crate) fn allocation(&self, offset: u64, len: u64) -> Vec<Extent> {
+    /// 512-byte write is mapped whole. At most [`ALLOCATION_SCAN_PAGES`] pages are looked at,
+    /// and at most `max_runs` runs returned (the scan stops where another would start); the
+    /// runs then cover less than `len`.
+    pub(crate) fn allocation(&self, offset: u64, len: u64, max_runs: usize) -> Vec<Extent> {
         let page = LOGICAL_PAGE as u64;
         let end = offset + len;
         let first = offset / page;
@@ -242,8 +243,10 @@ impl Core {
                 let st = self.cache.lock(lpn);
                 st.overlay.contains_key(&lpn.0) || self.scheme.locate(&st, lpn).is_some()
             };
+            let full = runs.len() >= max_runs.max(1);
             match runs.last_mut() {
                 Some(run) if run.mapped == mapped => run.len += to - pos,
+                _ if full => break,
                 _ => runs.push(Extent {
                     len: to - pos,
                     mapped,

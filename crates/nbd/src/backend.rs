@@ -70,15 +70,17 @@ pub trait BlockBackend: Send + Sync + 'static {
         fua: bool,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Allocation of `[offset, offset + len)` (checked as for `read`, but `len` may be up to
-    /// 4 GiB) as consecutive runs from `offset`. They may cover less than `len` (the client
-    /// asks again for the rest) but not more. The default says the whole range is allocated,
-    /// which is always true enough: a client then reads it.
+    /// 4 GiB) as consecutive runs from `offset`, at most `max_runs` of them (1 for a client's
+    /// `REQ_ONE`: stop at the first change). They may cover less than `len` (the client asks
+    /// again for the rest) but not more. The default says the whole range is allocated, which
+    /// is always true enough: a client then reads it.
     fn block_status(
         &self,
         offset: u64,
         len: u64,
+        max_runs: usize,
     ) -> impl Future<Output = Result<Vec<Extent>, BackendError>> + Send {
-        let _ = offset;
+        let _ = (offset, max_runs);
         std::future::ready(Ok(vec![Extent { len, hole: false }]))
     }
 }

@@ -21,7 +21,9 @@
 //!   The permits travel with the reply and are released once it is written (or dropped because
 //!   the peer is gone), so a client that stops reading replies stops being read from: the
 //!   channel is unbounded in type only. One that reads no reply for `reply_stall_timeout`
-//!   counts as gone: its connection ends and its buffers are freed.
+//!   counts as gone: its replies are dropped (their buffers freed) and, unless the reader is
+//!   stuck in the middle of a request the client never finishes sending, the connection
+//!   ends.
 //! - Replies go out in completion order, so cookies come back out of order across requests.
 //! - A `WRITE` that fails validation still has its payload read and discarded so the stream stays
 //!   in sync, up to [`WRITE_DISCARD_LIMIT`]; a longer announced payload (the length field allows

@@ -222,6 +222,10 @@ where
             });
         }
         if len > MAX_OPTION_LEN {
+            if option == NBD_OPT_SET_META_CONTEXT {
+                // A SET replaces the earlier selection even when it fails (the spec).
+                block_status = false;
+            }
             discard(r, len.into()).await?;
             let msg = format!("option payload of {len} bytes exceeds {MAX_OPTION_LEN}");
             reply(w, option, NBD_REP_ERR_TOO_BIG, msg.as_bytes()).await?;
@@ -297,6 +301,11 @@ where
             }
             NBD_OPT_LIST_META_CONTEXT | NBD_OPT_SET_META_CONTEXT => {
                 let set = option == NBD_OPT_SET_META_CONTEXT;
+                if set {
+                    // A SET replaces the earlier selection, even when it fails (the spec):
+                    // only a successful one below selects anything again.
+                    block_status = false;
+                }
                 if set && !structured {
                     let msg = b"NBD_OPT_SET_META_CONTEXT needs NBD_OPT_STRUCTURED_REPLY first";
                     reply(w, option, NBD_REP_ERR_INVALID, msg).await?;
@@ -311,13 +320,14 @@ where
                     Ok(req) => {
                         let chosen = req.selects_base_allocation(set);
                         if chosen {
-                            let mut ctx = BASE_ALLOCATION_ID.to_be_bytes().to_vec();
+                            // A listed context's id SHOULD be 0 (the spec): only SET assigns.
+                            let id = if set { BASE_ALLOCATION_ID } else { 0 };
+                            let mut ctx = id.to_be_bytes().to_vec();
                             ctx.extend_from_slice(BASE_ALLOCATION.as_bytes());
                             w.write_all(&encode_option_reply(option, NBD_REP_META_CONTEXT, &ctx))
                                 .await?;
                         }
                         if set {
-                            // Each SET replaces what an earlier one chose.
                             block_status = chosen;
                         }
                         reply(w, option, NBD_REP_ACK, &[]).await?;

@@ -91,9 +91,11 @@ pub(crate) struct Replies<W> {
     /// Where a read's data buffer goes once its reply is written.
     buffers: Arc<ReadBuffers>,
     /// How long a write to the socket may make no progress before the peer counts as gone
-    /// (`ServerConfig::reply_stall_timeout`), and the deadline of the current stall.
+    /// (`ServerConfig::reply_stall_timeout`); the timer of the current stall (kept and reset,
+    /// not made anew per stall), and whether it runs.
     stall_limit: Duration,
     stall: Option<Pin<Box<tokio::time::Sleep>>>,
+    stalled: bool,
 }
 
 impl<W: AsyncWrite + Unpin> Replies<W> {
@@ -121,6 +123,7 @@ impl<W: AsyncWrite + Unpin> Replies<W> {
             buffers,
             stall_limit,
             stall: None,
+            stalled: false,
         }
     }
 
@@ -129,9 +132,17 @@ impl<W: AsyncWrite + Unpin> Replies<W> {
     /// pin the connection's buffers, up to `max_inflight_bytes_per_connection`, for ever).
     fn poll_stall(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let limit = self.stall_limit;
-        let sleep = self
-            .stall
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        if !self.stalled {
+            self.stalled = true;
+            let deadline = tokio::time::Instant::now() + limit;
+            match &mut self.stall {
+                Some(sleep) => sleep.as_mut().reset(deadline),
+                None => self.stall = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
+        }
+        let Some(sleep) = &mut self.stall else {
+            return Poll::Pending;
+        };
         ready!(sleep.as_mut().poll(cx));
         Poll::Ready(Err(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
@@ -240,7 +251,7 @@ impl<W: AsyncWrite + Unpin> Replies<W> {
                 if n == 0 {
                     return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
                 }
-                self.stall = None;
+                self.stalled = false;
                 self.sent += n;
             }
             self.sent = 0;
@@ -270,14 +281,20 @@ impl<W: AsyncWrite + Unpin> Replies<W> {
     /// it). Ready once flushed or the writing stopped.
     fn poll_flush_out(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.unflushed && matches!(self.writing, Writing::On) {
-            let flushed = match Pin::new(&mut self.w).poll_flush(cx) {
+            let buffered = self.w.buffer().len();
+            let polled = Pin::new(&mut self.w).poll_flush(cx);
+            if self.w.buffer().len() < buffered {
+                // Some bytes went to the socket, even if not all: the client reads.
+                self.stalled = false;
+            }
+            let flushed = match polled {
                 Poll::Ready(r) => r,
                 Poll::Pending => match self.poll_stall(cx) {
                     Poll::Ready(Err(e)) => Err(e),
                     _ => return Poll::Pending,
                 },
             };
-            self.stall = None;
+            self.stalled = false;
             match flushed {
                 Ok(()) => self.unflushed = false,
                 Err(e) => self.fail(e),

@@ -6,8 +6,8 @@
 //! values"; nbdkit's `validate_request` uses the same codes):
 //! 1. unknown command (including `NBD_CMD_BLOCK_STATUS` when no metadata context was
 //!    selected) → `NBD_EINVAL`;
-//! 2. a flag not valid for the command → `NBD_EINVAL`. `FUA` is valid on every command but
-//!    `BLOCK_STATUS`; `DF` on `READ` only with structured replies; `NO_HOLE` and `FAST_ZERO`
+//! 2. a flag not valid for the command → `NBD_EINVAL`. `FUA` is valid on every command (on
+//!    `BLOCK_STATUS` it is ignored); `DF` on `READ` only with structured replies; `NO_HOLE` and `FAST_ZERO`
 //!    on `WRITE_ZEROES`; `REQ_ONE` on `BLOCK_STATUS`;
 //! 3. `FLUSH` with a non-zero offset or length → `NBD_EINVAL`;
 //! 4. `WRITE`, `TRIM`, `WRITE_ZEROES` on a read-only export → `NBD_EPERM`;
@@ -75,7 +75,8 @@ pub(crate) fn validate(h: &RequestHeader, ex: &ExportParams) -> Result<Command, 
             NBD_CMD_FLAG_FUA
         }
         NBD_CMD_WRITE_ZEROES => NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO,
-        NBD_CMD_BLOCK_STATUS if ex.block_status => NBD_CMD_FLAG_REQ_ONE,
+        // FUA: the spec has every command take it once advertised (ignored here).
+        NBD_CMD_BLOCK_STATUS if ex.block_status => NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_REQ_ONE,
         kind => {
             return Err(RequestError::new(
                 Errno::Inval,
@@ -225,7 +226,8 @@ pub(crate) async fn execute<B: BlockBackend>(
             backend.write_zeroes(queue, offset, len.into(), fua).await
         }
         Command::BlockStatus { offset, len, one } => {
-            match backend.block_status(offset, len.into()).await {
+            let max_runs = if one { 1 } else { MAX_STATUS_DESCRIPTORS };
+            match backend.block_status(offset, len.into(), max_runs).await {
                 Ok(extents) => {
                     let descriptors = descriptors(&extents, len, one);
                     return Reply {
@@ -260,7 +262,7 @@ fn descriptors(extents: &[Extent], len: u32, one: bool) -> Vec<(u32, u32)> {
     let mut out: Vec<(u32, u32)> = Vec::new();
     let mut left = len;
     for e in extents {
-        if left == 0 {
+        if left == 0 || out.len() > MAX_STATUS_DESCRIPTORS {
             break;
         }
         let n = u32::try_from(e.len).unwrap_or(u32::MAX).min(left);
@@ -281,11 +283,13 @@ fn descriptors(extents: &[Extent], len: u32, one: bool) -> Vec<(u32, u32)> {
     if out.is_empty() {
         out.push((len, 0));
     }
-    if one {
-        out.truncate(1);
-    }
+    out.truncate(if one { 1 } else { MAX_STATUS_DESCRIPTORS });
     out
 }
+
+/// Most descriptors in one `BLOCK_STATUS` reply: 64 Ki, a 512 KiB reply (the spec asks for at
+/// most 2^20; a reply's memory is not in the connection's byte budget, so it stays small).
+const MAX_STATUS_DESCRIPTORS: usize = 1 << 16;
 
 /// A successful read's reply.
 fn read_reply(cookie: u64, offset: u64, data: Vec<u8>, structured: bool) -> Reply {
@@ -420,8 +424,8 @@ mod tests {
         );
     }
 
-    /// `BLOCK_STATUS` only once `base:allocation` was selected; `REQ_ONE` is its flag, `FUA`
-    /// is not; its length is a range (past 32 MiB is fine, past the end is not); a read-only
+    /// `BLOCK_STATUS` only once `base:allocation` was selected; `REQ_ONE` is its flag and
+    /// `FUA` is taken as on every command; its length is a range (past 32 MiB is fine, past the end is not); a read-only
     /// export answers it.
     #[test]
     fn block_status_needs_its_context() {
@@ -445,7 +449,12 @@ mod tests {
         let e = |flags, offset, len, ex| errno(hdr(NBD_CMD_BLOCK_STATUS, flags, offset, len), ex);
         assert_eq!(e(0, 0, 512, &bs), None);
         assert_eq!(e(0, 0, 512, &EX), Some(Errno::Inval), "no context");
-        assert_eq!(e(NBD_CMD_FLAG_FUA, 0, 512, &bs), Some(Errno::Inval));
+        assert_eq!(
+            e(NBD_CMD_FLAG_FUA, 0, 512, &bs),
+            None,
+            "FUA is taken (and ignored)"
+        );
+        assert_eq!(e(NBD_CMD_FLAG_DF, 0, 512, &bs), Some(Errno::Inval));
         assert_eq!(e(0, 0, 0, &bs), Some(Errno::Inval), "zero length");
         assert_eq!(e(0, 1, 512, &bs), Some(Errno::Inval), "unaligned");
         assert_eq!(

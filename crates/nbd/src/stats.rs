@@ -50,6 +50,8 @@ pub struct RequestCounts {
     pub write_zeroes: u64,
     /// `NBD_CMD_CACHE`.
     pub cache: u64,
+    /// `NBD_CMD_BLOCK_STATUS`.
+    pub block_status: u64,
     /// `NBD_CMD_DISC`.
     pub disc: u64,
     /// Anything else (answered with `NBD_EINVAL`).
@@ -89,6 +91,7 @@ pub(crate) struct Counters {
     trim: AtomicU64,
     write_zeroes: AtomicU64,
     cache: AtomicU64,
+    block_status: AtomicU64,
     disc: AtomicU64,
     unknown: AtomicU64,
     eperm: AtomicU64,
@@ -111,6 +114,7 @@ impl Counters {
             protocol::NBD_CMD_TRIM => &self.trim,
             protocol::NBD_CMD_WRITE_ZEROES => &self.write_zeroes,
             protocol::NBD_CMD_CACHE => &self.cache,
+            protocol::NBD_CMD_BLOCK_STATUS => &self.block_status,
             protocol::NBD_CMD_DISC => &self.disc,
             _ => &self.unknown,
         };
@@ -153,6 +157,7 @@ impl Counters {
                 trim: l(&self.trim),
                 write_zeroes: l(&self.write_zeroes),
                 cache: l(&self.cache),
+                block_status: l(&self.block_status),
                 disc: l(&self.disc),
                 unknown: l(&self.unknown),
             },

@@ -170,7 +170,11 @@ async fn base_allocation_is_negotiated_and_answered() {
             .await;
         let (_, ty, d) = c.option_reply().await;
         assert_eq!(ty, NBD_REP_META_CONTEXT, "LIST {queries:?}");
-        assert_eq!(ctx(&d), (1, b"base:allocation".to_vec()));
+        assert_eq!(
+            ctx(&d),
+            (0, b"base:allocation".to_vec()),
+            "a listed id is 0"
+        );
         assert_eq!(c.option_reply().await.1, NBD_REP_ACK);
     }
     let (ty, _) = c
@@ -189,11 +193,8 @@ async fn base_allocation_is_negotiated_and_answered() {
         .option(NBD_OPT_SET_META_CONTEXT, &meta(EXPORT, &["base:"]))
         .await;
     assert_eq!(ty, NBD_REP_ACK);
-    c.send_option(
-        NBD_OPT_SET_META_CONTEXT,
-        &meta(EXPORT, &["base:allocation"]),
-    )
-    .await;
+    let set = |name: &'static str| meta(name, &["base:allocation"]);
+    c.send_option(NBD_OPT_SET_META_CONTEXT, &set(EXPORT)).await;
     let (_, ty, d) = c.option_reply().await;
     assert_eq!(
         (ty, ctx(&d)),
@@ -204,7 +205,11 @@ async fn base_allocation_is_negotiated_and_answered() {
         c.info_or_go(NBD_OPT_GO, EXPORT, &[]).await.result,
         NBD_REP_ACK
     );
-    for (flags, len) in [(0, 1u32 << 20), (NBD_CMD_FLAG_REQ_ONE, 8192)] {
+    for (flags, len) in [
+        (0, 1u32 << 20),
+        (NBD_CMD_FLAG_REQ_ONE, 8192),
+        (NBD_CMD_FLAG_FUA, 512),
+    ] {
         let r = c.call(NBD_CMD_BLOCK_STATUS, flags, 4096, len, &[]).await;
         assert_eq!(r.error, 0, "{}", r.message);
         assert_eq!(
@@ -217,7 +222,7 @@ async fn base_allocation_is_negotiated_and_answered() {
         assert_eq!(r.data, want);
     }
     let r = c
-        .call(NBD_CMD_BLOCK_STATUS, NBD_CMD_FLAG_FUA, 0, 512, &[])
+        .call(NBD_CMD_BLOCK_STATUS, NBD_CMD_FLAG_DF, 0, 512, &[])
         .await;
     assert_eq!(r.error, EINVAL);
 
@@ -226,6 +231,25 @@ async fn base_allocation_is_negotiated_and_answered() {
     let r = c.call(NBD_CMD_BLOCK_STATUS, 0, 0, 512, &[]).await;
     assert_eq!(r.error, EINVAL);
     assert_eq!(c.read(0, 512).await.error, 0, "and goes on");
+
+    // A SET replaces the selection even when it fails (the spec): an unknown export, a
+    // malformed request.
+    for bad in [set("nope"), vec![1, 2]] {
+        let mut c = srv.connect().await;
+        c.start().await;
+        assert_eq!(c.option(NBD_OPT_STRUCTURED_REPLY, &[]).await.0, NBD_REP_ACK);
+        c.send_option(NBD_OPT_SET_META_CONTEXT, &set(EXPORT)).await;
+        assert_eq!(c.option_reply().await.1, NBD_REP_META_CONTEXT);
+        assert_eq!(c.option_reply().await.1, NBD_REP_ACK);
+        let (ty, _) = c.option(NBD_OPT_SET_META_CONTEXT, &bad).await;
+        assert_ne!(ty, NBD_REP_ACK);
+        assert_eq!(
+            c.info_or_go(NBD_OPT_GO, EXPORT, &[]).await.result,
+            NBD_REP_ACK
+        );
+        let r = c.call(NBD_CMD_BLOCK_STATUS, 0, 0, 512, &[]).await;
+        assert_eq!(r.error, EINVAL, "the failed SET dropped base:allocation");
+    }
 }
 
 #[tokio::test]
@@ -531,7 +555,8 @@ async fn bad_requests(structured: bool) {
     assert_eq!(c.read(0, 512).await.data, vec![3u8; 512]);
     let st = srv.server.stats();
     assert!(st.errors.einval >= 15 && st.errors.enospc >= 3, "{st:?}");
-    assert_eq!(st.requests.unknown, 2);
+    // An unknown kind; BLOCK_STATUS without a context is counted as itself.
+    assert_eq!((st.requests.unknown, st.requests.block_status), (1, 1));
 
     // An absurd WRITE length closes the connection instead of being skipped.
     c.request(NBD_CMD_WRITE, 0, 0, u32::MAX - 511, &[]).await;

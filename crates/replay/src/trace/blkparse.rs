@@ -68,7 +68,8 @@ impl State {
             n.checked_mul(512)
                 .ok_or_else(|| format!("{field} {n}: past 2^64 bytes"))
         };
-        // Only a request with data has a meaningful sector (a flush's may be printed as -1).
+        // Only a request with data has a meaningful sector (a flush's may be printed as
+        // 2^64 - 1, an unset sector).
         let data = match op.filter(|_| count > 0) {
             Some(op) => {
                 let mut r = Request::new(
