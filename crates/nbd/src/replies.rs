@@ -281,13 +281,10 @@ impl<W: AsyncWrite + Unpin> Replies<W> {
     /// it). Ready once flushed or the writing stopped.
     fn poll_flush_out(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.unflushed && matches!(self.writing, Writing::On) {
-            let buffered = self.w.buffer().len();
-            let polled = Pin::new(&mut self.w).poll_flush(cx);
-            if self.w.buffer().len() < buffered {
-                // Some bytes went to the socket, even if not all: the client reads.
-                self.stalled = false;
-            }
-            let flushed = match polled {
+            // Progress shows per completed flush (tokio's `BufWriter` empties its buffer only
+            // then): a flush moves at most the connection's 128 KiB write buffer, so a client
+            // that reads at 2 KiB/s or more is never cut by the 60 s default.
+            let flushed = match Pin::new(&mut self.w).poll_flush(cx) {
                 Poll::Ready(r) => r,
                 Poll::Pending => match self.poll_stall(cx) {
                     Poll::Ready(Err(e)) => Err(e),
