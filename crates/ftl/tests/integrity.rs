@@ -337,9 +337,9 @@ fn gc_salvages_slots_of_an_oob_that_fails_only_its_own_crc() {
     }
 }
 
-/// Rewrites slot 0's LPN in a page's OOB to `lpn` and seals the OOB again (its CRC holds): a
-/// hostile image that names another page there.
-fn forge_oob_lpn(path: &Path, page: ftl::nand_model::PageAddr, lpn: u32) {
+/// Changes a page's OOB with `change` and seals it again (its CRC holds): a hostile image.
+/// The OOB's CRC covers bytes 4.. of the device's OOB size, found from the stored CRC.
+fn reseal_oob(path: &Path, page: ftl::nand_model::PageAddr, change: impl FnOnce(&mut [u8])) {
     use std::io::{Read, Seek, SeekFrom, Write};
     let off = ftl::nand_model::page_oob_offset(path, page).unwrap();
     let mut f = std::fs::OpenOptions::new()
@@ -347,49 +347,39 @@ fn forge_oob_lpn(path: &Path, page: ftl::nand_model::PageAddr, lpn: u32) {
         .write(true)
         .open(path)
         .unwrap();
-    // The OOB's CRC covers bytes 4..end of the data layout (one 4 KiB slot: 28 bytes);
-    // find its length from the stored CRC: the device's OOB size.
     let mut oob = vec![0u8; 256];
     f.seek(SeekFrom::Start(off)).unwrap();
     f.read_exact(&mut oob).unwrap();
     let len = (8..=oob.len())
         .find(|&n| crc32fast::hash(&oob[4..n]).to_le_bytes() == oob[0..4])
         .expect("the OOB's CRC covers a prefix");
-    oob[12..16].copy_from_slice(&lpn.to_le_bytes());
+    change(&mut oob);
     let crc = crc32fast::hash(&oob[4..len]);
     oob[0..4].copy_from_slice(&crc.to_le_bytes());
     f.seek(SeekFrom::Start(off)).unwrap();
     f.write_all(&oob).unwrap();
 }
 
+/// Rewrites slot 0's LPN in a page's OOB to `lpn` (a hostile image that names another page
+/// there). Data OOB layout: an 8-byte header, then 20-byte entries (kind, LPN at +4, sequence
+/// number at +8, data CRC at +16).
+fn forge_oob_lpn(path: &Path, page: ftl::nand_model::PageAddr, lpn: u32) {
+    reseal_oob(path, page, |oob| {
+        oob[12..16].copy_from_slice(&lpn.to_le_bytes())
+    });
+}
+
 /// Makes a data page's OOB list a second slot, for `lpn` at a sequence number newer than any
-/// written, and seals it again (its CRC holds): a hostile image whose page "has" more slots
-/// than a 4 KiB page can.
+/// written: a hostile image whose page "has" more slots than a 4 KiB page can.
 fn forge_extra_slot(path: &Path, page: ftl::nand_model::PageAddr, lpn: u32) {
-    use std::io::{Read, Seek, SeekFrom, Write};
-    let off = ftl::nand_model::page_oob_offset(path, page).unwrap();
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut oob = vec![0u8; 256];
-    f.seek(SeekFrom::Start(off)).unwrap();
-    f.read_exact(&mut oob).unwrap();
-    let len = (8..=oob.len())
-        .find(|&n| crc32fast::hash(&oob[4..n]).to_le_bytes() == oob[0..4])
-        .expect("the OOB's CRC covers a prefix");
-    assert_eq!(oob[5], 1, "a 4 KiB page lists one slot");
-    oob[5] = 2;
-    // Entry 1 (8-byte header, 20-byte entries): kind data, LPN, sequence number, data CRC.
-    let e = 8 + 20;
-    oob[e] = 1;
-    oob[e + 4..e + 8].copy_from_slice(&lpn.to_le_bytes());
-    oob[e + 8..e + 16].copy_from_slice(&(1u64 << 40).to_le_bytes());
-    let crc = crc32fast::hash(&oob[4..len]);
-    oob[0..4].copy_from_slice(&crc.to_le_bytes());
-    f.seek(SeekFrom::Start(off)).unwrap();
-    f.write_all(&oob).unwrap();
+    reseal_oob(path, page, |oob| {
+        assert_eq!(oob[5], 1, "a 4 KiB page lists one slot");
+        oob[5] = 2;
+        let e = 8 + 20;
+        oob[e] = 1;
+        oob[e + 4..e + 8].copy_from_slice(&lpn.to_le_bytes());
+        oob[e + 8..e + 16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    });
 }
 
 /// Recovery's scan of a page whose sealed OOB lists more slots than the page has: the extra
@@ -422,26 +412,11 @@ fn recovery_skips_an_oob_listing_more_slots_than_its_page_has() {
     ftl.check_invariants().unwrap();
 }
 
-/// Sets slot 0's sequence number in a page's OOB and seals the OOB again.
+/// Sets slot 0's sequence number in a page's OOB.
 fn forge_oob_seq(path: &Path, page: ftl::nand_model::PageAddr, seq: u64) {
-    use std::io::{Read, Seek, SeekFrom, Write};
-    let off = ftl::nand_model::page_oob_offset(path, page).unwrap();
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut oob = vec![0u8; 256];
-    f.seek(SeekFrom::Start(off)).unwrap();
-    f.read_exact(&mut oob).unwrap();
-    let len = (8..=oob.len())
-        .find(|&n| crc32fast::hash(&oob[4..n]).to_le_bytes() == oob[0..4])
-        .expect("the OOB's CRC covers a prefix");
-    oob[16..24].copy_from_slice(&seq.to_le_bytes());
-    let crc = crc32fast::hash(&oob[4..len]);
-    oob[0..4].copy_from_slice(&crc.to_le_bytes());
-    f.seek(SeekFrom::Start(off)).unwrap();
-    f.write_all(&oob).unwrap();
+    reseal_oob(path, page, |oob| {
+        oob[16..24].copy_from_slice(&seq.to_le_bytes())
+    });
 }
 
 /// A scanned slot numbered near the limit (2^62, past which a scan drops a slot and a
