@@ -36,9 +36,6 @@ impl Drop for Scratch {
 
 /// Runs `ftld replay`.
 pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
-    if !(args.speed.is_finite() && args.speed > 0.0) {
-        return Err(UsageError(format!("--speed {} must be a number above 0", args.speed)).into());
-    }
     if let Some(p) = args.precondition {
         if !(0.0..=100.0).contains(&p) {
             return Err(UsageError(format!("--precondition {p} is not a percentage")).into());

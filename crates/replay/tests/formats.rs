@@ -22,6 +22,15 @@ fn read(name: &str) -> (Format, Result<Vec<Request>, TraceError>) {
     (format, TraceReader::new(&p, format, r).collect())
 }
 
+/// The error reading the trace at `p` as `format` ends with (the test fails if it reads).
+fn read_err(p: &Path, format: Format) -> String {
+    let r = BufReader::new(File::open(p).unwrap());
+    TraceReader::new(p, format, r)
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap_err()
+        .to_string()
+}
+
 fn at(r: &Request) -> u64 {
     match r.arrival {
         Arrival::At(t) => t,
@@ -138,11 +147,7 @@ fn content_that_fits_no_format_names_the_line() {
     assert!(e.contains("unknown.txt:2:"), "{e}");
     assert!(e.contains("fits no trace format"), "{e}");
     // A named format that does not fit fails on the first line it cannot read.
-    let r = BufReader::new(File::open(&p).unwrap());
-    let e = TraceReader::new(&p, Format::Msr, r)
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap_err()
-        .to_string();
+    let e = read_err(&p, Format::Msr);
     assert!(e.contains("unknown.txt:2:"), "{e}");
 }
 
@@ -155,11 +160,7 @@ fn an_empty_trace_is_an_error() {
     assert!(matches!(detect(&p, &mut r), Err(TraceError::Empty { .. })));
     // blkparse with Q events only: a hint about D events.
     std::fs::write(&p, "  8,0 0 1 0.1 9 Q WS 8 + 8 [x]\n").unwrap();
-    let r = BufReader::new(File::open(&p).unwrap());
-    let e = TraceReader::new(&p, Format::Blkparse, r)
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap_err()
-        .to_string();
+    let e = read_err(&p, Format::Blkparse);
     assert!(e.contains("no D (issue) events"), "{e}");
 }
 
@@ -180,11 +181,7 @@ fn a_binary_file_is_refused_as_not_text() {
     let mut r = BufReader::new(File::open(&gz).unwrap());
     let e = detect(&gz, &mut r).unwrap_err().to_string();
     assert!(e.contains("trace.csv.gz:1: not UTF-8"), "{e}");
-    let r = BufReader::new(File::open(&gz).unwrap());
-    let e = TraceReader::new(&gz, Format::Msr, r)
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap_err()
-        .to_string();
+    let e = read_err(&gz, Format::Msr);
     assert!(e.contains("decompress it first"), "{e}");
 }
 
@@ -194,11 +191,7 @@ fn a_blkparse_sector_past_2_64_bytes_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("big.txt");
     std::fs::write(&p, "  8,0 0 1 0.1 1 D W 36028797018963968 + 8 [x]\n").unwrap();
-    let r = BufReader::new(File::open(&p).unwrap());
-    let e = TraceReader::new(&p, Format::Blkparse, r)
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap_err()
-        .to_string();
+    let e = read_err(&p, Format::Blkparse);
     assert!(
         e.contains("big.txt:1: sector 36028797018963968: past 2^64 bytes"),
         "{e}"
@@ -234,11 +227,7 @@ fn a_time_jump_of_years_is_refused() {
          178166372003061729,hm,0,Read,8192,4096,10\n",
     )
     .unwrap();
-    let r = BufReader::new(File::open(&p).unwrap());
-    let e = TraceReader::new(&p, Format::Msr, r)
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap_err()
-        .to_string();
+    let e = read_err(&p, Format::Msr);
     assert!(e.contains("jump.csv:2: the time jumps 57870.4 days"), "{e}");
     // A week apart is a real trace's night and weekend.
     std::fs::write(
