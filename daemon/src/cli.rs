@@ -107,6 +107,17 @@ pub enum ReplayTiming {
     Off,
 }
 
+impl ReplayTiming {
+    /// The name `--timing` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplayTiming::Virtual => "virtual",
+            ReplayTiming::Real => "real",
+            ReplayTiming::Off => "off",
+        }
+    }
+}
+
 /// `ftld replay`.
 #[derive(Args, Debug, Clone)]
 #[command(group = clap::ArgGroup::new("source").required(true).args(["trace", "workload"]))]
@@ -117,10 +128,16 @@ pub struct ReplayArgs {
     /// The trace's format [default: guessed from its first line].
     #[arg(long, value_name = "FORMAT", value_parser = ["msr", "umass", "blkparse", "fio", "disksim"])]
     pub format: Option<String>,
+    /// Which device of a trace that names several to replay (as the error naming them says:
+    /// blkparse `8,16`, MSR `hm,0`, a fio file, a DiskSim device number, a UMass ASU), or
+    /// `all` to lay every device's requests over one address space [default: the trace must
+    /// name one device; UMass ASUs are merged].
+    #[arg(long, value_name = "NAME", value_parser = parse_device_select)]
+    pub device: Option<ftl_replay::DeviceSelect>,
     /// A synthetic workload instead of a trace, e.g. `random,requests=1e6,bs=4k,read=30` or
     /// `hotcold,hot=80/20`, `seq`, `thinktime,think=1ms,every=64,long=100ms`,
     /// `periodic,period=10ms` (keys: see the replay section of the README).
-    #[arg(long, value_name = "SPEC", conflicts_with_all = ["trace", "format"])]
+    #[arg(long, value_name = "SPEC", conflicts_with_all = ["trace", "format", "device"])]
     pub workload: Option<String>,
     /// The image to replay on (it is changed, as by a served device). Without it a scratch
     /// image is made from --preset/--capacity/--ftl and removed afterwards.
@@ -415,4 +432,8 @@ mod tests {
         assert!(Cli::try_parse_from(["ftld", "serve", "--queue-depth", "0"]).is_err());
         assert!(Cli::try_parse_from(["ftld", "serve", "--gc-policy", "eager"]).is_err());
     }
+}
+
+fn parse_device_select(s: &str) -> Result<ftl_replay::DeviceSelect, String> {
+    s.parse()
 }

@@ -11,8 +11,8 @@ use anyhow::Context;
 use ftl::Ftl;
 use ftl_replay::target::FtlTarget;
 use ftl_replay::{
-    DriverOptions, Format, ReplayConfig, Request, Summary, Target, TraceError, TraceReader,
-    Workload, WorkloadSpec,
+    DeviceSelect, DriverOptions, Format, ReplayConfig, Request, Summary, Target, TraceError,
+    TraceReader, Workload, WorkloadSpec,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use nand_model::TimingMode;
@@ -62,11 +62,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         (Some(t @ (ReplayTiming::Virtual | ReplayTiming::Off)), Some(_)) => {
             return Err(UsageError(format!(
                 "--target replays in real time (--timing {} needs the FTL in this process)",
-                if t == ReplayTiming::Off {
-                    "off"
-                } else {
-                    "virtual"
-                }
+                t.name()
             ))
             .into())
         }
@@ -75,11 +71,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         (None, None) => ReplayTiming::Virtual,
     };
     let mut cfg_json = serde_json::json!({
-        "timing": match timing {
-            ReplayTiming::Virtual => "virtual",
-            ReplayTiming::Real => "real",
-            ReplayTiming::Off => "off",
-        },
+        "timing": timing.name(),
         "queue_depth": args.queue_depth,
         "speed": args.speed,
         "seed": args.seed,
@@ -157,6 +149,20 @@ fn replay_image(
     mut cfg_json: serde_json::Value,
 ) -> anyhow::Result<Summary> {
     let file = FileConfig::load_opt(args.image.config.as_deref())?;
+    if let (Some(t), None, Some(path)) = (file.timing, args.timing, &args.image.config) {
+        // The file's `timing` is a served device's (real or off); a replay's default is
+        // virtual time, and silently taking the file's would change every figure.
+        eprintln!(
+            "note: {}: timing = \"{}\" applies to ftld serve; this replay runs in {} time (--timing sets it)",
+            path.display(),
+            match t {
+                TimingMode::Off => "off",
+                TimingMode::Real => "real",
+                TimingMode::Virtual => "virtual",
+            },
+            timing.name()
+        );
+    }
     let mut settings = config::resolve_image(&args.image, &file)?;
     if let Some(p) = args.gc_policy {
         settings.ftl.gc_policy = p;
@@ -368,7 +374,13 @@ fn replay_on(
         Source::Trace(t) => {
             cfg_json["trace"] = t.path.display().to_string().into();
             cfg_json["format"] = t.format.name().into();
-            Box::new(TraceReader::new(&t.path, t.format, t.reader))
+            let devices = args.device.clone().unwrap_or_default();
+            cfg_json["device"] = match &devices {
+                DeviceSelect::Single => serde_json::Value::Null,
+                DeviceSelect::Only(name) => name.as_str().into(),
+                DeviceSelect::All => "all".into(),
+            };
+            Box::new(TraceReader::new(&t.path, t.format, t.reader).select_devices(devices))
         }
     };
     let cfg = ReplayConfig {

@@ -237,6 +237,51 @@ fn bad_input_gets_a_clear_error() {
     );
 }
 
+/// A blktrace of two disks: refused with the devices named, replayed one at a time with
+/// `--device` (recorded in the summary), and a served device's `timing` in a config file is
+/// named as not applying.
+#[test]
+fn a_trace_of_two_devices_needs_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("two.blk");
+    std::fs::write(
+        &trace,
+        "  8,0 0 1 0.000000000 1 D WS 0 + 8 [a]\n\
+           8,16 0 2 0.001000000 1 D WS 8 + 8 [b]\n\
+           8,16 0 3 0.002000000 1 D WS 16 + 8 [b]\n",
+    )
+    .unwrap();
+    let t = trace.to_str().unwrap();
+    let o = ftld(&[t, "--capacity", "64M"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("two.blk:2: a second device") && text(&o).contains("--device 8,16"),
+        "{}",
+        text(&o)
+    );
+    let cfg = dir.path().join("serve.toml");
+    std::fs::write(&cfg, "timing = \"off\"\n").unwrap();
+    let c = cfg.to_str().unwrap();
+    let o = ftld(&[t, "--capacity", "64M", "--device", "8,16", "--config", c]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["requests"], 2, "{v:#}");
+    assert_eq!(v["config"]["device"], "8,16", "{v:#}");
+    assert_eq!(v["config"]["timing"], "virtual", "{v:#}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("timing = \"off\" applies to ftld serve; this replay runs in virtual time"),
+        "{}",
+        text(&o)
+    );
+    let o = ftld(&[t, "--capacity", "64M", "--device", "all"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["requests"], 3, "{v:#}");
+    let o = ftld(&["--workload", "random,requests=10", "--device", "8,0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
+
 /// The replay's write payload: byte `i` of every request is this (see `driver::patterned`).
 fn payload_byte(i: usize) -> u8 {
     (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3]

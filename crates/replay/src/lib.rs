@@ -39,7 +39,7 @@ pub use crate::realtime::Dispatch;
 pub use crate::record::{Interval, NoWaf, OpSummary, Recorder, WafSource};
 pub use crate::request::{Arrival, Op, Request};
 pub use crate::target::{Target, TargetError};
-pub use crate::trace::{detect, Format, TraceError, TraceReader};
+pub use crate::trace::{detect, DeviceSelect, Format, TraceError, TraceReader};
 pub use crate::workload::{Workload, WorkloadSpec};
 
 /// What a replay writes and how.

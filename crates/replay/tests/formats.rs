@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use ftl_replay::{detect, Arrival, Format, Op, Request, TraceError, TraceReader};
+use ftl_replay::{detect, Arrival, DeviceSelect, Format, Op, Request, TraceError, TraceReader};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -255,4 +255,131 @@ fn a_byte_order_mark_is_skipped() {
     };
     assert_eq!(f, Format::Msr);
     assert_eq!(shape(&rs.unwrap()), shape(&read("msr.csv").1.unwrap()));
+}
+
+/// Reads the trace at `p` as `format` with `select`.
+fn read_devices(
+    p: &Path,
+    format: Format,
+    select: DeviceSelect,
+) -> Result<Vec<Request>, TraceError> {
+    let r = BufReader::new(File::open(p).unwrap());
+    TraceReader::new(p, format, r)
+        .select_devices(select)
+        .collect()
+}
+
+/// A trace that names two devices is refused at the first line of the second, unless
+/// `--device` chooses one (the other's lines are skipped, times count from the chosen one's
+/// first request) or `all`; UMass ASUs are merged unless one is chosen.
+#[test]
+fn a_second_device_is_refused_unless_chosen() {
+    let dir = tempfile::tempdir().unwrap();
+    let blk = dir.path().join("two.blk");
+    std::fs::write(
+        &blk,
+        "  8,0 0 1 0.000000000 1 D WS 0 + 8 [a]\n\
+           8,16 0 2 0.001000000 1 D WS 8 + 8 [b]\n\
+           8,0 0 3 0.002000000 1 D R 16 + 8 [a]\n\
+           8,16 1 4 0.003000000 1 D FN [b]\n",
+    )
+    .unwrap();
+    let e = read_devices(&blk, Format::Blkparse, DeviceSelect::Single)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("two.blk:2: a second device: this line's request is for 8,16, the first request's for 8,0")
+            && e.contains("--device 8,0 (or --device 8,16)")
+            && e.contains("--device all"),
+        "{e}"
+    );
+    let only = read_devices(&blk, Format::Blkparse, DeviceSelect::Only("8,16".into())).unwrap();
+    assert_eq!(
+        shape(&only),
+        vec![(Op::Write, 8 * 512, 4096, 0), (Op::Flush, 0, 0, 2_000_000)]
+    );
+    let all = read_devices(&blk, Format::Blkparse, DeviceSelect::All).unwrap();
+    assert_eq!(all.len(), 4);
+    let e = read_devices(&blk, Format::Blkparse, DeviceSelect::Only("8,32".into()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no request in the trace for device 8,32 (it names 8,0, 8,16)"),
+        "{e}"
+    );
+
+    // MSR: hostname and disk number together.
+    let msr = dir.path().join("two.csv");
+    std::fs::write(
+        &msr,
+        "128166372003061629,hm,0,Write,0,4096,10\n\
+         128166372003161629,hm,1,Write,4096,4096,10\n\
+         128166372003261629,hm,1,Read,4096,4096,10\n",
+    )
+    .unwrap();
+    let e = read_devices(&msr, Format::Msr, DeviceSelect::Single)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("two.csv:2: a second device") && e.contains("--device hm,1"),
+        "{e}"
+    );
+    let only = read_devices(&msr, Format::Msr, DeviceSelect::Only("hm,1".into())).unwrap();
+    assert_eq!(
+        shape(&only),
+        vec![
+            (Op::Write, 4096, 4096, 0),
+            (Op::Read, 4096, 4096, 10_000_000)
+        ]
+    );
+    assert!(read_devices(&msr, Format::Msr, DeviceSelect::Only("hm".into())).is_err());
+
+    // fio: two files of one job.
+    let fio = dir.path().join("two.log");
+    std::fs::write(
+        &fio,
+        "fio version 3 iolog\n0 a.dat add\n0 b.dat add\n10 a.dat write 0 4096\n\
+         20 b.dat write 0 4096\n30 a.dat sync\n",
+    )
+    .unwrap();
+    let e = read_devices(&fio, Format::Fio, DeviceSelect::Single)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("two.log:5: a second device") && e.contains("b.dat"),
+        "{e}"
+    );
+    let only = read_devices(&fio, Format::Fio, DeviceSelect::Only("a.dat".into())).unwrap();
+    assert_eq!(
+        shape(&only),
+        vec![(Op::Write, 0, 4096, 0), (Op::Flush, 0, 0, 20_000)]
+    );
+
+    // DiskSim device numbers.
+    let ds = dir.path().join("two.trace");
+    std::fs::write(&ds, "0.0 0 0 8 0\n1.0 3 0 8 0\n").unwrap();
+    assert!(read_devices(&ds, Format::Disksim, DeviceSelect::Single).is_err());
+    assert_eq!(
+        read_devices(&ds, Format::Disksim, DeviceSelect::Only("3".into()))
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // UMass: every ASU by default (the fixture has three), one when chosen.
+    let (_, merged) = read("umass.spc");
+    assert_eq!(merged.unwrap().len(), 4);
+    let asu0 = read_devices(
+        &fixture("umass.spc"),
+        Format::Umass,
+        DeviceSelect::Only("0".into()),
+    )
+    .unwrap();
+    assert_eq!(
+        shape(&asu0),
+        vec![
+            (Op::Write, 303_567 * 512, 3584, 0),
+            (Op::Write, 2000 * 512, 4096, 10_000_000)
+        ]
+    );
 }

@@ -2,7 +2,7 @@
 //! Only `D` (issued to the device) events become requests; other actions are skipped, and the
 //! summary blkparse prints at the end ends the trace.
 
-use super::{parse_decimal_ns, parse_u64, Parsed};
+use super::{parse_decimal_ns, parse_u64, DeviceRef, Parsed};
 use crate::request::{Op, Request};
 
 #[derive(Default)]
@@ -26,11 +26,15 @@ pub(super) fn is_event(line: &str) -> bool {
 }
 
 impl State {
-    pub(super) fn parse(&mut self, line: &str) -> Result<Parsed, String> {
+    /// The line's requests, and the device of an event line.
+    pub(super) fn parse<'a>(
+        &mut self,
+        line: &'a str,
+    ) -> Result<(Parsed, Option<DeviceRef<'a>>), String> {
         let t = line.trim_start();
         if t.starts_with("CPU") || t.starts_with("Total") {
             self.summary = true;
-            return Ok(Parsed::Skip);
+            return Ok((Parsed::Skip, None));
         }
         if !is_event(line) {
             return Err(
@@ -38,12 +42,13 @@ impl State {
             );
         }
         let f: Vec<&str> = line.split_whitespace().collect();
+        let device = Some(DeviceRef(f[0], None));
         let action = f[5];
         if action == "Q" {
             self.queued += 1;
         }
         if action != "D" {
-            return Ok(Parsed::Skip);
+            return Ok((Parsed::Skip, device));
         }
         let at = parse_decimal_ns(f[3], 1_000_000_000, "time")?;
         let rwbs = f[6];
@@ -83,12 +88,13 @@ impl State {
             }
             None => None,
         };
-        Ok(match (preflush, data) {
+        let parsed = match (preflush, data) {
             (true, Some(d)) => Parsed::Two(flush, d),
             (true, None) => Parsed::One(flush),
             (false, Some(d)) => Parsed::One(d),
             (false, None) => Parsed::Skip,
-        })
+        };
+        Ok((parsed, device))
     }
 }
 
@@ -97,7 +103,7 @@ mod tests {
     use super::*;
 
     fn one(s: &mut State, l: &str) -> Request {
-        match s.parse(l).unwrap() {
+        match s.parse(l).unwrap().0 {
             Parsed::One(r) => r,
             _ => panic!("not one request: {l}"),
         }
@@ -108,7 +114,7 @@ mod tests {
         let mut s = State::default();
         assert!(matches!(
             s.parse("  8,0    3        1     0.000000000  697  Q  WS 3417048 + 8 [kjournald]"),
-            Ok(Parsed::Skip)
+            Ok((Parsed::Skip, Some(DeviceRef("8,0", None))))
         ));
         let r = one(
             &mut s,
@@ -122,8 +128,8 @@ mod tests {
         let r = one(&mut s, "  8,0    0        3     1.5  1  D  WFS 8 + 8 [x]");
         assert!(r.fua);
         assert!(matches!(
-            s.parse("  8,0 0 4 2.0 1 D FWS 16 + 8 [x]"),
-            Ok(Parsed::Two(..))
+            s.parse("  8,16 0 4 2.0 1 D FWS 16 + 8 [x]"),
+            Ok((Parsed::Two(..), Some(DeviceRef("8,16", None))))
         ));
         let r = one(&mut s, "  8,0 0 5 2.0 1 D FN [x]");
         assert_eq!(r.op, Op::Flush);
@@ -133,7 +139,7 @@ mod tests {
         assert_eq!(one(&mut s, "  8,0 0 6 2.0 1 D DS 64 + 64 [x]").op, Op::Trim);
         assert!(s.parse("  8,0 0 7 2.0 1 D XS 64 + 64 [x]").is_err());
         assert!(s.parse("garbage").is_err());
-        assert!(matches!(s.parse("CPU0 (8,0):"), Ok(Parsed::Skip)));
+        assert!(matches!(s.parse("CPU0 (8,0):"), Ok((Parsed::Skip, None))));
         assert!(s.summary);
     }
 }

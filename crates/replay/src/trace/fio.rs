@@ -4,7 +4,7 @@
 //! `utime_since_now` in its `iolog.c`, and replays them as such). File actions (`add`, `open`, `close`) are skipped;
 //! `sync`/`datasync` are flushes.
 
-use super::{parse_u64, Parsed};
+use super::{parse_u64, DeviceRef, Parsed};
 use crate::request::{Op, Request};
 
 #[derive(Default)]
@@ -15,7 +15,12 @@ pub(super) struct State {
 }
 
 impl State {
-    pub(super) fn parse(&mut self, line: &str, n: u64) -> Result<Parsed, String> {
+    /// The line's request, and the file it names (the device) if it is a request.
+    pub(super) fn parse<'a>(
+        &mut self,
+        line: &'a str,
+        n: u64,
+    ) -> Result<(Parsed, Option<DeviceRef<'a>>), String> {
         let Some(version) = self.version else {
             self.version = match line.trim() {
                 "fio version 2 iolog" => Some(2),
@@ -26,7 +31,7 @@ impl State {
                     ))
                 }
             };
-            return Ok(Parsed::Skip);
+            return Ok((Parsed::Skip, None));
         };
         let f: Vec<&str> = line.split_whitespace().collect();
         let (at, rest) = if version == 3 {
@@ -42,16 +47,19 @@ impl State {
             return Err("a fio iolog line names a file and an action".into());
         }
         let action = rest[1];
+        let file = Some(DeviceRef(rest[0], None));
         let op = match action {
             "read" => Op::Read,
             "write" => Op::Write,
             "trim" => Op::Trim,
-            "sync" | "datasync" => return Ok(Parsed::One(Request::new(at, Op::Flush, 0, 0))),
-            "add" | "open" | "close" => return Ok(Parsed::Skip),
+            "sync" | "datasync" => {
+                return Ok((Parsed::One(Request::new(at, Op::Flush, 0, 0)), file))
+            }
+            "add" | "open" | "close" => return Ok((Parsed::Skip, None)),
             "wait" if version == 2 => {
                 let us = parse_u64(rest.get(2).copied().unwrap_or(""), "wait (us)")?;
                 self.now = self.now.saturating_add(us.saturating_mul(1000));
-                return Ok(Parsed::Skip);
+                return Ok((Parsed::Skip, None));
             }
             a => return Err(format!("unknown action {a:?}")),
         };
@@ -60,7 +68,7 @@ impl State {
         }
         let offset = parse_u64(rest[2], "offset")?;
         let len = parse_u64(rest[3], "length")?;
-        Ok(Parsed::One(Request::new(at, op, offset, len)))
+        Ok((Parsed::One(Request::new(at, op, offset, len)), file))
     }
 }
 
@@ -73,14 +81,17 @@ mod tests {
         let mut s = State::default();
         assert!(matches!(
             s.parse("fio version 2 iolog", 1),
-            Ok(Parsed::Skip)
+            Ok((Parsed::Skip, None))
         ));
-        assert!(matches!(s.parse("/dev/nbd0 add", 2), Ok(Parsed::Skip)));
+        assert!(matches!(
+            s.parse("/dev/nbd0 add", 2),
+            Ok((Parsed::Skip, None))
+        ));
         assert!(matches!(
             s.parse("/dev/nbd0 wait 1500", 3),
-            Ok(Parsed::Skip)
+            Ok((Parsed::Skip, None))
         ));
-        let Ok(Parsed::One(r)) = s.parse("/dev/nbd0 write 8192 4096", 4) else {
+        let Ok((Parsed::One(r), _)) = s.parse("/dev/nbd0 write 8192 4096", 4) else {
             panic!()
         };
         assert_eq!((r.op, r.offset, r.len), (Op::Write, 8192, 4096));
@@ -90,14 +101,15 @@ mod tests {
         let mut s = State::default();
         assert!(s.parse("/dev/nbd0 add", 1).is_err());
         s.parse("fio version 3 iolog", 1).ok();
-        let Ok(Parsed::One(r)) = s.parse("12 /dev/sdb read 0 65536", 2) else {
+        let Ok((Parsed::One(r), Some(d))) = s.parse("12 /dev/sdb read 0 65536", 2) else {
             panic!()
         };
+        assert_eq!(d.to_string(), "/dev/sdb");
         assert_eq!(
             (r.op, r.arrival),
             (Op::Read, crate::request::Arrival::At(12_000))
         );
-        let Ok(Parsed::One(r)) = s.parse("13 /dev/sdb sync", 3) else {
+        let Ok((Parsed::One(r), _)) = s.parse("13 /dev/sdb sync", 3) else {
             panic!()
         };
         assert_eq!(r.op, Op::Flush);
@@ -114,7 +126,7 @@ mod tests {
         let mut s = State::default();
         let mut writes = Vec::new();
         for (n, line) in log.lines().enumerate() {
-            if let Ok(Parsed::One(r)) = s.parse(line, n as u64 + 1) {
+            if let Ok((Parsed::One(r), _)) = s.parse(line, n as u64 + 1) {
                 writes.push(r.arrival);
             }
         }

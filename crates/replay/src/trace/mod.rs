@@ -6,14 +6,21 @@
 //! | `msr` (MSR Cambridge) | `Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime` | Windows filetime (100 ns ticks) | bytes |
 //! | `umass` (UMass / SPC: Financial, WebSearch) | `ASU,LBA,Size,Opcode,Timestamp[,...]` | seconds | LBA in 512-byte sectors, size in bytes |
 //! | `blkparse` (blktrace's text output) | `8,0 1 5 0.000123 4162 D WS 2048 + 8 [fio]` | seconds | sectors |
-//! | `fio` (iolog v2 and v3) | `fio version 2 iolog` then `FILE read OFFSET LEN`; v3 `MS FILE read OFFSET LEN` | v2: none (all at 0, `wait` lines add up); v3 ms | bytes |
+//! | `fio` (iolog v2 and v3) | `fio version 2 iolog` then `FILE read OFFSET LEN`; v3 `USEC FILE read OFFSET LEN` | v2: none (all at 0, `wait` lines add up); v3 us | bytes |
 //! | `disksim` (DiskSim ASCII) | `TIME DEVNO BLKNO SIZE FLAGS` | ms | sectors; flag bit 0 set = read |
 //!
-//! Times are made relative to the first request's. UMass ASUs are ignored (every ASU's LBAs
-//! address the one device), as FlashSim and DiskSim-based FTL studies do. blkparse: the `D`
+//! Times are made relative to the first request's. blkparse: the `D`
 //! (issued to the device) events are used, other actions are skipped; an RWBS with `F` first
 //! is a flush before the request, `F` after the operation letter a FUA write; `D` in the
 //! operation position is a discard (trim).
+//!
+//! **Devices.** Every line names the device it addresses: blkparse `MAJ,MIN`, MSR
+//! `Hostname,DiskNumber`, DiskSim `DEVNO`, fio the file, UMass the ASU. Two devices' offsets
+//! are two address spaces, so a trace that names a second device is refused at its first line
+//! unless [`DeviceSelect`] says which to replay ([`DeviceSelect::Only`], the others' lines are
+//! skipped) or to lay them over one another ([`DeviceSelect::All`]). UMass/SPC traces are the
+//! exception: their ASUs are merged by default (every ASU's LBAs address the one device), as
+//! FlashSim and DiskSim-based FTL studies replay them.
 
 mod blkparse;
 mod disksim;
@@ -114,6 +121,58 @@ pub(crate) enum Parsed {
     Two(Request, Request),
     Skip,
 }
+
+/// The device a line addresses, as the trace names it: one field, or two (MSR's hostname and
+/// disk number). Shown as the fields joined by a comma, which is what `--device` takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DeviceRef<'a>(pub &'a str, pub Option<&'a str>);
+
+impl DeviceRef<'_> {
+    fn is(&self, name: &str) -> bool {
+        match self.1 {
+            None => self.0 == name,
+            Some(b) => name
+                .split_once(',')
+                .is_some_and(|(x, y)| x == self.0 && y == b),
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.1 {
+            None => f.write_str(self.0),
+            Some(b) => write!(f, "{},{b}", self.0),
+        }
+    }
+}
+
+/// Which of a trace's devices are replayed (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum DeviceSelect {
+    /// One device; a line naming another is an error (UMass: every ASU, merged).
+    #[default]
+    Single,
+    /// Only this device's lines (as an error message names it: `8,16`, `hm,0`, `/dev/sdb`,
+    /// an ASU or a DiskSim device number); the others' are skipped.
+    Only(String),
+    /// Every device's lines, laid over one address space.
+    All,
+}
+
+impl std::str::FromStr for DeviceSelect {
+    type Err = String;
+    fn from_str(s: &str) -> Result<DeviceSelect, String> {
+        match s {
+            "" => Err("an empty device name".into()),
+            "all" => Ok(DeviceSelect::All),
+            s => Ok(DeviceSelect::Only(s.to_string())),
+        }
+    }
+}
+
+/// At most this many device names are kept for messages.
+const DEVICES_NAMED: usize = 8;
 
 fn is_blank_or_comment(line: &str) -> bool {
     let t = line.trim();
@@ -235,6 +294,54 @@ pub struct TraceReader<R> {
     done: bool,
     /// The latest request time so far (trace clock, ns).
     last_at: Option<u64>,
+    devices: DeviceFilter,
+}
+
+/// Which lines' devices are replayed, and the devices seen so far.
+struct DeviceFilter {
+    select: DeviceSelect,
+    /// The device of the first request replayed, when one device is expected.
+    first: Option<String>,
+    /// Devices the trace named, for messages (at most [`DEVICES_NAMED`]).
+    seen: Vec<String>,
+}
+
+impl DeviceFilter {
+    /// Whether a request of device `d` is replayed; why not, if it is a second device where
+    /// one is expected.
+    fn admit(&mut self, d: DeviceRef<'_>, format: Format) -> Result<bool, String> {
+        if self.seen.len() < DEVICES_NAMED && !self.seen.iter().any(|s| d.is(s)) {
+            self.seen.push(d.to_string());
+        }
+        match &self.select {
+            DeviceSelect::All => Ok(true),
+            DeviceSelect::Single if format == Format::Umass => Ok(true),
+            DeviceSelect::Only(name) => Ok(d.is(name)),
+            DeviceSelect::Single => match &self.first {
+                None => {
+                    self.first = Some(d.to_string());
+                    Ok(true)
+                }
+                Some(first) if d.is(first) => Ok(true),
+                Some(first) => Err(format!(
+                    "a second device: this line's request is for {d}, the first request's \
+                     for {first}, and their offsets are two address spaces; replay one with \
+                     --device {first} (or --device {d}), or every device over one address \
+                     space with --device all"
+                )),
+            },
+        }
+    }
+
+    /// The devices seen, for a message.
+    fn named(&self) -> String {
+        let more = if self.seen.len() == DEVICES_NAMED {
+            " and more"
+        } else {
+            ""
+        };
+        format!("{}{more}", self.seen.join(", "))
+    }
 }
 
 /// Longest pause between a trace's requests: 30 days (the MSR Cambridge traces span a week).
@@ -255,7 +362,18 @@ impl<R: BufRead> TraceReader<R> {
             requests: 0,
             done: false,
             last_at: None,
+            devices: DeviceFilter {
+                select: DeviceSelect::Single,
+                first: None,
+                seen: Vec::new(),
+            },
         }
+    }
+
+    /// Which of the trace's devices to replay (by default one, or every UMass ASU merged).
+    pub fn select_devices(mut self, select: DeviceSelect) -> TraceReader<R> {
+        self.devices.select = select;
+        self
     }
 
     pub fn format(&self) -> Format {
@@ -301,8 +419,11 @@ impl<R: BufRead> TraceReader<R> {
             let read = read_line(&self.path, &mut self.reader, &mut self.line, self.n + 1)?;
             if read == 0 {
                 if self.requests == 0 {
-                    let hint = match self.format {
-                        Format::Blkparse if self.blk.queued > 0 => format!(
+                    let hint = match (&self.devices.select, self.format) {
+                        (DeviceSelect::Only(name), _) if !self.devices.seen.is_empty() => {
+                            format!(" for device {name} (it names {})", self.devices.named())
+                        }
+                        (_, Format::Blkparse) if self.blk.queued > 0 => format!(
                             " ({} Q events but no D (issue) events: was the trace recorded with the device's queue?)",
                             self.blk.queued
                         ),
@@ -320,18 +441,33 @@ impl<R: BufRead> TraceReader<R> {
                 continue;
             }
             let line = self.line.trim_end();
+            let one = |(r, d)| (Parsed::One(r), Some(d));
             let parsed = match self.format {
-                Format::Msr => msr::parse(line).map(Parsed::One),
-                Format::Umass => umass::parse(line).map(Parsed::One),
-                Format::Disksim => disksim::parse(line).map(Parsed::One),
+                Format::Msr => msr::parse(line).map(one),
+                Format::Umass => umass::parse(line).map(one),
+                Format::Disksim => disksim::parse(line).map(one),
                 Format::Blkparse => self.blk.parse(line),
                 Format::Fio => self.fio.parse(line, self.n),
             };
-            let parsed = parsed.map_err(|reason| TraceError::Line {
+            let (parsed, device) = parsed.map_err(|reason| TraceError::Line {
                 path: self.path.clone(),
                 line: self.n,
                 reason: format!("{reason}: {:?}", truncate(line)),
             })?;
+            let parsed = match (parsed, device) {
+                (p @ (Parsed::One(_) | Parsed::Two(..)), Some(d)) => {
+                    let admit = self.devices.admit(d, self.format);
+                    match admit.map_err(|reason| TraceError::Line {
+                        path: self.path.clone(),
+                        line: self.n,
+                        reason,
+                    })? {
+                        true => p,
+                        false => Parsed::Skip,
+                    }
+                }
+                (p, _) => p,
+            };
             match parsed {
                 Parsed::Skip => {
                     if self.format == Format::Blkparse && self.blk.summary {

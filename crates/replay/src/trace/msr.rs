@@ -1,10 +1,10 @@
 //! MSR Cambridge block traces (SNIA IOTTA): `Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime`,
 //! the timestamp in Windows filetime ticks of 100 ns, offset and size in bytes.
 
-use super::parse_u64;
+use super::{parse_u64, DeviceRef};
 use crate::request::{Op, Request};
 
-pub(super) fn parse(line: &str) -> Result<Request, String> {
+pub(super) fn parse(line: &str) -> Result<(Request, DeviceRef<'_>), String> {
     let f: Vec<&str> = line.split(',').map(str::trim).collect();
     if f.len() != 7 {
         return Err(format!(
@@ -23,7 +23,10 @@ pub(super) fn parse(line: &str) -> Result<Request, String> {
     let at = ticks
         .checked_mul(100)
         .ok_or_else(|| format!("timestamp {ticks} is too large"))?;
-    Ok(Request::new(at, op, offset, size))
+    Ok((
+        Request::new(at, op, offset, size),
+        DeviceRef(f[1], Some(f[2])),
+    ))
 }
 
 #[cfg(test)]
@@ -32,7 +35,8 @@ mod tests {
 
     #[test]
     fn lines() {
-        let r = parse("128166372003061629,hm,0,Write,3338240000,4096,4326").unwrap();
+        let (r, d) = parse("128166372003061629,hm,0,Write,3338240000,4096,4326").unwrap();
+        assert_eq!(d.to_string(), "hm,0");
         assert_eq!((r.op, r.offset, r.len), (Op::Write, 3_338_240_000, 4096));
         assert_eq!(
             r.arrival,
