@@ -376,6 +376,10 @@ pub struct PresetsArgs {
     pub json: bool,
 }
 
+fn parse_device_select(s: &str) -> Result<ftl_replay::DeviceSelect, String> {
+    s.parse()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,8 +436,4 @@ mod tests {
         assert!(Cli::try_parse_from(["ftld", "serve", "--queue-depth", "0"]).is_err());
         assert!(Cli::try_parse_from(["ftld", "serve", "--gc-policy", "eager"]).is_err());
     }
-}
-
-fn parse_device_select(s: &str) -> Result<ftl_replay::DeviceSelect, String> {
-    s.parse()
 }
