@@ -211,8 +211,8 @@ impl Core {
             self.update_free(bank, a.free_len());
         }
         self.set_seq(max_seq);
-        // The scheme finishes its rebuild on the block states (hybrid schemes: block roles).
-        self.scheme.after_recovery(self)?;
+        // Declared before the scheme's own rebuild, which may write (the page scheme's
+        // headroom GC copies and erases, and stops on a read-only device).
         let id = checkpoint_id.unwrap_or(0);
         if max_seq >= SEQ_READ_ONLY_AT || id >= SEQ_READ_ONLY_AT {
             self.set_read_only(format!(
@@ -221,6 +221,8 @@ impl Core {
                  or checkpoint; writing on could lose data"
             ));
         }
+        // The scheme finishes its rebuild on the block states (hybrid schemes: block roles).
+        self.scheme.after_recovery(self)?;
         let mode = match checkpoint_id {
             None => RecoveryMode::FullScan,
             Some(_) if pages == 0 && !fallback => RecoveryMode::Clean,
