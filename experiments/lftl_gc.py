@@ -12,7 +12,10 @@ for the paper's aging ioctl), then one application thread overwriting a span seq
 Fig. 6 (paper: 217 s adaptive vs 251 s parallel): 128 application threads (`--queue-depth
 128`), each sleeping 20 ms after every 32 KiB write and 10 s after every 2 MiB (the
 `thinktime` workload: its long pause falls on whichever stream sends each 64th write), same
-aged device. Paper: 8 GiB written; full run here: 256 MiB.
+aged device. Paper: 8 GiB written; full run here: 256 MiB. Run twice: buffered writes (as the
+paper's, acknowledged once in the FTL's buffer) and FUA writes (`fua=1`: each completes when
+programmed, so its latency shows every wait for a bank GC occupies) with 128 and 32 streams;
+in-path GC as a reference in the FUA rows.
 """
 
 import common
@@ -53,24 +56,39 @@ def main():
     per_thread = 8 if a.quick else 64  # 32 KiB writes per thread
     rows = []
     paper6 = {"parallel": 251, "adaptive": 217}
-    for policy in ("parallel", "adaptive"):
-        s, d = common.replay(a, f"fig6-{policy}", [
+    runs = [("buffered", threads, p) for p in ("parallel", "adaptive")]
+    runs += [("FUA", n, p) for n in (32, threads) for p in ("parallel", "adaptive")]
+    runs += [("FUA", threads, "in-path")]
+    for writes, streams, policy in runs:
+        fua = int(writes == "FUA")
+        s, d = common.replay(a, f"fig6-{policy}" + (f"-fua-{streams}" if fua else ""), [
             "--preset", "lftl-card", "--capacity", cap, "--precondition", 90,
-            "--gc-policy", policy, "--queue-depth", threads, "--workload",
-            f"thinktime,bs=32k,think=20ms,every=64,long=10s,requests={threads * per_thread}"])
+            "--gc-policy", policy, "--queue-depth", streams, "--workload",
+            f"thinktime,bs=32k,think=20ms,every=64,long=10s,requests={threads * per_thread},"
+            f"fua={fua}"])
         rows.append({
+            "writes": writes,
+            "streams": streams,
             "policy": policy,
-            "paper elapsed s": paper6[policy],
+            "paper elapsed s": None if fua else paper6.get(policy),
             "ftld elapsed s": s["simulated_seconds"],
             "ftld mean write us": s["write"]["mean_us"],
             "ftld p99 write us": s["write"]["p99_us"],
             "ftld writes > 2 ms": over(d, 2000),
             "ftld GC erases": s["gc"]["erases"],
+            "ftld WAF": s["waf"],
         })
+    mean = {(r["writes"], r["streams"], r["policy"]): r["ftld mean write us"] for r in rows}
+    ratio = "; ".join(
+        f"{n} streams {mean[('FUA', n, 'adaptive')] / mean[('FUA', n, 'parallel')]:.2f}"
+        for n in (32, threads))
     common.write_table(
         a, "LFTL Fig. 6: adaptive vs parallel GC, 128 threads with think time",
-        ["policy", "paper elapsed s", "ftld elapsed s", "ftld mean write us",
-         "ftld p99 write us", "ftld writes > 2 ms", "ftld GC erases"], rows)
+        ["writes", "streams", "policy", "paper elapsed s", "ftld elapsed s",
+         "ftld mean write us", "ftld p99 write us", "ftld writes > 2 ms", "ftld GC erases",
+         "ftld WAF"], rows,
+        f"FUA mean write, adaptive / parallel: {ratio} (paper, 128 threads: adaptive lower; "
+        f"217 / 251 s elapsed).")
 
 
 if __name__ == "__main__":
