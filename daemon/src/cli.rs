@@ -122,14 +122,16 @@ impl ReplayTiming {
 #[derive(Args, Debug, Clone)]
 #[command(group = clap::ArgGroup::new("source").required(true).args(["trace", "workload"]))]
 pub struct ReplayArgs {
-    /// The trace file (MSR, UMass/SPC, blkparse text, fio iolog v2/v3, DiskSim ASCII).
+    /// The trace file (MSR, UMass/SPC, blkparse text, fio iolog v2/v3, DiskSim ASCII, Alibaba
+    /// or Tencent cloud block traces).
     #[arg(value_name = "TRACE")]
     pub trace: Option<PathBuf>,
     /// The trace's format [default: guessed from its first line].
-    #[arg(long, value_name = "FORMAT", value_parser = ["msr", "umass", "blkparse", "fio", "disksim"])]
+    #[arg(long, value_name = "FORMAT", value_parser = ["msr", "umass", "blkparse", "fio", "disksim", "alibaba", "tencent"])]
     pub format: Option<String>,
     /// Which device of a trace that names several to replay (as the error naming them says:
-    /// blkparse `8,16`, MSR `hm,0`, a fio file, a DiskSim device number, a UMass ASU), or
+    /// blkparse `8,16`, MSR `hm,0`, a fio file, a DiskSim device number, a UMass ASU, an
+    /// Alibaba device_id, a Tencent VolumeID), or
     /// `all` to lay every device's requests over one address space [default: the trace must
     /// name one device; UMass ASUs are merged].
     #[arg(long, value_name = "NAME", value_parser = parse_device_select)]

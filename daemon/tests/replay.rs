@@ -40,6 +40,8 @@ fn every_trace_format_replays_with_all_outputs() {
         ("fio_v2.log", "fio", 4),
         ("fio_v3.log", "fio", 3),
         ("disksim.trace", "disksim", 3),
+        ("alibaba.csv", "alibaba", 3),
+        ("tencent.csv", "tencent", 3),
     ] {
         let out = dir.path().join(name);
         let o = ftld(&[

@@ -131,6 +131,34 @@ fn disksim_ascii() {
 }
 
 #[test]
+fn alibaba_cloud_block_traces() {
+    let (f, rs) = read("alibaba.csv");
+    assert_eq!(f, Format::Alibaba);
+    assert_eq!(
+        shape(&rs.unwrap()),
+        vec![
+            (Op::Write, 126_703_644_672, 4096, 0),
+            (Op::Read, 126_703_644_672, 4096, 124_000),
+            (Op::Write, 8192, 16384, 1_000_000_000),
+        ]
+    );
+}
+
+#[test]
+fn tencent_cbs_traces() {
+    let (f, rs) = read("tencent.csv");
+    assert_eq!(f, Format::Tencent);
+    assert_eq!(
+        shape(&rs.unwrap()),
+        vec![
+            (Op::Write, 2_097_152 * 512, 8192, 0),
+            (Op::Read, 2_097_152 * 512, 4096, 0),
+            (Op::Write, 0, 128 << 10, 3_000_000_000),
+        ]
+    );
+}
+
+#[test]
 fn a_malformed_line_is_refused_with_its_number() {
     let (f, rs) = read("bad_line.spc");
     assert_eq!(f, Format::Umass);
@@ -364,6 +392,28 @@ fn a_second_device_is_refused_unless_chosen() {
             .unwrap()
             .len(),
         1
+    );
+
+    // The cloud traces: one file, many virtual disks.
+    let ali = dir.path().join("ali.csv");
+    std::fs::write(&ali, "0,W,0,4096,100\n1,W,0,4096,200\n0,R,0,4096,300\n").unwrap();
+    let e = read_devices(&ali, Format::Alibaba, DeviceSelect::Single)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("ali.csv:2: a second device") && e.contains("--device 1"),
+        "{e}"
+    );
+    assert_eq!(
+        shape(&read_devices(&ali, Format::Alibaba, DeviceSelect::Only("0".into())).unwrap()),
+        vec![(Op::Write, 0, 4096, 0), (Op::Read, 0, 4096, 200_000)]
+    );
+    let tc = dir.path().join("tc.csv");
+    std::fs::write(&tc, "10,0,8,1,7\n10,0,8,1,9\n11,0,8,0,9\n").unwrap();
+    assert!(read_devices(&tc, Format::Tencent, DeviceSelect::Single).is_err());
+    assert_eq!(
+        shape(&read_devices(&tc, Format::Tencent, DeviceSelect::Only("9".into())).unwrap()),
+        vec![(Op::Write, 0, 4096, 0), (Op::Read, 0, 4096, 1_000_000_000)]
     );
 
     // UMass: every ASU by default (the fixture has three), one when chosen.

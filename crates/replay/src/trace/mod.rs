@@ -8,6 +8,8 @@
 //! | `blkparse` (blktrace's text output) | `8,0 1 5 0.000123 4162 D WS 2048 + 8 [fio]` | seconds | sectors |
 //! | `fio` (iolog v2 and v3) | `fio version 2 iolog` then `FILE read OFFSET LEN`; v3 `USEC FILE read OFFSET LEN` | v2: none (all at 0, `wait` lines add up); v3 us | bytes |
 //! | `disksim` (DiskSim ASCII) | `TIME DEVNO BLKNO SIZE FLAGS` | ms | sectors; flag bit 0 set = read |
+//! | `alibaba` (Alibaba Cloud block traces, 2020) | `device_id,opcode,offset,length,timestamp` | us | bytes |
+//! | `tencent` (Tencent CBS, 2018) | `Timestamp,Offset,Size,IOType,VolumeID` | whole seconds | sectors; IOType 0 = read, 1 = write |
 //!
 //! Times are made relative to the first request's. blkparse: the `D`
 //! (issued to the device) events are used, other actions are skipped; an RWBS with `F` first
@@ -15,17 +17,20 @@
 //! operation position is a discard (trim).
 //!
 //! **Devices.** Every line names the device it addresses: blkparse `MAJ,MIN`, MSR
-//! `Hostname,DiskNumber`, DiskSim `DEVNO`, fio the file, UMass the ASU. Two devices' offsets
+//! `Hostname,DiskNumber`, DiskSim `DEVNO`, fio the file, UMass the ASU, Alibaba `device_id`,
+//! Tencent `VolumeID` (those two files hold hundreds of virtual disks each). Two devices' offsets
 //! are two address spaces, so a trace that names a second device is refused at its first line
 //! unless [`DeviceSelect`] says which to replay ([`DeviceSelect::Only`], the others' lines are
 //! skipped) or to lay them over one another ([`DeviceSelect::All`]). UMass/SPC traces are the
 //! exception: their ASUs are merged by default (every ASU's LBAs address the one device), as
 //! FlashSim and DiskSim-based FTL studies replay them.
 
+mod alibaba;
 mod blkparse;
 mod disksim;
 mod fio;
 mod msr;
+mod tencent;
 mod umass;
 
 use std::io::BufRead;
@@ -41,15 +46,19 @@ pub enum Format {
     Blkparse,
     Fio,
     Disksim,
+    Alibaba,
+    Tencent,
 }
 
 impl Format {
-    pub const ALL: [Format; 5] = [
+    pub const ALL: [Format; 7] = [
         Format::Msr,
         Format::Umass,
         Format::Blkparse,
         Format::Fio,
         Format::Disksim,
+        Format::Alibaba,
+        Format::Tencent,
     ];
 
     pub fn name(self) -> &'static str {
@@ -59,6 +68,8 @@ impl Format {
             Format::Blkparse => "blkparse",
             Format::Fio => "fio",
             Format::Disksim => "disksim",
+            Format::Alibaba => "alibaba",
+            Format::Tencent => "tencent",
         }
     }
 
@@ -72,6 +83,8 @@ impl Format {
                 line.starts_with("fio version 2 iolog") || line.starts_with("fio version 3 iolog")
             }
             Format::Disksim => disksim::parse(line).is_ok(),
+            Format::Alibaba => alibaba::parse(line).is_ok(),
+            Format::Tencent => tencent::parse(line).is_ok(),
         }
     }
 }
@@ -247,11 +260,15 @@ pub fn detect(path: &Path, reader: &mut impl BufRead) -> Result<Format, TraceErr
         }
         let l = line.trim_end();
         // Order matters: a UMass line is also a plausible 5-field CSV of other shapes, an MSR
-        // line has 7 fields with a textual type.
+        // line has 7 fields with a textual type. The three 5-field CSVs differ in where the
+        // operation is and how it is spelt: UMass 4th field r/w, Alibaba 2nd R/W, Tencent 4th
+        // 0/1.
         for f in [
             Format::Fio,
             Format::Msr,
             Format::Umass,
+            Format::Alibaba,
+            Format::Tencent,
             Format::Blkparse,
             Format::Disksim,
         ] {
@@ -446,6 +463,8 @@ impl<R: BufRead> TraceReader<R> {
                 Format::Msr => msr::parse(line).map(one),
                 Format::Umass => umass::parse(line).map(one),
                 Format::Disksim => disksim::parse(line).map(one),
+                Format::Alibaba => alibaba::parse(line).map(one),
+                Format::Tencent => tencent::parse(line).map(one),
                 Format::Blkparse => self.blk.parse(line),
                 Format::Fio => self.fio.parse(line, self.n),
             };
