@@ -149,7 +149,16 @@ fn replay_image(
     mut cfg_json: serde_json::Value,
 ) -> anyhow::Result<Summary> {
     let file = FileConfig::load_opt(args.image.config.as_deref())?;
-    if let (Some(t), None, Some(path)) = (file.timing, args.timing, &args.image.config) {
+    let differs = |t: TimingMode| match t {
+        TimingMode::Off => timing != ReplayTiming::Off,
+        TimingMode::Real => timing != ReplayTiming::Real,
+        TimingMode::Virtual => timing != ReplayTiming::Virtual,
+    };
+    if let (Some(t), None, Some(path)) = (
+        file.timing.filter(|&t| differs(t)),
+        args.timing,
+        &args.image.config,
+    ) {
         // The file's `timing` is a served device's (real or off); a replay's default is
         // virtual time, and silently taking the file's would change every figure.
         eprintln!(
@@ -254,13 +263,16 @@ fn replay_image(
         ReplayTiming::Virtual => replay_on(args, source, opts, Device::Virtual(&ftl), cfg_json)?,
         ReplayTiming::Real | ReplayTiming::Off => {
             let target = FtlTarget::new(&ftl);
-            replay_on(
+            let mut summary = replay_on(
                 args,
                 source,
                 opts,
                 Device::Real(&target, Some(&ftl)),
                 cfg_json,
-            )?
+            )?;
+            // The host's clock either way; "off" says the NAND took no time on it.
+            summary.timing = timing.name();
+            summary
         }
     };
     ftl.close()
@@ -376,6 +388,7 @@ fn replay_on(
             cfg_json["format"] = t.format.name().into();
             let devices = args.device.clone().unwrap_or_default();
             cfg_json["device"] = match &devices {
+                DeviceSelect::Single if t.format == Format::Umass => "all".into(),
                 DeviceSelect::Single => serde_json::Value::Null,
                 DeviceSelect::Only(name) => name.as_str().into(),
                 DeviceSelect::All => "all".into(),

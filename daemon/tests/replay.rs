@@ -282,6 +282,18 @@ fn a_trace_of_two_devices_needs_device() {
     assert_eq!(v["requests"], 3, "{v:#}");
     let o = ftld(&["--workload", "random,requests=10", "--device", "8,0"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    // UMass ASUs merge by default, and the summary says so; timing off is named as such.
+    let o = ftld(&[
+        fixture("umass.spc").to_str().unwrap(),
+        "--capacity",
+        "64M",
+        "--timing",
+        "off",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["config"]["device"], "all", "{v:#}");
+    assert_eq!(v["timing"], "off", "{v:#}");
 }
 
 /// The replay's write payload: byte `i` of every request is this (see `driver::patterned`).

@@ -118,7 +118,7 @@ pub struct MergeCounts {
 /// a block device) are `null`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
-    /// `virtual` or `real`.
+    /// `virtual`, `real`, or `off` (the host's clock with NAND operations instant).
     pub timing: &'static str,
     pub requests: u64,
     pub read: OpSummary,

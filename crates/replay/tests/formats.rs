@@ -416,6 +416,55 @@ fn a_second_device_is_refused_unless_chosen() {
         vec![(Op::Write, 0, 4096, 0), (Op::Read, 0, 4096, 1_000_000_000)]
     );
 
+    // Numeric ids are the same device however they are spelt; names in messages are escaped
+    // and quoted when they are not plain.
+    let ds = dir.path().join("lz.trace");
+    std::fs::write(&ds, "0.0 1 0 8 0\n1.0 01 8 8 0\n").unwrap();
+    assert_eq!(
+        read_devices(&ds, Format::Disksim, DeviceSelect::Single)
+            .unwrap()
+            .len(),
+        2
+    );
+    let esc = dir.path().join("esc.log");
+    std::fs::write(
+        &esc,
+        "fio version 3 iolog\n0 /dev/a write 0 4096\n1 /dev/b\x1b[31m write 0 4096\n",
+    )
+    .unwrap();
+    let e = read_devices(&esc, Format::Fio, DeviceSelect::Single)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        !e.contains('\x1b') && e.contains("'/dev/b\\u{1b}[31m'"),
+        "{e}"
+    );
+    // A device the trace names only in lines that are not requests (blkparse Q events): the
+    // hint about D events, not "it names ...".
+    let q = dir.path().join("q.blk");
+    std::fs::write(
+        &q,
+        "  8,0 0 1 0.0 1 D WS 0 + 8 [a]\n  8,16 0 2 0.1 1 Q WS 8 + 8 [b]\n",
+    )
+    .unwrap();
+    let e = read_devices(&q, Format::Blkparse, DeviceSelect::Only("8,16".into()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no D (issue) events"), "{e}");
+    // Nine devices: "and more" only past the eighth named.
+    let many = dir.path().join("many.csv");
+    let lines: String = (0..8).map(|d| format!("{d},W,0,4096,{d}\n")).collect();
+    std::fs::write(&many, &lines).unwrap();
+    let e = read_devices(&many, Format::Alibaba, DeviceSelect::Only("99".into()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.ends_with("(it names 0, 1, 2, 3, 4, 5, 6, 7)"), "{e}");
+    std::fs::write(&many, format!("{lines}8,W,0,4096,9\n")).unwrap();
+    let e = read_devices(&many, Format::Alibaba, DeviceSelect::Only("99".into()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.ends_with("6, 7 and more)"), "{e}");
+
     // UMass: every ASU by default (the fixture has three), one when chosen.
     let (_, merged) = read("umass.spc");
     assert_eq!(merged.unwrap().len(), 4);

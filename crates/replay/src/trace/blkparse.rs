@@ -42,7 +42,10 @@ impl State {
             );
         }
         let f: Vec<&str> = line.split_whitespace().collect();
-        let device = Some(DeviceRef(f[0], None));
+        // `is_event` checked the comma.
+        let device = f[0]
+            .split_once(',')
+            .map(|(maj, min)| DeviceRef(maj, Some(min)));
         let action = f[5];
         if action == "Q" {
             self.queued += 1;
@@ -114,7 +117,7 @@ mod tests {
         let mut s = State::default();
         assert!(matches!(
             s.parse("  8,0    3        1     0.000000000  697  Q  WS 3417048 + 8 [kjournald]"),
-            Ok((Parsed::Skip, Some(DeviceRef("8,0", None))))
+            Ok((Parsed::Skip, Some(DeviceRef("8", Some("0")))))
         ));
         let r = one(
             &mut s,
@@ -129,7 +132,7 @@ mod tests {
         assert!(r.fua);
         assert!(matches!(
             s.parse("  8,16 0 4 2.0 1 D FWS 16 + 8 [x]"),
-            Ok((Parsed::Two(..), Some(DeviceRef("8,16", None))))
+            Ok((Parsed::Two(..), Some(DeviceRef("8", Some("16")))))
         ));
         let r = one(&mut s, "  8,0 0 5 2.0 1 D FN [x]");
         assert_eq!(r.op, Op::Flush);

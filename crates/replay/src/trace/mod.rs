@@ -143,11 +143,39 @@ pub(crate) struct DeviceRef<'a>(pub &'a str, pub Option<&'a str>);
 impl DeviceRef<'_> {
     fn is(&self, name: &str) -> bool {
         match self.1 {
-            None => self.0 == name,
+            None => same_field(self.0, name),
             Some(b) => name
                 .split_once(',')
-                .is_some_and(|(x, y)| x == self.0 && y == b),
+                .is_some_and(|(x, y)| same_field(self.0, x) && same_field(b, y)),
         }
+    }
+}
+
+/// Whether two device fields name the same device: equal as text, or as numbers (the
+/// numeric ids are parsed as integers, so `01` is `1`, `+5` is `5`).
+fn same_field(a: &str, b: &str) -> bool {
+    a == b || matches!((a.parse::<u64>(), b.parse::<u64>()), (Ok(x), Ok(y)) if x == y)
+}
+
+/// A device name as a message shows it: control characters escaped, at most 64 characters,
+/// and single-quoted unless it is plain (so a suggested `--device NAME` can be pasted).
+fn shown(name: &str) -> String {
+    let mut s: String = name
+        .chars()
+        .take(64)
+        .collect::<String>()
+        .escape_debug()
+        .collect();
+    if name.chars().count() > 64 {
+        s.push_str("...");
+    }
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || ",._/:+-".contains(c));
+    if plain {
+        s
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
 
@@ -176,7 +204,7 @@ pub enum DeviceSelect {
 impl std::str::FromStr for DeviceSelect {
     type Err = String;
     fn from_str(s: &str) -> Result<DeviceSelect, String> {
-        match s {
+        match s.trim() {
             "" => Err("an empty device name".into()),
             "all" => Ok(DeviceSelect::All),
             s => Ok(DeviceSelect::Only(s.to_string())),
@@ -321,15 +349,15 @@ struct DeviceFilter {
     first: Option<String>,
     /// Devices the trace named, for messages (at most [`DEVICES_NAMED`]).
     seen: Vec<String>,
+    /// More devices than `seen` holds were named.
+    more: bool,
 }
 
 impl DeviceFilter {
     /// Whether a request of device `d` is replayed; why not, if it is a second device where
     /// one is expected.
     fn admit(&mut self, d: DeviceRef<'_>, format: Format) -> Result<bool, String> {
-        if self.seen.len() < DEVICES_NAMED && !self.seen.iter().any(|s| d.is(s)) {
-            self.seen.push(d.to_string());
-        }
+        self.note(d);
         match &self.select {
             DeviceSelect::All => Ok(true),
             DeviceSelect::Single if format == Format::Umass => Ok(true),
@@ -340,24 +368,49 @@ impl DeviceFilter {
                     Ok(true)
                 }
                 Some(first) if d.is(first) => Ok(true),
-                Some(first) => Err(format!(
-                    "a second device: this line's request is for {d}, the first request's \
-                     for {first}, and their offsets are two address spaces; replay one with \
-                     --device {first} (or --device {d}), or every device over one address \
-                     space with --device all"
-                )),
+                Some(first) => {
+                    let (first, d) = (shown(first), shown(&d.to_string()));
+                    Err(format!(
+                        "a second device: this line's request is for {d}, the first request's \
+                         for {first}, and their offsets are two address spaces; replay one \
+                         with --device {first} (or --device {d}), or every device over one \
+                         address space with --device all"
+                    ))
+                }
             },
+        }
+    }
+
+    /// Records that the trace names device `d` (on any line, a request or not).
+    fn note(&mut self, d: DeviceRef<'_>) {
+        if !self.seen.iter().any(|s| d.is(s)) {
+            if self.seen.len() < DEVICES_NAMED {
+                self.seen.push(d.to_string());
+            } else {
+                self.more = true;
+            }
         }
     }
 
     /// The devices seen, for a message.
     fn named(&self) -> String {
-        let more = if self.seen.len() == DEVICES_NAMED {
-            " and more"
-        } else {
-            ""
-        };
-        format!("{}{more}", self.seen.join(", "))
+        let names: Vec<String> = self.seen.iter().map(|s| shown(s)).collect();
+        let more = if self.more { " and more" } else { "" };
+        format!("{}{more}", names.join(", "))
+    }
+
+    /// Whether the chosen device (with `--device NAME`) was named by any line.
+    fn chosen_seen(&self) -> bool {
+        match &self.select {
+            DeviceSelect::Only(name) => self.seen.iter().any(|s| {
+                let d = match s.split_once(',') {
+                    Some((a, b)) if name.contains(',') => DeviceRef(a, Some(b)),
+                    _ => DeviceRef(s, None),
+                };
+                d.is(name)
+            }),
+            _ => true,
+        }
     }
 }
 
@@ -383,6 +436,7 @@ impl<R: BufRead> TraceReader<R> {
                 select: DeviceSelect::Single,
                 first: None,
                 seen: Vec::new(),
+                more: false,
             },
         }
     }
@@ -437,13 +491,20 @@ impl<R: BufRead> TraceReader<R> {
             if read == 0 {
                 if self.requests == 0 {
                     let hint = match (&self.devices.select, self.format) {
-                        (DeviceSelect::Only(name), _) if !self.devices.seen.is_empty() => {
-                            format!(" for device {name} (it names {})", self.devices.named())
+                        (DeviceSelect::Only(name), _)
+                            if !self.devices.seen.is_empty() && !self.devices.chosen_seen() =>
+                        {
+                            format!(
+                                " for device {} (it names {})",
+                                shown(name),
+                                self.devices.named()
+                            )
                         }
                         (_, Format::Blkparse) if self.blk.queued > 0 => format!(
                             " ({} Q events but no D (issue) events: was the trace recorded with the device's queue?)",
                             self.blk.queued
                         ),
+                        (DeviceSelect::Only(name), _) => format!(" for device {}", shown(name)),
                         _ => String::new(),
                     };
                     return Err(TraceError::Empty {
@@ -485,7 +546,12 @@ impl<R: BufRead> TraceReader<R> {
                         false => Parsed::Skip,
                     }
                 }
-                (p, _) => p,
+                (p, d) => {
+                    if let Some(d) = d {
+                        self.devices.note(d);
+                    }
+                    p
+                }
             };
             match parsed {
                 Parsed::Skip => {
