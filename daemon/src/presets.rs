@@ -42,7 +42,14 @@ pub fn scale_for_capacity(
     let mut last_blocks = 0;
     loop {
         let cfg = base.scaled_to(raw);
-        let max = ftl::plan_format(&cfg, ftl, None).map_or(0, |p| p.max_export_bytes);
+        let max = match ftl::plan_format(&cfg, ftl, None) {
+            Ok(p) => p.max_export_bytes,
+            // Not a matter of size: more blocks would need more memory still.
+            Err(e @ ftl::FtlError::OutOfMemory { .. }) => {
+                return Err(UsageError(format!("capacity {}: {e}", format_size(capacity))).into())
+            }
+            Err(_) => 0,
+        };
         if max >= capacity {
             return Ok(cfg);
         }

@@ -667,6 +667,84 @@ fn preallocate_without_room_is_a_clear_error() {
     assert_eq!(info_json(&old)["capacity_bytes"], 256u64 << 20);
 }
 
+/// Runs ftld with its data segment limited to `kib` KiB (`ulimit -d`), as on a machine with
+/// that much memory left; returns (code, stderr).
+fn ftld_with_memory(kib: u64, args: &[&std::ffi::OsStr]) -> (i32, String) {
+    run_to_exit(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("ulimit -d {kib} && exec \"$@\""))
+            .arg("sh")
+            .arg(FTLD)
+            .args(args),
+    )
+}
+
+/// A device whose tables and map would not fit in the memory left is refused with figures
+/// before anything is allocated or written: a mistyped capacity (no image file is left), and
+/// a forged header claiming 2^28 pages over a sparse file (`info` answers at once).
+#[test]
+fn a_device_too_large_for_the_memory_left_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("big.img");
+    let (code, err) = ftld_with_memory(
+        1 << 20,
+        &[
+            "format".as_ref(),
+            "--capacity".as_ref(),
+            "512G".as_ref(),
+            "--image".as_ref(),
+            img.as_os_str(),
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("capacity 512 GiB: a device exporting")
+            && err.contains("needs about")
+            && err.contains("more than the 1.0 GiB this process can still get"),
+        "{err}"
+    );
+    assert!(!img.exists(), "no image is left behind");
+    // The same image with memory to spare is made (sparse, so it costs no disk).
+    let small = dir.path().join("small.img");
+    run_ok(
+        Command::new(FTLD)
+            .args(["format", "--capacity", "64M", "--image"])
+            .arg(&small),
+    );
+    // Its header, claiming 2^28 pages, over a sparse file of the length that implies.
+    let mut header = std::fs::read(&small).unwrap()[..4096].to_vec();
+    let word = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let banks = word(&header, 16) * word(&header, 20);
+    let blocks = (1u32 << 28) / (banks * word(&header, 28));
+    header[24..28].copy_from_slice(&blocks.to_le_bytes());
+    let crc = crc32fast::hash(&header[..4092]);
+    header[4092..].copy_from_slice(&crc.to_le_bytes());
+    let forged = dir.path().join("forged.img");
+    std::fs::write(&forged, &header).unwrap();
+    let (code, err) = run_to_exit(Command::new(FTLD).arg("info").arg(&forged));
+    assert_eq!(code, 1, "{err}");
+    let want = err
+        .split("expected ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no expected length: {err}"));
+    std::fs::File::options()
+        .write(true)
+        .open(&forged)
+        .unwrap()
+        .set_len(want)
+        .unwrap();
+    let (code, err) = ftld_with_memory(1 << 20, &["info".as_ref(), forged.as_os_str()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("a device of 268435456 pages needs about 1.2 GiB of RAM")
+            && err.contains("for the NAND model's tables alone"),
+        "{err}"
+    );
+}
+
 /// A multi-level cell image and one with program/erase suspend: formatted from a preset and
 /// `[nand]`, served, and shown by `ftld info` with their page-type latencies, read-retry and
 /// suspend; a contradicting `[nand] suspend` on the existing image is a usage error.

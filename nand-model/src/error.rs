@@ -364,6 +364,16 @@ pub enum ImageError {
         /// The underlying error (e.g. no space left, or a file system without fallocate).
         error: io::Error,
     },
+    /// The device's in-RAM tables would not fit in the memory this process can still get.
+    #[error("image {}: a device of {pages} pages needs {shortfall} for the NAND model's tables alone", path.display())]
+    OutOfMemory {
+        /// The image path.
+        path: PathBuf,
+        /// Pages of the device.
+        pages: u64,
+        /// What is needed and what is left.
+        shortfall: crate::host_memory::Shortfall,
+    },
     /// An I/O error on the file.
     #[error("image {}: {source}", path.display())]
     Io {
@@ -390,6 +400,7 @@ impl ImageError {
             | ImageError::Locked { path, .. }
             | ImageError::InvalidGeometry { path, .. }
             | ImageError::Preallocate { path, .. }
+            | ImageError::OutOfMemory { path, .. }
             | ImageError::Io { path, .. } => path,
         }
     }

@@ -204,6 +204,7 @@ impl Image {
                 path: path.to_path_buf(),
                 source,
             })?;
+        check_memory(path, &config.geometry)?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -278,6 +279,7 @@ impl Image {
                 actual,
             });
         }
+        check_memory(path, &g)?;
         let map = map_file(&file, path)?;
         Ok(Image {
             path: p(),
@@ -422,4 +424,15 @@ fn check_geometry(path: &Path, image: &Geometry, want: &Geometry) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// Refuses a device whose in-RAM tables would not fit ([`crate::host_memory`]).
+fn check_memory(path: &Path, g: &Geometry) -> Result<(), ImageError> {
+    let pages = g.total_pages();
+    crate::host_memory::ensure(pages.saturating_mul(crate::host_memory::NAND_BYTES_PER_PAGE))
+        .map_err(|shortfall| ImageError::OutOfMemory {
+            path: path.to_path_buf(),
+            pages,
+            shortfall,
+        })
 }

@@ -214,6 +214,7 @@ mod error;
 mod faults;
 mod geometry;
 mod header;
+pub mod host_memory;
 mod idle_poll;
 #[doc(hidden)]
 pub mod fuzzing {

@@ -211,7 +211,13 @@ pub(crate) fn frontier_owners(cfg: &FtlConfig) -> u64 {
     }
 }
 
-/// Works out the exported size and checkpoint area of a geometry, without touching any file.
+/// RAM the FTL needs per exported 4 KiB page at its peak, an open's (the live map is 4.31 B
+/// per page, the open's peak 5.8 B at 64 GiB: `benches/README.md`, open times), rounded up.
+/// Checked against the memory left ([`nand_model::host_memory`]) before the map is allocated.
+pub const MAP_PEAK_BYTES_PER_PAGE: u64 = 6;
+
+/// Works out the exported size and checkpoint area of a geometry, without touching any file
+/// (and refuses one whose tables and map would not fit in the memory left).
 pub fn plan_format(
     nand: &NandConfig,
     cfg: &FtlConfig,
@@ -337,6 +343,13 @@ pub fn plan_format(
     if lpns == 0 {
         return bad("export size is zero".into());
     }
+    // Refused here, before the image file is made: the NAND model's tables and the map.
+    let needed = geo.total_pages() * nand_model::host_memory::NAND_BYTES_PER_PAGE
+        + lpns * MAP_PEAK_BYTES_PER_PAGE;
+    nand_model::host_memory::ensure(needed).map_err(|shortfall| FtlError::OutOfMemory {
+        pages: lpns,
+        shortfall,
+    })?;
     Ok(FormatPlan {
         lpns: lpns as u32,
         ckpt_blocks,
@@ -420,6 +433,13 @@ impl Ftl {
             nand.geometry(),
             nand.config().interconnect,
         );
+        // The NAND model's tables are in place (an image too large for them was refused when
+        // opened); the map is next.
+        let map_bytes = u64::from(sb.lpns) * MAP_PEAK_BYTES_PER_PAGE;
+        nand_model::host_memory::ensure(map_bytes).map_err(|shortfall| FtlError::OutOfMemory {
+            pages: sb.lpns.into(),
+            shortfall,
+        })?;
         let scheme = sb
             .scheme
             .build(layout, sb.lpns, sb.log_blocks, plan, &cfg, nand.config())?;
