@@ -181,6 +181,11 @@ pub struct ReplayArgs {
     /// is in steady state.
     #[arg(long, value_name = "PCT")]
     pub precondition: Option<f64>,
+    /// End as a power cut would (with --image): what the replay programmed stays, nothing
+    /// else is written (no flush, no checkpoint), so the next open recovers by scanning; the
+    /// summary of a replay on an existing image reports how it was opened (`config.open`).
+    #[arg(long)]
+    pub power_cut: bool,
     /// Seed of the synthetic workload and the precondition's random writes.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,

@@ -98,9 +98,10 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
                 || i.config.is_some()
                 || args.gc_policy.is_some()
                 || args.log_placement.is_some()
+                || args.power_cut
             {
                 return Err(UsageError(
-                    "--target replays against an existing device: the image options (--image, --preset, --ftl, --capacity, --gc-policy, ...) do not apply".into(),
+                    "--target replays against an existing device: the image options (--image, --preset, --ftl, --capacity, --gc-policy, --power-cut, ...) do not apply".into(),
                 )
                 .into());
             }
@@ -182,6 +183,13 @@ fn replay_image(
     if timing == ReplayTiming::Virtual && args.image.queues.is_none() && !file.ftl_queues_set {
         settings.ftl.queues = VIRTUAL_QUEUES;
     }
+    if args.power_cut && args.image.image.is_none() && file.image.is_none() {
+        return Err(UsageError(
+            "--power-cut leaves an image to recover: it needs --image (a scratch image is removed)"
+                .into(),
+        )
+        .into());
+    }
     let scratch = if args.image.image.is_none() && file.image.is_none() {
         let dir = std::env::temp_dir().join(format!("ftld-replay-{}", std::process::id()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -196,6 +204,31 @@ fn replay_image(
     let mut ftl = match &scratch {
         Some(_) => image::create(&settings, TimingMode::Virtual)?,
         None => image::open_or_create(&settings, TimingMode::Virtual)?,
+    };
+    // How an existing image was opened, in simulated time (the open ran on the virtual clock,
+    // from 0: its checkpoint reads, or its scan after a power cut, and the checkpoint written
+    // after a recovery). A new image has nothing to report.
+    let report = ftl.recovery();
+    cfg_json["open"] = if report.mode == ftl::RecoveryMode::Formatted {
+        serde_json::Value::Null
+    } else {
+        serde_json::json!({
+            "mode": match report.mode {
+                ftl::RecoveryMode::Formatted => "formatted",
+                ftl::RecoveryMode::Clean => "clean",
+                ftl::RecoveryMode::RollForward => "roll-forward",
+                ftl::RecoveryMode::FullScan => "full-scan",
+            },
+            "checkpoint_id": report.checkpoint_id,
+            "blocks_scanned": report.blocks_scanned,
+            "pages_scanned": report.pages_scanned,
+            "mapped_pages": report.mapped_pages,
+            "lost_pages": report.lost_pages,
+            "torn_slots": report.torn_slots,
+            "wall_ms": report.millis,
+            "scan_simulated_ms": report.scan_device_ms,
+            "simulated_ms": ftl.now_ns() as f64 / 1e6,
+        })
     };
     let precondition = match args.precondition {
         Some(p) if p > 0.0 => {
@@ -275,8 +308,20 @@ fn replay_image(
             summary
         }
     };
-    ftl.close()
-        .map_err(|e| image::describe(e, &settings.path).context("closing the image"))?;
+    if args.power_cut {
+        // Every operation that would change the medium from here on (the close's flush and
+        // checkpoint) returns without reaching it: the image is left as the power cut leaves
+        // it.
+        ftl.nand().faults().power_cut_after(0);
+        drop(ftl);
+        eprintln!(
+            "power cut: {} left as after a crash (the next open recovers it)",
+            settings.path.display()
+        );
+    } else {
+        ftl.close()
+            .map_err(|e| image::describe(e, &settings.path).context("closing the image"))?;
+    }
     drop(scratch);
     Ok(summary)
 }

@@ -87,6 +87,43 @@ fn lftl_gc() {
     let elapsed = column(t5, "ftld elapsed s");
     assert!(elapsed.iter().all(|&x| x > 0.0), "{elapsed:?}");
     assert_eq!(t.len(), 2, "Table 5 and Fig. 6");
+    // Fig. 6: FUA writes wait for GC on their banks; in-path GC makes them wait longest.
+    let f6 = t
+        .iter()
+        .find(|(title, _)| title.starts_with("LFTL Fig. 6"))
+        .map(|(_, v)| v)
+        .expect("the Fig. 6 table");
+    let mean = column(f6, "ftld mean write us");
+    assert_eq!(mean.len(), 7, "{f6}");
+    assert!(
+        mean[6] > mean[4] && mean[6] > mean[5],
+        "in-path vs the others: {mean:?}"
+    );
+}
+
+#[test]
+fn lftl_table4() {
+    if !python() {
+        return;
+    }
+    let t = run("lftl_table4.py");
+    let t = t.values().next().unwrap();
+    // A scan of every page, a roll-forward, a clean open: only the last reads no page, and it
+    // is the fastest.
+    assert_eq!(column(t, "ftld pages scanned")[2], 0.0, "{t}");
+    assert!(
+        column(t, "ftld pages scanned")[..2]
+            .iter()
+            .all(|&p| p > 0.0),
+        "{t}"
+    );
+    let open = column(t, "ftld open s");
+    assert!(open[2] > 0.0 && open[0] > 10.0 * open[2], "{open:?}");
+    let scan = column(t, "ftld scan s");
+    assert!(
+        scan[0] > 0.0 && scan[0] <= open[0] && scan[2] == 0.0,
+        "{scan:?}"
+    );
 }
 
 #[test]

@@ -64,6 +64,9 @@ pub struct RecoveryReport {
     /// after the checkpoint or a copy whose intact source exists): ignored.
     pub torn_slots: u64,
     pub millis: f64,
+    /// The scan's time on the device clock (simulated with timing virtual), in milliseconds:
+    /// the pages read after the checkpoint, and the slots read again to resolve versions.
+    pub scan_device_ms: f64,
 }
 
 /// Sequence numbers at or above this are refused when read from the medium: no device lives
@@ -174,6 +177,7 @@ impl Core {
             ranges[addr.bank.0 as usize].push((addr.block, from, st.programmed_pages));
         }
         let checkpoint_id = ckpt.map(|c| c.id);
+        let scan_start = self.nand.now_ns();
         // The scheme scans (`Core::scan`), resolves the versions and installs its map.
         let resolved = self.scheme.recover(
             self,
@@ -184,6 +188,7 @@ impl Core {
                 ranges,
             },
         )?;
+        let scan_device_ms = self.nand.now_ns().saturating_sub(scan_start) as f64 / 1e6;
         let (pages, blocks, scanned_max) = resolved.scanned;
         let max_seq = sc.max(scanned_max);
 
@@ -238,6 +243,7 @@ impl Core {
             lost_pages: resolved.lost_pages,
             torn_slots: resolved.torn_slots,
             millis: t0.elapsed().as_secs_f64() * 1000.0,
+            scan_device_ms,
         })
     }
 
@@ -340,8 +346,22 @@ impl Core {
 }
 
 impl Scanner for Core {
-    /// A thread per bank.
+    /// A thread per bank; with timing virtual, one thread and no waits (see `read_retrying`).
     fn scan(&self, ranges: &[Vec<(u32, u32, u32)>], on_data: OnData<'_>) -> Result<Vec<Scan>> {
+        if let Some(clock) = self.nand.sim_clock() {
+            // Every read is queued on its bank's timeline from the open's start, in an order
+            // that does not depend on thread scheduling (which thread meets which version of
+            // a page first decides which OOBs are read again), so the modelled scan is the
+            // same on every run: the banks read in parallel, each for as long as its own reads
+            // take. The clock then moves to the last read's end, as the threads' waits would.
+            let scans = ranges
+                .iter()
+                .enumerate()
+                .map(|(bank, list)| self.scan_bank(bank as u32, list, on_data))
+                .collect::<Result<Vec<_>>>()?;
+            clock.advance_to(self.nand.idle_at_ns());
+            return Ok(scans);
+        }
         std::thread::scope(|s| {
             let handles: Vec<_> = ranges
                 .iter()
@@ -412,7 +432,12 @@ impl Core {
         for _ in 0..=self.cfg.read_retries {
             match self.nand.read(addr, off, data, Some(oob_buf)) {
                 Ok(c) => {
-                    c.wait();
+                    // The data is read at submission. With timing virtual the scan is timed
+                    // as a whole (`scan`): a wait here would move the shared clock by
+                    // whichever bank's read came first.
+                    if self.nand.sim_clock().is_none() {
+                        c.wait();
+                    }
                     return true;
                 }
                 Err(nand_model::NandError::Uncorrectable { .. }) => continue,
