@@ -220,6 +220,7 @@ fn replay_image(
                 ftl::RecoveryMode::FullScan => "full-scan",
             },
             "checkpoint_id": report.checkpoint_id,
+            "checkpoint_fallback": report.checkpoint_fallback,
             "blocks_scanned": report.blocks_scanned,
             "pages_scanned": report.pages_scanned,
             "mapped_pages": report.mapped_pages,

@@ -28,9 +28,11 @@ pub enum FtlError {
     Format { path: PathBuf, reason: String },
     #[error("invalid configuration: {0}")]
     Config(String),
-    #[error("a device exporting {pages} pages of 4 KiB needs {shortfall} for its tables and maps")]
+    #[error("a device exporting {pages} pages of 4 KiB needs {shortfall} for {what}")]
     OutOfMemory {
         pages: u64,
+        /// What the memory is for.
+        what: &'static str,
         shortfall: nand_model::host_memory::Shortfall,
     },
     #[error("internal error: {0}")]

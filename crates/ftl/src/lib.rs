@@ -348,6 +348,7 @@ pub fn plan_format(
         + lpns * MAP_PEAK_BYTES_PER_PAGE;
     nand_model::host_memory::ensure(needed).map_err(|shortfall| FtlError::OutOfMemory {
         pages: lpns,
+        what: "the NAND model's tables and the FTL's map",
         shortfall,
     })?;
     Ok(FormatPlan {
@@ -438,6 +439,7 @@ impl Ftl {
         let map_bytes = u64::from(sb.lpns) * MAP_PEAK_BYTES_PER_PAGE;
         nand_model::host_memory::ensure(map_bytes).map_err(|shortfall| FtlError::OutOfMemory {
             pages: sb.lpns.into(),
+            what: "the FTL's map",
             shortfall,
         })?;
         let scheme = sb

@@ -188,6 +188,10 @@ impl Core {
                 ranges,
             },
         )?;
+        if let Some(clock) = self.nand.sim_clock() {
+            // Slots the resolution read again after the scan (suspects, trims) did not wait.
+            clock.advance_to(self.nand.idle_at_ns());
+        }
         let scan_device_ms = self.nand.now_ns().saturating_sub(scan_start) as f64 / 1e6;
         let (pages, blocks, scanned_max) = resolved.scanned;
         let max_seq = sc.max(scanned_max);
@@ -216,8 +220,9 @@ impl Core {
             self.update_free(bank, a.free_len());
         }
         self.set_seq(max_seq);
-        // Declared before the scheme's own rebuild, which may write (the page scheme's
-        // headroom GC copies and erases, and stops on a read-only device).
+        // Declared before the scheme's own rebuild: the page scheme's headroom GC (which copies
+        // and erases) then does not run. The hybrid schemes' merges stop too; their rebuild
+        // may still erase blocks that hold nothing valid.
         let id = checkpoint_id.unwrap_or(0);
         if max_seq >= SEQ_READ_ONLY_AT || id >= SEQ_READ_ONLY_AT {
             self.set_read_only(format!(
@@ -247,118 +252,185 @@ impl Core {
         })
     }
 
-    /// Reads the OOB (and trim-log slots) of the given page ranges of one bank.
-    fn scan_bank(&self, bank: u32, list: &[(u32, u32, u32)], on_data: OnData<'_>) -> Result<Scan> {
-        let mut out = Scan {
-            trims: Vec::new(),
-            trim_slots: Vec::new(),
-            max_seq: 0,
-            pages: 0,
-            blocks: list.len() as u64,
-            suspect: Vec::new(),
-            block_seqs: Vec::new(),
-        };
-        let mut oob_buf = vec![0u8; self.layout.oob_size as usize];
-        let mut slot = vec![0u8; LOGICAL_PAGE];
-        let mut page_buf = vec![0u8; self.layout.page_size as usize];
-        for &(block, from, to) in list {
-            let (mut lo, mut hi) = (u64::MAX, 0);
-            for page in from..to {
-                let addr = PageAddr {
-                    block: BlockAddr {
-                        bank: BankId(bank),
-                        block,
-                    },
-                    page,
-                };
-                out.pages += 1;
-                if !self.read_retrying(addr, 0, &mut [], &mut oob_buf) {
-                    continue;
-                }
-                let Some(PageOob::Data(metas)) = oob::decode(&oob_buf, self.layout.slots_per_page)
-                else {
-                    // Erased, torn by a crash mid-program, or a failed program: skip.
-                    continue;
-                };
-                // A power cut can tear only the page being programmed: each block's last
-                // programmed page. Its OOB may be whole while its data is not: its data slots
-                // that fail their CRCs are handed to the scheme as suspects (torn, or rotted:
-                // the scheme's rules tell which). Only these pages are checked; anywhere else
-                // a bad CRC is rot, which a host read reports.
-                let suspect = if page + 1 == to {
-                    self.failing_slots(addr, &metas, &mut page_buf, &mut oob_buf)
-                } else {
-                    0
-                };
-                for (i, m) in metas.iter().enumerate() {
-                    let psa = self.layout.psa(addr, i as u32);
-                    if m.seq >= MAX_SEQ {
-                        // No run numbers 2^62 operations: a hostile or corrupt entry.
-                        tracing::warn!(
-                            "{addr:?} slot {i}: sequence number {} is impossible; ignored",
-                            m.seq
-                        );
-                        continue;
-                    }
-                    match m.kind {
-                        SlotKind::Data if suspect & (1 << i) != 0 => {
-                            out.max_seq = out.max_seq.max(m.seq);
-                            (lo, hi) = (lo.min(m.seq), hi.max(m.seq));
-                            out.suspect.push((m.lpn.0, m.seq, psa));
-                        }
-                        SlotKind::Data => {
-                            out.max_seq = out.max_seq.max(m.seq);
-                            (lo, hi) = (lo.min(m.seq), hi.max(m.seq));
-                            on_data(m.lpn.0, m.seq, psa);
-                        }
-                        SlotKind::TrimLog => {
-                            let off = (i * LOGICAL_PAGE) as u32;
-                            if !self.read_retrying(addr, off, &mut slot, &mut oob_buf)
-                                || crc32fast::hash(&slot) != m.crc
-                            {
-                                continue;
-                            }
-                            let Some(recs) = decode_trims(&slot) else {
-                                continue;
-                            };
-                            out.max_seq = out.max_seq.max(m.seq);
-                            out.trims.extend(
-                                recs.iter()
-                                    .filter(|r| r.seq < MAX_SEQ)
-                                    .map(|r| (r.start, r.count, r.seq)),
-                            );
-                            out.trim_slots.push((psa, m.seq));
-                        }
-                        SlotKind::Pad => {}
-                    }
-                }
+    /// The scan of one bank's page ranges, `(block, from, to)`, not started.
+    fn bank_scan<'a>(&self, bank: u32, list: &'a [(u32, u32, u32)]) -> BankScan<'a> {
+        BankScan {
+            bank,
+            list,
+            next: 0,
+            page: list.first().map_or(0, |r| r.1),
+            lo: u64::MAX,
+            hi: 0,
+            out: Scan {
+                trims: Vec::new(),
+                trim_slots: Vec::new(),
+                max_seq: 0,
+                pages: 0,
+                blocks: list.len() as u64,
+                suspect: Vec::new(),
+                block_seqs: Vec::new(),
+            },
+            oob_buf: vec![0u8; self.layout.oob_size as usize],
+            slot: vec![0u8; LOGICAL_PAGE],
+            page_buf: vec![0u8; self.layout.page_size as usize],
+        }
+    }
+
+    /// Reads the OOB (and trim-log slots) of the next page of scan `s`; false when its
+    /// ranges are done.
+    fn scan_page(&self, s: &mut BankScan<'_>, on_data: OnData<'_>) -> bool {
+        let (block, to) = loop {
+            let Some(&(block, _, to)) = s.list.get(s.next) else {
+                return false;
+            };
+            if s.page < to {
+                break (block, to);
             }
-            if lo <= hi {
+            // The block is done: the range of its data slots' sequence numbers.
+            if s.lo <= s.hi {
                 let blk = self.layout.block_idx(BlockAddr {
-                    bank: BankId(bank),
+                    bank: BankId(s.bank),
                     block,
                 });
-                out.block_seqs.push((blk.0, lo, hi));
+                s.out.block_seqs.push((blk.0, s.lo, s.hi));
+            }
+            (s.lo, s.hi) = (u64::MAX, 0);
+            s.next += 1;
+            s.page = s.list.get(s.next).map_or(0, |r| r.1);
+        };
+        let page = s.page;
+        s.page += 1;
+        let addr = PageAddr {
+            block: BlockAddr {
+                bank: BankId(s.bank),
+                block,
+            },
+            page,
+        };
+        s.out.pages += 1;
+        if !self.read_retrying(addr, 0, &mut [], &mut s.oob_buf) {
+            return true;
+        }
+        let Some(PageOob::Data(metas)) = oob::decode(&s.oob_buf, self.layout.slots_per_page) else {
+            // Erased, torn by a crash mid-program, or a failed program: skip.
+            return true;
+        };
+        // A power cut can tear only the page being programmed: each block's last
+        // programmed page. Its OOB may be whole while its data is not: its data slots
+        // that fail their CRCs are handed to the scheme as suspects (torn, or rotted:
+        // the scheme's rules tell which). Only these pages are checked; anywhere else
+        // a bad CRC is rot, which a host read reports.
+        let suspect = if page + 1 == to {
+            self.failing_slots(addr, &metas, &mut s.page_buf, &mut s.oob_buf)
+        } else {
+            0
+        };
+        for (i, m) in metas.iter().enumerate() {
+            let psa = self.layout.psa(addr, i as u32);
+            if m.seq >= MAX_SEQ {
+                // No run numbers 2^62 operations: a hostile or corrupt entry.
+                tracing::warn!(
+                    "{addr:?} slot {i}: sequence number {} is impossible; ignored",
+                    m.seq
+                );
+                continue;
+            }
+            match m.kind {
+                SlotKind::Data if suspect & (1 << i) != 0 => {
+                    s.out.max_seq = s.out.max_seq.max(m.seq);
+                    (s.lo, s.hi) = (s.lo.min(m.seq), s.hi.max(m.seq));
+                    s.out.suspect.push((m.lpn.0, m.seq, psa));
+                }
+                SlotKind::Data => {
+                    s.out.max_seq = s.out.max_seq.max(m.seq);
+                    (s.lo, s.hi) = (s.lo.min(m.seq), s.hi.max(m.seq));
+                    on_data(m.lpn.0, m.seq, psa);
+                }
+                SlotKind::TrimLog => {
+                    let off = (i * LOGICAL_PAGE) as u32;
+                    if !self.read_retrying(addr, off, &mut s.slot, &mut s.oob_buf)
+                        || crc32fast::hash(&s.slot) != m.crc
+                    {
+                        continue;
+                    }
+                    let Some(recs) = decode_trims(&s.slot) else {
+                        continue;
+                    };
+                    s.out.max_seq = s.out.max_seq.max(m.seq);
+                    s.out.trims.extend(
+                        recs.iter()
+                            .filter(|r| r.seq < MAX_SEQ)
+                            .map(|r| (r.start, r.count, r.seq)),
+                    );
+                    s.out.trim_slots.push((psa, m.seq));
+                }
+                SlotKind::Pad => {}
             }
         }
-        Ok(out)
+        true
+    }
+}
+
+/// Where one bank's scan is: the next page of its ranges, the sequence numbers of the current
+/// block's data slots, what it found, and its buffers.
+struct BankScan<'a> {
+    bank: u32,
+    list: &'a [(u32, u32, u32)],
+    /// The range being scanned (an index into `list`), and its next page.
+    next: usize,
+    page: u32,
+    lo: u64,
+    hi: u64,
+    out: Scan,
+    oob_buf: Vec<u8>,
+    slot: Vec<u8>,
+    page_buf: Vec<u8>,
+}
+
+thread_local! {
+    /// With timing virtual: the latest end of the reads this thread submitted since it last
+    /// reset it (`read_retrying` does not wait then; see [`Core::scan_virtual`]).
+    static READS_END: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+impl Core {
+    /// The scan with timing virtual, on this thread: the banks' scans take turns page by
+    /// page, the one whose reads end first next (ties: the lowest bank), on the simulated
+    /// clock set to that end. This is what a thread per bank waiting on its reads does, in an
+    /// order that does not depend on thread scheduling (which scan meets which version of a
+    /// page first decides which OOBs are read again), so the modelled scan is the same on
+    /// every run; and the reads reach every timeline and controller in time order.
+    fn scan_virtual(
+        &self,
+        clock: &nand_model::SimClock,
+        ranges: &[Vec<(u32, u32, u32)>],
+        on_data: OnData<'_>,
+    ) -> Vec<Scan> {
+        let start = clock.now_ns();
+        let mut scans: Vec<(BankScan<'_>, u64, bool)> = ranges
+            .iter()
+            .enumerate()
+            .map(|(bank, list)| (self.bank_scan(bank as u32, list), start, true))
+            .collect();
+        while let Some((s, ready, more)) = scans
+            .iter_mut()
+            .filter(|(_, _, more)| *more)
+            .min_by_key(|(s, ready, _)| (*ready, s.bank))
+        {
+            clock.advance_to(*ready);
+            READS_END.with(|e| e.set(0));
+            *more = self.scan_page(s, on_data);
+            *ready = (*ready).max(READS_END.with(|e| e.get()));
+        }
+        scans.into_iter().map(|(s, _, _)| s.out).collect()
     }
 }
 
 impl Scanner for Core {
-    /// A thread per bank; with timing virtual, one thread and no waits (see `read_retrying`).
+    /// A thread per bank; with timing virtual, [`Core::scan_virtual`].
     fn scan(&self, ranges: &[Vec<(u32, u32, u32)>], on_data: OnData<'_>) -> Result<Vec<Scan>> {
         if let Some(clock) = self.nand.sim_clock() {
-            // Every read is queued on its bank's timeline from the open's start, in an order
-            // that does not depend on thread scheduling (which thread meets which version of
-            // a page first decides which OOBs are read again), so the modelled scan is the
-            // same on every run: the banks read in parallel, each for as long as its own reads
-            // take. The clock then moves to the last read's end, as the threads' waits would.
-            let scans = ranges
-                .iter()
-                .enumerate()
-                .map(|(bank, list)| self.scan_bank(bank as u32, list, on_data))
-                .collect::<Result<Vec<_>>>()?;
+            let scans = self.scan_virtual(clock, ranges, on_data);
             clock.advance_to(self.nand.idle_at_ns());
             return Ok(scans);
         }
@@ -366,7 +438,13 @@ impl Scanner for Core {
             let handles: Vec<_> = ranges
                 .iter()
                 .enumerate()
-                .map(|(bank, list)| s.spawn(move || self.scan_bank(bank as u32, list, on_data)))
+                .map(|(bank, list)| {
+                    s.spawn(move || {
+                        let mut scan = self.bank_scan(bank as u32, list);
+                        while self.scan_page(&mut scan, on_data) {}
+                        Ok(scan.out)
+                    })
+                })
                 .collect();
             handles
                 .into_iter()
@@ -432,10 +510,12 @@ impl Core {
         for _ in 0..=self.cfg.read_retries {
             match self.nand.read(addr, off, data, Some(oob_buf)) {
                 Ok(c) => {
-                    // The data is read at submission. With timing virtual the scan is timed
-                    // as a whole (`scan`): a wait here would move the shared clock by
-                    // whichever bank's read came first.
-                    if self.nand.sim_clock().is_none() {
+                    // The data is read at submission. With timing virtual the scan keeps the
+                    // time (`Core::scan_virtual`): a wait would move the shared clock.
+                    if self.nand.sim_clock().is_some() {
+                        let end = c.deadline_ns();
+                        READS_END.with(|e| e.set(e.get().max(end)));
+                    } else {
                         c.wait();
                     }
                     return true;

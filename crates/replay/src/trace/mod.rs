@@ -351,6 +351,8 @@ struct DeviceFilter {
     seen: Vec<String>,
     /// More devices than `seen` holds were named.
     more: bool,
+    /// With [`DeviceSelect::Only`]: the chosen device was named by some line.
+    chosen_named: bool,
 }
 
 impl DeviceFilter {
@@ -383,6 +385,9 @@ impl DeviceFilter {
 
     /// Records that the trace names device `d` (on any line, a request or not).
     fn note(&mut self, d: DeviceRef<'_>) {
+        if let DeviceSelect::Only(name) = &self.select {
+            self.chosen_named |= d.is(name);
+        }
         if !self.seen.iter().any(|s| d.is(s)) {
             if self.seen.len() < DEVICES_NAMED {
                 self.seen.push(d.to_string());
@@ -397,20 +402,6 @@ impl DeviceFilter {
         let names: Vec<String> = self.seen.iter().map(|s| shown(s)).collect();
         let more = if self.more { " and more" } else { "" };
         format!("{}{more}", names.join(", "))
-    }
-
-    /// Whether the chosen device (with `--device NAME`) was named by any line.
-    fn chosen_seen(&self) -> bool {
-        match &self.select {
-            DeviceSelect::Only(name) => self.seen.iter().any(|s| {
-                let d = match s.split_once(',') {
-                    Some((a, b)) if name.contains(',') => DeviceRef(a, Some(b)),
-                    _ => DeviceRef(s, None),
-                };
-                d.is(name)
-            }),
-            _ => true,
-        }
     }
 }
 
@@ -437,6 +428,7 @@ impl<R: BufRead> TraceReader<R> {
                 first: None,
                 seen: Vec::new(),
                 more: false,
+                chosen_named: false,
             },
         }
     }
@@ -492,7 +484,7 @@ impl<R: BufRead> TraceReader<R> {
                 if self.requests == 0 {
                     let hint = match (&self.devices.select, self.format) {
                         (DeviceSelect::Only(name), _)
-                            if !self.devices.seen.is_empty() && !self.devices.chosen_seen() =>
+                            if !self.devices.seen.is_empty() && !self.devices.chosen_named =>
                         {
                             format!(
                                 " for device {} (it names {})",
