@@ -27,7 +27,10 @@
 //! intact data slot at once (`offer`), which replaces the entry with a compare-and-swap when it
 //! wins. No sequence number is kept per page: when the entry was itself found by the scan
 //! (its slot lies at or past its block's `scan_from`), its number is read from its page's OOB
-//! again (`Scanner::slot_seq`), once per conflict; an entry whose slot cannot be read again
+//! again (`Scanner::slot_seq`), once per conflict, unless the range of numbers offered in the
+//! entry's block already lies wholly above or below the offer (16 bytes per block; a
+//! checkpoint entry pointing past its block's `scan_from` is corrupt and treated as lost, so
+//! every entry there was offered and lies in its block's range); an entry whose slot cannot be read again
 //! (the medium failed during the open) is left as it is rather than decided blindly. Equal numbers (a GC copy and its intact
 //! source) go to the higher slot, so the outcome does not depend on which thread came first.
 //! Then suspects, then trims (each entry decided once, by the newest trim covering it; an
@@ -125,9 +128,13 @@ pub(crate) fn resolve(
             continue;
         }
         let blk = layout.block_of(Psa(v));
+        // A checkpoint cannot point at a page programmed after it (at or past its block's
+        // `scan_from`): such an entry is corrupt, and would break the rule below that every
+        // entry in the scanned part of a block was offered by the scan.
         if u64::from(v) >= layout.total_slots()
             || erased_since.get(blk.0 as usize).is_none_or(|&e| e)
             || layout.is_reserved(layout.block_addr(blk))
+            || scanned(v)
         {
             lost.set(i);
             e.store(Psa::UNMAPPED, Ordering::Release);
@@ -147,19 +154,59 @@ pub(crate) fn resolve(
             r
         })
     };
+    // Per block, the lowest and highest sequence numbers offered so far (16 bytes per block).
+    // Every entry in the scanned part of a block was offered (see the checkpoint's entries
+    // above), before its compare-and-swap, so its number lies in its block's range: an offer
+    // outside that range is decided without reading the entry's OOB again. Blocks the host
+    // filled hold a narrow range; GC's destinations, holding copies of all ages, do not.
+    let range_lo: Vec<AtomicU64> = (0..layout.total_blocks())
+        .map(|_| AtomicU64::new(u64::MAX))
+        .collect();
+    let range_hi: Vec<AtomicU64> = (0..layout.total_blocks())
+        .map(|_| AtomicU64::new(0))
+        .collect();
+    let by_range = |v: u32, seq: u64| {
+        let b = layout.block_of(Psa(v)).0 as usize;
+        let (lo, hi) = (range_lo.get(b)?, range_hi.get(b)?);
+        let (lo, hi) = (lo.load(Ordering::Acquire), hi.load(Ordering::Acquire));
+        if lo > hi {
+            None
+        } else if seq > hi {
+            Some(false)
+        } else if seq < lo {
+            Some(true)
+        } else {
+            None
+        }
+    };
     // Data slots, as the bank threads find them.
     let offer = |lpn: u32, seq: u64, psa: Psa| {
         let i = lpn as usize;
         if i >= lpns || !(seq >= sc || lost.get(i)) {
             return;
         }
+        let b = layout.block_of(psa).0 as usize;
+        if let (Some(lo), Some(hi)) = (range_lo.get(b), range_hi.get(b)) {
+            lo.fetch_min(seq, Ordering::AcqRel);
+            hi.fetch_max(seq, Ordering::AcqRel);
+        }
         let e = &table[i];
         let mut cur = e.load(Ordering::Acquire);
         loop {
-            match current(i, cur) {
-                Some(SlotVersion::Of(cs)) if (cs, cur) >= (seq, psa.0) => return,
-                Some(SlotVersion::Unreadable) => return,
-                _ => {}
+            // Whether the entry holds a newer version (or one that cannot be read again).
+            let keep = match (cur != Psa::UNMAPPED && scanned(cur))
+                .then(|| by_range(cur, seq))
+                .flatten()
+            {
+                Some(newer) => newer,
+                None => match current(i, cur) {
+                    Some(SlotVersion::Of(cs)) => (cs, cur) >= (seq, psa.0),
+                    Some(SlotVersion::Unreadable) => true,
+                    _ => false,
+                },
+            };
+            if keep {
+                return;
             }
             match e.compare_exchange_weak(cur, psa.0, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return,
@@ -542,6 +589,40 @@ mod tests {
             }
             // Offers re-read nothing either: each page was offered once.
             assert_eq!(given.reads.load(Ordering::Relaxed), 0, "trim at {trim}");
+        }
+    }
+
+    /// Versions in blocks whose numbers do not overlap are decided without reading either
+    /// again, whichever is offered first; a checkpoint entry pointing at a page programmed
+    /// after the checkpoint (corrupt) is treated as lost, not compared.
+    #[test]
+    fn versions_in_disjoint_blocks_are_not_read_again() {
+        for newest_first in [true, false] {
+            let scheme = scheme();
+            // Page 5 points into block 7, which the scan covers from page 0.
+            let ck = checkpoint(&scheme.map, &[(5, 30)]);
+            // Pages 0..4: numbered 200.. in block 7 (slots 28..32), 300.. in block 8 (32..36).
+            let old = (0..4u32).map(|l| (l, 200 + u64::from(l), Psa(28 + l)));
+            let new = (0..4u32).map(|l| (l, 300 + u64::from(l), Psa(32 + l)));
+            // `Given` offers its list last to first.
+            let data: Vec<_> = if newest_first {
+                old.chain(new).collect()
+            } else {
+                new.chain(old).collect()
+            };
+            let given = Given::new(data, Vec::new(), Vec::new(), Vec::new());
+            let r = resolve(&given, scheme.layout, 8, &scheme.map, Some(&ck), input())
+                .expect("resolves");
+            for l in 0..4u32 {
+                assert_eq!(
+                    scheme.map.get(crate::layout::Lpn(l)),
+                    Some(Psa(32 + l)),
+                    "page {l}, newest offered first: {newest_first}"
+                );
+            }
+            assert_eq!(given.reads.load(Ordering::Relaxed), 0, "{newest_first}");
+            assert_eq!(scheme.map.get(crate::layout::Lpn(5)), None);
+            assert_eq!(r.lost_pages, 1);
         }
     }
 }
