@@ -181,9 +181,11 @@ pub struct ReplayArgs {
     /// is in steady state.
     #[arg(long, value_name = "PCT")]
     pub precondition: Option<f64>,
-    /// End as a power cut would (with --image): what the replay programmed stays, nothing
-    /// else is written (no flush, no checkpoint), so the next open recovers by scanning; the
-    /// summary of a replay on an existing image reports how it was opened (`config.open`).
+    /// End as a power cut would (with --image): what the replay programmed stays, and the cut
+    /// falls on the close's first operation on the flash (the first page of the checkpoint it
+    /// starts is left torn, or an erase does not happen); nothing after it is written, so the
+    /// next open recovers by scanning. The summary of a replay on an existing image reports
+    /// how it was opened (`config.open`).
     #[arg(long)]
     pub power_cut: bool,
     /// Seed of the synthetic workload and the precondition's random writes.

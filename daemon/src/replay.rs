@@ -310,9 +310,10 @@ fn replay_image(
         }
     };
     if args.power_cut {
-        // Every operation that would change the medium from here on (the close's flush and
-        // checkpoint) returns without reaching it: the image is left as the power cut leaves
-        // it.
+        // The close's first operation on the medium is cut mid-way (a torn checkpoint page, or
+        // an erase that does not happen) and none after it reaches the medium: the image is
+        // left as a power cut during the close leaves it. (The next open may then fall back to
+        // the older checkpoint: `checkpoint_fallback`.)
         ftl.nand().faults().power_cut_after(0);
         drop(ftl);
         eprintln!(
