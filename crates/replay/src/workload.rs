@@ -262,6 +262,13 @@ impl std::str::FromStr for WorkloadSpec {
         if w.bs == 0 || !w.bs.is_multiple_of(512) {
             return Err(format!("bs={} is not a positive multiple of 512", w.bs));
         }
+        if w.bs > crate::request::MAX_REQUEST_BYTES {
+            return Err(format!(
+                "bs={} is above {} bytes (64 MiB), more than any block request",
+                w.bs,
+                crate::request::MAX_REQUEST_BYTES
+            ));
+        }
         // A key another kind's generator reads would be silently ignored here.
         for &k in &seen {
             let applies = match k {
@@ -452,6 +459,7 @@ mod tests {
             ),
             ("random,arrival=poisson", "arrival needs iops"),
             ("random,bs=4k,bs=8k", "bs is given twice"),
+            ("random,bs=128m", "more than any block request"),
             ("random,requests=2.9", "requests=2.9: not a count"),
             ("random,iops=1e-300", "iops=1e-300: out of range"),
             ("thinktime,long=100000s", "long=100000s: out of range"),

@@ -482,3 +482,17 @@ fn a_second_device_is_refused_unless_chosen() {
         ]
     );
 }
+
+/// A request longer than any block request (64 MiB) is a corrupt line, refused by number: a
+/// real-time replay would allocate buffers of its length in every worker.
+#[test]
+fn a_request_longer_than_64_mib_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("big.spc");
+    std::fs::write(&p, "0,0,67108864,w,0.0\n0,0,67108865,w,0.1\n").unwrap();
+    let e = read_err(&p, Format::Umass);
+    assert!(
+        e.contains("big.spc:2: a request of 67108865 bytes is above 64 MiB"),
+        "{e}"
+    );
+}

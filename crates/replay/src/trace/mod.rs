@@ -444,8 +444,20 @@ impl<R: BufRead> TraceReader<R> {
     }
 
     /// Refuses a request that arrives more than [`MAX_GAP_NS`] after the previous one (a
-    /// virtual-time run would simulate the whole gap).
-    fn check_gap(&mut self, r: &Request) -> Result<(), TraceError> {
+    /// virtual-time run would simulate the whole gap), or is longer than
+    /// [`crate::request::MAX_REQUEST_BYTES`].
+    fn check_request(&mut self, r: &Request) -> Result<(), TraceError> {
+        if r.len > crate::request::MAX_REQUEST_BYTES {
+            return Err(TraceError::Line {
+                path: self.path.clone(),
+                line: self.n,
+                reason: format!(
+                    "a request of {} bytes is above 64 MiB, more than any block request \
+                     (a corrupt length field?)",
+                    r.len
+                ),
+            });
+        }
         if let crate::request::Arrival::At(t) = r.arrival {
             if let Some(prev) = self.last_at.filter(|&p| t > p.saturating_add(MAX_GAP_NS)) {
                 return Err(TraceError::Line {
@@ -554,13 +566,13 @@ impl<R: BufRead> TraceReader<R> {
                     }
                 }
                 Parsed::One(r) => {
-                    self.check_gap(&r)?;
+                    self.check_request(&r)?;
                     self.requests += 1;
                     return Ok(Some(self.rebase(r)));
                 }
                 Parsed::Two(a, b) => {
-                    self.check_gap(&a)?;
-                    self.check_gap(&b)?;
+                    self.check_request(&a)?;
+                    self.check_request(&b)?;
                     self.requests += 2;
                     let b = self.rebase(b);
                     self.pending = Some(b);
