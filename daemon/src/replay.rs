@@ -150,26 +150,21 @@ fn replay_image(
     mut cfg_json: serde_json::Value,
 ) -> anyhow::Result<Summary> {
     let file = FileConfig::load_opt(args.image.config.as_deref())?;
-    let differs = |t: TimingMode| match t {
-        TimingMode::Off => timing != ReplayTiming::Off,
-        TimingMode::Real => timing != ReplayTiming::Real,
-        TimingMode::Virtual => timing != ReplayTiming::Virtual,
-    };
+    // The file's `timing` is a served device's (real or off); a replay's default is virtual
+    // time, and silently taking the file's would change every figure.
+    let file_timing = file.timing.map(|t| match t {
+        TimingMode::Off => "off",
+        TimingMode::Real => "real",
+        TimingMode::Virtual => "virtual",
+    });
     if let (Some(t), None, Some(path)) = (
-        file.timing.filter(|&t| differs(t)),
+        file_timing.filter(|&t| t != timing.name()),
         args.timing,
         &args.image.config,
     ) {
-        // The file's `timing` is a served device's (real or off); a replay's default is
-        // virtual time, and silently taking the file's would change every figure.
         eprintln!(
-            "note: {}: timing = \"{}\" applies to ftld serve; this replay runs in {} time (--timing sets it)",
+            "note: {}: timing = \"{t}\" applies to ftld serve; this replay runs in {} time (--timing sets it)",
             path.display(),
-            match t {
-                TimingMode::Off => "off",
-                TimingMode::Real => "real",
-                TimingMode::Virtual => "virtual",
-            },
             timing.name()
         );
     }
@@ -213,12 +208,7 @@ fn replay_image(
         serde_json::Value::Null
     } else {
         serde_json::json!({
-            "mode": match report.mode {
-                ftl::RecoveryMode::Formatted => "formatted",
-                ftl::RecoveryMode::Clean => "clean",
-                ftl::RecoveryMode::RollForward => "roll-forward",
-                ftl::RecoveryMode::FullScan => "full-scan",
-            },
+            "mode": report.mode,
             "checkpoint_id": report.checkpoint_id,
             "checkpoint_fallback": report.checkpoint_fallback,
             "blocks_scanned": report.blocks_scanned,
