@@ -333,6 +333,12 @@ pub struct ServeArgs {
     /// Control socket for `ftld stats` [default: the image path with extension .ctl].
     #[arg(long, value_name = "PATH")]
     pub control_socket: Option<PathBuf>,
+    /// Record every host request (from any frontend) into FILE as a blkparse text trace: a
+    /// `D` line when it arrives and a `C` line when it is answered, times on the device's
+    /// clock. `ftld replay FILE` replays it, e.g. in virtual time on another scheme or preset.
+    /// The file is replaced; it is flushed every second and completed at shutdown.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
     /// ublk: serve /dev/ublkb<N>; if a daemon that died left that device in recovery state,
     /// re-attach to it [default: the next free id].
     #[arg(long, value_name = "N")]

@@ -19,6 +19,7 @@
 //! nbd_listen = "127.0.0.1:10809"
 //! read_only = false
 //! control_socket = "/run/ftld/disk0.ctl"
+//! record = "/var/tmp/disk0.blk" # every host request as a blkparse trace (ftld replay reads it)
 //!
 //! [nand]                     # new images only
 //! interconnect = "tmcd"      # tmcd | pmcd (thesis ch. 4)
@@ -77,6 +78,7 @@ pub struct FileConfig {
     pub nbd_listen: Option<String>,
     pub read_only: Option<bool>,
     pub control_socket: Option<PathBuf>,
+    pub record: Option<PathBuf>,
     pub nand: Option<NandFileConfig>,
     pub ftl: Option<FtlConfig>,
     pub nbd: Option<NbdFileConfig>,
@@ -143,6 +145,7 @@ impl FileConfig {
             cfg.image.as_mut(),
             cfg.nbd_socket.as_mut(),
             cfg.control_socket.as_mut(),
+            cfg.record.as_mut(),
             certs,
         ]
         .into_iter()
@@ -200,6 +203,8 @@ pub struct ServeSettings {
     pub nbd_listen: Option<SocketAddr>,
     pub read_only: bool,
     pub control_socket: PathBuf,
+    /// Record every host request here (`--record`), as a blkparse trace.
+    pub record: Option<PathBuf>,
     pub nbd: ServerConfig,
     /// TLS for every NBD socket (certificates already loaded).
     pub tls: TlsPolicy,
@@ -420,6 +425,7 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
         nbd_listen,
         read_only: args.read_only || file.read_only.unwrap_or(false),
         control_socket,
+        record: args.record.clone().or_else(|| file.record.clone()),
         nbd,
         tls,
         ublk,

@@ -56,8 +56,24 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let signals = rt.block_on(async { Signals::install() })?;
     // Before the image opens: the first asynchronous wait fixes how the timer is driven.
     rt.block_on(async { drive_nand_timer() });
+    // Created before the (possibly long) open, so a bad path fails at once.
+    let record = s
+        .record
+        .as_deref()
+        .map(|p| open_record(p, &s.image.path))
+        .transpose()?;
     notify::status(&format!("opening {}", s.image.path.display()));
     let ftl = Arc::new(image::open_or_create(&s.image, s.timing)?);
+    let recording = match record {
+        Some((path, file)) => {
+            let log = ftl::RequestLog::start(Box::new(file))
+                .context("starting the request recording thread")?;
+            ftl.record_requests(&log)?;
+            info!(path = %path.display(), "recording every request (blkparse text)");
+            Some((path, log))
+        }
+        None => None,
+    };
     ftl.nand().set_timer(s.timer);
     // Held until the FTL closes (the end of this function).
     let _idle_poll = hold_idle_poll(s.timing, s.timer, s.idle_poll);
@@ -71,6 +87,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let t = Instant::now();
     let closed = ftl.close();
     rt.shutdown_timeout(Duration::from_secs(1));
+    if let Some((path, log)) = recording {
+        report_recording(&path, log.finish());
+    }
     served?;
     closed.map_err(|e| image::describe(e, &s.image.path).context("closing the FTL"))?;
     info!(
@@ -78,6 +97,39 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         "clean shutdown: everything acknowledged is on flash"
     );
     Ok(())
+}
+
+/// Creates (replaces) the `--record` file, refusing the image itself.
+fn open_record(path: &Path, image: &Path) -> anyhow::Result<(PathBuf, std::fs::File)> {
+    // `--record` pointed at the image by mistake would truncate it.
+    if let (Ok(a), Ok(b)) = (std::fs::canonicalize(path), std::fs::canonicalize(image)) {
+        if a == b {
+            bail!("--record {}: that is the image", path.display());
+        }
+    }
+    let file = std::fs::File::create(path)
+        .with_context(|| format!("creating the --record file {}", path.display()))?;
+    Ok((path.to_path_buf(), file))
+}
+
+/// Says how a recording ended: how many requests, and what was lost (events dropped because
+/// the writer fell behind, or a write error that stopped it).
+fn report_recording(path: &Path, r: ftl::RecordSummary) {
+    match r.error {
+        Some(e) => warn!(
+            path = %path.display(),
+            requests = r.requests,
+            error = %e,
+            "the request recording stopped on a write error: the trace is incomplete"
+        ),
+        None if r.dropped > 0 => warn!(
+            path = %path.display(),
+            requests = r.requests,
+            dropped_events = r.dropped,
+            "the request recording fell behind: events were dropped, the trace is incomplete"
+        ),
+        None => info!(path = %path.display(), requests = r.requests, "request recording complete"),
+    }
 }
 
 /// The frontend that will serve, decided before the image is opened.

@@ -574,6 +574,165 @@ fn replay_against_a_served_device_through_nbd() {
     assert!(err.contains("NBD connection"), "{err}");
 }
 
+/// `(op, offset, length)` of every line of a `requests.csv`, sorted.
+fn requests_csv(dir: &Path) -> Vec<(String, u64, u64)> {
+    let text = std::fs::read_to_string(dir.join("requests.csv")).unwrap();
+    let mut v: Vec<(String, u64, u64)> = text
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (
+                f[1].to_string(),
+                f[2].parse().unwrap(),
+                f[3].parse().unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_served_device_records_what_it_receives_and_replay_reads_it_back() {
+    use e2e::nbd::{NBD_CMD_FLAG_FUA, NBD_CMD_TRIM, NBD_CMD_WRITE, NBD_CMD_WRITE_ZEROES};
+    let trace_dir = tempfile::tempdir().unwrap();
+    let trace = trace_dir.path().join("served.blk");
+    let mut d = e2e::Daemon::start_with(
+        FTLD,
+        e2e::DaemonOpts {
+            timing: "real".into(),
+            extra: vec!["--record".into(), trace.to_str().unwrap().into()],
+            ..Default::default()
+        },
+    );
+    // A workload of reads and writes from four streams at once, as a client sends it.
+    let sent = d.dir().join("sent");
+    let o = ftld(&[
+        "--workload",
+        "random,bs=16k,read=40,span=16M,requests=400,flush_every=50",
+        "--target",
+        &d.uri(),
+        "--queue-depth",
+        "4",
+        "--out",
+        sent.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    // What a workload does not send: a FUA write, a trim, write-zeroes.
+    let mut c = e2e::nbd::Client::connect(&d.socket()).unwrap();
+    let fua = c
+        .call(NBD_CMD_WRITE, NBD_CMD_FLAG_FUA, 1 << 20, 8192, &[7u8; 8192])
+        .unwrap();
+    assert_eq!(fua.error, 0);
+    assert_eq!(
+        c.call(NBD_CMD_TRIM, 0, 2 << 20, 65536, &[]).unwrap().error,
+        0
+    );
+    assert_eq!(
+        c.call(NBD_CMD_WRITE_ZEROES, 0, 3 << 20, 4096, &[])
+            .unwrap()
+            .error,
+        0
+    );
+    c.disconnect();
+    assert!(d.stop().success(), "{}", d.log());
+    assert!(
+        d.log().contains("request recording complete"),
+        "{}",
+        d.log()
+    );
+
+    // Every request has its D line, then its C line with success; times never go back.
+    let text_trace = std::fs::read_to_string(&trace).unwrap();
+    let mut issued = std::collections::HashMap::new();
+    let mut last_t = 0.0f64;
+    let (mut ds, mut cs) = (0, 0);
+    for line in text_trace.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let t: f64 = f[3].parse().unwrap();
+        assert!(t >= last_t, "time goes back at {line:?}");
+        last_t = t;
+        let key = f[6..f.len() - 1].join(" ");
+        match f[5] {
+            "D" => {
+                ds += 1;
+                *issued.entry(key).or_insert(0i64) += 1;
+            }
+            "C" => {
+                cs += 1;
+                assert_eq!(f[f.len() - 1], "[0]", "{line}");
+                let n = issued
+                    .get_mut(&key)
+                    .unwrap_or_else(|| panic!("C before D: {line}"));
+                *n -= 1;
+                assert!(*n >= 0, "more C than D: {line}");
+            }
+            a => panic!("action {a} in {line:?}"),
+        }
+    }
+    let workload_requests = summary(&sent)["requests"].as_u64().unwrap();
+    assert_eq!(ds, workload_requests + 3, "{text_trace}");
+    assert_eq!(cs, ds);
+    assert!(text_trace.contains(" WF 2048 + 16 [ftld]"), "the FUA write");
+    assert!(text_trace.contains(" D 4096 + 128 [ftld]"), "the trim");
+    assert!(
+        text_trace.contains(" D 6144 + 8 [ftld]"),
+        "write-zeroes, as a trim"
+    );
+
+    // Replayed in virtual time on a new image: the same requests, read back from the trace.
+    let replayed = trace_dir.path().join("replayed");
+    let o = ftld(&[
+        trace.to_str().unwrap(),
+        "--image",
+        trace_dir.path().join("r.img").to_str().unwrap(),
+        "--preset",
+        "slc-small-004",
+        "--capacity",
+        "64M",
+        "--out",
+        replayed.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = summary(&replayed);
+    assert_eq!(s["config"]["format"], "blkparse", "{s}");
+    assert_eq!(s["adjusted"]["reordered"], 0, "{s}");
+    let mut expected = requests_csv(&sent);
+    expected.push(("write".into(), 1 << 20, 8192));
+    expected.push(("trim".into(), 2 << 20, 65536));
+    expected.push(("trim".into(), 3 << 20, 4096));
+    expected.sort();
+    assert_eq!(requests_csv(&replayed), expected);
+
+    // The image itself is refused as the recording file (it would be truncated).
+    let img = trace_dir.path().join("r.img");
+    let len = std::fs::metadata(&img).unwrap().len();
+    let o = Command::new(FTLD)
+        .args(["serve", "--frontend", "nbd", "--image"])
+        .arg(&img)
+        .arg("--record")
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("that is the image"), "{}", text(&o));
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), len);
+    // A path that cannot be created is named.
+    let o = Command::new(FTLD)
+        .args(["serve", "--frontend", "nbd", "--image"])
+        .arg(&img)
+        .args(["--record", "/nonexistent-dir/t.blk"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("creating the --record file /nonexistent-dir/t.blk"),
+        "{}",
+        text(&o)
+    );
+}
+
 #[test]
 fn replay_against_a_file_with_o_direct() {
     let dir = tempfile::tempdir().unwrap();

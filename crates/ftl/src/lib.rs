@@ -38,6 +38,7 @@
 //! | `recovery` | the OOB scan (slots handed to the scheme's resolution as found), block states after an open |
 //! | `oob` | the spare-area record of every page |
 //! | `stats` | counters, WAF, wear, latency histograms |
+//! | `request_log` | recording the host requests as a blkparse trace (`ftld serve --record`) |
 //! | `sim` | timing `virtual`: background work as actors of a discrete-event simulation |
 //!
 //! The scheme boundary is `schemes` (the `Scheme` and `Placer` traits, `SchemeKind`; its doc
@@ -126,6 +127,7 @@ pub mod layout;
 mod oob;
 mod read;
 mod recovery;
+mod request_log;
 pub mod schemes;
 mod signal;
 mod sim;
@@ -137,7 +139,7 @@ mod writer;
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 pub use bytes::Bytes;
@@ -150,6 +152,7 @@ pub use crate::error::{FtlError, Result};
 pub use crate::layout::{Lpn, Psa, LOGICAL_PAGE, SECTOR};
 pub use crate::read::Extent;
 pub use crate::recovery::{RecoveryMode, RecoveryReport};
+pub use crate::request_log::{RecordSummary, RequestLog};
 pub use crate::schemes::{LogPlacement, SchemeKind};
 pub use crate::stats::{BankStats, FtlStats, LatencySummary, RtStats, WearStats};
 pub use nand_model;
@@ -159,6 +162,7 @@ use crate::buffer::{QueueState, WriterMsg};
 use crate::checkpoint::{CkptState, SuperBlock};
 use crate::core::Core;
 use crate::layout::Layout;
+use crate::request_log::{Issued, RecordedOp, RequestSink};
 use crate::stats::OpKind;
 
 /// A running FTL over one image file.
@@ -166,6 +170,8 @@ pub struct Ftl {
     core: Arc<Core>,
     writers: Mutex<Vec<JoinHandle<()>>>,
     helpers: Mutex<Vec<JoinHandle<()>>>,
+    /// Where host requests are recorded, once [`Ftl::record_requests`] was called.
+    recording: OnceLock<Arc<RequestSink>>,
 }
 
 /// What formatting an image decided.
@@ -542,6 +548,7 @@ impl Ftl {
                 core,
                 writers: Mutex::new(writers),
                 helpers: Mutex::new(Vec::new()),
+                recording: OnceLock::new(),
             });
         }
         let mut helpers = Vec::new();
@@ -575,6 +582,7 @@ impl Ftl {
             core,
             writers: Mutex::new(writers),
             helpers: Mutex::new(helpers),
+            recording: OnceLock::new(),
         })
     }
 
@@ -620,6 +628,13 @@ impl Ftl {
 
     /// Reads `buf.len()` bytes at `offset` (both multiples of 512).
     pub async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let rec = self.record_issue(RecordedOp::Read, 0, offset, buf.len() as u64);
+        let r = self.read_unrecorded(offset, buf).await;
+        self.record_complete(rec, &r);
+        r
+    }
+
+    async fn read_unrecorded(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let t = self.core.now_ns();
         self.core.check_range(offset, buf.len() as u64)?;
         self.core.read_at(offset, buf).await?;
@@ -659,6 +674,20 @@ impl Ftl {
         data: Bytes,
         fua: bool,
     ) -> Result<()> {
+        let len = data.len() as u64;
+        let rec = self.record_issue(RecordedOp::Write { fua }, queue, offset, len);
+        let r = self.write_unrecorded(queue, offset, data, fua).await;
+        self.record_complete(rec, &r);
+        r
+    }
+
+    async fn write_unrecorded(
+        &self,
+        queue: usize,
+        offset: u64,
+        data: Bytes,
+        fua: bool,
+    ) -> Result<()> {
         let t = self.core.now_ns();
         self.core.check_range(offset, data.len() as u64)?;
         let len = data.len() as u64;
@@ -674,6 +703,13 @@ impl Ftl {
 
     /// Makes every write, trim and write-zeroes acknowledged so far durable.
     pub async fn flush(&self) -> Result<()> {
+        let rec = self.record_issue(RecordedOp::Flush, 0, 0, 0);
+        let r = self.flush_unrecorded().await;
+        self.record_complete(rec, &r);
+        r
+    }
+
+    async fn flush_unrecorded(&self) -> Result<()> {
         let t = self.core.now_ns();
         if self.core.writers_gone() {
             return Err(FtlError::Closed);
@@ -692,6 +728,13 @@ impl Ftl {
     /// Discards a range: it reads as zeroes afterwards (durably once flushed, or at once with
     /// `fua`). Partial 4 KiB pages at the ends are zeroed by writing.
     pub async fn trim(&self, queue: usize, offset: u64, len: u64, fua: bool) -> Result<()> {
+        let rec = self.record_issue(RecordedOp::Trim { fua }, queue, offset, len);
+        let r = self.trim_unrecorded(queue, offset, len, fua).await;
+        self.record_complete(rec, &r);
+        r
+    }
+
+    async fn trim_unrecorded(&self, queue: usize, offset: u64, len: u64, fua: bool) -> Result<()> {
         let t = self.core.now_ns();
         self.core.check_range(offset, len)?;
         self.core.unmap(queue, offset, len, fua).await?;
@@ -706,6 +749,28 @@ impl Ftl {
     /// Writes zeroes over a range. Implemented by unmapping, which costs no flash writes.
     pub async fn write_zeroes(&self, queue: usize, offset: u64, len: u64, fua: bool) -> Result<()> {
         self.trim(queue, offset, len, fua).await
+    }
+
+    /// Records every host request from now on (read, write, flush, trim, write-zeroes: what
+    /// reaches this API, from any frontend) into `log`, as a blkparse trace (`ftld serve
+    /// --record`; the format is in the `request_log` module's doc). One recording per FTL: a
+    /// second call is refused.
+    pub fn record_requests(&self, log: &RequestLog) -> Result<()> {
+        self.recording
+            .set(log.sink())
+            .map_err(|_| FtlError::Config("this FTL is already recording its requests".into()))
+    }
+
+    fn record_issue(&self, op: RecordedOp, queue: usize, offset: u64, len: u64) -> Option<Issued> {
+        let sink = self.recording.get()?;
+        let queue = queue % self.queues().max(1);
+        Some(sink.issue(|| self.core.now_ns(), op, queue, offset, len))
+    }
+
+    fn record_complete(&self, issued: Option<Issued>, result: &Result<()>) {
+        if let (Some(req), Some(sink)) = (issued, self.recording.get()) {
+            sink.complete(|| self.core.now_ns(), req, result.is_ok());
+        }
     }
 
     /// Writes a checkpoint now (blocking).
