@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! → {"cmd":"stats"}
-//! ← {"ok":true,"pid":…,"image":…,"uptime_secs":…,"bank_utilisation":[…],
+//! ← {"ok":true,"pid":…,"image":…,"uptime_secs":…,"clock_secs":…,"bank_utilisation":[…],
 //!    "ftl":{ftl::FtlStats},"nand":{nand_model::NandStats},"nbd":{ftl_nbd::ServerStats}}
 //! → {"cmd":"ping"}
 //! ← {"ok":true,"pid":…}
@@ -68,6 +68,9 @@ impl ControlContext {
                     "pid": std::process::id(),
                     "image": self.image,
                     "uptime_secs": uptime.as_secs_f64(),
+                    // The FTL's clock (since the image was opened), the one `--record`
+                    // stamps requests with: a tool marks points in a recorded trace by it.
+                    "clock_secs": self.ftl.now_ns() as f64 / 1e9,
                     // The async runtime's threads (`workers`; this handler runs on it).
                     "runtime_workers": tokio::runtime::Handle::try_current()
                         .ok()

@@ -78,6 +78,59 @@ fn lftl_table2() {
 }
 
 #[test]
+fn lftl_table3() {
+    // XFS on the served device through nbdfuse and a loop device, as a user mounts it.
+    if !python()
+        || !e2e::require_root()
+        || !e2e::require_path("/dev/fuse", "nbdfuse needs FUSE")
+        || !e2e::require_tool("nbdfuse", "libnbd-bin")
+        || !e2e::require_tool("fusermount3", "fuse3")
+        || !e2e::require_tool("losetup", "mount")
+        || !e2e::require_tool("mkfs.xfs", "xfsprogs")
+        || !e2e::require_tool("fio", "fio")
+        || !e2e::require_tool("nbdkit", "nbdkit")
+    {
+        return;
+    }
+    let t = run("lftl_table3.py");
+    let t = t.values().next().unwrap();
+    let rows = t["rows"].as_array().unwrap();
+    assert_eq!(
+        rows.len(),
+        4,
+        "1 queue, 1 queue synchronous, 16 queues, nbdkit memory"
+    );
+    for r in [&rows[0], &rows[2]] {
+        // The recording holds everything fio wrote (16 threads x 4 MiB) and read back (the
+        // read phase after a remount and dropped caches reaches the device), and its replay
+        // moves data in virtual time.
+        assert!(r["recorded MiB written"].as_f64().unwrap() >= 64.0, "{r}");
+        assert!(r["recorded MiB read"].as_f64().unwrap() >= 64.0, "{r}");
+        for c in [
+            "ftld write MB/s (real)",
+            "ftld read MB/s (real)",
+            "replay write MB/s (virtual)",
+            "replay read MB/s (virtual)",
+        ] {
+            assert!(r[c].as_f64().unwrap() > 0.0, "{c} in {r}");
+        }
+    }
+    // mtd_blkdevs' way, one request at a time each on flash before the next: the same
+    // recorded writes, slower than when the write buffer acknowledges them.
+    let sync = &rows[1];
+    assert!(
+        sync["recorded MiB written"].as_f64().unwrap() >= 64.0,
+        "{sync}"
+    );
+    let w = |r: &serde_json::Value| r["replay write MB/s (virtual)"].as_f64().unwrap();
+    assert!(
+        w(sync) > 0.0 && w(sync) < w(&rows[0]),
+        "{sync} / {}",
+        rows[0]
+    );
+}
+
+#[test]
 fn lftl_gc() {
     if !python() {
         return;
