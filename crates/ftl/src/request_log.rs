@@ -21,24 +21,27 @@
 //! read, `W` write, `WF` FUA write, `D` trim (write-zeroes too: the FTL implements it as a
 //! trim, and a replay of it is exact), `DF` FUA trim, `FN` flush.
 //!
-//! **Order.** An event's time is read and the event queued under one lock, so the file is in
-//! time order (a replay does not see requests move backwards). Events go through a bounded
-//! channel to a thread that formats and writes them, so the host path never waits for the
-//! file; if the thread falls 64 Ki events behind, further events are dropped and counted
-//! ([`RecordSummary::dropped`]) rather than slowing the device being measured. The file is
-//! flushed at least every second, so a `kill -9` loses at most the last second.
+//! **Order and cost.** An event's time is read and the event queued under one lock, so the
+//! file is in time order (a replay does not see requests move backwards). A thread takes the
+//! queued events every few milliseconds, formats and writes them: the host path never waits for
+//! the file or wakes a thread (a wake-up per event cost more than the rest; see the README's
+//! recording section for the measured cost). If 64 Ki events wait, further ones are dropped and
+//! counted ([`RecordSummary::dropped`]) rather than slowing the device being measured. The file
+//! is flushed at least every second, so a `kill -9` loses at most the last second.
 
-use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
-/// Events the writer may lag behind before new ones are dropped.
-const CHANNEL_EVENTS: usize = 64 * 1024;
+/// Events that may wait for the writer before new ones are dropped.
+const MAX_PENDING: usize = 64 * 1024;
+
+/// How often the writer takes the events queued.
+const DRAIN_EVERY: Duration = Duration::from_millis(5);
 
 /// The longest a written event waits in the writer's buffer before reaching the file.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
@@ -80,14 +83,23 @@ pub(crate) struct Issued {
 enum Event {
     Issue { t_ns: u64, req: Issued },
     Complete { t_ns: u64, req: Issued, ok: bool },
-    Stop,
+}
+
+/// Events queued for the writer.
+#[derive(Default)]
+struct Pending {
+    events: Vec<Event>,
+    /// The recording ended: nothing more is queued.
+    stopped: bool,
 }
 
 /// The side of a recording the FTL holds: queues events for the writer thread.
 pub(crate) struct RequestSink {
-    /// Held while an event's time is read and the event queued, so events enter the channel
-    /// in time order. Protects nothing else; taken last (no other lock is taken under it).
-    tx: Mutex<Sender<Event>>,
+    /// Held while an event's time is read and the event queued, so events are queued in time
+    /// order, and while the writer swaps the queue out. Taken last (no other lock under it).
+    pending: Mutex<Pending>,
+    /// Wakes the writer early when the recording ends.
+    stop: Condvar,
     dropped: AtomicU64,
 }
 
@@ -121,12 +133,11 @@ impl RequestSink {
     }
 
     fn send(&self, event: impl FnOnce() -> Event) {
-        let tx = self.tx.lock();
-        match tx.try_send(event()) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            }
+        let mut p = self.pending.lock();
+        if p.stopped || p.events.len() >= MAX_PENDING {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        } else {
+            p.events.push(event());
         }
     }
 }
@@ -145,28 +156,30 @@ pub struct RecordSummary {
 /// A recording in progress: owns the writer thread. Install it with
 /// [`crate::Ftl::record_requests`], end it with [`RequestLog::finish`].
 pub struct RequestLog {
-    sink: std::sync::Arc<RequestSink>,
+    sink: Arc<RequestSink>,
     thread: Option<JoinHandle<(u64, Option<io::Error>)>>,
 }
 
 impl RequestLog {
     /// Starts a recording into `out` (a file, usually; it is buffered here).
     pub fn start(out: Box<dyn Write + Send>) -> io::Result<RequestLog> {
-        let (tx, rx) = crossbeam_channel::bounded(CHANNEL_EVENTS);
+        let sink = Arc::new(RequestSink {
+            pending: Mutex::new(Pending::default()),
+            stop: Condvar::new(),
+            dropped: AtomicU64::new(0),
+        });
+        let s = Arc::clone(&sink);
         let thread = std::thread::Builder::new()
             .name("ftl-record".into())
-            .spawn(move || write_events(rx, io::BufWriter::with_capacity(1 << 20, out)))?;
+            .spawn(move || write_events(&s, io::BufWriter::with_capacity(1 << 20, out)))?;
         Ok(RequestLog {
-            sink: std::sync::Arc::new(RequestSink {
-                tx: Mutex::new(tx),
-                dropped: AtomicU64::new(0),
-            }),
+            sink,
             thread: Some(thread),
         })
     }
 
-    pub(crate) fn sink(&self) -> std::sync::Arc<RequestSink> {
-        std::sync::Arc::clone(&self.sink)
+    pub(crate) fn sink(&self) -> Arc<RequestSink> {
+        Arc::clone(&self.sink)
     }
 
     /// Ends the recording: every event queued so far is written and the output flushed.
@@ -183,12 +196,8 @@ impl RequestLog {
                 error: None,
             };
         };
-        {
-            // A blocking send: the writer drains the channel, so there is room soon. Under the
-            // lock, so no event is queued after the stop (they fail: the receiver is gone).
-            let tx = self.sink.tx.lock();
-            let _ = tx.send(Event::Stop);
-        }
+        self.sink.pending.lock().stopped = true;
+        self.sink.stop.notify_one();
         let (requests, error) = thread
             .join()
             .unwrap_or_else(|_| (0, Some(io::Error::other("the recording thread panicked"))));
@@ -206,83 +215,103 @@ impl Drop for RequestLog {
     }
 }
 
-/// The writer thread: formats events until `Stop` (or every sender is gone), flushing at least
-/// every [`FLUSH_EVERY`]. After a write error it only drains (counting nothing more written).
-fn write_events(rx: Receiver<Event>, mut out: impl Write) -> (u64, Option<io::Error>) {
+/// The writer thread: every [`DRAIN_EVERY`] (or at once when the recording ends) takes the
+/// queued events and writes them, flushing at least every [`FLUSH_EVERY`]. After a write
+/// error it only takes them (nothing more is written; the error is returned).
+fn write_events(sink: &RequestSink, mut out: impl Write) -> (u64, Option<io::Error>) {
     let mut seq = 0u64;
     let mut requests = 0u64;
     let mut error: Option<io::Error> = None;
-    let mut line = String::with_capacity(128);
-    let mut dirty = false;
+    let mut line = Vec::with_capacity(128);
+    let mut batch = Vec::new();
+    let mut flushed = Instant::now();
     loop {
-        let event = match rx.recv_timeout(FLUSH_EVERY) {
-            Ok(Event::Stop) | Err(RecvTimeoutError::Disconnected) => break,
-            Ok(e) => e,
-            Err(RecvTimeoutError::Timeout) => {
-                if dirty && error.is_none() {
-                    if let Err(e) = out.flush() {
-                        error = Some(e);
-                    }
-                    dirty = false;
-                }
+        let stopped = {
+            let mut p = sink.pending.lock();
+            if !p.stopped {
+                sink.stop.wait_for(&mut p, DRAIN_EVERY);
+            }
+            std::mem::swap(&mut batch, &mut p.events);
+            p.stopped
+        };
+        for event in batch.drain(..) {
+            if error.is_some() {
                 continue;
             }
-        };
-        if error.is_some() {
-            continue;
+            seq += 1;
+            line.clear();
+            format_event(&mut line, seq, &event);
+            if matches!(event, Event::Issue { .. }) {
+                requests += 1;
+            }
+            if let Err(e) = out.write_all(&line) {
+                error = Some(e);
+            }
         }
-        seq += 1;
-        line.clear();
-        format_event(&mut line, seq, &event);
-        if matches!(event, Event::Issue { .. }) {
-            requests += 1;
+        if error.is_none() && (stopped || flushed.elapsed() >= FLUSH_EVERY) {
+            if let Err(e) = out.flush() {
+                error = Some(e);
+            }
+            flushed = Instant::now();
         }
-        if let Err(e) = out.write_all(line.as_bytes()) {
-            error = Some(e);
+        if stopped {
+            return (requests, error);
         }
-        dirty = true;
     }
-    if error.is_none() {
-        if let Err(e) = out.flush() {
-            error = Some(e);
-        }
-    }
-    (requests, error)
 }
 
-/// One blkparse line (see the module doc).
-fn format_event(line: &mut String, seq: u64, event: &Event) {
+/// One blkparse line (see the module doc), appended to `line`. By hand with `itoa` rather than
+/// `write!`: at 100k requests a second the formatting is most of what recording costs.
+fn format_event(line: &mut Vec<u8>, seq: u64, event: &Event) {
     let (t_ns, req, action) = match *event {
-        Event::Issue { t_ns, req } => (t_ns, req, 'D'),
-        Event::Complete { t_ns, req, .. } => (t_ns, req, 'C'),
-        Event::Stop => return,
+        Event::Issue { t_ns, req } => (t_ns, req, b'D'),
+        Event::Complete { t_ns, req, .. } => (t_ns, req, b'C'),
     };
     let queue = match req.op {
         RecordedOp::Read | RecordedOp::Flush => 0,
         _ => req.queue,
     };
-    let _ = write!(
-        line,
-        "  0,0  {queue:>3} {seq:>8} {:>5}.{:09}     0  {action} {:>3} ",
-        t_ns / 1_000_000_000,
-        t_ns % 1_000_000_000,
-        req.op.rwbs()
-    );
+    let mut num = itoa::Buffer::new();
+    line.extend_from_slice(b"  0,0 ");
+    pad_left(line, num.format(queue), 3);
+    line.push(b' ');
+    pad_left(line, num.format(seq), 8);
+    line.push(b' ');
+    pad_left(line, num.format(t_ns / 1_000_000_000), 5);
+    line.push(b'.');
+    let nanos = num.format(t_ns % 1_000_000_000);
+    line.extend(std::iter::repeat_n(b'0', 9 - nanos.len()));
+    line.extend_from_slice(nanos.as_bytes());
+    line.extend_from_slice(b"     0  ");
+    line.push(action);
+    line.push(b' ');
+    pad_left(line, req.op.rwbs(), 3);
+    line.push(b' ');
     if req.op != RecordedOp::Flush {
-        let _ = write!(line, "{} + {} ", req.offset / 512, req.len / 512);
+        line.extend_from_slice(num.format(req.offset / 512).as_bytes());
+        line.extend_from_slice(b" + ");
+        line.extend_from_slice(num.format(req.len / 512).as_bytes());
+        line.push(b' ');
     }
     match *event {
         Event::Complete { ok, .. } => {
-            let _ = writeln!(line, "[{}]", if ok { 0 } else { EIO });
+            line.push(b'[');
+            line.extend_from_slice(num.format(if ok { 0 } else { EIO }).as_bytes());
+            line.extend_from_slice(b"]\n");
         }
-        _ => line.push_str("[ftld]\n"),
+        _ => line.extend_from_slice(b"[ftld]\n"),
     }
+}
+
+/// `s` right-aligned in `width` columns.
+fn pad_left(line: &mut Vec<u8>, s: &str, width: usize) {
+    line.extend(std::iter::repeat_n(b' ', width.saturating_sub(s.len())));
+    line.extend_from_slice(s.as_bytes());
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     /// A `Write` whose bytes the test reads after the recording ends.
     #[derive(Clone, Default)]
