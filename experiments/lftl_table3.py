@@ -15,11 +15,14 @@ Two configurations stand in for the paper's two frameworks:
   - "16 queues": `--queues 16` and 16 connections (`nbdfuse -C 16`), each connection's writes
     through their own write queue and writer (LFTL's per-queue workers).
 `nbdkit memory` (no device model: RAM behind the same NBD/FUSE/loop path) runs the same
-workload in the same session, as the ceiling this host's path allows.
+workload in the same session: the host's path alone, for scale (it is not a ceiling: on this
+VM its figures vary as much as ftld's).
 
 The daemon records every request it receives (`ftld serve --record`, blkparse text). The
 recorded write and read phases are then replayed in virtual time, closed loop with as many
-streams as the run had connections, on a fresh lftl-card image with the same queues: what the
+streams as the run had connections, with the same queues: the write phase on a fresh
+lftl-card image, the read phase on the image that replay left (mkfs's requests are not
+replayed, so the few reads of its metadata find unmapped pages). That is what the
 device model gives for the block stream XFS produced, without this host's FUSE and CPU costs
 (the real-time figures on a 2-CPU VM are bound by those, not by the emulated flash). Phase
 MB/s = the phase's bytes over the time from its first request's arrival to its last
@@ -70,19 +73,30 @@ def check_host():
         raise SystemExit("lftl_table3: /dev/fuse does not exist (nbdfuse needs FUSE)")
 
 
+class Failed(RuntimeError):
+    """A step failed; main() reports it (cleanup runs first and never hides it)."""
+
+
 def run(cmd, **kw):
     p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
     if p.returncode != 0:
-        raise SystemExit(f"lftl_table3: {' '.join(map(str, cmd))} failed ({p.returncode}):\n"
-                         f"{p.stdout}{p.stderr}")
+        raise Failed(f"{' '.join(map(str, cmd))} failed ({p.returncode}):\n{p.stdout}{p.stderr}")
     return p.stdout
+
+
+def try_run(*cmds):
+    """Runs the first command; if it fails, the next, and so on (for undoing)."""
+    for cmd in cmds:
+        if subprocess.run([str(c) for c in cmd], capture_output=True).returncode == 0:
+            return
+    raise Failed(f"{' '.join(map(str, cmds[-1]))} failed")
 
 
 def wait_for(path, proc, what, log, seconds=60):
     deadline = time.monotonic() + seconds
     while not Path(path).exists():
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"lftl_table3: {what} did not start; see {log}")
+            raise Failed(f"{what} did not start; see {log}")
         time.sleep(0.05)
 
 
@@ -95,12 +109,16 @@ class Stack:
     def push(self, f):
         self.undo.append(f)
 
+    def close_last(self):
+        """Undoes the latest action now (it fails loudly: nothing else is pending on it)."""
+        self.undo.pop()()
+
     def close(self):
         while self.undo:
             f = self.undo.pop()
             try:
                 f()
-            except Exception as e:  # keep undoing the rest
+            except BaseException as e:  # keep undoing the rest; the first error stands
                 print(f"lftl_table3: cleanup: {e}", file=sys.stderr)
 
 
@@ -136,7 +154,7 @@ def filesystem_run(run_dir, uri, conns, mib, on_phase=None):
         log = run_dir / "nbdfuse.log"
         fuse = subprocess.Popen([tool("nbdfuse"), "-C", str(conns), str(fuse_dir / "disk"), uri],
                                 stdout=subprocess.DEVNULL, stderr=open(log, "w"))
-        st.push(lambda: (run(["fusermount3", "-u", fuse_dir]), fuse.wait(timeout=60)))
+        st.push(lambda: unmount_fuse(fuse_dir, fuse))
         wait_for(fuse_dir / "disk", fuse, "nbdfuse", log)
         # Direct I/O, so the loop device does not cache the export's pages itself (nbdfuse
         # passes O_DIRECT through): reads after a remount reach the device.
@@ -144,7 +162,7 @@ def filesystem_run(run_dir, uri, conns, mib, on_phase=None):
         st.push(lambda: detach(dev))
         dio = Path(f"/sys/block/{Path(dev).name}/loop/dio").read_text().strip()
         if dio != "1":
-            raise SystemExit(f"lftl_table3: {dev} did not take --direct-io=on (dio={dio})")
+            raise Failed(f"{dev} did not take --direct-io=on (dio={dio})")
         run(["mkfs.xfs", "-f", "-q", dev])
         mnt = run_dir / "mnt"
         mnt.mkdir()
@@ -155,13 +173,19 @@ def filesystem_run(run_dir, uri, conns, mib, on_phase=None):
             # Nothing of the files cached from the phase before.
             Path("/proc/sys/vm/drop_caches").write_text("3\n")
             run(["mount", dev, mnt])
-            try:
-                result.append(fio_phase(run_dir, name, mnt, rw, mib))
-            finally:
-                run(["umount", mnt])
+            st.push(lambda: try_run(["umount", mnt], ["umount", "-l", mnt]))
+            result.append(fio_phase(run_dir, name, mnt, rw, mib))
+            st.close_last()
         return tuple(result)
     finally:
         st.close()
+
+
+def unmount_fuse(fuse_dir, fuse):
+    try:
+        try_run(["fusermount3", "-u", fuse_dir], ["fusermount3", "-uz", fuse_dir])
+    finally:
+        stop(fuse, signal.SIGTERM)
 
 
 def detach(dev):
@@ -169,7 +193,7 @@ def detach(dev):
         if subprocess.run(["losetup", "-d", dev], capture_output=True).returncode == 0:
             return
         time.sleep(0.1)
-    raise RuntimeError(f"losetup -d {dev} kept failing")
+    raise Failed(f"losetup -d {dev} kept failing")
 
 
 def phase_bounds(trace, markers):
@@ -234,8 +258,17 @@ def synchronous_row(a, run_dir, work, capacity, buffered):
 
 
 def main():
+    # Before parse_args, which clears the results directory.
+    if not {"-h", "--help"} & set(sys.argv):
+        check_host()
     a = common.parse_args("lftl_table3", __doc__)
-    check_host()
+    try:
+        measure(a)
+    except Failed as e:
+        raise SystemExit(f"lftl_table3: {e}")
+
+
+def measure(a):
     mib = 4 if a.quick else 64
     capacity = "512M" if a.quick else "2G"
     lock = open(DEVICE_LOCK, "a")
@@ -263,7 +296,9 @@ def main():
             finally:
                 stop(server)
             if server.returncode != 0:
-                raise SystemExit(f"lftl_table3: ftld serve exited {server.returncode}; see {log}")
+                raise Failed(f"ftld serve exited {server.returncode}; see {log}")
+            if "request recording complete" not in log.read_text():
+                raise Failed(f"the recording is incomplete (events dropped?); see {log}")
             # The trace before the write phase (mkfs), the write phase, the read phase.
             _, wlines, rlines = phase_bounds(trace, marks)
             (run_dir / "write.blk").write_text("".join(wlines))

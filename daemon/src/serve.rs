@@ -60,14 +60,16 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let record = s
         .record
         .as_deref()
-        .map(|p| open_record(p, &s.image.path))
+        .map(|p| open_record(p, &s))
         .transpose()?;
     notify::status(&format!("opening {}", s.image.path.display()));
     let ftl = Arc::new(image::open_or_create(&s.image, s.timing)?);
     let recording = match record {
         Some((path, file)) => {
-            let log = ftl::RequestLog::start(Box::new(file))
-                .context("starting the request recording thread")?;
+            file.set_len(0)
+                .with_context(|| format!("emptying the --record file {}", path.display()))?;
+            let log =
+                ftl::RequestLog::start(file).context("starting the request recording thread")?;
             ftl.record_requests(&log)?;
             info!(path = %path.display(), "recording every request (blkparse text)");
             Some((path, log))
@@ -99,16 +101,56 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Creates (replaces) the `--record` file, refusing the image itself.
-fn open_record(path: &Path, image: &Path) -> anyhow::Result<(PathBuf, std::fs::File)> {
-    // `--record` pointed at the image by mistake would truncate it.
-    if let (Ok(a), Ok(b)) = (std::fs::canonicalize(path), std::fs::canonicalize(image)) {
-        if a == b {
+/// Opens the `--record` file without truncating it yet (it is emptied only once the image is
+/// open, so a start that fails, or a second daemon started with the same settings, leaves an
+/// earlier recording alone), and locks it against a second recorder. Refuses the image itself
+/// and the daemon's own socket paths, which it would truncate or occupy.
+fn open_record(path: &Path, s: &ServeSettings) -> anyhow::Result<(PathBuf, std::fs::File)> {
+    use std::os::unix::fs::MetadataExt;
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let sockets = [Some(&s.control_socket), s.nbd_socket.as_ref()];
+    if sockets
+        .into_iter()
+        .flatten()
+        .any(|sock| absolute(sock) == absolute(path))
+    {
+        bail!(
+            "--record {}: that is one of this daemon's sockets",
+            path.display()
+        );
+    }
+    // Before opening: opening a FIFO for writing would wait for a reader.
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        bail!("--record {}: not a regular file", path.display());
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .open(path)
+        .with_context(|| format!("creating the --record file {}", path.display()))?;
+    let meta = file
+        .metadata()
+        .with_context(|| format!("the --record file {}", path.display()))?;
+    if !meta.is_file() {
+        bail!("--record {}: not a regular file", path.display());
+    }
+    // By device and inode: also a hard link or another name of the image.
+    if let Ok(image) = std::fs::metadata(&s.image.path) {
+        if (image.dev(), image.ino()) == (meta.dev(), meta.ino()) {
             bail!("--record {}: that is the image", path.display());
         }
     }
-    let file = std::fs::File::create(path)
-        .with_context(|| format!("creating the --record file {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => bail!(
+            "--record {}: another process is recording into it",
+            path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("locking the --record file {}", path.display()))
+        }
+    }
     Ok((path.to_path_buf(), file))
 }
 

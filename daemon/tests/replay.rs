@@ -629,6 +629,8 @@ fn a_served_device_records_what_it_receives_and_replay_reads_it_back() {
         c.call(NBD_CMD_TRIM, 0, 2 << 20, 65536, &[]).unwrap().error,
         0
     );
+    let fua_trim = c.call(NBD_CMD_TRIM, NBD_CMD_FLAG_FUA, 5 << 20, 4096, &[]);
+    assert_eq!(fua_trim.unwrap().error, 0);
     assert_eq!(
         c.call(NBD_CMD_WRITE_ZEROES, 0, 3 << 20, 4096, &[])
             .unwrap()
@@ -636,6 +638,22 @@ fn a_served_device_records_what_it_receives_and_replay_reads_it_back() {
         0
     );
     c.disconnect();
+    // A second daemon given the same recording file is refused before it empties it.
+    let recorded = std::fs::metadata(&trace).unwrap().len();
+    let o = Command::new(FTLD)
+        .args(["serve", "--frontend", "nbd", "--image"])
+        .arg(trace_dir.path().join("other.img"))
+        .arg("--record")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("another process is recording into it"),
+        "{}",
+        text(&o)
+    );
+    assert!(std::fs::metadata(&trace).unwrap().len() >= recorded);
     assert!(d.stop().success(), "{}", d.log());
     assert!(
         d.log().contains("request recording complete"),
@@ -672,7 +690,7 @@ fn a_served_device_records_what_it_receives_and_replay_reads_it_back() {
         }
     }
     let workload_requests = summary(&sent)["requests"].as_u64().unwrap();
-    assert_eq!(ds, workload_requests + 3, "{text_trace}");
+    assert_eq!(ds, workload_requests + 4, "{text_trace}");
     assert_eq!(cs, ds);
     assert!(text_trace.contains(" WF 2048 + 16 [ftld]"), "the FUA write");
     assert!(text_trace.contains(" D 4096 + 128 [ftld]"), "the trim");
@@ -680,6 +698,7 @@ fn a_served_device_records_what_it_receives_and_replay_reads_it_back() {
         text_trace.contains(" D 6144 + 8 [ftld]"),
         "write-zeroes, as a trim"
     );
+    assert!(text_trace.contains(" DF 10240 + 8 [ftld]"), "the FUA trim");
 
     // Replayed in virtual time on a new image: the same requests, read back from the trace.
     let replayed = trace_dir.path().join("replayed");
@@ -702,6 +721,7 @@ fn a_served_device_records_what_it_receives_and_replay_reads_it_back() {
     expected.push(("write".into(), 1 << 20, 8192));
     expected.push(("trim".into(), 2 << 20, 65536));
     expected.push(("trim".into(), 3 << 20, 4096));
+    expected.push(("trim".into(), 5 << 20, 4096));
     expected.sort();
     assert_eq!(requests_csv(&replayed), expected);
 
@@ -718,6 +738,22 @@ fn a_served_device_records_what_it_receives_and_replay_reads_it_back() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("that is the image"), "{}", text(&o));
     assert_eq!(std::fs::metadata(&img).unwrap().len(), len);
+    // Nor is a daemon's own socket.
+    let o = Command::new(FTLD)
+        .args(["serve", "--frontend", "nbd", "--image"])
+        .arg(&img)
+        .arg("--control-socket")
+        .arg(trace_dir.path().join("c.ctl"))
+        .arg("--record")
+        .arg(trace_dir.path().join("c.ctl"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("that is one of this daemon's sockets"),
+        "{}",
+        text(&o)
+    );
     // A path that cannot be created is named.
     let o = Command::new(FTLD)
         .args(["serve", "--frontend", "nbd", "--image"])

@@ -26,14 +26,18 @@
 //! queued events every few milliseconds, formats and writes them: the host path never waits for
 //! the file or wakes a thread (a wake-up per event cost more than the rest; see the README's
 //! recording section for the measured cost). If 64 Ki events wait, further ones are dropped and
-//! counted ([`RecordSummary::dropped`]) rather than slowing the device being measured. The file
-//! is flushed at least every second, so a `kill -9` loses at most the last second.
+//! counted ([`RecordSummary::dropped`]) rather than slowing the device being measured. Each
+//! batch goes to the file in one write, so a `kill -9` loses at most the last few
+//! milliseconds; a write that fails (a full disk) is cut back to the last whole batch, so the
+//! file never ends in half a line, and the recording stops there (later events are counted as
+//! dropped).
 
-use std::io::{self, Write};
+use std::fs::File;
+use std::io::{self, Seek, SeekFrom, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
@@ -42,9 +46,6 @@ const MAX_PENDING: usize = 64 * 1024;
 
 /// How often the writer takes the events queued.
 const DRAIN_EVERY: Duration = Duration::from_millis(5);
-
-/// The longest a written event waits in the writer's buffer before reaching the file.
-const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 /// `errno` written on the `C` line of a request that failed.
 const EIO: i32 = -5;
@@ -161,8 +162,8 @@ pub struct RequestLog {
 }
 
 impl RequestLog {
-    /// Starts a recording into `out` (a file, usually; it is buffered here).
-    pub fn start(out: Box<dyn Write + Send>) -> io::Result<RequestLog> {
+    /// Starts a recording appended to `out` (opened for writing; the caller truncates it).
+    pub fn start(out: File) -> io::Result<RequestLog> {
         let sink = Arc::new(RequestSink {
             pending: Mutex::new(Pending::default()),
             stop: Condvar::new(),
@@ -171,7 +172,7 @@ impl RequestLog {
         let s = Arc::clone(&sink);
         let thread = std::thread::Builder::new()
             .name("ftl-record".into())
-            .spawn(move || write_events(&s, io::BufWriter::with_capacity(1 << 20, out)))?;
+            .spawn(move || write_events(&s, out))?;
         Ok(RequestLog {
             sink,
             thread: Some(thread),
@@ -182,7 +183,7 @@ impl RequestLog {
         Arc::clone(&self.sink)
     }
 
-    /// Ends the recording: every event queued so far is written and the output flushed.
+    /// Ends the recording: every event queued so far is written.
     /// Events of requests still running are dropped (and counted).
     pub fn finish(mut self) -> RecordSummary {
         self.stop()
@@ -216,15 +217,18 @@ impl Drop for RequestLog {
 }
 
 /// The writer thread: every [`DRAIN_EVERY`] (or at once when the recording ends) takes the
-/// queued events and writes them, flushing at least every [`FLUSH_EVERY`]. After a write
-/// error it only takes them (nothing more is written; the error is returned).
-fn write_events(sink: &RequestSink, mut out: impl Write) -> (u64, Option<io::Error>) {
+/// queued events and writes them as one batch. A failed write is cut back to the end of the
+/// last whole batch and ends the recording (the error is returned).
+fn write_events(sink: &RequestSink, mut out: File) -> (u64, Option<io::Error>) {
     let mut seq = 0u64;
     let mut requests = 0u64;
-    let mut error: Option<io::Error> = None;
-    let mut line = Vec::with_capacity(128);
     let mut batch = Vec::new();
-    let mut flushed = Instant::now();
+    let mut text = Vec::new();
+    // Where the last whole batch ends.
+    let mut good = match out.seek(SeekFrom::End(0)) {
+        Ok(n) => n,
+        Err(e) => return (0, Some(e)),
+    };
     loop {
         let stopped = {
             let mut p = sink.pending.lock();
@@ -234,28 +238,27 @@ fn write_events(sink: &RequestSink, mut out: impl Write) -> (u64, Option<io::Err
             std::mem::swap(&mut batch, &mut p.events);
             p.stopped
         };
+        text.clear();
+        let mut issued = 0;
+        let events = batch.len() as u64;
         for event in batch.drain(..) {
-            if error.is_some() {
-                continue;
-            }
             seq += 1;
-            line.clear();
-            format_event(&mut line, seq, &event);
-            if matches!(event, Event::Issue { .. }) {
-                requests += 1;
-            }
-            if let Err(e) = out.write_all(&line) {
-                error = Some(e);
-            }
+            format_event(&mut text, seq, &event);
+            issued += u64::from(matches!(event, Event::Issue { .. }));
         }
-        if error.is_none() && (stopped || flushed.elapsed() >= FLUSH_EVERY) {
-            if let Err(e) = out.flush() {
-                error = Some(e);
+        if !text.is_empty() {
+            if let Err(e) = out.write_all(&text) {
+                // Half a line would be read as a request of another length.
+                let _ = out.set_len(good);
+                sink.pending.lock().stopped = true;
+                sink.dropped.fetch_add(events, Ordering::Relaxed);
+                return (requests, Some(e));
             }
-            flushed = Instant::now();
+            good += text.len() as u64;
+            requests += issued;
         }
         if stopped {
-            return (requests, error);
+            return (requests, None);
         }
     }
 }
@@ -313,42 +316,36 @@ fn pad_left(line: &mut Vec<u8>, s: &str, width: usize) {
 mod tests {
     use super::*;
 
-    /// A `Write` whose bytes the test reads after the recording ends.
-    #[derive(Clone, Default)]
-    struct Shared(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Shared {
-        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-            self.0.lock().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
+    fn recording() -> (tempfile::NamedTempFile, RequestLog) {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let log = RequestLog::start(f.reopen().unwrap()).unwrap();
+        (f, log)
     }
 
     #[test]
     fn lines_have_blkparse_columns_and_time_order() {
-        let out = Shared::default();
-        let log = RequestLog::start(Box::new(out.clone())).unwrap();
+        let (f, log) = recording();
         let sink = log.sink();
         let clock = AtomicU64::new(1_500_000_123);
         let now = || clock.fetch_add(1000, Ordering::Relaxed);
         let w = sink.issue(now, RecordedOp::Write { fua: true }, 3, 4096, 65536);
-        let f = sink.issue(now, RecordedOp::Flush, 2, 0, 0);
+        let fl = sink.issue(now, RecordedOp::Flush, 2, 0, 0);
         sink.complete(now, w, true);
-        sink.complete(now, f, false);
-        let r = sink.issue(now, RecordedOp::Read, 1, 512, 512);
-        let s = log.finish();
-        assert_eq!((s.requests, s.dropped), (3, 0));
-        assert!(s.error.is_none());
+        sink.complete(now, fl, false);
+        let t = sink.issue(now, RecordedOp::Trim { fua: true }, 1, 1 << 40, 1 << 30);
+        sink.complete(now, t, true);
         // Issued but not completed before the end: no C line, nothing dropped.
-        let _ = r;
-        let text = String::from_utf8(out.0.lock().clone()).unwrap();
+        sink.issue(now, RecordedOp::Read, 1, 512, 512);
+        let s = log.finish();
+        assert_eq!((s.requests, s.dropped), (4, 0));
+        assert!(s.error.is_none());
+        let text = std::fs::read_to_string(f.path()).unwrap();
         let lines: Vec<Vec<&str>> = text
             .lines()
             .map(|l| l.split_whitespace().collect())
             .collect();
+        let sectors = (1u64 << 40) / 512;
+        let sectors = sectors.to_string();
         assert_eq!(
             lines,
             vec![
@@ -382,9 +379,35 @@ mod tests {
                 vec!["0,0", "0", "4", "1.500003123", "0", "C", "FN", "[-5]"],
                 vec![
                     "0,0",
-                    "0",
+                    "1",
                     "5",
                     "1.500004123",
+                    "0",
+                    "D",
+                    "DF",
+                    &sectors,
+                    "+",
+                    "2097152",
+                    "[ftld]"
+                ],
+                vec![
+                    "0,0",
+                    "1",
+                    "6",
+                    "1.500005123",
+                    "0",
+                    "C",
+                    "DF",
+                    &sectors,
+                    "+",
+                    "2097152",
+                    "[0]"
+                ],
+                vec![
+                    "0,0",
+                    "0",
+                    "7",
+                    "1.500006123",
                     "0",
                     "D",
                     "R",
@@ -399,28 +422,22 @@ mod tests {
 
     #[test]
     fn a_failing_output_stops_the_recording_and_says_why() {
-        struct Full;
-        impl Write for Full {
-            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
-                Err(io::Error::from_raw_os_error(libc::ENOSPC))
-            }
-            fn flush(&mut self) -> io::Result<()> {
-                Err(io::Error::from_raw_os_error(libc::ENOSPC))
-            }
-        }
-        let log = RequestLog::start(Box::new(Full)).unwrap();
+        // Every write to /dev/full fails with ENOSPC.
+        let full = File::options().write(true).open("/dev/full").unwrap();
+        let log = RequestLog::start(full).unwrap();
         let sink = log.sink();
-        // More than the writer's buffer, so a write reaches the output.
-        for i in 0..20_000u64 {
-            sink.issue(|| i, RecordedOp::Trim { fua: false }, 0, i * 4096, 4096);
-        }
+        sink.issue(|| 0, RecordedOp::Trim { fua: false }, 0, 0, 4096);
+        // The writer takes the batch within a few milliseconds and fails on it.
+        std::thread::sleep(DRAIN_EVERY * 4);
+        sink.issue(|| 1, RecordedOp::Read, 0, 0, 4096);
         let s = log.finish();
         assert_eq!(s.error.map(|e| e.raw_os_error()), Some(Some(libc::ENOSPC)));
+        assert_eq!((s.requests, s.dropped), (0, 2));
     }
 
     #[test]
     fn events_after_the_end_are_counted_as_dropped() {
-        let log = RequestLog::start(Box::new(Shared::default())).unwrap();
+        let (_f, log) = recording();
         let sink = log.sink();
         let s = log.finish();
         assert_eq!(s.dropped, 0);

@@ -60,7 +60,7 @@ impl Request {
     }
 }
 
-/// The largest request a trace or workload may hold: 64 MiB, twice the most a Linux block
+/// The largest read or write a trace or workload may hold (trims are not limited): 64 MiB, twice the most a Linux block
 /// device issues as one request (`max_sectors_kb` is at most 32 MiB) and NBD's usual limit.
 /// A longer one is a corrupt line; a real-time replay would hold buffers of its size in every
 /// worker.

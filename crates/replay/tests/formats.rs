@@ -495,4 +495,12 @@ fn a_request_longer_than_64_mib_is_refused() {
         e.contains("big.spc:2: a request of 67108865 bytes is above 64 MiB"),
         "{e}"
     );
+    // A discard of a whole device (mkfs, fstrim) moves no data: any length is a request.
+    let p = dir.path().join("mkfs.blk");
+    std::fs::write(&p, "  0,0 0 1 0.000001000 0 D D 0 + 2097152 [ftld]\n").unwrap();
+    let r = BufReader::new(File::open(&p).unwrap());
+    let rs: Vec<Request> = TraceReader::new(&p, Format::Blkparse, r)
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!((rs[0].op, rs[0].len), (Op::Trim, 1 << 30));
 }

@@ -86,7 +86,8 @@ impl State {
                     bytes(sector, "sector")?,
                     bytes(count, "sector count")?,
                 );
-                r.fua = fua && op == Op::Write;
+                // NBD and the block layer allow FUA on discards too (a recorded `DF`).
+                r.fua = fua && matches!(op, Op::Write | Op::Trim);
                 Some(r)
             }
             None => None,
@@ -140,6 +141,9 @@ mod tests {
         let r = one(&mut s, "  8,0 0 5 2.0 1 D FN 18446744073709551615 + 0 [x]");
         assert_eq!(r.op, Op::Flush);
         assert_eq!(one(&mut s, "  8,0 0 6 2.0 1 D DS 64 + 64 [x]").op, Op::Trim);
+        // A FUA trim, as `ftld serve --record` writes it.
+        let r = one(&mut s, "  0,0 1 7 2.5 0 D DF 64 + 64 [ftld]");
+        assert_eq!((r.op, r.fua), (Op::Trim, true));
         assert!(s.parse("  8,0 0 7 2.0 1 D XS 64 + 64 [x]").is_err());
         assert!(s.parse("garbage").is_err());
         assert!(matches!(s.parse("CPU0 (8,0):"), Ok((Parsed::Skip, None))));

@@ -444,10 +444,12 @@ impl<R: BufRead> TraceReader<R> {
     }
 
     /// Refuses a request that arrives more than [`MAX_GAP_NS`] after the previous one (a
-    /// virtual-time run would simulate the whole gap), or is longer than
-    /// [`crate::request::MAX_REQUEST_BYTES`].
+    /// virtual-time run would simulate the whole gap), or reads or writes more than
+    /// [`crate::request::MAX_REQUEST_BYTES`] (a trim moves no data: `mkfs` and `fstrim`
+    /// discard whole devices in one request).
     fn check_request(&mut self, r: &Request) -> Result<(), TraceError> {
-        if r.len > crate::request::MAX_REQUEST_BYTES {
+        let moves_data = matches!(r.op, crate::request::Op::Read | crate::request::Op::Write);
+        if moves_data && r.len > crate::request::MAX_REQUEST_BYTES {
             return Err(TraceError::Line {
                 path: self.path.clone(),
                 line: self.n,
