@@ -141,15 +141,24 @@ fn open_record(path: &Path, s: &ServeSettings) -> anyhow::Result<(PathBuf, std::
             bail!("--record {}: that is the image", path.display());
         }
     }
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => bail!(
-            "--record {}: another process is recording into it",
-            path.display()
-        ),
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(e).with_context(|| format!("locking the --record file {}", path.display()))
+    // SAFETY: flock on a descriptor `file` keeps open for the call; no memory is passed. The
+    // lock lasts as long as the descriptor (the recording). Exercised by
+    // `a_served_device_records_what_it_receives_and_replay_reads_it_back`.
+    let rc = unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            bail!(
+                "--record {}: another process is recording into it",
+                path.display()
+            );
         }
+        return Err(e).with_context(|| format!("locking the --record file {}", path.display()));
     }
     Ok((path.to_path_buf(), file))
 }
