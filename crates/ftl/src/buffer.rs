@@ -173,11 +173,15 @@ impl Core {
             let mut st = self.cache.lock(lpn);
             // Taken under the stripe lock: per page, sequence order is overlay order.
             let seq = self.next_seq();
+            // An older version still buffered or in flight may commit under this one (see
+            // `Buffered::floor`); with none in the overlay, nothing older may.
+            let floor = st.overlay.get(&lpn.0).map_or(seq, |b| b.floor);
             st.overlay.insert(
                 lpn.0,
                 Buffered {
                     seq,
                     data: data.clone(),
+                    floor,
                 },
             );
             seq

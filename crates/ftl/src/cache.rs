@@ -19,8 +19,14 @@
 //! - A page's newest acknowledged version is in the overlay if it has one, else where the
 //!   scheme's map says.
 //! - Sequence numbers of one page are taken under its stripe lock, so their order is the order
-//!   in which the overlay saw the writes; a buffered slot commits into the map only if the
-//!   overlay still holds its sequence number (a newer write or a trim makes it garbage).
+//!   in which the overlay saw the writes. A programmed slot commits into the map if the
+//!   overlay still holds its sequence number (the entry goes), or holds a newer one whose
+//!   `floor` the slot's number reaches (the entry stays, its floor moves past the slot). A
+//!   trim, or a newer version already committed, makes it garbage. So the map always points at
+//!   the newest *programmed* version, the one a crash leaves: a flushed version superseded only
+//!   by writes still in RAM stays valid, and no GC or merge erases it (before, such a slot was
+//!   garbage at once, and a merge of its block lost flushed data when the power failed before
+//!   the newer version was programmed).
 //!
 //! Lock order: stripe, then anything else (the trim log's mutex and a bank's allocator may be
 //! taken while a stripe is held; never the reverse). Several stripes only through
@@ -45,6 +51,14 @@ pub type PageData = bytes::Bytes;
 pub struct Buffered {
     pub seq: u64,
     pub data: PageData,
+    /// The oldest sequence number of this page that may still commit into the map while this
+    /// newer version waits in a buffer (see the invariants in the module doc): an older
+    /// version programmed meanwhile becomes the map's (durable) version, so GC and merges keep
+    /// it until this one is on flash. A page buffered with no version in the overlay starts at
+    /// its own number (an older slot still in flight was superseded by a trim, or by a newer
+    /// version already committed); a newer write keeps the floor; a commit below `seq` raises
+    /// it past itself.
+    pub floor: u64,
 }
 
 /// Hashes a stripe's logical page numbers. They all share their remainder modulo

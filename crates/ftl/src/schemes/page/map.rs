@@ -274,10 +274,12 @@ impl PageMap {
     }
 
     /// Commits the slots of `page`, programmed at `addr` (`Scheme::commit` of every scheme on
-    /// this map): a data slot becomes its page's newest version only if the overlay still
-    /// holds its sequence number (otherwise a newer write or a trim superseded it and the slot
-    /// stays garbage); a trim-log slot joins the live trim log; the slots the page's trim
-    /// records unmapped are released.
+    /// this map): a data slot becomes its page's newest programmed version if the overlay
+    /// still holds its sequence number, or a newer one it may commit under (`Buffered::floor`:
+    /// a flushed version must stay on flash until the write that supersedes it is there too);
+    /// otherwise a trim or a newer committed version superseded it and the slot stays garbage.
+    /// A trim-log slot joins the live trim log; the slots the page's trim records unmapped are
+    /// released.
     pub(crate) fn commit_page(
         &self,
         core: &Core,
@@ -290,9 +292,16 @@ impl PageMap {
             match meta.kind {
                 SlotKind::Data => {
                     let mut st = core.cache.lock(meta.lpn);
-                    if st.overlay.get(&meta.lpn.0).map(|b| b.seq) == Some(meta.seq) {
-                        st.overlay.remove(&meta.lpn.0);
-                        self.commit(&st, meta.lpn, psa);
+                    match st.overlay.get_mut(&meta.lpn.0) {
+                        Some(b) if b.seq == meta.seq => {
+                            st.overlay.remove(&meta.lpn.0);
+                            self.commit(&st, meta.lpn, psa);
+                        }
+                        Some(b) if b.seq > meta.seq && meta.seq >= b.floor => {
+                            b.floor = meta.seq + 1;
+                            self.commit(&st, meta.lpn, psa);
+                        }
+                        _ => {}
                     }
                 }
                 SlotKind::TrimLog => self.log_trim_slot(psa, meta.seq),
