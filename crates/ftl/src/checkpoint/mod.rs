@@ -137,6 +137,15 @@ pub fn read_superblock(nand: &NandDevice) -> Result<SuperBlock> {
         },
         page: 0,
     };
+    // The superblock is the first page a format programs: an image whose first page never was
+    // is one whose creation was cut short (a crash within milliseconds of the first `serve`).
+    if !nand.peek_oob(addr, &mut oob_buf)? {
+        return Err(fail(
+            "no FTL superblock: the image was never formatted to the end (its creation was \
+             interrupted, so nothing was ever stored in it); format it again (ftld format \
+             --force) or delete it",
+        ));
+    }
     nand.read(addr, 0, &mut data, Some(&mut oob_buf))?.wait();
     // (A superblock page: the slot count only bounds data pages.)
     match oob::decode(&oob_buf, geo.page_size / crate::layout::LOGICAL_PAGE as u32) {
