@@ -29,6 +29,13 @@ pub fn render(info: &ImageInfo) -> String {
     };
     let shutdown = if info.clean_shutdown {
         "clean".to_string()
+    } else if info.checkpoint_id.is_none() {
+        // No checkpoint to start from (a creation cut short, or every checkpoint lost): the
+        // open is a full scan, of what is programmed.
+        format!(
+            "dirty, no checkpoint: the open scans every page ({} programmed)",
+            info.pages_after_checkpoint
+        )
     } else {
         format!(
             "dirty ({} pages written after the last checkpoint will be scanned on open)",
@@ -145,4 +152,48 @@ pub fn render(info: &ImageInfo) -> String {
         ("last shutdown", shutdown),
     ];
     rows.iter().map(|(k, v)| format!("{k:<18} {v}\n")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(checkpoint_id: Option<u64>, clean: bool, after: u64) -> ImageInfo {
+        ImageInfo {
+            path: "x.img".into(),
+            ftl: ftl::SchemeKind::Page,
+            log_blocks: 0,
+            nand: ftl::nand_model::preset("default").expect("preset").config,
+            capacity_bytes: 1 << 20,
+            logical_pages: 256,
+            overprovision: 0.07,
+            max_queues: 2,
+            checkpoint_id,
+            checkpoint_corrupt: false,
+            clean_shutdown: clean,
+            pages_after_checkpoint: after,
+            erase_min: 0,
+            erase_avg: 0.0,
+            erase_max: 0,
+            bad_blocks: 0,
+            total_blocks: 16,
+        }
+    }
+
+    #[test]
+    fn the_shutdown_line_says_what_the_open_will_scan() {
+        assert!(render(&info(Some(3), true, 0)).contains("clean"));
+        let r = render(&info(Some(3), false, 12));
+        assert!(
+            r.contains("dirty (12 pages written after the last checkpoint"),
+            "{r}"
+        );
+        // A creation cut short after the superblock: no checkpoint, so a full scan (the open
+        // reports `full-scan`), of however few pages are programmed.
+        let r = render(&info(None, false, 0));
+        assert!(
+            r.contains("dirty, no checkpoint: the open scans every page (0 programmed)"),
+            "{r}"
+        );
+    }
 }
