@@ -12,7 +12,10 @@
 //!
 //! The kill points are random (seeded; the seed is printed, `FTLD_CRASH_SEED` repeats a run),
 //! and one test kills the daemon while garbage collection is busy on a small device that has
-//! been overwritten several times.
+//! been overwritten several times. Writers drain before a FLUSH, except in
+//! `flushed_data_survives_kill9_with_writes_during_flushes`, where they keep writing while it
+//! runs (the FLUSH then covers what was acknowledged before it was sent), on a 32 KiB-page
+//! preset with the modelled timing.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::process::Command;
