@@ -295,8 +295,8 @@ pub(crate) trait Scheme: Send + Sync + std::any::Any {
     fn placer(self: Arc<Self>, q: usize) -> Box<dyn Placer>;
 
     /// `page` was programmed at `addr` and the program completed: make its slots the newest
-    /// versions of their pages (unless a newer write or a trim superseded them: a data slot
-    /// commits only if the overlay still holds its sequence number), through the page map.
+    /// programmed versions of their pages through the page map (`PageMap::commit_page`: also
+    /// under a newer version still in a buffer; not after a trim or a newer committed one).
     fn commit(&self, core: &Core, page: &SealedPage, addr: PageAddr) {
         self.page_map().commit_page(core, core.layout, page, addr);
     }

@@ -106,8 +106,8 @@ impl Scheme for PageScheme {
         Box::new(PagePlacer::new(self, banks, q))
     }
 
-    /// A data slot commits only if the overlay still holds its sequence number; otherwise a
-    /// newer write or a trim superseded it and the slot stays invalid (garbage for GC).
+    /// A data slot becomes its page's newest programmed version (`PageMap::commit_page`);
+    /// superseded by a trim or a newer committed version, it stays invalid (garbage for GC).
     fn commit(&self, core: &Core, page: &SealedPage, addr: PageAddr) {
         self.map.commit_page(core, self.layout, page, addr);
         // After the map points at the page's slots: from then on GC may pick the block.
