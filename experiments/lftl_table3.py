@@ -132,20 +132,19 @@ def stop(proc, sig=signal.SIGINT):
             proc.wait()
 
 
-def fio_phase(run_dir, name, mnt, rw, mib):
-    """tiobench's shape: THREADS jobs, a file each, sequential 4 KiB; MB/s (10^6 B/s)."""
-    out = run_dir / f"fio-{name}.json"
-    run(["fio", f"--name={name}", f"--directory={mnt}", f"--numjobs={THREADS}", f"--rw={rw}",
+def fio_phase(run_dir, rw, mnt, mib):
+    """tiobench's shape: THREADS jobs, a file each, sequential 4 KiB `rw` (write or read);
+    MB/s (10^6 B/s)."""
+    out = run_dir / f"fio-{rw}.json"
+    run(["fio", f"--name={rw}", f"--directory={mnt}", f"--numjobs={THREADS}", f"--rw={rw}",
          "--bs=4k", f"--size={mib}M", "--end_fsync=1", "--group_reporting",
          "--filename_format=tio.$jobnum", "--output-format=json", f"--output={out}"])
-    job = json.loads(out.read_text())["jobs"][0]
-    side = "write" if rw == "write" else "read"
-    return job[side]["bw_bytes"] / 1e6
+    return json.loads(out.read_text())["jobs"][0][rw]["bw_bytes"] / 1e6
 
 
 def filesystem_run(run_dir, uri, conns, mib, on_phase=None):
     """mkfs.xfs on the export (via nbdfuse and a loop device), the write phase, a remount (cold
-    caches), the read phase. Returns (write MB/s, read MB/s). `on_phase(name)` is called before
+    caches), the read phase. Returns (write MB/s, read MB/s). `on_phase(phase)` is called before
     each phase."""
     st = Stack()
     try:
@@ -167,14 +166,14 @@ def filesystem_run(run_dir, uri, conns, mib, on_phase=None):
         mnt = run_dir / "mnt"
         mnt.mkdir()
         result = []
-        for name, rw in (("write", "write"), ("read", "read")):
+        for rw in ("write", "read"):
             if on_phase:
-                on_phase(name)
+                on_phase(rw)
             # Nothing of the files cached from the phase before.
             Path("/proc/sys/vm/drop_caches").write_text("3\n")
             run(["mount", dev, mnt])
             st.push(lambda: try_run(["umount", mnt], ["umount", "-l", mnt]))
-            result.append(fio_phase(run_dir, name, mnt, rw, mib))
+            result.append(fio_phase(run_dir, rw, mnt, mib))
             st.close_last()
         return tuple(result)
     finally:

@@ -132,9 +132,6 @@ fn open_record(path: &Path, s: &ServeSettings) -> anyhow::Result<(PathBuf, std::
     let meta = file
         .metadata()
         .with_context(|| format!("the --record file {}", path.display()))?;
-    if !meta.is_file() {
-        bail!("--record {}: not a regular file", path.display());
-    }
     // By device and inode: also a hard link or another name of the image.
     if let Ok(image) = std::fs::metadata(&s.image.path) {
         if (image.dev(), image.ino()) == (meta.dev(), meta.ino()) {

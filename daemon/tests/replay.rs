@@ -593,6 +593,19 @@ fn requests_csv(dir: &Path) -> Vec<(String, u64, u64)> {
     v
 }
 
+/// `ftld serve --frontend nbd --image IMAGE ARGS...`, which must refuse to start (exit 1)
+/// with a message containing `why`.
+fn serve_refused(image: &Path, args: &[&std::ffi::OsStr], why: &str) {
+    let o = Command::new(FTLD)
+        .args(["serve", "--frontend", "nbd", "--image"])
+        .arg(image)
+        .args(args)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains(why), "{}", text(&o));
+}
+
 #[test]
 fn a_served_device_records_what_it_receives_and_replay_reads_it_back() {
     use e2e::nbd::{NBD_CMD_FLAG_FUA, NBD_CMD_TRIM, NBD_CMD_WRITE, NBD_CMD_WRITE_ZEROES};
@@ -640,18 +653,10 @@ fn a_served_device_records_what_it_receives_and_replay_reads_it_back() {
     c.disconnect();
     // A second daemon given the same recording file is refused before it empties it.
     let recorded = std::fs::metadata(&trace).unwrap().len();
-    let o = Command::new(FTLD)
-        .args(["serve", "--frontend", "nbd", "--image"])
-        .arg(trace_dir.path().join("other.img"))
-        .arg("--record")
-        .arg(&trace)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(
-        text(&o).contains("another process is recording into it"),
-        "{}",
-        text(&o)
+    serve_refused(
+        &trace_dir.path().join("other.img"),
+        &["--record".as_ref(), trace.as_os_str()],
+        "another process is recording into it",
     );
     assert!(std::fs::metadata(&trace).unwrap().len() >= recorded);
     assert!(d.stop().success(), "{}", d.log());
@@ -728,44 +733,29 @@ fn a_served_device_records_what_it_receives_and_replay_reads_it_back() {
     // The image itself is refused as the recording file (it would be truncated).
     let img = trace_dir.path().join("r.img");
     let len = std::fs::metadata(&img).unwrap().len();
-    let o = Command::new(FTLD)
-        .args(["serve", "--frontend", "nbd", "--image"])
-        .arg(&img)
-        .arg("--record")
-        .arg(&img)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(text(&o).contains("that is the image"), "{}", text(&o));
+    serve_refused(
+        &img,
+        &["--record".as_ref(), img.as_os_str()],
+        "that is the image",
+    );
     assert_eq!(std::fs::metadata(&img).unwrap().len(), len);
     // Nor is a daemon's own socket.
-    let o = Command::new(FTLD)
-        .args(["serve", "--frontend", "nbd", "--image"])
-        .arg(&img)
-        .arg("--control-socket")
-        .arg(trace_dir.path().join("c.ctl"))
-        .arg("--record")
-        .arg(trace_dir.path().join("c.ctl"))
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(
-        text(&o).contains("that is one of this daemon's sockets"),
-        "{}",
-        text(&o)
+    let ctl = trace_dir.path().join("c.ctl");
+    serve_refused(
+        &img,
+        &[
+            "--control-socket".as_ref(),
+            ctl.as_os_str(),
+            "--record".as_ref(),
+            ctl.as_os_str(),
+        ],
+        "that is one of this daemon's sockets",
     );
     // A path that cannot be created is named.
-    let o = Command::new(FTLD)
-        .args(["serve", "--frontend", "nbd", "--image"])
-        .arg(&img)
-        .args(["--record", "/nonexistent-dir/t.blk"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(
-        text(&o).contains("creating the --record file /nonexistent-dir/t.blk"),
-        "{}",
-        text(&o)
+    serve_refused(
+        &img,
+        &["--record".as_ref(), "/nonexistent-dir/t.blk".as_ref()],
+        "creating the --record file /nonexistent-dir/t.blk",
     );
 }
 
