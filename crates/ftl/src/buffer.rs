@@ -93,6 +93,17 @@ impl OpenPage {
     pub(crate) fn zombies(&self) -> impl Iterator<Item = Psa> + '_ {
         self.zombies.iter().chain(&self.page_zombies).copied()
     }
+
+    /// The trim records this page holds: batched, and in trim-log slots already.
+    pub(crate) fn trim_records(&self) -> Vec<TrimRecord> {
+        let mut recs = self.trims.clone();
+        for (meta, data) in &self.slots {
+            if meta.kind == SlotKind::TrimLog {
+                recs.extend(data.as_deref().and_then(decode_trims).unwrap_or_default());
+            }
+        }
+        recs
+    }
 }
 
 /// A write queue: its open page, its writer's inbox and its progress counters.
@@ -169,8 +180,26 @@ impl QueueState {
 impl Core {
     /// Buffers one full logical page for queue `q`: the write is acknowledged once this returns.
     pub(crate) fn buffer_page(&self, q: usize, lpn: Lpn, data: PageData) {
+        self.buffer(q, lpn, data, false);
+    }
+
+    /// Buffers the page a read-modify-write made (the caller holds `lpn`'s partial-write lock)
+    /// unless a whole-page write or a trim of it landed since the caller read it: then returns
+    /// false, and the caller reads again.
+    pub(crate) fn buffer_page_rmw(&self, q: usize, lpn: Lpn, data: PageData) -> bool {
+        self.buffer(q, lpn, data, true)
+    }
+
+    fn buffer(&self, q: usize, lpn: Lpn, data: PageData, rmw: bool) -> bool {
         let seq = {
             let mut st = self.cache.lock(lpn);
+            if rmw {
+                if st.rmw.get(&lpn.0).is_some_and(|e| e.changed) {
+                    return false;
+                }
+            } else {
+                st.note_changed(lpn.0);
+            }
             // Taken under the stripe lock: per page, sequence order is overlay order.
             let seq = self.next_seq();
             // An older version still buffered or in flight may commit under this one (see
@@ -208,6 +237,7 @@ impl Core {
         if open.slots.len() == self.layout.slots_per_page as usize {
             self.seal_locked(queue, &mut open);
         }
+        true
     }
 
     /// LFTL's idle flush (paper 001 §3.2.1): a data queue whose partly filled page has seen

@@ -4,7 +4,8 @@
 //! # Structure
 //! `stripes`: [`STRIPES`] mutexes; logical page `lpn` belongs to stripe `lpn % STRIPES`. A
 //! stripe's lock protects (a) its `overlay`: the newest version of each of its pages that is
-//! still in a write buffer, (b) its partial-write locks (`rmw`), and (c) the scheme's map
+//! still in a write buffer, (b) its partial-write locks (`rmw`, each with a flag a whole-page
+//! write or trim of the page sets, so the partial write reads again), and (c) the scheme's map
 //! entries of its pages (a scheme updates an entry only under the page's stripe, see
 //! `map::PageMap`).
 //!
@@ -90,12 +91,34 @@ impl Hasher for LpnHasher {
 /// A map keyed by one stripe's logical page numbers.
 pub type LpnMap<V> = HashMap<u32, V, BuildHasherDefault<LpnHasher>>;
 
+/// A page locked for a read-modify-write (a write of part of it).
+#[derive(Default)]
+pub struct RmwEntry {
+    /// The tasks waiting for the lock.
+    pub waiters: Vec<Waker>,
+    /// A whole-page write or a trim of the page landed since the holder read it: its edit of
+    /// what it read would undo that request, so it must read again.
+    pub changed: bool,
+}
+
 /// State guarded by one stripe lock.
 #[derive(Default)]
 pub struct Stripe {
     pub overlay: LpnMap<Buffered>,
-    /// Pages locked for a read-modify-write, with the tasks waiting for them.
-    pub rmw: LpnMap<Vec<Waker>>,
+    /// Pages locked for a read-modify-write.
+    pub rmw: LpnMap<RmwEntry>,
+}
+
+impl Stripe {
+    /// A whole-page write or a trim changes `lpn`: a read-modify-write holding it must read
+    /// again (see [`RmwEntry::changed`]).
+    pub fn note_changed(&mut self, lpn: u32) {
+        if !self.rmw.is_empty() {
+            if let Some(e) = self.rmw.get_mut(&lpn) {
+                e.changed = true;
+            }
+        }
+    }
 }
 
 #[repr(align(64))]
@@ -201,7 +224,7 @@ mod tests {
         let c = WriteCache::new();
         let mut g = c.lock_range(STRIPES as u32 - 2, 5);
         for l in STRIPES as u32 - 2..STRIPES as u32 + 3 {
-            g.stripe(Lpn(l)).rmw.insert(l, Vec::new());
+            g.stripe(Lpn(l)).rmw.insert(l, RmwEntry::default());
         }
         drop(g);
         assert_eq!(c.lock(Lpn(0)).rmw.len(), 1);

@@ -74,12 +74,34 @@ pub(crate) fn check(core: &Core) -> Result<(), String> {
     let q = quiesce(core);
     let zombies: Vec<Psa> = q.opens.iter().flat_map(|o| o.zombies()).collect();
     core.scheme.check(core, &zombies)?;
+    check_pending_trims(core, &q)?;
     let v = core.nand.violations();
     if v != 0 {
         return Err(format!("{v} flash rule violations"));
     }
     check_blocks(core)?;
     check_mapped_slots(core)
+}
+
+/// The map's pending trims (which hold late zombies) are exactly the trim records in the open
+/// pages: one the map lost would let GC erase a version a crash needs; one it kept after its
+/// record reached flash would hold its slots for good.
+fn check_pending_trims(core: &Core, q: &Quiesced<'_>) -> Result<(), String> {
+    let mut buffered: Vec<_> = q.opens.iter().flat_map(|o| o.trim_records()).collect();
+    let (mut pending, _) = core.scheme.page_map().pending_trims();
+    buffered.sort_by_key(|r| r.seq);
+    pending.sort_by_key(|r| r.seq);
+    if buffered != pending {
+        let first = buffered.iter().zip(&pending).position(|(a, b)| a != b);
+        return Err(format!(
+            "{} trim records buffered, {} pending in the map; first difference at {first:?}: {:?} vs {:?}",
+            buffered.len(),
+            pending.len(),
+            first.map_or(buffered.get(pending.len()), |i| buffered.get(i)),
+            first.map_or(pending.get(buffered.len()), |i| pending.get(i)),
+        ));
+    }
+    Ok(())
 }
 
 /// Free lists, block states against the medium, free counts, read pins.

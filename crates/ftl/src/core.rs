@@ -76,6 +76,10 @@ pub struct Core {
     pub flush_requested: AtomicBool,
     /// The trim queue holds records whose unmapped slots are still held (see `SealedPage`).
     pub trims_pending: AtomicBool,
+    /// Tests only (`Ftl::hold_trim_records`): the maintenance thread leaves batched trim
+    /// records in RAM, as if its tick were late, so a test can place GC or a merge in the
+    /// window before a trim's record reaches flash.
+    pub trims_held: AtomicBool,
     /// A scheme asks the maintenance thread for a checkpoint (hybrid schemes: journal blocks
     /// wait for their trim records to be pruned).
     pub checkpoint_requested: AtomicBool,
@@ -133,6 +137,7 @@ impl Core {
             stopping: AtomicBool::new(false),
             flush_requested: AtomicBool::new(false),
             trims_pending: AtomicBool::new(false),
+            trims_held: AtomicBool::new(false),
             checkpoint_requested: AtomicBool::new(false),
             gc_wake: Event::new(),
             gc_urgent: Event::new(),

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
 use crate::buffer::{CommitWaiter, TrimRecord};
-use crate::cache::PageData;
+use crate::cache::{PageData, RmwEntry};
 use crate::core::Core;
 use crate::error::{FtlError, Result};
 use crate::layout::{pieces, Lpn, LOGICAL_PAGE, SECTOR};
@@ -93,17 +93,28 @@ impl Core {
         Ok(())
     }
 
-    /// Read-modify-write of part of a logical page, under the page's partial-write lock.
+    /// Read-modify-write of part of a logical page, under the page's partial-write lock (which
+    /// keeps other partial writes of the page out). A whole-page write or a trim of the page
+    /// landing between the read and the buffering would be undone by the old bytes around the
+    /// edit (no serial order of the two requests gives that): it marks the lock, and the edit
+    /// is made again on a fresh read.
     async fn write_partial(&self, q: usize, lpn: Lpn, off: usize, part: &[u8]) -> Result<()> {
         let _lock = RmwLock { core: self, lpn }.await;
-        let mut page = vec![0u8; LOGICAL_PAGE];
-        self.read_at(lpn.0 as u64 * LP, &mut page).await?;
-        page[off..off + part.len()].copy_from_slice(part);
-        self.wait_room(q).await;
-        let _g = self.gate.enter().await;
-        self.check_writable()?;
-        self.buffer_page(q, lpn, PageData::from(page));
-        Ok(())
+        loop {
+            if let Some(e) = self.cache.lock(lpn).rmw.get_mut(&lpn.0) {
+                e.changed = false;
+            }
+            let mut page = vec![0u8; LOGICAL_PAGE];
+            self.read_at(lpn.0 as u64 * LP, &mut page).await?;
+            page[off..off + part.len()].copy_from_slice(part);
+            self.wait_room(q).await;
+            let _g = self.gate.enter().await;
+            self.check_writable()?;
+            if self.buffer_page_rmw(q, lpn, PageData::from(page)) {
+                return Ok(());
+            }
+            self.counters.rmw_retries.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn note_written(&self, bytes: u64) {
@@ -173,7 +184,7 @@ impl Core {
     /// Unmaps a range under one trim record; returns whether any page was mapped.
     fn unmap_chunk(&self, q: usize, start: u32, count: u32) -> bool {
         let mut zombies = Vec::new();
-        let seq = {
+        let rec = {
             let mut g = self.cache.lock_range(start, count);
             // Every stripe of the range is held: the record's sequence number is above every
             // earlier write of these pages and below every later one.
@@ -182,16 +193,21 @@ impl Core {
                 let lpn = Lpn(l);
                 let stripe = g.stripe(lpn);
                 stripe.overlay.remove(&l);
+                stripe.note_changed(l);
                 // The old slot stays valid until the trim record is durable (see
                 // `SealedPage::zombies`).
                 if let Some(old) = self.scheme.unmap(stripe, lpn) {
                     zombies.push(old);
                 }
             }
-            seq
+            // A slot of these pages still in flight, older than the record, may commit after
+            // this and before the record is on flash: the map holds it (`PageMap::commit_page`).
+            let rec = TrimRecord { start, count, seq };
+            self.scheme.page_map().trim_buffered(rec);
+            rec
         };
         let any = !zombies.is_empty();
-        self.buffer_trim(q, TrimRecord { start, count, seq }, zombies);
+        self.buffer_trim(q, rec, zombies);
         any
     }
 
@@ -273,12 +289,12 @@ impl<'a> Future for RmwLock<'a> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<RmwGuard<'a>> {
         let mut st = self.core.cache.lock(self.lpn);
         match st.rmw.get_mut(&self.lpn.0) {
-            Some(waiters) => {
-                waiters.push(cx.waker().clone());
+            Some(e) => {
+                e.waiters.push(cx.waker().clone());
                 Poll::Pending
             }
             None => {
-                st.rmw.insert(self.lpn.0, Vec::new());
+                st.rmw.insert(self.lpn.0, RmwEntry::default());
                 Poll::Ready(RmwGuard {
                     core: self.core,
                     lpn: self.lpn,
@@ -290,8 +306,8 @@ impl<'a> Future for RmwLock<'a> {
 
 impl Drop for RmwGuard<'_> {
     fn drop(&mut self) {
-        let waiters = self.core.cache.lock(self.lpn).rmw.remove(&self.lpn.0);
-        for w in waiters.into_iter().flatten() {
+        let entry = self.core.cache.lock(self.lpn).rmw.remove(&self.lpn.0);
+        for w in entry.into_iter().flat_map(|e| e.waiters) {
             w.wake();
         }
     }

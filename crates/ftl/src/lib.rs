@@ -57,7 +57,7 @@
 //! a *sequence number* orders every write and trim. **Invariants.** (1) a page's newest version
 //! is in the overlay if buffered, else where the scheme's map points, else it reads as zeroes;
 //! (2) every scheme: a slot is valid iff `l2p` (or the live trim log) points at it, or it is a
-//! zombie whose trim record is not on flash yet (`schemes::page::map::PageMap`, which the
+//! zombie (or late zombie) whose trim record is not on flash yet (`schemes::page::map::PageMap`, which the
 //! hybrids use too, is the only writer of both and checks it); (2h) hybrid schemes: every
 //! mapped page lives in its logical block's data block at its own offset, or in one of that
 //! block's log blocks, and the log pool never holds more than its limit; under FAST only the
@@ -95,7 +95,12 @@
 //! flush, a FUA trim, the maintenance thread's 50 ms tick, or GC finding a block it may not yet
 //! erase. Erasing them earlier could let
 //! an *older* copy of a page outlive the newest one, and a crash that lost the unflushed trim
-//! would then bring that older copy back.
+//! would then bring that older copy back. For the same reason a slot of the page still being
+//! programmed when the trim came (a FUA write, say) is held too when it completes: it is then
+//! the newest version a crash would recover (`PageMap::commit_page`, "late zombies"). A write
+//! of part of a page (a read-modify-write) that a whole-page write or trim of the page
+//! overtakes is made again on a fresh read, so it never writes the old bytes back
+//! (`cache::RmwEntry`).
 //!
 //! **Checkpoints** are chains: a full snapshot of the map, then incremental ones holding only the
 //! map chunks (1024 entries) changed since, appended in the same area until it is full or the
@@ -846,6 +851,18 @@ impl Ftl {
             let _ = h.join();
         }
         self.core.mark_writers_gone();
+    }
+
+    /// For crash tests: while `hold` is set, the maintenance thread leaves batched trim
+    /// records in RAM (as if its 50 ms tick were late) instead of writing them out; a flush,
+    /// a FUA trim or a merge that waits for them still writes them.
+    #[doc(hidden)]
+    pub fn hold_trim_records(&self, hold: bool) {
+        self.core.trims_held.store(hold, Ordering::Release);
+        if !hold {
+            self.core.trims_pending.store(true, Ordering::Release);
+            self.core.maint_wake.notify(usize::MAX);
+        }
     }
 
     /// Runs GC victim selection on `bank` without claiming the victim (for benchmarks).

@@ -230,3 +230,66 @@ fn eight_threads_overlapping_nftl() {
 fn eight_threads_overlapping_gftl() {
     run_scheme(GcPolicy::Adaptive, ftl::SchemeKind::Gftl, 8);
 }
+
+/// A write of part of a page reads the page, edits it and buffers it. A whole-page write or a
+/// trim of the page landing between that read and the buffering must not be undone by the old
+/// bytes around the edit: the page ends as one of the serial orders of the two requests. The
+/// read is made slow (100 ms on flash, timing real) so the other request lands inside it.
+#[test]
+fn a_partial_write_does_not_undo_a_whole_page_write_or_trim_that_overtook_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nand = small_nand(4096, 16);
+    nand.timing.t_read = std::time::Duration::from_millis(100);
+    let path = dir.path().join("rmw.img");
+    let ftl = Arc::new(
+        Ftl::create(
+            &path,
+            &nand,
+            ftl::nand_model::TimingMode::Real,
+            small_cfg(GcPolicy::Adaptive),
+            None,
+        )
+        .unwrap(),
+    );
+    let page = |lpn: u64, tag: u64| stamped(lpn, tag);
+    let edit = vec![0xEEu8; 512];
+    for (lpn, overtake_with_trim) in [(5u64, false), (9, true)] {
+        let off = lpn * 4096;
+        block_on(ftl.write(0, off, &page(lpn, 1), true)).unwrap();
+        let partial = {
+            let (ftl, edit) = (Arc::clone(&ftl), edit.clone());
+            std::thread::spawn(move || block_on(ftl.write(0, off + 1024, &edit, false)))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let newer = if overtake_with_trim {
+            block_on(ftl.trim(1, off, 4096, false)).unwrap();
+            vec![0u8; 4096]
+        } else {
+            let v = page(lpn, 2);
+            block_on(ftl.write(1, off, &v, false)).unwrap();
+            v
+        };
+        partial.join().unwrap().unwrap();
+        let mut edited = newer.clone();
+        edited[1024..1536].copy_from_slice(&edit);
+        let mut got = vec![0u8; 4096];
+        block_on(ftl.read(off, &mut got)).unwrap();
+        let mut stale = page(lpn, 1);
+        stale[1024..1536].copy_from_slice(&edit);
+        assert!(
+            got == edited || got == newer,
+            "page {lpn}: {}",
+            if got == stale {
+                "the partial write undid the request that overtook it"
+            } else {
+                "matches no serial order"
+            }
+        );
+    }
+    assert!(
+        ftl.stats().rmw_retries >= 2,
+        "{:?}",
+        ftl.stats().rmw_retries
+    );
+    ftl.check_invariants().unwrap();
+}

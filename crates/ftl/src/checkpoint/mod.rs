@@ -576,8 +576,9 @@ impl Maintenance {
         }
         // Write out batched trim records: the slots they unmapped are held until then. Only the
         // trim queue, whose writer never waits for a data queue.
-        let gc_waiting = core.flush_requested.swap(false, Ordering::AcqRel);
-        if gc_waiting || core.trims_pending.swap(false, Ordering::AcqRel) {
+        let held = core.trims_held.load(Ordering::Acquire);
+        let gc_waiting = !held && core.flush_requested.swap(false, Ordering::AcqRel);
+        if gc_waiting || !held && core.trims_pending.swap(false, Ordering::AcqRel) {
             core.force_seal(core.trim_queue());
         }
         let interval = core.cfg.checkpoint_interval_bytes;

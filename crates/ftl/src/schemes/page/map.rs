@@ -12,7 +12,9 @@
 //! # Invariant (2) of the design page, kept here
 //! A slot's valid bit is set iff `l2p` or the trim log points at it, or it is a *zombie*: a
 //! slot [`PageMap::unmap`] took out of `l2p` whose trim record is not on flash yet (it is
-//! released by [`PageMap::release`] once the record is). Every method that moves an entry moves
+//! released by [`PageMap::release`] once the record is), or a *late zombie*: a slot programmed
+//! after a trim of its page that is not on flash yet unmapped the page (see
+//! [`PageMap::commit_page`]; released when that record's slot commits). Every method that moves an entry moves
 //! its valid bit in the same call: [`PageMap::commit`] (a programmed slot becomes a page's
 //! newest version), [`PageMap::relocate`] (GC moved it), [`PageMap::unmap`] / `release` (trim),
 //! [`PageMap::log_trim_slot`] / `relocate_trim_slot` / `prune_trim_log`. The one exception is
@@ -23,15 +25,17 @@
 //! # Locking
 //! An entry changes only under its page's stripe lock (`cache::WriteCache`), which the
 //! mutating methods take as a witness (`&Stripe`). Valid bits and counts are atomics; the trim
-//! log has its own mutex, taken after a stripe (never the reverse).
+//! log and the pending trims have a mutex each, taken after a stripe (never the reverse) and
+//! never together.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
 use nand_model::PageAddr;
 
-use crate::buffer::SealedPage;
+use crate::buffer::{decode_trims, SealedPage, TrimRecord};
 use crate::cache::Stripe;
 use crate::checkpoint::{MapImage, MapSink, MapSource, CHUNK};
 use crate::core::Core;
@@ -132,6 +136,19 @@ pub struct PageMap {
     /// on flash yet). GC tells a slot held by a trim on its way from one that nothing will
     /// ever release (an OOB that names another page: a hostile or damaged image).
     zombies: Box<[AtomicU32]>,
+    /// Trim records buffered but not on flash yet, with their late zombies (see
+    /// [`PageMap::commit_page`]). Entered under the stripes of the record's range
+    /// ([`PageMap::trim_buffered`]); left when the record's trim-log slot commits.
+    /// Keyed by sequence number (a record's own, unique).
+    pending_trims: Mutex<BTreeMap<u64, PendingTrim>>,
+}
+
+/// A trim record on its way to flash, and the slots it holds that it did not unmap itself.
+struct PendingTrim {
+    rec: TrimRecord,
+    /// Slots of its pages programmed with older sequence numbers after it unmapped them: the
+    /// newest programmed versions until the record is on flash.
+    late: Vec<Psa>,
 }
 
 impl PageMap {
@@ -147,6 +164,7 @@ impl PageMap {
             zombies: (0..layout.total_blocks())
                 .map(|_| AtomicU32::new(0))
                 .collect(),
+            pending_trims: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -218,12 +236,83 @@ impl PageMap {
     /// block) until [`PageMap::release`] says the trim's record is on flash.
     pub fn unmap(&self, _stripe: &Stripe, lpn: Lpn) -> Option<Psa> {
         let old = self.swap(lpn, None);
-        if let Some(z) =
-            old.and_then(|p| self.zombies.get(self.valid.layout.block_of(p).0 as usize))
-        {
-            z.fetch_add(1, Ordering::AcqRel);
+        if let Some(p) = old {
+            self.count_zombie(p);
         }
         old
+    }
+
+    fn count_zombie(&self, p: Psa) {
+        if let Some(z) = self.zombies.get(self.valid.layout.block_of(p).0 as usize) {
+            z.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// A trim record was made and is on its way to flash; the caller holds the stripes of
+    /// every page of its range (so no slot of these pages can commit between the unmap and
+    /// this).
+    pub fn trim_buffered(&self, rec: TrimRecord) {
+        self.pending_trims.lock().insert(
+            rec.seq,
+            PendingTrim {
+                rec,
+                late: Vec::new(),
+            },
+        );
+    }
+
+    /// Called for a data slot of `lpn` numbered `seq` that a trim superseded before it could
+    /// commit: if that trim's record is not on flash yet, the slot is the page's newest
+    /// programmed version until it is (a crash before then recovers it, or an older one, so
+    /// it must not be erased), and it becomes the record's late zombie. Returns whether it did.
+    fn hold_for_pending_trim(&self, lpn: Lpn, seq: u64, psa: Psa) -> bool {
+        let mut pending = self.pending_trims.lock();
+        let Some(t) = pending
+            .range_mut(seq + 1..)
+            .map(|(_, t)| t)
+            .find(|t| lpn.0.wrapping_sub(t.rec.start) < t.rec.count)
+        else {
+            return false;
+        };
+        if self.valid.set(psa) {
+            self.count_zombie(psa);
+            t.late.push(psa);
+        }
+        true
+    }
+
+    /// The trim records of a trim-log slot are on flash: they leave the pending list and
+    /// their late zombies are released.
+    fn trims_durable(&self, slot: &[u8]) {
+        let Some(recs) = decode_trims(slot) else {
+            return;
+        };
+        let mut late = Vec::new();
+        {
+            let mut pending = self.pending_trims.lock();
+            for r in recs {
+                if let Some(mut t) = pending.remove(&r.seq) {
+                    debug_assert_eq!(t.rec, r, "two trim records share a sequence number");
+                    late.append(&mut t.late);
+                }
+            }
+        }
+        for z in late {
+            self.release(z);
+        }
+    }
+
+    /// Trim records buffered and not on flash yet, and the late zombies they hold (for the
+    /// invariant check).
+    pub(crate) fn pending_trims(&self) -> (Vec<TrimRecord>, Vec<Psa>) {
+        let pending = self.pending_trims.lock();
+        (
+            pending.values().map(|t| t.rec).collect(),
+            pending
+                .values()
+                .flat_map(|t| t.late.iter().copied())
+                .collect(),
+        )
     }
 
     /// A zombie's trim record is on flash: its slot is garbage now.
@@ -276,10 +365,14 @@ impl PageMap {
     /// Commits the slots of `page`, programmed at `addr` (`Scheme::commit` of every scheme on
     /// this map): a data slot becomes its page's newest programmed version if the overlay
     /// still holds its sequence number, or a newer one it may commit under (`Buffered::floor`:
-    /// a flushed version must stay on flash until the write that supersedes it is there too);
-    /// otherwise a trim or a newer committed version superseded it and the slot stays garbage.
-    /// A trim-log slot joins the live trim log; the slots the page's trim records unmapped are
-    /// released.
+    /// a flushed version must stay on flash until the write that supersedes it is there too).
+    /// Otherwise a trim or a newer committed version superseded it. A trim whose record is not
+    /// on flash yet leaves it the newest version a crash would recover (the slot the trim
+    /// unmapped is older): it is held as the record's late zombie, or a FUA write (or one a
+    /// flush sealed) acknowledged meanwhile could be erased by GC or a merge and an older
+    /// version come back after a power cut. Else the slot stays garbage.
+    /// A trim-log slot joins the live trim log and its records' late zombies are released; so
+    /// are the slots the page's trim records unmapped.
     pub(crate) fn commit_page(
         &self,
         core: &Core,
@@ -287,7 +380,7 @@ impl PageMap {
         page: &SealedPage,
         addr: PageAddr,
     ) {
-        for (i, (meta, _)) in page.slots.iter().enumerate() {
+        for (i, (meta, data)) in page.slots.iter().enumerate() {
             let psa = layout.psa(addr, i as u32);
             match meta.kind {
                 SlotKind::Data => {
@@ -301,10 +394,20 @@ impl PageMap {
                             b.floor = meta.seq + 1;
                             self.commit(&st, meta.lpn, psa);
                         }
-                        _ => {}
+                        _ => {
+                            if self.hold_for_pending_trim(meta.lpn, meta.seq, psa) {
+                                // Its record is what frees the slot: write it out soon.
+                                core.trims_pending.store(true, Ordering::Release);
+                            }
+                        }
                     }
                 }
-                SlotKind::TrimLog => self.log_trim_slot(psa, meta.seq),
+                SlotKind::TrimLog => {
+                    self.log_trim_slot(psa, meta.seq);
+                    if let Some(bytes) = data {
+                        self.trims_durable(bytes);
+                    }
+                }
                 SlotKind::Pad => {}
             }
         }
@@ -472,7 +575,8 @@ impl PageMap {
     /// Checks invariant (2) (the caller holds every mutation off): no slot mapped twice, every
     /// mapped, trim-log or zombie slot valid, and every block's valid count equal to its bits
     /// and to the slots pointing into it. `zombies` are the slots unmapped by trims whose
-    /// records are not on flash yet (in the queues' open pages; none may be in flight).
+    /// records are not on flash yet (in the queues' open pages; none may be in flight); the
+    /// late zombies those records hold are the map's own.
     /// Returns the valid slots per block for the caller's block-state checks.
     pub fn check(&self, zombies: &[Psa]) -> Result<Vec<u32>, String> {
         let layout = self.valid.layout;
@@ -505,7 +609,8 @@ impl PageMap {
             }
             expect[layout.block_of(*psa).0 as usize] += 1;
         }
-        for psa in zombies {
+        let (_, late) = self.pending_trims();
+        for psa in zombies.iter().chain(&late) {
             if u64::from(psa.0) >= layout.total_slots() {
                 return Err(format!("zombie {psa:?} past the device"));
             }
