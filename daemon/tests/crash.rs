@@ -16,6 +16,13 @@
 //! `flushed_data_survives_kill9_with_writes_during_flushes`, where they keep writing while it
 //! runs (the FLUSH then covers what was acknowledged before it was sent), on a 32 KiB-page
 //! preset with the modelled timing.
+//!
+//! `flushed_data_survives_kill9_with_trims_partial_writes_and_racing_connections` keeps a
+//! richer ledger: per block, every request's effect in send order (a generation, zeroes from a
+//! trim or write-zeroes, or the block a 512-byte write leaves) and, for each, the lowest index
+//! among the requests in flight on the block when it was sent. Connections race on a shared
+//! part of the device, so the device may apply them in either order; once a request is
+//! durable, nothing older than that lowest index may come back.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::process::Command;
@@ -23,7 +30,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use e2e::nbd::{Client, NBD_CMD_FLAG_FUA, NBD_CMD_FLUSH, NBD_CMD_WRITE};
+use e2e::nbd::{
+    Client, NBD_CMD_FLAG_FUA, NBD_CMD_FLUSH, NBD_CMD_TRIM, NBD_CMD_WRITE, NBD_CMD_WRITE_ZEROES,
+};
 use e2e::{run_ok, Daemon, DaemonOpts};
 use serde_json::Value;
 
@@ -614,5 +623,427 @@ fn kill9_while_checkpoints_race_writes() {
             "checkpoint round {round}: killed after {} checkpoints, {newer} blocks kept unflushed data, recovery {rec}",
             ckpts - ckpt_before
         );
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Mixed requests: trims, write-zeroes, 512-byte writes and connections racing on one block
+// ------------------------------------------------------------------------------------------
+
+/// What a block holds after a request.
+#[derive(Clone)]
+enum Content {
+    Zero,
+    Gen(u64),
+    /// A 512-byte write's result: the whole block as its writer computed it.
+    Bytes(Arc<Vec<u8>>),
+}
+
+impl Content {
+    fn bytes(&self, block: u64) -> Vec<u8> {
+        match self {
+            Content::Zero => vec![0; BLOCK],
+            Content::Gen(g) => stamped(block, *g),
+            Content::Bytes(b) => b.to_vec(),
+        }
+    }
+}
+
+/// One request's effect on a block, in the order the clients sent them.
+struct Entry {
+    idx: u64,
+    content: Content,
+    /// The lowest index among this request and those in flight on the block when it was sent:
+    /// the device may order it before any of them, so once it is durable nothing older than
+    /// `low` may come back.
+    low: u64,
+}
+
+/// A block's history since its durable floor.
+#[derive(Default)]
+struct BlockLog {
+    entries: Vec<Entry>,
+    next: u64,
+    in_flight: Vec<u64>,
+    /// Entries below this index may not come back after a power cut.
+    floor: u64,
+}
+
+impl BlockLog {
+    fn send(&mut self, content: Content) -> u64 {
+        let idx = self.next;
+        self.next += 1;
+        let low = self.in_flight.iter().copied().min().unwrap_or(idx).min(idx);
+        self.in_flight.push(idx);
+        self.entries.push(Entry { idx, content, low });
+        idx
+    }
+
+    fn acked(&mut self, idx: u64, durable: bool) {
+        self.in_flight.retain(|&i| i != idx);
+        if durable {
+            self.made_durable(idx);
+        }
+    }
+
+    fn made_durable(&mut self, idx: u64) {
+        let Some(low) = self.entries.iter().find(|e| e.idx == idx).map(|e| e.low) else {
+            return; // pruned: an older floor already covers it
+        };
+        self.floor = self.floor.max(low);
+        let floor = self.floor;
+        self.entries.retain(|e| e.idx >= floor);
+    }
+
+    fn last(&self) -> &Content {
+        &self
+            .entries
+            .last()
+            .expect("a block always has an entry")
+            .content
+    }
+}
+
+struct MixedLedger {
+    blocks: Vec<BlockLog>,
+}
+
+impl MixedLedger {
+    fn new(blocks: u64) -> MixedLedger {
+        MixedLedger {
+            blocks: (0..blocks)
+                .map(|_| {
+                    let mut l = BlockLog::default();
+                    let i = l.send(Content::Gen(1));
+                    l.acked(i, true);
+                    l
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The device: blocks `0..SHARED_BLOCKS` are written and trimmed by every connection at once
+/// (whole blocks only, so each request's result is known whatever the order); the rest is cut
+/// into one range per connection, where its owner also writes 512-byte pieces (one request
+/// per block in flight, so the piece's block is known).
+const SHARED_BLOCKS: u64 = 512;
+
+/// Sends random requests until the connection breaks or `stop` is set.
+fn mixed_client(
+    socket: std::path::PathBuf,
+    ledger: Arc<Mutex<MixedLedger>>,
+    stop: Arc<AtomicBool>,
+    flushes: Arc<AtomicU64>,
+    (id, clients): (u64, u64),
+    seed: u64,
+) -> Result<(), String> {
+    let Ok(mut c) = Client::connect(&socket) else {
+        return Ok(());
+    };
+    let blocks = c.size / BLOCK as u64;
+    let own = (blocks - SHARED_BLOCKS) / clients;
+    let own_start = SHARED_BLOCKS + id * own;
+    let mut rng = Rng::new(seed ^ ((id + 1) * 0x9876_5431));
+    // cookie -> (first block, block count, index per block, durable on ack)
+    let mut in_flight: HashMap<u64, (u64, Vec<u64>, bool)> = HashMap::new();
+    let mut busy: HashSet<u64> = HashSet::new();
+    let mut acked: Vec<(u64, u64)> = Vec::new();
+    let mut flushing: Option<(u64, Vec<(u64, u64)>)> = None;
+    let mut gen_seq = 0u64;
+    let mut requests = 0u64;
+    let result = (|| -> Result<(), Option<String>> {
+        while !stop.load(Ordering::Relaxed) {
+            requests += 1;
+            gen_seq += 1;
+            // Generations are unique per connection and request: (request << 8) | client.
+            let gen = (gen_seq << 8) | (id + 2);
+            let fua = rng.below(5) == 0;
+            let flags = if fua { NBD_CMD_FLAG_FUA } else { 0 };
+            let shared_block = rng.below(3) == 0;
+            let (kind, first, count, offset, len, payload, contents) = if shared_block {
+                let b = rng.below(SHARED_BLOCKS);
+                if rng.below(2) == 0 {
+                    (
+                        NBD_CMD_WRITE,
+                        b,
+                        1,
+                        b * 4096,
+                        4096,
+                        stamped(b, gen),
+                        vec![Content::Gen(gen)],
+                    )
+                } else {
+                    let kind = if rng.below(2) == 0 {
+                        NBD_CMD_TRIM
+                    } else {
+                        NBD_CMD_WRITE_ZEROES
+                    };
+                    (kind, b, 1, b * 4096, 4096, Vec::new(), vec![Content::Zero])
+                }
+            } else {
+                let b = loop {
+                    let b = own_start + rng.below(own);
+                    if !busy.contains(&b) {
+                        break b;
+                    }
+                };
+                match rng.below(10) {
+                    0..=3 => (
+                        NBD_CMD_WRITE,
+                        b,
+                        1,
+                        b * 4096,
+                        4096,
+                        stamped(b, gen),
+                        vec![Content::Gen(gen)],
+                    ),
+                    4..=7 => {
+                        // A 512-byte piece over what the block holds now (its owner's view:
+                        // nothing else writes it).
+                        let sector = rng.below(8) as usize;
+                        let mut piece = stamped(b, gen);
+                        piece.truncate(512);
+                        let mut whole = ledger.lock().expect("ledger").blocks[b as usize]
+                            .last()
+                            .bytes(b);
+                        whole[sector * 512..(sector + 1) * 512].copy_from_slice(&piece);
+                        let off = b * 4096 + sector as u64 * 512;
+                        (
+                            NBD_CMD_WRITE,
+                            b,
+                            1,
+                            off,
+                            512,
+                            piece,
+                            vec![Content::Bytes(Arc::new(whole))],
+                        )
+                    }
+                    _ => {
+                        // A trim or write-zeroes of 1-4 whole blocks of the owner's range.
+                        let n = (1 + rng.below(4)).min(own_start + own - b);
+                        if (b..b + n).any(|x| busy.contains(&x)) {
+                            continue;
+                        }
+                        let kind = if rng.below(2) == 0 {
+                            NBD_CMD_TRIM
+                        } else {
+                            NBD_CMD_WRITE_ZEROES
+                        };
+                        (
+                            kind,
+                            b,
+                            n,
+                            b * 4096,
+                            (n * 4096) as u32,
+                            Vec::new(),
+                            vec![Content::Zero; n as usize],
+                        )
+                    }
+                }
+            };
+            let idxs: Vec<u64> = {
+                let mut l = ledger.lock().expect("ledger");
+                contents
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, content)| l.blocks[(first + i as u64) as usize].send(content))
+                    .collect()
+            };
+            let cookie = c
+                .request(kind, flags, offset, len, &payload)
+                .map_err(|_| None)?;
+            if !shared_block {
+                busy.extend(first..first + count);
+            }
+            in_flight.insert(cookie, (first, idxs, fua));
+            while in_flight.len() >= 8 {
+                let r = c.reply().map_err(|_| None)?;
+                if flushing.as_ref().is_some_and(|(k, _)| *k == r.cookie) {
+                    if r.error != 0 {
+                        return Err(Some(format!("FLUSH failed with errno {}", r.error)));
+                    }
+                    let (_, covered) = flushing.take().expect("checked");
+                    let mut l = ledger.lock().expect("ledger");
+                    for (b, i) in covered {
+                        l.blocks[b as usize].made_durable(i);
+                    }
+                    flushes.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let (first, idxs, fua) = in_flight
+                    .remove(&r.cookie)
+                    .ok_or_else(|| Some(format!("reply for unknown cookie {}", r.cookie)))?;
+                if r.error != 0 {
+                    return Err(Some(format!(
+                        "request on block {first} failed with errno {}",
+                        r.error
+                    )));
+                }
+                let mut l = ledger.lock().expect("ledger");
+                for (i, idx) in idxs.into_iter().enumerate() {
+                    let b = first + i as u64;
+                    l.blocks[b as usize].acked(idx, fua);
+                    busy.remove(&b);
+                    acked.push((b, idx));
+                }
+            }
+            // A FLUSH now and then, sent while other requests are in flight: it covers what
+            // was acknowledged before it was sent.
+            if requests.is_multiple_of(48) && flushing.is_none() {
+                let cookie = c.request(NBD_CMD_FLUSH, 0, 0, 0, &[]).map_err(|_| None)?;
+                flushing = Some((cookie, std::mem::take(&mut acked)));
+            }
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) | Err(None) => Ok(()),
+        Err(Some(e)) => Err(e),
+    }
+}
+
+/// Reads every block after a restart: each must hold the content of a request at or above its
+/// durable floor. Then flushes and makes what was read the floor.
+fn verify_mixed(d: &Daemon, ledger: &Mutex<MixedLedger>) -> u64 {
+    let mut c = Client::connect(&d.socket()).expect("connect after restart");
+    let mut l = ledger.lock().expect("ledger");
+    let blocks = l.blocks.len() as u64;
+    let mut bad = Vec::new();
+    let mut newer = 0;
+    let mut seen = Vec::with_capacity(blocks as usize);
+    let mut b0 = 0;
+    while b0 < blocks {
+        let n = 256.min(blocks - b0);
+        let data = c
+            .read(b0 * BLOCK as u64, (n as usize * BLOCK) as u32)
+            .expect("read");
+        for (i, page) in data.chunks(BLOCK).enumerate() {
+            let b = b0 + i as u64;
+            let log = &l.blocks[b as usize];
+            match log
+                .entries
+                .iter()
+                .rev()
+                .find(|e| e.content.bytes(b) == page)
+            {
+                Some(e) => {
+                    newer += u64::from(e.idx > log.entries[0].idx);
+                    seen.push(e.content.clone());
+                }
+                None => {
+                    // (A block holding 512-byte writes parses as "torn": its sectors come
+                    // from several generations.)
+                    let what = match parse_stamp(b, page) {
+                        Ok(g) => format!("generation {g:#x}"),
+                        Err(e) => e,
+                    };
+                    let kept: Vec<String> = log
+                        .entries
+                        .iter()
+                        .map(|e| match &e.content {
+                            Content::Zero => format!("{}: zeroes", e.idx),
+                            Content::Gen(g) => format!("{}: generation {g:#x}", e.idx),
+                            Content::Bytes(_) => format!("{}: a 512-byte write's result", e.idx),
+                        })
+                        .collect();
+                    bad.push(format!(
+                        "block {b}: {what}; allowed (index: content) {kept:?}"
+                    ));
+                    seen.push(Content::Bytes(Arc::new(page.to_vec())));
+                }
+            }
+        }
+        b0 += n;
+    }
+    assert!(
+        bad.is_empty(),
+        "{} of {blocks} blocks are wrong after kill -9 and restart:\n{}\n--- log\n{}",
+        bad.len(),
+        bad.iter().take(30).cloned().collect::<Vec<_>>().join("\n"),
+        d.log()
+    );
+    c.flush().expect("flush");
+    c.disconnect();
+    for (log, content) in l.blocks.iter_mut().zip(seen) {
+        let i = log.send(content);
+        log.acked(i, true);
+    }
+    newer
+}
+
+/// Trims, write-zeroes and 512-byte writes beside whole-block writes, FUA or not, from three
+/// connections, two of them racing on the same blocks, with FLUSHes sent while requests are in
+/// flight; kill -9 at random points. Covers two windows found from outside: a trim that
+/// overtakes a FUA write still being programmed (GC could erase the write before the trim's
+/// record was on flash, and the older version came back), and a 512-byte write whose read
+/// of its page a whole-block write or trim overtook (it wrote the old bytes back).
+#[test]
+fn flushed_data_survives_kill9_with_trims_partial_writes_and_racing_connections() {
+    let seed = seed() ^ 0x6d78;
+    let mut rng = Rng::new(seed);
+    for (scheme, preset, timing) in [
+        ("page", "lftl-card", "real"),
+        ("bast", "lftl-card", "real"),
+        ("page", "default", "off"),
+        ("gftl", "default", "off"),
+    ] {
+        let mut d = Daemon::start_with(
+            FTLD,
+            DaemonOpts {
+                preset: preset.into(),
+                capacity: "32M".into(),
+                timing: timing.into(),
+                extra: vec!["--ftl".into(), scheme.into()],
+                ..Default::default()
+            },
+        );
+        let blocks = 32u64 << 20 >> 12;
+        assert_eq!(fill(&d, &Shared::new(blocks)), blocks);
+        let ledger = Arc::new(Mutex::new(MixedLedger::new(blocks)));
+        for round in 0..3u64 {
+            let stop = Arc::new(AtomicBool::new(false));
+            let flushes = Arc::new(AtomicU64::new(0));
+            let clients = 3;
+            let threads: Vec<_> = (0..clients)
+                .map(|id| {
+                    let (socket, ledger, stop, flushes) = (
+                        d.socket(),
+                        Arc::clone(&ledger),
+                        Arc::clone(&stop),
+                        Arc::clone(&flushes),
+                    );
+                    let s = seed ^ (round << 32);
+                    std::thread::spawn(move || {
+                        mixed_client(socket, ledger, stop, flushes, (id, clients), s)
+                    })
+                })
+                .collect();
+            let delay = Duration::from_millis(100 + rng.below(900));
+            let start = Instant::now();
+            while start.elapsed() < delay || flushes.load(Ordering::Relaxed) < 2 {
+                assert!(
+                    start.elapsed() < Duration::from_secs(120)
+                        && !threads.iter().all(|t| t.is_finished()),
+                    "the clients stopped before the kill\n--- log\n{}",
+                    d.log()
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            d.kill9();
+            stop.store(true, Ordering::Relaxed);
+            for t in threads {
+                if let Err(e) = t.join().expect("client panicked") {
+                    panic!("client failed before the kill: {e}\n--- log\n{}", d.log());
+                }
+            }
+            restart_after_power_cut(&mut d);
+            let newer = verify_mixed(&d, &ledger);
+            eprintln!(
+                "{scheme} on {preset}, timing {timing}, round {round}: killed after {delay:?} and {} flushes, {newer} blocks kept unflushed data",
+                flushes.load(Ordering::Relaxed)
+            );
+        }
+        assert!(d.stop().success(), "{}", d.log());
     }
 }
