@@ -23,15 +23,16 @@
 //!   in which the overlay saw the writes. A programmed slot commits into the map if the
 //!   overlay still holds its sequence number (the entry goes), or holds a newer one whose
 //!   `floor` the slot's number reaches (the entry stays, its floor moves past the slot). A
-//!   trim, or a newer version already committed, makes it garbage. So the map always points at
-//!   the newest *programmed* version, the one a crash leaves: a flushed version superseded only
-//!   by writes still in RAM stays valid, and no GC or merge erases it (before, such a slot was
-//!   garbage at once, and a merge of its block lost flushed data when the power failed before
-//!   the newer version was programmed).
+//!   trim, or a newer version already committed, keeps it out of the map; while that trim's
+//!   record is still in RAM the slot is held valid as a late zombie (`map::PageMap`). So the
+//!   newest *programmed* version, the one a crash leaves, is never erased: a flushed version
+//!   superseded only by writes still in RAM stays in the map, and no GC or merge erases it
+//!   (before, such a slot was garbage at once, and a merge of its block lost flushed data when
+//!   the power failed before the newer version was programmed).
 //!
-//! Lock order: stripe, then anything else (the trim log's mutex and a bank's allocator may be
-//! taken while a stripe is held; never the reverse). Several stripes only through
-//! [`WriteCache::lock_range`], in ascending order.
+//! Lock order: stripe, then anything else (the trim log's and the pending trims' mutexes and a
+//! bank's allocator may be taken while a stripe is held; never the reverse). Several stripes
+//! only through [`WriteCache::lock_range`], in ascending order.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};

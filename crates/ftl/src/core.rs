@@ -74,7 +74,8 @@ pub struct Core {
     pub stopping: AtomicBool,
     /// GC found blocks held by unwritten trim records: the maintenance thread should flush.
     pub flush_requested: AtomicBool,
-    /// The trim queue holds records whose unmapped slots are still held (see `SealedPage`).
+    /// The trim queue holds records whose unmapped slots, or late zombies
+    /// (`PageMap::commit_page`), are still held (see `SealedPage`).
     pub trims_pending: AtomicBool,
     /// Tests only (`Ftl::hold_trim_records`): the maintenance thread leaves batched trim
     /// records in RAM, as if its tick were late, so a test can place GC or a merge in the

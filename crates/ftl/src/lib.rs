@@ -57,8 +57,9 @@
 //! a *sequence number* orders every write and trim. **Invariants.** (1) a page's newest version
 //! is in the overlay if buffered, else where the scheme's map points, else it reads as zeroes;
 //! (2) every scheme: a slot is valid iff `l2p` (or the live trim log) points at it, or it is a
-//! zombie (or late zombie) whose trim record is not on flash yet (`schemes::page::map::PageMap`, which the
-//! hybrids use too, is the only writer of both and checks it); (2h) hybrid schemes: every
+//! zombie (or late zombie) whose trim record is not on flash yet
+//! (`schemes::page::map::PageMap`, which the hybrids use too, is the only writer of both and
+//! checks it); (2h) hybrid schemes: every
 //! mapped page lives in its logical block's data block at its own offset, or in one of that
 //! block's log blocks, and the log pool never holds more than its limit; under FAST only the
 //! one sequential-write log has an owner (`HybridScheme::check`); (2r) rftl: every mapped page
@@ -854,8 +855,9 @@ impl Ftl {
     }
 
     /// For crash tests: while `hold` is set, the maintenance thread leaves batched trim
-    /// records in RAM (as if its 50 ms tick were late) instead of writing them out; a flush,
-    /// a FUA trim or a merge that waits for them still writes them.
+    /// records in RAM (as if its 50 ms tick were late) instead of writing them out, and GC's
+    /// request for them waits for the release; a flush, a FUA trim, a checkpoint or a merge
+    /// that waits for them still writes them.
     #[doc(hidden)]
     pub fn hold_trim_records(&self, hold: bool) {
         self.core.trims_held.store(hold, Ordering::Release);
@@ -863,6 +865,14 @@ impl Ftl {
             self.core.trims_pending.store(true, Ordering::Release);
             self.core.maint_wake.notify(usize::MAX);
         }
+    }
+
+    /// For tests: trim records not on flash yet, and the late zombies they hold (slots of
+    /// their pages programmed after them: `PageMap::commit_page`).
+    #[doc(hidden)]
+    pub fn pending_trims(&self) -> (usize, usize) {
+        let (recs, late) = self.core.scheme.page_map().pending_trims();
+        (recs.len(), late.len())
     }
 
     /// Runs GC victim selection on `bank` without claiming the victim (for benchmarks).

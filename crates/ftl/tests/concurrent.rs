@@ -256,11 +256,17 @@ fn a_partial_write_does_not_undo_a_whole_page_write_or_trim_that_overtook_it() {
     for (lpn, overtake_with_trim) in [(5u64, false), (9, true)] {
         let off = lpn * 4096;
         block_on(ftl.write(0, off, &page(lpn, 1), true)).unwrap();
+        let reads = || ftl.nand().stats().totals.reads;
+        let before = reads();
         let partial = {
             let (ftl, edit) = (Arc::clone(&ftl), edit.clone());
             std::thread::spawn(move || block_on(ftl.write(0, off + 1024, &edit, false)))
         };
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        // Once the partial write's read of the page is on the medium (100 ms): the other
+        // request.
+        while reads() == before {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
         let newer = if overtake_with_trim {
             block_on(ftl.trim(1, off, 4096, false)).unwrap();
             vec![0u8; 4096]

@@ -556,14 +556,27 @@ fn a_fua_write_overtaken_by_a_trim_in_ram_survives_gc_and_a_power_cut() {
     let (v0, v1) = (bytes_for(0, PAGE), bytes_for(1, PAGE));
     block_on(ftl.write(0, off, &v0, true)).unwrap();
     ftl.hold_trim_records(true);
+    let programs = || ftl.nand().stats().totals.programs;
+    let before = programs();
     let writer = {
         let (ftl, v1) = (std::sync::Arc::clone(&ftl), v1.clone());
         std::thread::spawn(move || block_on(ftl.write(0, off, &v1, true)))
     };
-    // While v1's page is programmed (100 ms): the trim, on the other queue, without FUA.
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    // While v1's page is programmed (100 ms from its start): the trim, on the other queue,
+    // without FUA.
+    while programs() == before {
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
     block_on(ftl.trim(1, off, PAGE as u64, false)).unwrap();
     writer.join().unwrap().unwrap();
+    assert_eq!(
+        ftl.pending_trims(),
+        (1, 1),
+        "the trim's record waits in RAM and holds v1's slot, programmed after it"
+    );
+    let mut buf = vec![0u8; PAGE];
+    block_on(ftl.read(off, &mut buf)).unwrap();
+    assert!(buf.iter().all(|&b| b == 0), "the trim came last");
     let versions = versions_on_flash(&ftl, x);
     assert_eq!(versions.len(), 2, "v0 and v1 on flash: {versions:?}");
     let v1_page = versions[1].0;
@@ -598,7 +611,6 @@ fn a_fua_write_overtaken_by_a_trim_in_ram_survives_gc_and_a_power_cut() {
     let ftl = std::sync::Arc::into_inner(ftl).expect("the threads are done");
     ftl.simulate_power_loss();
     let ftl = Ftl::open(&path, TimingMode::Off, cfg).unwrap();
-    let mut buf = vec![0u8; PAGE];
     block_on(ftl.read(off, &mut buf)).unwrap();
     assert!(
         buf == v1 || buf.iter().all(|&b| b == 0),

@@ -558,8 +558,13 @@ impl Maintenance {
     /// Whether someone asked for work before the next tick (GC waits for trim records, a
     /// scheme wants a checkpoint).
     pub(crate) fn requested(core: &Core) -> bool {
-        core.flush_requested.load(Ordering::Acquire)
-            || core.checkpoint_requested.load(Ordering::Acquire)
+        Self::trims_wanted(core) || core.checkpoint_requested.load(Ordering::Acquire)
+    }
+
+    /// GC waits for trim records to reach flash, and no test holds them in RAM
+    /// (`Ftl::hold_trim_records`; while one does, the request waits for the release).
+    fn trims_wanted(core: &Core) -> bool {
+        core.flush_requested.load(Ordering::Acquire) && !core.trims_held.load(Ordering::Acquire)
     }
 
     /// One round: the tick if it is due, then whatever was requested.
@@ -605,7 +610,7 @@ pub fn maintenance(core: std::sync::Arc<Core>) {
         }
         // GC waiting for trim records may have asked while the previous round ran (a
         // checkpoint, say), when nobody listened: then go on at once.
-        if !core.flush_requested.load(Ordering::Acquire) {
+        if !Maintenance::trims_wanted(&core) {
             l.wait_deadline(core.instant_at(m.next_tick()));
         }
         if core.stopping.load(Ordering::Acquire) {

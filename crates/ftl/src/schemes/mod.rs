@@ -296,7 +296,8 @@ pub(crate) trait Scheme: Send + Sync + std::any::Any {
 
     /// `page` was programmed at `addr` and the program completed: make its slots the newest
     /// programmed versions of their pages through the page map (`PageMap::commit_page`: also
-    /// under a newer version still in a buffer; not after a trim or a newer committed one).
+    /// under a newer version still in a buffer; not after a trim or a newer committed one,
+    /// but held valid while such a trim's record is in RAM).
     fn commit(&self, core: &Core, page: &SealedPage, addr: PageAddr) {
         self.page_map().commit_page(core, core.layout, page, addr);
     }

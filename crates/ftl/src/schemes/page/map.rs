@@ -12,15 +12,16 @@
 //! # Invariant (2) of the design page, kept here
 //! A slot's valid bit is set iff `l2p` or the trim log points at it, or it is a *zombie*: a
 //! slot [`PageMap::unmap`] took out of `l2p` whose trim record is not on flash yet (it is
-//! released by [`PageMap::release`] once the record is), or a *late zombie*: a slot programmed
-//! after a trim of its page that is not on flash yet unmapped the page (see
-//! [`PageMap::commit_page`]; released when that record's slot commits). Every method that moves an entry moves
-//! its valid bit in the same call: [`PageMap::commit`] (a programmed slot becomes a page's
-//! newest version), [`PageMap::relocate`] (GC moved it), [`PageMap::unmap`] / `release` (trim),
-//! [`PageMap::log_trim_slot`] / `relocate_trim_slot` / `prune_trim_log`. The one exception is
-//! recovery, before the map is shared: the checkpoint's entries (`MapSink::store`) and the
-//! scan's (`table()`) go in without their bits, and [`PageMap::rebuild_valid`] then sets every
-//! bit from the table. [`PageMap::check`] verifies it.
+//! released by [`PageMap::release`] once the record is), or a *late zombie*: an older slot
+//! whose program completed after a trim unmapped its page, before that trim's record was on
+//! flash (see [`PageMap::commit_page`]; released when the record's slot commits). Every method
+//! that moves an entry moves its valid bit in the same call: [`PageMap::commit`] (a programmed
+//! slot becomes a page's newest version), [`PageMap::relocate`] (GC moved it),
+//! [`PageMap::unmap`] / `release` (trim), `hold_for_pending_trim` / `trims_durable` (late
+//! zombies), [`PageMap::log_trim_slot`] / `relocate_trim_slot` / `prune_trim_log`. The one
+//! exception is recovery, before the map is shared: the checkpoint's entries
+//! (`MapSink::store`) and the scan's (`table()`) go in without their bits, and
+//! [`PageMap::rebuild_valid`] then sets every bit from the table. [`PageMap::check`] verifies it.
 //!
 //! # Locking
 //! An entry changes only under its page's stripe lock (`cache::WriteCache`), which the
@@ -29,7 +30,7 @@
 //! never together.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
@@ -133,14 +134,19 @@ pub struct PageMap {
     valid: ValidSlots,
     trim_log: Mutex<Vec<(Psa, u64)>>,
     /// Per block: its zombies (slots [`PageMap::unmap`] took out whose trim records are not
-    /// on flash yet). GC tells a slot held by a trim on its way from one that nothing will
-    /// ever release (an OOB that names another page: a hostile or damaged image).
+    /// on flash yet) and late zombies (`hold_for_pending_trim`). GC tells a slot held by a
+    /// trim on its way from one that nothing will ever release (an OOB that names another
+    /// page: a hostile or damaged image).
     zombies: Box<[AtomicU32]>,
     /// Trim records buffered but not on flash yet, with their late zombies (see
     /// [`PageMap::commit_page`]). Entered under the stripes of the record's range
     /// ([`PageMap::trim_buffered`]); left when the record's trim-log slot commits.
     /// Keyed by sequence number (a record's own, unique).
     pending_trims: Mutex<BTreeMap<u64, PendingTrim>>,
+    /// Entries of `pending_trims`, changed under its mutex and read without it: a slot's
+    /// commit skips the mutex when no trim is pending. (A trim of the slot's page enters the
+    /// list under the page's stripe lock, which the commit holds: it sees the count.)
+    pending_count: AtomicUsize,
 }
 
 /// A trim record on its way to flash, and the slots it holds that it did not unmap itself.
@@ -165,6 +171,7 @@ impl PageMap {
                 .map(|_| AtomicU32::new(0))
                 .collect(),
             pending_trims: Mutex::new(BTreeMap::new()),
+            pending_count: AtomicUsize::new(0),
         }
     }
 
@@ -252,20 +259,28 @@ impl PageMap {
     /// every page of its range (so no slot of these pages can commit between the unmap and
     /// this).
     pub fn trim_buffered(&self, rec: TrimRecord) {
-        self.pending_trims.lock().insert(
+        let mut pending = self.pending_trims.lock();
+        pending.insert(
             rec.seq,
             PendingTrim {
                 rec,
                 late: Vec::new(),
             },
         );
+        self.pending_count.store(pending.len(), Ordering::Release);
     }
 
-    /// Called for a data slot of `lpn` numbered `seq` that a trim superseded before it could
-    /// commit: if that trim's record is not on flash yet, the slot is the page's newest
-    /// programmed version until it is (a crash before then recovers it, or an older one, so
-    /// it must not be erased), and it becomes the record's late zombie. Returns whether it did.
+    /// Called for a data slot of `lpn` numbered `seq` that a trim or a newer committed
+    /// version superseded before it could commit: if a trim of the page newer than the slot
+    /// has its record still in RAM, the slot may be the newest programmed version a crash
+    /// leaves (the trim lost, the newer version perhaps not programmed yet), so it must not be
+    /// erased: it becomes that record's late zombie. (When a newer version is already on
+    /// flash the hold is not needed, only harmless: it ends with the record.) Returns whether
+    /// it held the slot.
     fn hold_for_pending_trim(&self, lpn: Lpn, seq: u64, psa: Psa) -> bool {
+        if self.pending_count.load(Ordering::Acquire) == 0 {
+            return false;
+        }
         let mut pending = self.pending_trims.lock();
         let Some(t) = pending
             .range_mut(seq + 1..)
@@ -296,6 +311,7 @@ impl PageMap {
                     late.append(&mut t.late);
                 }
             }
+            self.pending_count.store(pending.len(), Ordering::Release);
         }
         for z in late {
             self.release(z);
@@ -742,5 +758,75 @@ mod tests {
         assert!(m.is_valid(Psa(63)), "the page's slot stays valid");
         m.prefetch(Lpn(19));
         m.prefetch(Lpn(u32::MAX));
+    }
+
+    /// Late zombies: a slot older than a pending trim of its page is held (valid, counted as a
+    /// zombie of its block) until that trim's record is durable, released exactly once; a slot
+    /// newer than every pending trim, or one whose trim is durable already, is not held.
+    #[test]
+    fn a_pending_trim_holds_older_slots_of_its_pages_until_its_record_is_durable() {
+        use crate::buffer::encode_trims;
+        let m = map();
+        let blk = |p: u32| m.valid.layout.block_of(Psa(p));
+        assert!(
+            !m.hold_for_pending_trim(Lpn(3), 1, Psa(8)),
+            "nothing pending"
+        );
+        let (t1, t2) = (
+            TrimRecord {
+                start: 2,
+                count: 4,
+                seq: 10,
+            },
+            TrimRecord {
+                start: 4,
+                count: 4,
+                seq: 12,
+            },
+        );
+        m.trim_buffered(t1);
+        m.trim_buffered(t2);
+        assert!(
+            !m.hold_for_pending_trim(Lpn(1), 5, Psa(8)),
+            "outside both ranges"
+        );
+        assert!(
+            !m.hold_for_pending_trim(Lpn(3), 11, Psa(8)),
+            "newer than the trim of page 3"
+        );
+        assert!(m.hold_for_pending_trim(Lpn(3), 5, Psa(8)));
+        assert!(
+            m.hold_for_pending_trim(Lpn(5), 11, Psa(9)),
+            "older than the second trim"
+        );
+        assert!(
+            m.hold_for_pending_trim(Lpn(4), 3, Psa(40)),
+            "covered by both"
+        );
+        assert!(m.is_valid(Psa(8)) && m.is_valid(Psa(9)) && m.is_valid(Psa(40)));
+        assert_eq!(m.zombies_in(blk(8)), 2);
+        assert_eq!(m.zombies_in(blk(40)), 1);
+        assert_eq!(m.pending_trims().0, vec![t1, t2]);
+        assert_eq!(m.check(&[]).map(|e| e.iter().sum::<u32>()), Ok(3));
+        // The first record on flash: its late zombies (and only those) go.
+        m.trims_durable(&encode_trims(&[t1]));
+        assert!(!m.is_valid(Psa(8)) && !m.is_valid(Psa(40)) && m.is_valid(Psa(9)));
+        assert_eq!((m.zombies_in(blk(8)), m.zombies_in(blk(40))), (1, 0));
+        // Reported twice (it cannot be, but a replayed slot must not release again).
+        m.trims_durable(&encode_trims(&[t1]));
+        assert_eq!(m.zombies_in(blk(8)), 1);
+        assert!(m.check(&[]).is_ok());
+        m.trims_durable(&encode_trims(&[t2]));
+        assert_eq!((m.valid_total(), m.zombies_in(blk(9))), (0, 0));
+        assert_eq!(m.pending_trims(), (vec![], vec![]));
+        assert!(
+            !m.hold_for_pending_trim(Lpn(5), 11, Psa(9)),
+            "its trim is durable"
+        );
+        assert!(!m.is_valid(Psa(9)));
+        // A malformed slot releases nothing and does not panic.
+        m.trim_buffered(t1);
+        m.trims_durable(&[0xff; 8]);
+        assert_eq!(m.pending_trims().0, vec![t1]);
     }
 }
