@@ -180,25 +180,49 @@ impl QueueState {
 impl Core {
     /// Buffers one full logical page for queue `q`: the write is acknowledged once this returns.
     pub(crate) fn buffer_page(&self, q: usize, lpn: Lpn, data: PageData) {
-        self.buffer(q, lpn, data, false);
+        self.buffer(q, lpn, data, None);
     }
 
-    /// Buffers the page a read-modify-write made (the caller holds `lpn`'s partial-write lock)
-    /// unless a whole-page write or a trim of it landed since the caller read it: then returns
-    /// false, and the caller reads again.
-    pub(crate) fn buffer_page_rmw(&self, q: usize, lpn: Lpn, data: PageData) -> bool {
-        self.buffer(q, lpn, data, true)
+    /// Buffers the page a read-modify-write made (`data`: the page as the caller read it, with
+    /// `part` written at `off`; the caller holds `lpn`'s partial-write lock). If a whole-page
+    /// write or a trim of the page landed since the read, the edit goes onto the newest
+    /// version instead when that is in RAM (the serial order "that request, then this one");
+    /// when it is not, returns false and the caller reads again. Returns also whether it was
+    /// overtaken: `Some(overtaken)` once buffered.
+    pub(crate) fn buffer_page_rmw(
+        &self,
+        q: usize,
+        lpn: Lpn,
+        data: PageData,
+        (off, part): (usize, &[u8]),
+    ) -> Option<bool> {
+        let mut overtaken = false;
+        self.buffer(q, lpn, data, Some((off, part, &mut overtaken)))
+            .then_some(overtaken)
     }
 
-    fn buffer(&self, q: usize, lpn: Lpn, data: PageData, rmw: bool) -> bool {
+    fn buffer(
+        &self,
+        q: usize,
+        lpn: Lpn,
+        mut data: PageData,
+        rmw: Option<(usize, &[u8], &mut bool)>,
+    ) -> bool {
         let seq = {
             let mut st = self.cache.lock(lpn);
-            if rmw {
-                if st.rmw.get(&lpn.0).is_some_and(|e| e.changed) {
-                    return false;
+            match rmw {
+                Some((off, part, overtaken)) => {
+                    if st.rmw.get(&lpn.0).is_some_and(|e| e.changed) {
+                        *overtaken = true;
+                        let Some(newer) = st.overlay.get(&lpn.0) else {
+                            return false;
+                        };
+                        let mut page = newer.data.to_vec();
+                        page[off..off + part.len()].copy_from_slice(part);
+                        data = PageData::from(page);
+                    }
                 }
-            } else {
-                st.note_changed(lpn.0);
+                None => st.note_changed(lpn.0),
             }
             // Taken under the stripe lock: per page, sequence order is overlay order.
             let seq = self.next_seq();

@@ -98,7 +98,8 @@ pub struct RmwEntry {
     /// The tasks waiting for the lock.
     pub waiters: Vec<Waker>,
     /// A whole-page write or a trim of the page landed since the holder read it: its edit of
-    /// what it read would undo that request, so it must read again.
+    /// what it read would undo that request, so it edits the newer version instead (or reads
+    /// again).
     pub changed: bool,
 }
 

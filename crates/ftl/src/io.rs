@@ -97,7 +97,8 @@ impl Core {
     /// keeps other partial writes of the page out). A whole-page write or a trim of the page
     /// landing between the read and the buffering would be undone by the old bytes around the
     /// edit (no serial order of the two requests gives that): it marks the lock, and the edit
-    /// is made again on a fresh read.
+    /// goes onto the newer version if that is in RAM, else is made again on a fresh read (a
+    /// page rewritten without pause stays in RAM, so the loop does not starve).
     async fn write_partial(&self, q: usize, lpn: Lpn, off: usize, part: &[u8]) -> Result<()> {
         let _lock = RmwLock { core: self, lpn }.await;
         loop {
@@ -110,10 +111,13 @@ impl Core {
             self.wait_room(q).await;
             let _g = self.gate.enter().await;
             self.check_writable()?;
-            if self.buffer_page_rmw(q, lpn, PageData::from(page)) {
+            let done = self.buffer_page_rmw(q, lpn, PageData::from(page), (off, part));
+            if done != Some(false) {
+                self.counters.rmw_retries.fetch_add(1, Ordering::Relaxed);
+            }
+            if done.is_some() {
                 return Ok(());
             }
-            self.counters.rmw_retries.fetch_add(1, Ordering::Relaxed);
         }
     }
 

@@ -100,7 +100,7 @@
 //! programmed when the trim came (a FUA write, say) is held too when it completes: it is then
 //! the newest version a crash would recover (`PageMap::commit_page`, "late zombies"). A write
 //! of part of a page (a read-modify-write) that a whole-page write or trim of the page
-//! overtakes is made again on a fresh read, so it never writes the old bytes back
+//! overtakes is redone on the newer version, so it never writes the old bytes back
 //! (`cache::RmwEntry`).
 //!
 //! **Checkpoints** are chains: a full snapshot of the map, then incremental ones holding only the

@@ -42,7 +42,7 @@ pub struct Counters {
     pub wear_level_moves: AtomicU64,
     /// Partly filled pages programmed by the idle flush (`[ftl] idle_flush_ms`).
     pub idle_flushes: AtomicU64,
-    /// Partial-page writes made again because a whole-page write or trim overtook them.
+    /// Partial-page writes redone because a whole-page write or trim overtook them.
     pub rmw_retries: AtomicU64,
     /// Host pages placed in hot open blocks (`[ftl] separation = "hot-cold"`).
     pub hot_pages: AtomicU64,
@@ -271,8 +271,9 @@ pub struct FtlStats {
     pub wear_level_moves: u64,
     /// Partly filled pages programmed by the idle flush (`[ftl] idle_flush_ms`).
     pub idle_flushes: u64,
-    /// Writes of part of a 4 KiB page made again on a fresh read because a whole-page write
-    /// or a trim of the page landed between their read and their buffering.
+    /// Writes of part of a 4 KiB page redone (on the newer version still in RAM, or on a
+    /// fresh read) because a whole-page write or a trim of the page landed between their read
+    /// and their buffering.
     pub rmw_retries: u64,
     /// Host 4 KiB pages placed in hot open blocks (`[ftl] separation = "hot-cold"`): what the
     /// recency tracker judged rewritten within its window (a page programmed again after a
