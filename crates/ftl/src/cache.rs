@@ -5,8 +5,8 @@
 //! `stripes`: [`STRIPES`] mutexes; logical page `lpn` belongs to stripe `lpn % STRIPES`. A
 //! stripe's lock protects (a) its `overlay`: the newest version of each of its pages that is
 //! still in a write buffer, (b) its partial-write locks (`rmw`, each with a flag a whole-page
-//! write or trim of the page sets, so the partial write reads again), and (c) the scheme's map
-//! entries of its pages (a scheme updates an entry only under the page's stripe, see
+//! write or trim of the page sets, so the partial write redoes its edit), and (c) the scheme's
+//! map entries of its pages (a scheme updates an entry only under the page's stripe, see
 //! `map::PageMap`).
 //!
 //! # Why 1024 stripes
@@ -112,8 +112,8 @@ pub struct Stripe {
 }
 
 impl Stripe {
-    /// A whole-page write or a trim changes `lpn`: a read-modify-write holding it must read
-    /// again (see [`RmwEntry::changed`]).
+    /// A whole-page write or a trim changes `lpn`: a read-modify-write holding it must redo its
+    /// edit (see [`RmwEntry::changed`]).
     pub fn note_changed(&mut self, lpn: u32) {
         if !self.rmw.is_empty() {
             if let Some(e) = self.rmw.get_mut(&lpn) {

@@ -59,8 +59,8 @@
 //! (2) every scheme: a slot is valid iff `l2p` (or the live trim log) points at it, or it is a
 //! zombie (or late zombie) whose trim record is not on flash yet
 //! (`schemes::page::map::PageMap`, which the hybrids use too, is the only writer of both and
-//! checks it); (2h) hybrid schemes: every
-//! mapped page lives in its logical block's data block at its own offset, or in one of that
+//! checks it); (2h) hybrid schemes: every mapped page lives in its logical block's data block
+//! at its own offset, or in one of that
 //! block's log blocks, and the log pool never holds more than its limit; under FAST only the
 //! one sequential-write log has an owner (`HybridScheme::check`); (2r) rftl: every mapped page
 //! lives in one of its logical block's blocks, a logical block holds at most three, no block
