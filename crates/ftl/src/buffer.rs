@@ -196,27 +196,26 @@ impl Core {
         data: PageData,
         (off, part): (usize, &[u8]),
     ) -> Option<bool> {
-        let mut overtaken = false;
-        self.buffer(q, lpn, data, Some((off, part, &mut overtaken)))
-            .then_some(overtaken)
+        self.buffer(q, lpn, data, Some((off, part)))
     }
 
+    /// Buffers `data` (see [`Core::buffer_page_rmw`] for `rmw`): `None` if it did not,
+    /// `Some(overtaken)` if it did.
     fn buffer(
         &self,
         q: usize,
         lpn: Lpn,
         mut data: PageData,
-        rmw: Option<(usize, &[u8], &mut bool)>,
-    ) -> bool {
+        rmw: Option<(usize, &[u8])>,
+    ) -> Option<bool> {
+        let mut overtaken = false;
         let seq = {
             let mut st = self.cache.lock(lpn);
             match rmw {
-                Some((off, part, overtaken)) => {
+                Some((off, part)) => {
                     if st.rmw.get(&lpn.0).is_some_and(|e| e.changed) {
-                        *overtaken = true;
-                        let Some(newer) = st.overlay.get(&lpn.0) else {
-                            return false;
-                        };
+                        overtaken = true;
+                        let newer = st.overlay.get(&lpn.0)?;
                         let mut page = newer.data.to_vec();
                         page[off..off + part.len()].copy_from_slice(part);
                         data = PageData::from(page);
@@ -261,7 +260,7 @@ impl Core {
         if open.slots.len() == self.layout.slots_per_page as usize {
             self.seal_locked(queue, &mut open);
         }
-        true
+        Some(overtaken)
     }
 
     /// LFTL's idle flush (paper 001 §3.2.1): a data queue whose partly filled page has seen

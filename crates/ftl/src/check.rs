@@ -307,6 +307,22 @@ mod tests {
         core.cache.lock(lpn).overlay.remove(&10);
         assert_eq!(f.check_invariants(), Ok(()));
 
+        // A pending trim in the map that no open page holds (nothing would ever release its
+        // late zombies), then gone again once its record is "on flash".
+        let stray = crate::buffer::TrimRecord {
+            start: 20,
+            count: 1,
+            seq: u64::MAX / 2,
+        };
+        core.scheme.page_map().trim_buffered(stray);
+        assert!(f
+            .check_invariants()
+            .is_err_and(|e| e.contains("pending in the map")));
+        core.scheme
+            .page_map()
+            .trims_durable(&crate::buffer::encode_trims(&[stray]));
+        assert_eq!(f.check_invariants(), Ok(()));
+
         // A read pin nobody holds.
         let blk = crate::layout::BlockIdx(3);
         core.pins.pin(blk);

@@ -298,7 +298,7 @@ impl PageMap {
 
     /// The trim records of a trim-log slot are on flash: they leave the pending list and
     /// their late zombies are released.
-    fn trims_durable(&self, slot: &[u8]) {
+    pub(crate) fn trims_durable(&self, slot: &[u8]) {
         let Some(recs) = decode_trims(slot) else {
             return;
         };
