@@ -37,6 +37,10 @@
 //! half-way), writes what is queued, and closes the socket. Once shutdown is signalled, a
 //! request that is only partly received and the final reply drain get `shutdown_grace` to
 //! complete (then the writes are given up); the backend calls themselves are always awaited.
+//! After shutdown the close lingers: once the last reply is out and the write side is shut
+//! down, what the client still sends is read and dropped until it closes (within the grace), so
+//! that unread requests do not turn the close into a reset that makes clients drop replies
+//! they were sent (see `linger`).
 //! A connection still negotiating gets the same grace to notice `NBD_REP_ERR_SHUTDOWN`.
 
 use crate::backend::BlockBackend;
@@ -448,12 +452,36 @@ where
             replies.await
         }
     };
-    match drained {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => debug!(conn = ctx.id, error = %e, "reply writer failed"),
-        Err(e) => error!(conn = ctx.id, error = %e, "reply task failed"),
+    let replies_sent = match drained {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            debug!(conn = ctx.id, error = %e, "reply writer failed");
+            false
+        }
+        Err(e) => {
+            error!(conn = ctx.id, error = %e, "reply task failed");
+            false
+        }
+    };
+    if replies_sent && matches!(result, Ok(End::Shutdown)) {
+        linger(ctx.id, &mut r, grace).await;
     }
     result
+}
+
+/// The lingering close after shutdown. A client keeps sending while replies are due (libnbd,
+/// the kernel's client), and requests that arrived after shutdown are never read. Closing with
+/// them unread makes the kernel reset the connection (TCP sends RST; a unix socket reports
+/// `ECONNRESET` to the peer), and a client whose next send fails that way may drop replies it
+/// has already received: libnbd then fails writes that were carried out. So once the last
+/// reply is out and the write side shut down (the client reads end of stream after it), the
+/// rest of what the client sends is read and dropped until it closes, for at most `grace`.
+async fn linger<R: AsyncRead + Unpin>(conn: u64, r: &mut RequestReader<R>, grace: Duration) {
+    match tokio::time::timeout(grace, r.discard_to_eof()).await {
+        Ok(Ok(bytes)) => debug!(conn, bytes, "client closed after shutdown"),
+        Ok(Err(e)) => debug!(conn, error = %e, "read after shutdown failed"),
+        Err(_) => debug!(conn, "client did not close within the grace after shutdown"),
+    }
 }
 
 /// Runs `fut`; gives up (`None`) once `grace` has passed after shutdown was signalled.

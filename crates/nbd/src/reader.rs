@@ -145,6 +145,21 @@ impl<R: AsyncRead + Unpin> RequestReader<R> {
         Ok(())
     }
 
+    /// Reads and drops everything until the peer ends its side; returns how many bytes that
+    /// was. Cancel-safe (bounded by a timeout at shutdown: see `connection`).
+    pub async fn discard_to_eof(&mut self) -> std::io::Result<u64> {
+        let mut dropped = 0;
+        self.next_fill = self.buf.len();
+        loop {
+            let n = self.fill().await?.len();
+            if n == 0 {
+                return Ok(dropped);
+            }
+            self.pos += n;
+            dropped += n as u64;
+        }
+    }
+
     /// `recv`-level reads so far and payload bytes that skipped the buffer.
     #[cfg(test)]
     pub fn read_counts(&self) -> (u64, u64) {

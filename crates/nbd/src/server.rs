@@ -6,7 +6,9 @@
 //! resolves, the listener stops being polled (and is dropped on return); connections still in the
 //! handshake are closed; connections in transmission stop reading new requests, let every
 //! request already received finish its backend call and send its reply (bounded by
-//! [`ServerConfig::shutdown_grace`] for a peer that does not read), then close. `serve_*`
+//! [`ServerConfig::shutdown_grace`] for a peer that does not read), shut down their write side,
+//! and drop what the client still sends until it closes (for at most the grace again: a close
+//! with unread requests would be a reset, see `connection`), then close. `serve_*`
 //! returns once every connection is closed. Dropping the `serve_*` future instead aborts all of
 //! its connections at their next await point.
 //!
@@ -50,7 +52,9 @@ pub struct ServerConfig {
     /// Waiting for the backend does not count, nor an idle connection.
     pub reply_stall_timeout: Duration,
     /// After shutdown is signalled: time to finish receiving a partly received request and to
-    /// send the last replies. Backend calls are always awaited regardless.
+    /// send the last replies; then, once more, the time the close lingers for the client to
+    /// close its side (what it sends meanwhile is dropped). Backend calls are always awaited
+    /// regardless.
     pub shutdown_grace: Duration,
 }
 

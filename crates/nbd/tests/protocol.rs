@@ -6,11 +6,11 @@ mod common;
 
 use common::*;
 use ftl_nbd::protocol::*;
-use ftl_nbd::{BackendError, MemBackend, NbdServer, ServerConfig};
+use ftl_nbd::{BackendError, MemBackend, NbdServer, ServerConfig, TlsPolicy};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 const SIZE: usize = 4 << 20;
 const EINVAL: u32 = 22;
@@ -721,6 +721,72 @@ async fn a_request_slower_than_the_grace_still_gets_its_reply() {
     let backend = Arc::clone(&srv.backend);
     srv.stop().await.expect("serve_unix result");
     assert_eq!(backend.mem.contents()[..4096], [9u8; 4096]);
+}
+
+/// At shutdown the server stops reading requests, but clients go on sending while replies are
+/// due. Closing with those requests unread would be a reset (TCP RST; `ECONNRESET` on a unix
+/// socket), and a client whose next send fails that way may drop replies it was sent: libnbd
+/// failed 62 of 64 writes the server had carried out. On both transports the client reads its
+/// reply, then end of stream; it may still send until it closes; its socket holds no error
+/// after the server has closed; and what it sent after shutdown was not carried out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_sent_after_shutdown_do_not_turn_the_close_into_a_reset() {
+    let cfg = ServerConfig {
+        shutdown_grace: Duration::from_secs(5),
+        ..config()
+    };
+    let backend = || TestBackend::new(SIZE).fault(0, Fault::Delay(Duration::from_millis(300)));
+    let srv = TestServer::start(backend(), cfg.clone());
+    let (c, _, _) = srv.client(false).await;
+    close_after_shutdown(srv, c, |s| s.take_error()).await;
+    let srv = TestServer::start_tcp(backend(), cfg, TlsPolicy::off()).await;
+    let c = srv.tcp_client().await;
+    close_after_shutdown(srv, c, |s| s.take_error()).await;
+}
+
+async fn close_after_shutdown<S: AsyncRead + AsyncWrite + Unpin>(
+    mut srv: TestServer<TestBackend>,
+    mut c: Client<S>,
+    socket_error: fn(&S) -> std::io::Result<Option<std::io::Error>>,
+) {
+    let slow = c.request(NBD_CMD_WRITE, 0, 0, 4096, &[7; 4096]).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    srv.signal_stop();
+    // The reader has stopped by now; this request stays unread.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.request(NBD_CMD_WRITE, 0, 8192, 4096, &[8; 4096]).await;
+    let r = c.reply().await;
+    assert_eq!((r.cookie, r.error), (slow, 0));
+    let mut b = [0u8; 1];
+    match tokio::time::timeout(STEP, c.s.read(&mut b)).await {
+        Ok(Ok(0)) => {}
+        other => panic!("expected end of stream after the last reply, got {other:?}"),
+    }
+    let mut late = RequestHeader {
+        magic: REQUEST_MAGIC,
+        flags: 0,
+        kind: NBD_CMD_WRITE,
+        cookie: 99,
+        offset: 16384,
+        length: 4096,
+    }
+    .encode()
+    .to_vec();
+    late.extend_from_slice(&[9; 4096]);
+    c.s.write_all(&late)
+        .await
+        .expect("a send after the server's end of stream, before the client closed");
+    c.s.shutdown().await.expect("the client's close");
+    let backend = Arc::clone(&srv.backend);
+    srv.stop().await.expect("serve result");
+    let err = socket_error(&c.s).expect("SO_ERROR");
+    assert!(err.is_none(), "the server's close was a reset: {err:?}");
+    let mem = backend.mem.contents();
+    assert_eq!(mem[..4096], [7u8; 4096]);
+    assert!(
+        mem[4096..].iter().all(|&b| b == 0),
+        "a request sent after shutdown was carried out"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

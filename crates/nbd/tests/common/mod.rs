@@ -159,6 +159,18 @@ impl<B: BlockBackend> TestServer<B> {
         (c, size, flags)
     }
 
+    /// A client of a server started with [`TestServer::start_tcp`] that finished the handshake
+    /// with `NBD_OPT_GO` (simple replies).
+    pub async fn tcp_client(&self) -> Client<tokio::net::TcpStream> {
+        let addr = self.addr.expect("a TCP server");
+        let s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let mut c = Client::new(s);
+        c.start().await;
+        let go = c.info_or_go(NBD_OPT_GO, EXPORT, &[]).await;
+        assert_eq!(go.result, NBD_REP_ACK, "GO failed");
+        c
+    }
+
     /// Signals shutdown without waiting.
     pub fn signal_stop(&mut self) {
         if let Some(tx) = self.stop.take() {
