@@ -37,8 +37,8 @@
 //! half-way), writes what is queued, and closes the socket. Once shutdown is signalled, a
 //! request that is only partly received and the final reply drain get `shutdown_grace` to
 //! complete (then the writes are given up); the backend calls themselves are always awaited.
-//! After shutdown the close lingers: once the last reply is out and the write side is shut
-//! down, what the client still sends is read and dropped until it closes (within the grace), so
+//! After shutdown the close lingers: once every reply is out and the write side is shut
+//! down, what the client still sends is read and dropped until it closes (a grace again), so
 //! that unread requests do not turn the close into a reset that makes clients drop replies
 //! they were sent (see `linger`).
 //! A connection still negotiating gets the same grace to notice `NBD_REP_ERR_SHUTDOWN`.
@@ -444,16 +444,20 @@ where
     // ended early, e.g. after a panic.)
     drop(tx);
     let _ = requests_done.await;
+    // `Ok(())` from the task means its writes ended: all written and the write side shut
+    // down, or given up here (then the client is not reading and nothing is shut down).
+    let mut abandoned = false;
     let drained = match until_grace(&shutdown, grace, &mut replies).await {
         Some(res) => res,
         None => {
             debug!(conn = ctx.id, "reply drain timed out after shutdown");
             let _ = abandon.send(());
+            abandoned = true;
             replies.await
         }
     };
     let replies_sent = match drained {
-        Ok(Ok(())) => true,
+        Ok(Ok(())) => !abandoned,
         Ok(Err(e)) => {
             debug!(conn = ctx.id, error = %e, "reply writer failed");
             false
@@ -476,9 +480,16 @@ where
 /// has already received: libnbd then fails writes that were carried out. So once the last
 /// reply is out and the write side shut down (the client reads end of stream after it), the
 /// rest of what the client sends is read and dropped until it closes, for at most `grace`.
+/// Not after a drain given up (the client is not reading), nor after the other ends: end of
+/// stream left nothing unread, nothing may follow `NBD_CMD_DISC`, and a peer that broke the
+/// protocol or stopped reading gets the hard close the spec allows.
 async fn linger<R: AsyncRead + Unpin>(conn: u64, r: &mut RequestReader<R>, grace: Duration) {
     match tokio::time::timeout(grace, r.discard_to_eof()).await {
         Ok(Ok(bytes)) => debug!(conn, bytes, "client closed after shutdown"),
+        // A TLS client that closes without its own close_notify: closed all the same.
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            debug!(conn, "client closed after shutdown (no close_notify)")
+        }
         Ok(Err(e)) => debug!(conn, error = %e, "read after shutdown failed"),
         Err(_) => debug!(conn, "client did not close within the grace after shutdown"),
     }

@@ -6,9 +6,10 @@
 //! resolves, the listener stops being polled (and is dropped on return); connections still in the
 //! handshake are closed; connections in transmission stop reading new requests, let every
 //! request already received finish its backend call and send its reply (bounded by
-//! [`ServerConfig::shutdown_grace`] for a peer that does not read), shut down their write side,
-//! and drop what the client still sends until it closes (for at most the grace again: a close
-//! with unread requests would be a reset, see `connection`), then close. `serve_*`
+//! [`ServerConfig::shutdown_grace`] for a peer that does not read), shut down their write side
+//! once every reply is out, and drop what the client still sends until it closes (for at most
+//! the grace again: a close with unread requests would be a reset, see `connection`), then
+//! close. `serve_*`
 //! returns once every connection is closed. Dropping the `serve_*` future instead aborts all of
 //! its connections at their next await point.
 //!
@@ -51,10 +52,10 @@ pub struct ServerConfig {
     /// buffers (up to `max_inflight_bytes_per_connection`) and its connection slot for ever.
     /// Waiting for the backend does not count, nor an idle connection.
     pub reply_stall_timeout: Duration,
-    /// After shutdown is signalled: time to finish receiving a partly received request and to
-    /// send the last replies; then, once more, the time the close lingers for the client to
-    /// close its side (what it sends meanwhile is dropped). Backend calls are always awaited
-    /// regardless.
+    /// After shutdown is signalled, each of these gets this long: finishing to receive a partly
+    /// received request; sending the last replies (timed from the end of the backend calls,
+    /// which are always awaited); and, once every reply is out, the lingering close, in which
+    /// the server waits for the client to close its side (dropping what it still sends).
     pub shutdown_grace: Duration,
 }
 

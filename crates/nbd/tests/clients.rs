@@ -163,7 +163,7 @@ async fn nbdcopy_roundtrips_an_image_over_several_connections() {
 /// then failed, dropped replies it had been sent and failed 62 of 64 writes the server had
 /// carried out (`protocol.rs`, `requests_sent_after_shutdown_do_not_turn_the_close_into_a_reset`).
 /// Here libnbd (Python binding) keeps 64 tagged 4 KiB writes in flight over TCP, each held
-/// 2 ms by the backend, and the server is stopped mid-stream: every write libnbd reports
+/// 10 ms by the backend, and the server is stopped mid-stream: every write libnbd reports
 /// failed was not carried out, and every one it reports done was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn libnbd_is_told_of_every_write_carried_out_before_shutdown() {
@@ -173,7 +173,7 @@ async fn libnbd_is_told_of_every_write_carried_out_before_shutdown() {
     const BLOCKS: usize = SIZE / 4096;
     let mut backend = TestBackend::new(SIZE);
     for b in 0..BLOCKS {
-        backend = backend.fault(b as u64 * 4096, Fault::Delay(Duration::from_millis(2)));
+        backend = backend.fault(b as u64 * 4096, Fault::Delay(Duration::from_millis(10)));
     }
     let mut srv = TestServer::start_tcp(backend, config(), ftl_nbd::TlsPolicy::off()).await;
     let port = srv.addr.expect("TCP").port();
@@ -210,13 +210,13 @@ async fn libnbd_is_told_of_every_write_carried_out_before_shutdown() {
             BLOCKS.to_string(),
         ],
     ));
-    // Stop the server a quarter of the way through.
+    // Stop the server an eighth of the way through (the rest takes 0.5 s more at least).
     let deadline = std::time::Instant::now() + STEP;
     while srv
         .backend
         .completed
         .load(std::sync::atomic::Ordering::SeqCst)
-        < BLOCKS / 4
+        < BLOCKS / 8
     {
         assert!(
             std::time::Instant::now() < deadline,
@@ -229,7 +229,10 @@ async fn libnbd_is_told_of_every_write_carried_out_before_shutdown() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     srv.signal_stop();
-    let out = client.await.expect("join");
+    let out = tokio::time::timeout(STEP, client)
+        .await
+        .expect("libnbd did not finish after the shutdown")
+        .expect("join");
     let backend = std::sync::Arc::clone(&srv.backend);
     srv.stop().await.expect("serve_tcp");
     let mem = backend.mem.contents();
@@ -265,5 +268,5 @@ async fn libnbd_is_told_of_every_write_carried_out_before_shutdown() {
             other => panic!("unexpected output {other:?}"),
         }
     }
-    assert!(ok >= BLOCKS / 4 && failed > 0, "ok {ok}, failed {failed}");
+    assert!(ok >= BLOCKS / 8 && failed > 0, "ok {ok}, failed {failed}");
 }

@@ -10,7 +10,7 @@ use ftl_nbd::{BackendError, MemBackend, NbdServer, ServerConfig, TlsPolicy};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 const SIZE: usize = 4 << 20;
 const EINVAL: u32 = 22;
@@ -728,14 +728,15 @@ async fn a_request_slower_than_the_grace_still_gets_its_reply() {
 /// socket), and a client whose next send fails that way may drop replies it was sent: libnbd
 /// failed 62 of 64 writes the server had carried out. On both transports the client reads its
 /// reply, then end of stream; it may still send until it closes; its socket holds no error
-/// after the server has closed; and what it sent after shutdown was not carried out.
+/// after the server has closed; and what it sent after shutdown was not carried out. (TLS:
+/// `tls.rs`, `requests_sent_after_shutdown_do_not_turn_the_tls_close_into_a_reset`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_sent_after_shutdown_do_not_turn_the_close_into_a_reset() {
     let cfg = ServerConfig {
         shutdown_grace: Duration::from_secs(5),
         ..config()
     };
-    let backend = || TestBackend::new(SIZE).fault(0, Fault::Delay(Duration::from_millis(300)));
+    let backend = || TestBackend::new(SIZE).fault(0, Fault::Delay(Duration::from_secs(1)));
     let srv = TestServer::start(backend(), cfg.clone());
     let (c, _, _) = srv.client(false).await;
     close_after_shutdown(srv, c, |s| s.take_error()).await;
@@ -744,55 +745,11 @@ async fn requests_sent_after_shutdown_do_not_turn_the_close_into_a_reset() {
     close_after_shutdown(srv, c, |s| s.take_error()).await;
 }
 
-async fn close_after_shutdown<S: AsyncRead + AsyncWrite + Unpin>(
-    mut srv: TestServer<TestBackend>,
-    mut c: Client<S>,
-    socket_error: fn(&S) -> std::io::Result<Option<std::io::Error>>,
-) {
-    let slow = c.request(NBD_CMD_WRITE, 0, 0, 4096, &[7; 4096]).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    srv.signal_stop();
-    // The reader has stopped by now; this request stays unread.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    c.request(NBD_CMD_WRITE, 0, 8192, 4096, &[8; 4096]).await;
-    let r = c.reply().await;
-    assert_eq!((r.cookie, r.error), (slow, 0));
-    let mut b = [0u8; 1];
-    match tokio::time::timeout(STEP, c.s.read(&mut b)).await {
-        Ok(Ok(0)) => {}
-        other => panic!("expected end of stream after the last reply, got {other:?}"),
-    }
-    let mut late = RequestHeader {
-        magic: REQUEST_MAGIC,
-        flags: 0,
-        kind: NBD_CMD_WRITE,
-        cookie: 99,
-        offset: 16384,
-        length: 4096,
-    }
-    .encode()
-    .to_vec();
-    late.extend_from_slice(&[9; 4096]);
-    c.s.write_all(&late)
-        .await
-        .expect("a send after the server's end of stream, before the client closed");
-    c.s.shutdown().await.expect("the client's close");
-    let backend = Arc::clone(&srv.backend);
-    srv.stop().await.expect("serve result");
-    let err = socket_error(&c.s).expect("SO_ERROR");
-    assert!(err.is_none(), "the server's close was a reset: {err:?}");
-    let mem = backend.mem.contents();
-    assert_eq!(mem[..4096], [7u8; 4096]);
-    assert!(
-        mem[4096..].iter().all(|&b| b == 0),
-        "a request sent after shutdown was carried out"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_is_bounded_when_the_client_stops_reading() {
+    let grace = Duration::from_secs(1);
     let cfg = ServerConfig {
-        shutdown_grace: Duration::from_millis(300),
+        shutdown_grace: grace,
         ..config()
     };
     let srv = TestServer::start(MemBackend::new(SIZE), cfg);
@@ -804,7 +761,10 @@ async fn shutdown_is_bounded_when_the_client_stops_reading() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let started = std::time::Instant::now();
     srv.stop().await.expect("serve_unix result");
-    assert!(started.elapsed() < Duration::from_secs(5));
+    // A grace for the request waiting for buffer budget, one for the drain, and no lingering
+    // close after a drain given up (that would be a third, on a client that is not reading).
+    let took = started.elapsed();
+    assert!(took < grace * 5 / 2, "shutdown took {took:?}");
 }
 
 /// A client that stops reading its replies holds the connection's read buffers (up to

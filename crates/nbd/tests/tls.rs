@@ -11,6 +11,7 @@ use ftl_nbd::protocol::*;
 use ftl_nbd::{BlockBackend, MemBackend, TlsMode, TlsPolicy};
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::Duration;
 
 const SIZE: usize = 8 << 20;
 
@@ -60,6 +61,27 @@ async fn wait_tls_failures<B: BlockBackend>(srv: &TestServer<B>, n: u64) {
         );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+}
+
+/// The lingering close after shutdown over TLS: the server's close_notify ends the client's
+/// stream after its reply, the client may still send, and closing with a request unread is no
+/// reset (`protocol.rs`, `requests_sent_after_shutdown_do_not_turn_the_close_into_a_reset`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_sent_after_shutdown_do_not_turn_the_tls_close_into_a_reset() {
+    let pki = Pki::generate();
+    let backend = TestBackend::new(SIZE).fault(0, Fault::Delay(Duration::from_secs(1)));
+    let cfg = ftl_nbd::ServerConfig {
+        shutdown_grace: Duration::from_secs(5),
+        ..config()
+    };
+    let tls = policy(&pki, TlsMode::Require, false);
+    let srv = TestServer::start_tls(backend, cfg, tls);
+    let mut c = srv.connect().await;
+    c.start().await;
+    let mut c = upgrade(c, &pki.anonymous()).await.expect("TLS handshake");
+    let go = c.info_or_go(NBD_OPT_GO, EXPORT, &[]).await;
+    assert_eq!(go.result, NBD_REP_ACK);
+    close_after_shutdown(srv, c, |s| s.get_ref().0.take_error()).await;
 }
 
 #[tokio::test]

@@ -502,6 +502,62 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
     }
 }
 
+/// The client's side of a graceful shutdown with a request sent after it (see `protocol.rs`,
+/// `requests_sent_after_shutdown_do_not_turn_the_close_into_a_reset`). The backend must hold
+/// a write at offset 0 for a second or so. `socket_error` reads the socket's `SO_ERROR`.
+pub async fn close_after_shutdown<S: AsyncRead + AsyncWrite + Unpin>(
+    mut srv: TestServer<TestBackend>,
+    mut c: Client<S>,
+    socket_error: fn(&S) -> std::io::Result<Option<std::io::Error>>,
+) {
+    let slow = c.request(NBD_CMD_WRITE, 0, 0, 4096, &[7; 4096]).await;
+    let deadline = std::time::Instant::now() + STEP;
+    while srv.backend.in_flight.load(Ordering::SeqCst) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the write never reached the backend"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    srv.signal_stop();
+    // The reader has stopped by now (well before the write is done); this request stays
+    // unread.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.request(NBD_CMD_WRITE, 0, 8192, 4096, &[8; 4096]).await;
+    let r = c.reply().await;
+    assert_eq!((r.cookie, r.error), (slow, 0));
+    let mut b = [0u8; 1];
+    match tokio::time::timeout(STEP, c.s.read(&mut b)).await {
+        Ok(Ok(0)) => {}
+        other => panic!("expected end of stream after the last reply, got {other:?}"),
+    }
+    let mut late = RequestHeader {
+        magic: REQUEST_MAGIC,
+        flags: 0,
+        kind: NBD_CMD_WRITE,
+        cookie: 99,
+        offset: 16384,
+        length: 4096,
+    }
+    .encode()
+    .to_vec();
+    late.extend_from_slice(&[9; 4096]);
+    c.s.write_all(&late)
+        .await
+        .expect("a send after the server's end of stream, before the client closed");
+    c.s.shutdown().await.expect("the client's close");
+    let backend = Arc::clone(&srv.backend);
+    srv.stop().await.expect("serve result");
+    let err = socket_error(&c.s).expect("SO_ERROR");
+    assert!(err.is_none(), "the server's close was a reset: {err:?}");
+    let mem = backend.mem.contents();
+    assert_eq!(mem[..4096], [7u8; 4096]);
+    assert!(
+        mem[4096..].iter().all(|&b| b == 0),
+        "a request sent after shutdown was carried out"
+    );
+}
+
 /// What [`TestBackend`] does for a request touching a given offset.
 #[derive(Debug, Clone)]
 pub enum Fault {
