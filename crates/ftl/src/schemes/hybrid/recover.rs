@@ -10,8 +10,9 @@
 //! - blocks with trim records still live are **journal** blocks;
 //! - a logical block whose pages are in a shape the scheme does not allow (a merge a crash
 //!   left half done, or a log shared between logical blocks under BAST) is merged at once;
-//! - log blocks beyond the pool are merged; programmed blocks holding nothing current are
-//!   erased.
+//! - log blocks beyond the pool are merged (logs already emptied are erased first);
+//!   programmed blocks holding nothing current are erased, a block a merge emptied at once
+//!   (recovery's merges must not run out of free blocks on an image full of mixed blocks).
 //!
 //! A clean open (after a checkpoint on close) derives the same roles the running FTL had, up
 //! to the choice between two identity blocks, which merges treat alike.
@@ -175,9 +176,38 @@ impl HybridScheme {
             self.locks.lock(lbn, || false);
             self.merge_lbn(core, lbn, false);
             self.locks.unlock(lbn);
+            // A block that held pages of this logical block and of others is erased as soon as
+            // its last current page has moved, not at the sweep below: each merge takes a fresh
+            // block, and with many mixed blocks (an image with forged OOBs) the merges would
+            // run out of free blocks long before the sweep.
+            for &b in blocks_of.get(&lbn).into_iter().flatten() {
+                self.release_if_emptied(core, b, &per_block[&b]);
+            }
         }
-        // A pool formatted smaller than what the crash left: merge down to it.
-        while self.logs.lock().blocks.len() > self.log_limit as usize {
+        // A pool formatted smaller than what the crash left: merge down to it. Logs that the
+        // merges emptied go first (an erase, no copy). Without that, a pool of mixed blocks
+        // (FAST on an image with forged OOBs: every block holding a page of another logical
+        // block is a random log) ran out of free blocks: each reclaim takes a fresh block per
+        // logical block it merges, while the logs those merges emptied stayed queued.
+        loop {
+            let (count, emptied) = {
+                let logs = self.logs.lock();
+                let emptied = logs
+                    .blocks
+                    .keys()
+                    .copied()
+                    .find(|b| self.map.valid_bits(*b) == 0);
+                (logs.blocks.len(), emptied)
+            };
+            if count <= self.log_limit as usize {
+                break;
+            }
+            if let Some(b) = emptied {
+                if self.logs.lock().remove(b).is_some() {
+                    self.release_block(core, b, None, false);
+                }
+                continue;
+            }
             let done = match self.policy {
                 LogPolicy::Bast => self.reclaim_bast(core, u32::MAX),
                 LogPolicy::Fast => self.reclaim_fast(core, u32::MAX),
@@ -207,6 +237,22 @@ impl HybridScheme {
             }
         }
         Ok(())
+    }
+
+    /// Erases block `b` if it is programmed and holds nothing current, and is no one's log or
+    /// data block. `pages` are the (slot, logical page) pairs it held before recovery's merges:
+    /// only those logical blocks can have it as their data block.
+    fn release_if_emptied(&self, core: &Core, b: BlockIdx, pages: &[(u32, u32)]) {
+        if self.block_state(core, b) != BlockState::Full
+            || self.map.valid_bits(b) != 0
+            || self.logs.lock().blocks.contains_key(&b)
+            || pages
+                .iter()
+                .any(|&(_, l)| self.data_block(l / self.spb) == Some(b))
+        {
+            return;
+        }
+        self.release_block(core, b, None, false);
     }
 
     /// Erases the journal blocks whose trim records were all pruned (after a checkpoint).
