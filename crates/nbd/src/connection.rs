@@ -35,12 +35,12 @@
 //! write length, socket error), a failed reply write, or server shutdown. The reply task then
 //! runs every request that is still waiting to its end (backend futures are never dropped
 //! half-way), writes what is queued, and closes the socket. Once shutdown is signalled, a
-//! request that is only partly received and the final reply drain get `shutdown_grace` to
-//! complete (then the writes are given up); the backend calls themselves are always awaited.
+//! request that is only partly received and the final reply drain get `shutdown_grace` each
+//! to complete (then the writes are given up); the backend calls themselves are always awaited.
 //! After shutdown the close lingers: once every reply is out and the write side is shut
-//! down, what the client still sends is read and dropped until it closes (a grace again), so
-//! that unread requests do not turn the close into a reset that makes clients drop replies
-//! they were sent (see `linger`).
+//! down, what the client still sends is read and dropped until it closes or goes quiet
+//! (within the drain's grace), so that unread requests do not turn the close into a reset
+//! that makes clients drop replies they were sent (see `linger`).
 //! A connection still negotiating gets the same grace to notice `NBD_REP_ERR_SHUTDOWN`.
 
 use crate::backend::BlockBackend;
@@ -444,13 +444,18 @@ where
     // ended early, e.g. after a panic.)
     drop(tx);
     let _ = requests_done.await;
+    // After shutdown, the drain and the lingering close share one grace from here.
+    let deadline = tokio::time::Instant::now() + grace;
     // `Ok(())` from the task means its writes ended: all written and the write side shut
     // down, or given up here (then the client is not reading and nothing is shut down).
     let mut abandoned = false;
     let drained = match until_grace(&shutdown, grace, &mut replies).await {
         Some(res) => res,
         None => {
-            debug!(conn = ctx.id, "reply drain timed out after shutdown");
+            info!(
+                conn = ctx.id,
+                "the client read no reply within the grace after shutdown"
+            );
             let _ = abandon.send(());
             abandoned = true;
             replies.await
@@ -468,7 +473,7 @@ where
         }
     };
     if replies_sent && matches!(result, Ok(End::Shutdown)) {
-        linger(ctx.id, &mut r, grace).await;
+        linger(ctx.id, &mut r, deadline, cfg.shutdown_linger_quiet).await;
     }
     result
 }
@@ -478,20 +483,43 @@ where
 /// them unread makes the kernel reset the connection (TCP sends RST; a unix socket reports
 /// `ECONNRESET` to the peer), and a client whose next send fails that way may drop replies it
 /// has already received: libnbd then fails writes that were carried out. So once the last
-/// reply is out and the write side shut down (the client reads end of stream after it), the
-/// rest of what the client sends is read and dropped until it closes, for at most `grace`.
+/// reply is out and the write side shut down (the client reads end of stream after it), what
+/// the client still sends is read and dropped until it closes, until it has sent nothing for
+/// `quiet` (nothing is left unread then: an idle client that does not close on end of stream
+/// would otherwise hold the shutdown for the whole grace), or until `deadline`.
 /// Not after a drain given up (the client is not reading), nor after the other ends: end of
 /// stream left nothing unread, nothing may follow `NBD_CMD_DISC`, and a peer that broke the
 /// protocol or stopped reading gets the hard close the spec allows.
-async fn linger<R: AsyncRead + Unpin>(conn: u64, r: &mut RequestReader<R>, grace: Duration) {
-    match tokio::time::timeout(grace, r.discard_to_eof()).await {
-        Ok(Ok(bytes)) => debug!(conn, bytes, "client closed after shutdown"),
-        // A TLS client that closes without its own close_notify: closed all the same.
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            debug!(conn, "client closed after shutdown (no close_notify)")
+async fn linger<R: AsyncRead + Unpin>(
+    conn: u64,
+    r: &mut RequestReader<R>,
+    deadline: tokio::time::Instant,
+    quiet: Duration,
+) {
+    let mut dropped = 0u64;
+    loop {
+        let until = deadline.min(tokio::time::Instant::now() + quiet);
+        match tokio::time::timeout_at(until, r.discard_some()).await {
+            Ok(Ok(0)) => return debug!(conn, dropped, "client closed after shutdown"),
+            Ok(Ok(n)) => dropped += n as u64,
+            // A TLS client that closes without its own close_notify: closed all the same.
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return debug!(
+                    conn,
+                    dropped, "client closed after shutdown (no close_notify)"
+                )
+            }
+            Ok(Err(e)) => return debug!(conn, error = %e, "read after shutdown failed"),
+            Err(_) if until < deadline => {
+                return debug!(conn, dropped, "client quiet after shutdown")
+            }
+            Err(_) => {
+                return info!(
+                    conn,
+                    dropped, "the client did not close within the grace after shutdown"
+                )
+            }
         }
-        Ok(Err(e)) => debug!(conn, error = %e, "read after shutdown failed"),
-        Err(_) => debug!(conn, "client did not close within the grace after shutdown"),
     }
 }
 

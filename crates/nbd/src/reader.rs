@@ -145,19 +145,14 @@ impl<R: AsyncRead + Unpin> RequestReader<R> {
         Ok(())
     }
 
-    /// Reads and drops everything until the peer ends its side; returns how many bytes that
-    /// was. Cancel-safe (bounded by a timeout at shutdown: see `connection`).
-    pub async fn discard_to_eof(&mut self) -> std::io::Result<u64> {
-        let mut dropped = 0;
+    /// Drops what is buffered, or else reads once and drops that; returns how many bytes
+    /// (0: the peer ended its side). Cancel-safe: a read that does not complete consumes
+    /// nothing. For the lingering close after shutdown (`connection`).
+    pub async fn discard_some(&mut self) -> std::io::Result<usize> {
         self.next_fill = self.buf.len();
-        loop {
-            let n = self.fill().await?.len();
-            if n == 0 {
-                return Ok(dropped);
-            }
-            self.pos += n;
-            dropped += n as u64;
-        }
+        let n = self.fill().await?.len();
+        self.pos += n;
+        Ok(n)
     }
 
     /// `recv`-level reads so far and payload bytes that skipped the buffer.

@@ -7,9 +7,9 @@
 //! handshake are closed; connections in transmission stop reading new requests, let every
 //! request already received finish its backend call and send its reply (bounded by
 //! [`ServerConfig::shutdown_grace`] for a peer that does not read), shut down their write side
-//! once every reply is out, and drop what the client still sends until it closes (for at most
-//! the grace again: a close with unread requests would be a reset, see `connection`), then
-//! close. `serve_*`
+//! once every reply is out, and drop what the client still sends until it closes or goes
+//! quiet (within the same grace: a close with unread requests would be a reset, see
+//! `connection`), then close. `serve_*`
 //! returns once every connection is closed. Dropping the `serve_*` future instead aborts all of
 //! its connections at their next await point.
 //!
@@ -52,11 +52,16 @@ pub struct ServerConfig {
     /// buffers (up to `max_inflight_bytes_per_connection`) and its connection slot for ever.
     /// Waiting for the backend does not count, nor an idle connection.
     pub reply_stall_timeout: Duration,
-    /// After shutdown is signalled, each of these gets this long: finishing to receive a partly
-    /// received request; sending the last replies (timed from the end of the backend calls,
-    /// which are always awaited); and, once every reply is out, the lingering close, in which
-    /// the server waits for the client to close its side (dropping what it still sends).
+    /// After shutdown is signalled: the time to finish receiving a request already begun
+    /// (timed from the signal), and, once the backend calls are done (they are always
+    /// awaited), the time to send the last replies and close: the lingering close waits
+    /// within it for the client to close its side, dropping what it still sends.
     pub shutdown_grace: Duration,
+    /// In the lingering close after shutdown: a client that sends nothing for this long is
+    /// not waited for any more (nothing unread is left to turn the close into a reset). Idle
+    /// clients that do not close on end of stream (nbdfuse, an idle qemu-io or nbdsh) would
+    /// otherwise hold every shutdown for the whole grace.
+    pub shutdown_linger_quiet: Duration,
 }
 
 impl Default for ServerConfig {
@@ -70,6 +75,7 @@ impl Default for ServerConfig {
             handshake_timeout: Duration::from_secs(30),
             reply_stall_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(5),
+            shutdown_linger_quiet: Duration::from_millis(200),
         }
     }
 }
