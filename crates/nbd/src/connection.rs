@@ -38,9 +38,9 @@
 //! request that is only partly received and the final reply drain get `shutdown_grace` each
 //! to complete (then the writes are given up); the backend calls themselves are always awaited.
 //! After shutdown the close lingers: once every reply is out and the write side is shut
-//! down, what the client still sends is read and dropped until it closes or goes quiet
-//! (within the drain's grace), so that unread requests do not turn the close into a reset
-//! that makes clients drop replies they were sent (see `linger`).
+//! down, what the client still sends is read and dropped until it closes (within the drain's
+//! grace; a client that sends nothing is not waited for), so that unread requests do not turn
+//! the close into a reset that makes clients drop replies they were sent (see `linger`).
 //! A connection still negotiating gets the same grace to notice `NBD_REP_ERR_SHUTDOWN`.
 
 use crate::backend::BlockBackend;
@@ -484,9 +484,10 @@ where
 /// `ECONNRESET` to the peer), and a client whose next send fails that way may drop replies it
 /// has already received: libnbd then fails writes that were carried out. So once the last
 /// reply is out and the write side shut down (the client reads end of stream after it), what
-/// the client still sends is read and dropped until it closes, until it has sent nothing for
-/// `quiet` (nothing is left unread then: an idle client that does not close on end of stream
-/// would otherwise hold the shutdown for the whole grace), or until `deadline`.
+/// the client still sends is read and dropped until it closes or until `deadline`. A client
+/// that has sent nothing since the stop and sends nothing for `quiet` is not waited for (an
+/// idle client that does not close on end of stream would otherwise hold the shutdown for the
+/// whole grace); one that sends and then pauses longer than that could still see a reset.
 /// Not after a drain given up (the client is not reading), nor after the other ends: end of
 /// stream left nothing unread, nothing may follow `NBD_CMD_DISC`, and a peer that broke the
 /// protocol or stopped reading gets the hard close the spec allows.
@@ -498,7 +499,13 @@ async fn linger<R: AsyncRead + Unpin>(
 ) {
     let mut dropped = 0u64;
     loop {
-        let until = deadline.min(tokio::time::Instant::now() + quiet);
+        // A client that has sent something since the stop may send more after a pause (a
+        // window update, its own scheduling): closing then would be the reset this avoids.
+        let until = if dropped == 0 {
+            deadline.min(tokio::time::Instant::now() + quiet)
+        } else {
+            deadline
+        };
         match tokio::time::timeout_at(until, r.discard_some()).await {
             Ok(Ok(0)) => return debug!(conn, dropped, "client closed after shutdown"),
             Ok(Ok(n)) => dropped += n as u64,
@@ -511,7 +518,7 @@ async fn linger<R: AsyncRead + Unpin>(
             }
             Ok(Err(e)) => return debug!(conn, error = %e, "read after shutdown failed"),
             Err(_) if until < deadline => {
-                return debug!(conn, dropped, "client quiet after shutdown")
+                return debug!(conn, "client sent nothing after shutdown")
             }
             Err(_) => {
                 return info!(

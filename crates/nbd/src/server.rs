@@ -52,15 +52,17 @@ pub struct ServerConfig {
     /// buffers (up to `max_inflight_bytes_per_connection`) and its connection slot for ever.
     /// Waiting for the backend does not count, nor an idle connection.
     pub reply_stall_timeout: Duration,
-    /// After shutdown is signalled: the time to finish receiving a request already begun
-    /// (timed from the signal), and, once the backend calls are done (they are always
-    /// awaited), the time to send the last replies and close: the lingering close waits
-    /// within it for the client to close its side, dropping what it still sends.
+    /// After shutdown is signalled: the time to finish receiving a request already begun and
+    /// to get a request slot or buffer budget for it (timed from the signal), and, once the
+    /// backend calls are done (they are always awaited), the time to send the last replies and
+    /// close: the lingering close waits within it for the client to close its side, dropping
+    /// what it still sends.
     pub shutdown_grace: Duration,
-    /// In the lingering close after shutdown: a client that sends nothing for this long is
-    /// not waited for any more (nothing unread is left to turn the close into a reset). Idle
-    /// clients that do not close on end of stream (nbdfuse, an idle qemu-io or nbdsh) would
-    /// otherwise hold every shutdown for the whole grace.
+    /// In the lingering close after shutdown: a client that has sent nothing since the stop
+    /// and sends nothing for this long is not waited for. Idle clients that do not close on
+    /// end of stream (nbdfuse, an idle qemu-io or nbdsh) would otherwise hold every shutdown
+    /// for the whole grace. A client that did send is waited for until it closes or the grace
+    /// ends.
     pub shutdown_linger_quiet: Duration,
 }
 

@@ -72,7 +72,6 @@ async fn requests_sent_after_shutdown_do_not_turn_the_tls_close_into_a_reset() {
     let backend = TestBackend::new(SIZE).fault(0, Fault::Delay(Duration::from_secs(1)));
     let cfg = ftl_nbd::ServerConfig {
         shutdown_grace: Duration::from_secs(5),
-        shutdown_linger_quiet: Duration::from_secs(5),
         ..config()
     };
     let tls = policy(&pki, TlsMode::Require, false);

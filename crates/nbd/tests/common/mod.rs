@@ -504,9 +504,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
 
 /// The client's side of a graceful shutdown with a request sent after it (see `protocol.rs`,
 /// `requests_sent_after_shutdown_do_not_turn_the_close_into_a_reset`). The backend must hold
-/// a write at offset 0 for a second or so, and the server's `shutdown_linger_quiet` must be
-/// long (this client pauses between its sends, a loaded machine longer than the default).
-/// `socket_error` reads the socket's `SO_ERROR`.
+/// a write at offset 0 for a second or so. `socket_error` reads the socket's `SO_ERROR`.
 pub async fn close_after_shutdown<S: AsyncRead + AsyncWrite + Unpin>(
     mut srv: TestServer<TestBackend>,
     mut c: Client<S>,

@@ -189,22 +189,22 @@ impl HybridScheme {
         // (FAST on an image with forged OOBs: every block holding a page of another logical
         // block is a random log) ran out of free blocks: each reclaim takes a fresh block per
         // logical block it merges, while the logs those merges emptied stayed queued.
-        loop {
-            let (count, emptied) = {
+        while self.logs.lock().blocks.len() > self.log_limit as usize {
+            let emptied: Vec<BlockIdx> = {
                 let logs = self.logs.lock();
-                let emptied = logs
-                    .blocks
+                let over = logs.blocks.len() - self.log_limit as usize;
+                logs.blocks
                     .keys()
                     .copied()
-                    .find(|b| self.map.valid_bits(*b) == 0);
-                (logs.blocks.len(), emptied)
+                    .filter(|b| self.map.valid_bits(*b) == 0)
+                    .take(over)
+                    .collect()
             };
-            if count <= self.log_limit as usize {
-                break;
-            }
-            if let Some(b) = emptied {
-                if self.logs.lock().remove(b).is_some() {
-                    self.release_block(core, b, None, false);
+            if !emptied.is_empty() {
+                for b in emptied {
+                    if self.logs.lock().remove(b).is_some() {
+                        self.release_block(core, b, None, false);
+                    }
                 }
                 continue;
             }
@@ -239,9 +239,10 @@ impl HybridScheme {
         Ok(())
     }
 
-    /// Erases block `b` if it is programmed and holds nothing current, and is no one's log or
-    /// data block. `pages` are the (slot, logical page) pairs it held before recovery's merges:
-    /// only those logical blocks can have it as their data block.
+    /// Erases block `b` if it is programmed and holds nothing current (no valid bit: current,
+    /// held-for-a-trim and trim-log slots all count), and is no one's log or data block.
+    /// `pages` are the (slot, logical page) pairs it held before recovery's merges; a data
+    /// block among them always holds current pages, so the check on them is a second guard.
     fn release_if_emptied(&self, core: &Core, b: BlockIdx, pages: &[(u32, u32)]) {
         if self.block_state(core, b) != BlockState::Full
             || self.map.valid_bits(b) != 0
