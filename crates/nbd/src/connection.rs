@@ -487,7 +487,7 @@ where
 /// the client still sends is read and dropped until it closes or until `deadline`. A client
 /// that has sent nothing since the stop and sends nothing for `quiet` is not waited for (an
 /// idle client that does not close on end of stream would otherwise hold the shutdown for the
-/// whole grace); one that sends and then pauses longer than that could still see a reset.
+/// whole grace); one that sends its first bytes after a longer pause could still see a reset.
 /// Not after a drain given up (the client is not reading), nor after the other ends: end of
 /// stream left nothing unread, nothing may follow `NBD_CMD_DISC`, and a peer that broke the
 /// protocol or stopped reading gets the hard close the spec allows.
