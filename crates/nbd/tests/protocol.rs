@@ -760,19 +760,7 @@ async fn the_close_does_not_wait_for_a_quiet_client() {
     let (mut idle, _, _) = srv.client(false).await;
     let (mut busy, _, _) = srv.client(false).await;
     let cookie = busy.request(NBD_CMD_WRITE, 0, 0, 4096, &[3; 4096]).await;
-    let deadline = std::time::Instant::now() + STEP;
-    while srv
-        .backend
-        .in_flight
-        .load(std::sync::atomic::Ordering::SeqCst)
-        == 0
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the write never reached the backend"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    srv.backend.wait_for_a_call().await;
     let started = std::time::Instant::now();
     srv.signal_stop();
     let r = busy.reply().await;

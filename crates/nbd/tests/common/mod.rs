@@ -511,14 +511,7 @@ pub async fn close_after_shutdown<S: AsyncRead + AsyncWrite + Unpin>(
     socket_error: fn(&S) -> std::io::Result<Option<std::io::Error>>,
 ) {
     let slow = c.request(NBD_CMD_WRITE, 0, 0, 4096, &[7; 4096]).await;
-    let deadline = std::time::Instant::now() + STEP;
-    while srv.backend.in_flight.load(Ordering::SeqCst) == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the write never reached the backend"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    srv.backend.wait_for_a_call().await;
     srv.signal_stop();
     // The reader has stopped by now (well before the write is done); this request stays
     // unread.
@@ -581,6 +574,18 @@ impl TestBackend {
             faults: Default::default(),
             in_flight: AtomicUsize::new(0),
             completed: AtomicUsize::new(0),
+        }
+    }
+
+    /// Waits until a call is in the backend (a request reached it and is held there).
+    pub async fn wait_for_a_call(&self) {
+        let deadline = tokio::time::Instant::now() + STEP;
+        while self.in_flight.load(Ordering::SeqCst) == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no request reached the backend"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 
