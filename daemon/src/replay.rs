@@ -337,14 +337,21 @@ struct OpenTrace {
     path: PathBuf,
     format: Format,
     reader: Box<dyn BufRead + Send>,
+    /// The requests it holds for the replay, when it was read through first (a regular file).
+    requests: Option<u64>,
 }
 
 /// Opens the trace of `args` and finds its format (`--format`, or guessed from its first
 /// line). The lines read to guess it are kept and read again, so a pipe works too
 /// (`ftld replay <(zcat trace.csv.gz)`).
+///
+/// A trace that is a regular file is read through once first ([`check_trace`]), so a line it
+/// cannot use fails the command at once, not after the device was aged and part of the trace
+/// replayed.
 fn open_trace(args: &ReplayArgs) -> anyhow::Result<OpenTrace> {
     let path = args.trace.clone().context("a trace or --workload")?;
     let f = File::open(&path).with_context(|| format!("opening trace {}", path.display()))?;
+    let regular = f.metadata().is_ok_and(|m| m.is_file());
     let mut reader = BufReader::with_capacity(1 << 20, f);
     let (format, head) = match &args.format {
         Some(f) => (f.parse::<Format>().map_err(UsageError)?, Vec::new()),
@@ -357,11 +364,43 @@ fn open_trace(args: &ReplayArgs) -> anyhow::Result<OpenTrace> {
             (f, tee.copy)
         }
     };
+    let requests = if regular {
+        Some(check_trace(
+            &path,
+            format,
+            args.device.clone().unwrap_or_default(),
+        )?)
+    } else {
+        None
+    };
     Ok(OpenTrace {
         path,
         format,
         reader: Box::new(std::io::Cursor::new(head).chain(reader)),
+        requests,
     })
+}
+
+/// Reads the trace at `path` through as the replay will (the same format and choice of
+/// devices) and counts its requests. Every error the replay's reader would raise at some
+/// line — a malformed field, a second device, a request over 64 MiB, a jump of a month, an
+/// empty trace — is raised here, before an image is made or aged: on a long capture the
+/// replay would otherwise fail hours in. This costs one more pass over the file (the parse,
+/// not the simulation: a small part of a replay's time); a pipe is not read twice.
+fn check_trace(
+    path: &std::path::Path,
+    format: Format,
+    devices: DeviceSelect,
+) -> anyhow::Result<u64> {
+    let f = File::open(path).with_context(|| format!("opening trace {}", path.display()))?;
+    let reader = TraceReader::new(path, format, BufReader::with_capacity(1 << 20, f))
+        .select_devices(devices);
+    let mut requests = 0u64;
+    for r in reader {
+        r?;
+        requests += 1;
+    }
+    Ok(requests)
 }
 
 /// A reader that keeps a copy of what is read through it.
@@ -430,6 +469,9 @@ fn replay_on(
                 DeviceSelect::Only(name) => name.as_str().into(),
                 DeviceSelect::All => "all".into(),
             };
+            if let (Some(b), Some(n)) = (&bar, t.requests) {
+                b.set_length(n);
+            }
             Box::new(TraceReader::new(&t.path, t.format, t.reader).select_devices(devices))
         }
     };

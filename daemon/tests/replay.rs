@@ -296,6 +296,62 @@ fn a_trace_of_two_devices_needs_device() {
     assert_eq!(v["timing"], "off", "{v:#}");
 }
 
+/// A trace file is read through before anything else: a bad line at its end fails the
+/// command before an image is made or preconditioned. A pipe is read once, so there the
+/// same line fails the replay when it is reached (after the image was made).
+#[test]
+fn a_bad_line_at_the_end_of_a_trace_file_fails_before_the_device_is_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("late.csv");
+    let mut lines: String = (0..3000u64)
+        .map(|i| {
+            format!(
+                "{},hm,0,Write,{},4096,100\n",
+                128166372000000000 + i * 1000,
+                i * 4096
+            )
+        })
+        .collect();
+    lines.push_str("128166372009000000,hm,0,Write,notanumber,4096,100\n");
+    std::fs::write(&trace, lines.as_bytes()).unwrap();
+    let image = dir.path().join("late.img");
+    let args = [
+        "--capacity",
+        "64M",
+        "--precondition",
+        "100",
+        "--image",
+        image.to_str().unwrap(),
+    ];
+    let mut with_file = vec![trace.to_str().unwrap()];
+    with_file.extend(args);
+    let o = ftld(&with_file);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("late.csv:3001:"), "{}", text(&o));
+    assert!(!text(&o).contains("preconditioning"), "{}", text(&o));
+    assert!(!image.exists(), "{}", text(&o));
+
+    let mut through_a_pipe = vec!["/dev/stdin", "--format", "msr"];
+    through_a_pipe.extend(args);
+    let o = Command::new(FTLD)
+        .arg("replay")
+        .args(&through_a_pipe)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(lines.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains(":3001:"), "{}", text(&o));
+    assert!(text(&o).contains("preconditioning"), "{}", text(&o));
+    assert!(image.exists(), "{}", text(&o));
+}
+
 /// `--power-cut` leaves the image as a crash would: the next replay reports a roll-forward
 /// open (pages scanned, on the simulated clock), a served daemon on it reads back every write
 /// the replay made, and the open after a clean close is clean. Without --image it is refused.
