@@ -34,9 +34,10 @@ use rand::RngCore;
 use crate::bankmem::frame_of_entry;
 use crate::config::NandConfig;
 use crate::error::ImageError;
-use crate::geometry::{Geometry, PageAddr};
+use crate::geometry::{BlockAddr, Geometry, PageAddr};
 use crate::header::{
-    self, Header, HeaderError, Layout, FORMAT_VERSION, FRAME_ENTRY_SIZE, HEADER_SIZE,
+    self, Header, HeaderError, Layout, BLOCK_ENTRY_SIZE, FORMAT_VERSION, FRAME_ENTRY_SIZE,
+    HEADER_SIZE,
 };
 
 /// Images open in this process, by (st_dev, st_ino).
@@ -334,6 +335,16 @@ pub fn page_data_offset(path: &Path, addr: PageAddr) -> Result<u64, ImageError> 
 pub fn page_oob_offset(path: &Path, addr: PageAddr) -> Result<u64, ImageError> {
     let (_, g) = open_for_page(path, addr)?;
     Ok(Layout::of(&g).oob + g.page_index(addr) * u64::from(g.oob_size))
+}
+
+/// Byte offset in the image file at `path` of `block`'s block-table entry (16 bytes, little
+/// endian: erase count, flags (bit 0: bad), programmed pages, reserved), for tools that damage
+/// or inspect an image offline (call it on a closed image, as [`page_data_offset`]).
+pub fn block_entry_offset(path: &Path, block: BlockAddr) -> Result<u64, ImageError> {
+    let addr = PageAddr { block, page: 0 };
+    let (_, g) = open_for_page(path, addr)?;
+    let index = u64::from(block.bank.0) * u64::from(g.blocks_per_bank) + u64::from(block.block);
+    Ok(Layout::of(&g).block_table + index * BLOCK_ENTRY_SIZE)
 }
 
 /// Opens the image at `path` read-only and decodes its geometry, which must contain `addr`

@@ -318,3 +318,43 @@ fn foreign_and_unformatted_images_are_refused() {
         "{e}"
     );
 }
+
+/// A block table that marks the superblock page unprogrammed on an image holding data is
+/// damage, not an interrupted format: the refusal says so and does not advise formatting.
+#[test]
+fn a_damaged_block_table_is_not_called_an_interrupted_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.img");
+    let cfg = small_cfg(GcPolicy::InPath);
+    let ftl = create(&path, &small_nand(4096, 24), cfg.clone());
+    write_pages(&ftl, 0..100, 1);
+    ftl.close().unwrap();
+    drop(ftl);
+    let block0 = ftl::nand_model::BlockAddr {
+        bank: ftl::nand_model::BankId(0),
+        block: 0,
+    };
+    let at = ftl::nand_model::block_entry_offset(&path, block0).unwrap() + 8;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let mut programmed = [0u8; 4];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut programmed, at).unwrap();
+    assert!(u32::from_le_bytes(programmed) > 0, "the superblock's block");
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.write_all(&[0; 4]).unwrap();
+    drop(f);
+    let e = Ftl::open(&path, ftl::nand_model::TimingMode::Off, cfg)
+        .err()
+        .expect("must not open");
+    let e = e.to_string();
+    assert!(
+        e.contains("t.img")
+            && e.contains("block table is damaged")
+            && e.contains("never programmed")
+            && !e.contains("format it again"),
+        "{e}"
+    );
+}

@@ -138,8 +138,24 @@ pub fn read_superblock(nand: &NandDevice) -> Result<SuperBlock> {
         page: 0,
     };
     // The superblock is the first page a format programs: an image whose first page never was
-    // is one whose creation was cut short (a crash within milliseconds of the first `serve`).
+    // is one whose creation was cut short (a crash within milliseconds of the first `serve`),
+    // unless other blocks hold programmed pages: then the image's block table is damaged, and
+    // formatting it again would destroy data a repair could still reach.
     if !nand.peek_oob(addr, &mut oob_buf)? {
+        let holding = programmed_blocks(nand)?;
+        if holding > 0 {
+            return Err(fail(&format!(
+                "its block table marks the superblock page (bank 0, block 0, page 0) as \
+                 {}, yet {holding} other blocks hold programmed pages: the block table is \
+                 damaged (this is not an interrupted format, and the data may be intact; do \
+                 not format it: keep a copy of the image)",
+                if nand.block_state(addr.block)?.bad {
+                    "in a bad block"
+                } else {
+                    "never programmed"
+                }
+            )));
+        }
         return Err(fail(
             "no FTL superblock: the image was never formatted to the end (its creation was \
              interrupted, so nothing was ever stored in it); format it again (ftld format \
@@ -153,6 +169,26 @@ pub fn read_superblock(nand: &NandDevice) -> Result<SuperBlock> {
         _ => return Err(fail("no FTL superblock (the NAND image was never formatted by ftld, or its superblock is corrupt)")),
     }
     SuperBlock::decode(&data, geo).map_err(|e| fail(&e))
+}
+
+/// Blocks other than the superblock's that hold programmed pages, per the image's block table.
+fn programmed_blocks(nand: &NandDevice) -> Result<u64> {
+    let geo = nand.geometry();
+    let mut n = 0;
+    for bank in 0..geo.banks() {
+        for block in 0..geo.blocks_per_bank {
+            if bank == 0 && block == 0 {
+                continue;
+            }
+            let b = BlockAddr {
+                bank: BankId(bank),
+                block,
+            };
+            let st = nand.block_state(b)?;
+            n += u64::from(!st.bad && st.programmed_pages > 0);
+        }
+    }
+    Ok(n)
 }
 
 impl SuperBlock {
