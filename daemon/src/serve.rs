@@ -390,8 +390,10 @@ async fn serve_all(ftl: Arc<Ftl>, s: &ServeSettings, mut signals: Signals) -> an
     });
     // The address actually bound (port 0 picks a free port).
     let tcp_addr = tcp.as_ref().and_then(|l| l.local_addr().ok());
-    print_connect_help(s, tcp_addr, ftl.capacity());
-    info!(read_only = s.read_only, "ready");
+    // The FTL may have opened read-only itself (damage its recovery found; the log said why).
+    let damaged = ftl.read_only_reason().is_some();
+    print_connect_help(s, tcp_addr, ftl.capacity(), damaged);
+    info!(read_only = s.read_only || damaged, "ready");
     // The listeners are bound: a client connecting now is accepted by the loops below.
     let mut served = Vec::new();
     if let Some(p) = &s.nbd_socket {
@@ -435,7 +437,12 @@ async fn serve_all(ftl: Arc<Ftl>, s: &ServeSettings, mut signals: Signals) -> an
 }
 
 /// Tells the user how to reach the export (stdout; the logs go to stderr).
-fn print_connect_help(s: &ServeSettings, tcp: Option<std::net::SocketAddr>, capacity: u64) {
+fn print_connect_help(
+    s: &ServeSettings,
+    tcp: Option<std::net::SocketAddr>,
+    capacity: u64,
+    damaged: bool,
+) {
     let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let image = abs(&s.image.path);
     let mut out = String::new();
@@ -443,7 +450,11 @@ fn print_connect_help(s: &ServeSettings, tcp: Option<std::net::SocketAddr>, capa
         "\nftld is serving {} ({}{}) over NBD.\n",
         image.display(),
         format_size(capacity),
-        if s.read_only { ", read-only" } else { "" }
+        match (s.read_only, damaged) {
+            (true, _) => ", read-only",
+            (false, true) => ", read-only: the FTL found damage on the image, the log says what",
+            (false, false) => "",
+        }
     ));
     let mut uris = Vec::new();
     // With TLS the URIs say so and where the client's certificates are (libnbd's syntax; a

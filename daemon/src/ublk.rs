@@ -43,17 +43,19 @@ pub fn serve(
         let _guard = rt.enter();
         bind_unix(&s.control_socket, "control socket", &mut files)?
     };
+    // Read-only also when the FTL opened so itself (damage its recovery found; the log said
+    // why): the kernel then refuses writes up front.
+    let read_only = s.read_only || ftl.read_only_reason().is_some();
     let opts = Options {
         start,
         queues: s.ublk.queues,
         depth: s.ublk.depth,
-        read_only: s.read_only,
+        read_only,
     };
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
     let (done_tx, mut done_rx) = oneshot::channel::<()>();
     let image = s.image.path.clone();
     let capacity = ftl.capacity();
-    let read_only = s.read_only;
     let control_socket = s.control_socket.clone();
     let device_ftl = Arc::clone(&ftl);
     let device = std::thread::Builder::new()

@@ -57,9 +57,14 @@ pub struct RecoveryReport {
     pub blocks_scanned: u64,
     pub pages_scanned: u64,
     pub mapped_pages: u64,
-    /// Pages whose checkpointed copy was erased and no moved copy was found (trimmed but
-    /// unflushed data); they read as zeroes.
+    /// Pages whose checkpointed copy was erased and no moved copy or trim was found: no crash
+    /// does that (a copy is erased only once its newer version or its trim record is on
+    /// flash), so the image is damaged; they read as zeroes, and the device opens read-only.
     pub lost_pages: u64,
+    /// Programmed pages, not their block's last, whose OOB the scan could not read: rotted
+    /// (a crash tears only a block's last programmed page), so what they held is unknown and
+    /// the device opens read-only.
+    pub unreadable_pages: u64,
     /// Slots the crash tore (in a block's last programmed page, data failing its CRC, a write
     /// after the checkpoint or a copy whose intact source exists): ignored.
     pub torn_slots: u64,
@@ -101,6 +106,10 @@ pub(crate) struct Scan {
     /// its data slots, suspects included). A version in the block lies between them, which
     /// often decides against a trim without reading the slot again.
     pub block_seqs: Vec<(u32, u64, u64)>,
+    /// Programmed pages, each not its block's last, whose OOB could not be read or decoded.
+    /// A crash tears only a block's last programmed page: these rotted, and the logical pages
+    /// they held (perhaps their newest versions) cannot be told.
+    pub unreadable: Vec<PageAddr>,
 }
 
 /// What a scheme's resolution reads from flash: the scan, and a slot's sequence number again.
@@ -135,6 +144,8 @@ pub(crate) struct Resolved {
     pub torn_slots: u64,
     /// Pages whose checkpointed copy was erased and no newer copy was found.
     pub lost_pages: u64,
+    /// Pages whose OOB the scan could not read (see [`Scan::unreadable`]), in scan order.
+    pub unreadable_pages: Vec<PageAddr>,
 }
 
 impl Core {
@@ -231,6 +242,9 @@ impl Core {
                  or checkpoint; writing on could lose data"
             ));
         }
+        if let Some(damage) = self.damage(ckpt.is_none(), &resolved) {
+            self.set_read_only(damage);
+        }
         // The scheme finishes its rebuild on the block states (hybrid schemes: block roles).
         self.scheme.after_recovery(self)?;
         let mode = match checkpoint_id {
@@ -246,10 +260,57 @@ impl Core {
             pages_scanned: pages,
             mapped_pages: resolved.mapped_pages,
             lost_pages: resolved.lost_pages,
+            unreadable_pages: resolved.unreadable_pages.len() as u64,
             torn_slots: resolved.torn_slots,
             millis: t0.elapsed().as_secs_f64() * 1000.0,
             scan_device_ms,
         })
+    }
+
+    /// Why the map recovery rebuilt may return wrong data as good, if it may: damage no crash
+    /// leaves, whose lost versions cannot be named page by page. The device then opens
+    /// read-only (as an SSD whose metadata failed does): what it recovered stays readable, and
+    /// nothing written later can be lost on top. `full_scan`: no checkpoint was usable.
+    fn damage(&self, full_scan: bool, resolved: &Resolved) -> Option<String> {
+        let mut why = Vec::new();
+        if let Some(first) = resolved.unreadable_pages.first() {
+            why.push(format!(
+                "the OOB of {} programmed page(s) that are not their block's last (first: {first}) \
+                 cannot be read: a crash tears only a block's last page, so these rotted, and \
+                 which logical pages they held (perhaps their newest versions) is unknown",
+                resolved.unreadable_pages.len()
+            ));
+        }
+        if resolved.lost_pages > 0 {
+            why.push(format!(
+                "{} page(s) the checkpoint mapped were erased since with no newer copy or trim \
+                 on flash (they read as zeroes)",
+                resolved.lost_pages
+            ));
+        }
+        if full_scan {
+            // A crash can leave no usable checkpoint only while the image's first is being
+            // written; then no trim record was ever dropped. Once two were written, records
+            // older than both are dropped, which only a checkpoint makes safe.
+            let (newest, areas) = crate::checkpoint::written_before(&self.nand, &self.layout);
+            if newest.is_some_and(|id| id >= 2) || areas == 2 {
+                why.push(format!(
+                    "no checkpoint is usable, though the image holds checkpoints (the newest \
+                     named: {}): the map was rebuilt from a scan of every page, which cannot \
+                     see trims and write-zeroes older than the checkpoints (their records are \
+                     dropped once two checkpoints cover them), so such ranges may read old data",
+                    newest.map_or_else(|| "none readable".into(), |id| id.to_string())
+                ));
+            }
+        }
+        if why.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "recovery found damage: {}. Opened read-only so nothing more is lost; copy the data \
+             off (every page reads as recovered) and format the image again",
+            why.join("; ")
+        ))
     }
 
     /// The scan of one bank's page ranges, `(block, from, to)`, not started.
@@ -269,6 +330,7 @@ impl Core {
                 blocks: list.len() as u64,
                 suspect: Vec::new(),
                 block_seqs: Vec::new(),
+                unreadable: Vec::new(),
             },
             oob_buf: vec![0u8; self.layout.oob_size as usize],
             slot: vec![0u8; LOGICAL_PAGE],
@@ -308,11 +370,17 @@ impl Core {
             page,
         };
         s.out.pages += 1;
-        if !self.read_retrying(addr, 0, &mut [], &mut s.oob_buf) {
-            return true;
-        }
-        let Some(PageOob::Data(metas)) = oob::decode(&s.oob_buf, self.layout.slots_per_page) else {
-            // Erased, torn by a crash mid-program, or a failed program: skip.
+        let read = self.read_retrying(addr, 0, &mut [], &mut s.oob_buf);
+        let decoded = read
+            .then(|| oob::decode(&s.oob_buf, self.layout.slots_per_page))
+            .flatten();
+        let Some(PageOob::Data(metas)) = decoded else {
+            // Torn by a crash mid-program, or a failed program (its block is retired and
+            // programmed no further): only a block's last programmed page can be either.
+            // Any other page has rotted, and what it held is unknown.
+            if page + 1 < to {
+                s.out.unreadable.push(addr);
+            }
             return true;
         };
         // A power cut can tear only the page being programmed: each block's last

@@ -109,12 +109,15 @@ fn corrupt_checkpoint_falls_back() {
     ftl.close().unwrap();
     drop(ftl);
 
-    // Corrupt both checkpoint areas: a full OOB scan rebuilds the map.
+    // Corrupt both checkpoint areas: a full OOB scan rebuilds the map. It cannot see trims
+    // older than the checkpoints (their records are dropped), so the device opens read-only.
     corrupt(&path, heads[0]);
     corrupt(&path, heads[1]);
     let ftl = open(&path, cfg);
     let r = ftl.recovery();
     assert_eq!(r.mode, RecoveryMode::FullScan, "{r:?}");
+    let why = ftl.read_only_reason().expect("read-only after a full scan");
+    assert!(why.contains("no checkpoint is usable"), "{why}");
     verify_pages(&ftl, 0..100, 1);
     verify_pages(&ftl, 100..300, 2);
     ftl.check_invariants().unwrap();
@@ -165,9 +168,91 @@ fn checkpoints_failing_after_their_map_leave_nothing() {
     let ftl = open(&path, cfg);
     let r = ftl.recovery();
     assert_eq!(r.mode, RecoveryMode::FullScan, "{r:?}");
+    assert!(ftl.read_only_reason().is_some(), "{r:?}");
     verify_pages(&ftl, 0..100, 1);
     verify_pages(&ftl, 100..300, 2);
     ftl.check_invariants().unwrap();
+}
+
+/// A trimmed page whose trim record was dropped once two checkpoints covered it: when both
+/// checkpoints are lost, the full scan finds the page's old version and nothing that trimmed
+/// it. The device opens read-only, saying why; a device that never completed a checkpoint
+/// after its first (a crash while the first was written) has dropped nothing and opens
+/// writable.
+#[test]
+fn a_full_scan_that_may_bring_trimmed_data_back_opens_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.img");
+    let nand = small_nand(4096, 28);
+    let mut cfg = small_cfg(GcPolicy::InPath);
+    cfg.checkpoint_interval_bytes = 0;
+    let ftl = create(&path, &nand, cfg.clone());
+    write_pages(&ftl, 0..64, 1);
+    block_on(async { ftl.trim(0, 0, 32 * 4096, false).await }).unwrap();
+    block_on(ftl.flush()).unwrap();
+    ftl.checkpoint().unwrap();
+    ftl.checkpoint().unwrap();
+    ftl.close().unwrap();
+    let heads = ftl.checkpoint_area_heads();
+    drop(ftl);
+    corrupt(&path, heads[0]);
+    corrupt(&path, heads[1]);
+    let ftl = open(&path, cfg);
+    assert_eq!(ftl.recovery().mode, RecoveryMode::FullScan);
+    let why = ftl.read_only_reason().expect("read-only");
+    assert!(
+        why.contains("no checkpoint is usable") && why.contains("trims"),
+        "{why}"
+    );
+    let e = block_on(async { ftl.write(0, 0, &stamped(0, 9), true).await });
+    assert!(e.is_err(), "a write on a read-only device");
+    verify_pages(&ftl, 32..64, 1);
+}
+
+/// The OOB of a page in the middle of a block (not its last programmed page, which a crash may
+/// tear) rots after a crash: the roll-forward cannot tell which logical page it held, so a
+/// newer version may be lost. The device opens read-only and says which page; every other
+/// page reads back.
+#[test]
+fn a_rotted_oob_in_the_middle_of_a_block_opens_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.img");
+    let nand = small_nand(4096, 24);
+    let mut cfg = small_cfg(GcPolicy::InPath);
+    cfg.checkpoint_interval_bytes = 0;
+    let ftl = create(&path, &nand, cfg.clone());
+    write_pages(&ftl, 0..100, 1);
+    ftl.close().unwrap();
+    drop(ftl);
+    let ftl = open(&path, cfg.clone());
+    write_pages(&ftl, 0..100, 2);
+    block_on(ftl.flush()).unwrap();
+    // A page programmed after the checkpoint, with a later page in its block.
+    let victim = (0..100u64)
+        .find_map(|l| {
+            let (a, _) = ftl.physical_slot(l as u32)?;
+            let st = ftl.nand().block_state(a.block).ok()?;
+            (a.page + 1 < st.programmed_pages).then_some((l, a))
+        })
+        .expect("a page in the middle of a block");
+    ftl.simulate_power_loss();
+    let at = ftl::nand_model::page_oob_offset(&path, victim.1).unwrap();
+    let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.write_all(&[0x33; 16]).unwrap();
+    drop(f);
+    let ftl = open(&path, cfg);
+    let r = ftl.recovery();
+    assert_eq!(r.mode, RecoveryMode::RollForward, "{r:?}");
+    assert_eq!(r.unreadable_pages, 1, "{r:?}");
+    let why = ftl.read_only_reason().expect("read-only");
+    assert!(
+        why.contains("cannot be read") && why.contains(&victim.1.to_string()),
+        "{why}"
+    );
+    for l in (0..100).filter(|&l| l != victim.0) {
+        verify_pages(&ftl, l..l + 1, 2);
+    }
 }
 
 #[test]

@@ -260,6 +260,34 @@ pub(crate) fn load_newest(
     None
 }
 
+/// What the checkpoint areas show of checkpoints written in the past, whether or not any is
+/// usable: the newest id a checkpoint page's OOB names, and how many areas hold programmed
+/// pages. Reads OOBs without operations (no time passes, no fault is injected).
+pub(crate) fn written_before(nand: &NandDevice, layout: &Layout) -> (Option<u64>, u32) {
+    let mut newest = None;
+    let mut areas = 0;
+    let mut oob_buf = vec![0u8; layout.oob_size as usize];
+    for area in 0..2 {
+        let mut used = false;
+        for i in 0..layout.ckpt_area_pages() {
+            if !nand
+                .peek_oob(layout.ckpt_page(area, i), &mut oob_buf)
+                .unwrap_or(false)
+            {
+                continue;
+            }
+            used = true;
+            if let Some(PageOob::Checkpoint { id, .. }) =
+                oob::decode(&oob_buf, layout.slots_per_page)
+            {
+                newest = newest.max(Some(id));
+            }
+        }
+        areas += u32::from(used);
+    }
+    (newest, areas)
+}
+
 /// A sink that keeps nothing (reading an image's checkpoints without opening it).
 pub(crate) struct Discard(pub u32);
 

@@ -35,7 +35,7 @@ mod load;
 
 use codec::HEADER;
 pub(crate) use codec::{decode, Checkpoint, MapImage, MapSink, MapSource};
-pub(crate) use load::load_newest;
+pub(crate) use load::{load_newest, written_before};
 
 const SUPER_MAGIC: &[u8; 8] = b"FTLDSUPR";
 /// The superblock's format version.

@@ -345,6 +345,10 @@ pub(crate) fn resolve(
         mapped_pages,
         lost_pages,
         torn_slots,
+        unreadable_pages: scans
+            .iter()
+            .flat_map(|s| s.unreadable.iter().copied())
+            .collect(),
     })
 }
 
@@ -403,6 +407,7 @@ mod tests {
                 pages: 0,
                 blocks: 0,
                 block_seqs,
+                unreadable: Vec::new(),
             }])
         }
 
