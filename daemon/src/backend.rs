@@ -43,6 +43,7 @@ pub fn backend_error(op: Op, e: FtlError) -> BackendError {
             BackendError::Invalid(e.to_string())
         }
         FtlError::ReadOnly(why) => BackendError::ReadOnly(why),
+        FtlError::NoSpace(why) => BackendError::NoSpace(why),
         FtlError::Closed => BackendError::ShuttingDown,
         e => {
             tracing::error!(?op, error = %e, "FTL request failed");
@@ -173,6 +174,10 @@ mod tests {
         assert!(matches!(
             backend_error(Op::Write, FtlError::ReadOnly("worn".into())),
             BackendError::ReadOnly(_)
+        ));
+        assert!(matches!(
+            backend_error(Op::Flush, FtlError::NoSpace("full".into())),
+            BackendError::NoSpace(_)
         ));
         assert!(matches!(
             backend_error(Op::Flush, FtlError::Closed),

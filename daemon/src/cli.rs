@@ -174,8 +174,11 @@ pub struct ReplayArgs {
     /// ignored). Without it, requests arrive at their trace times (open loop).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub queue_depth: Option<u32>,
-    /// Open loop: replay X times faster than the trace's own times (0.001 to 1e6).
-    #[arg(long, value_name = "X", default_value_t = 1.0, value_parser = speed)]
+    /// Open loop: replay X times faster than the trace's own times (0.001 to 1e6): arrival
+    /// times and think times are divided by X. A closed loop (--queue-depth) has no arrival
+    /// times to scale.
+    #[arg(long, value_name = "X", default_value_t = 1.0, value_parser = speed,
+          conflicts_with = "queue_depth")]
     pub speed: f64,
     /// Age the device first: fill this percentage of it, then overwrite it at random until GC
     /// is in steady state.

@@ -667,6 +667,128 @@ fn preallocate_without_room_is_a_clear_error() {
     assert_eq!(info_json(&old)["capacity_bytes"], 256u64 << 20);
 }
 
+/// A sparse image on a file system that fills up while it is served: the program that finds
+/// no room is refused before anything is stored (the daemon used to die of SIGBUS, losing what
+/// it buffered), the device turns read-only saying why, further writes and flushes get an
+/// error, SIGTERM still stops it, and once there is room again every flushed write reads back.
+#[test]
+fn a_file_system_that_fills_up_under_a_sparse_image_turns_it_read_only() {
+    if !e2e::require_root() {
+        return;
+    }
+    /// Unmounts the small tmpfs however the test ends.
+    struct Mounted(std::path::PathBuf);
+    impl Drop for Mounted {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let logs = tempfile::tempdir().expect("tempdir");
+    run_ok(
+        Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=24M", "tmpfs"])
+            .arg(dir.path()),
+    );
+    let _mounted = Mounted(dir.path().to_path_buf());
+    let image = dir.path().join("full.img");
+    let socket = logs.path().join("s.sock");
+    let serve = |log: &str| {
+        let log = std::fs::File::create(logs.path().join(log)).expect("log file");
+        let child = Command::new(FTLD)
+            .args(["serve", "--frontend", "nbd", "--timing", "off"])
+            .args(["--preset", "slc-small-004", "--capacity", "64M", "--image"])
+            .arg(&image)
+            .arg("--nbd-socket")
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn ftld");
+        let t0 = std::time::Instant::now();
+        let client = loop {
+            if let Ok(c) = e2e::nbd::Client::connect(&socket) {
+                break c;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(60), "not ready");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        (child, client)
+    };
+    let (mut child, mut c) = serve("first.log");
+    let block = |i: u64| vec![(i % 251) as u8 + 1; 1 << 20];
+    // 1 MiB writes, a flush after every 4: the 64 MiB device needs more than the 24 MiB
+    // file system holds.
+    let mut flushed = 0u64;
+    let mut failed = None;
+    for i in 0..64u64 {
+        let e = c.write(i << 20, &block(i)).expect("a reply to the write");
+        if e != 0 {
+            failed = Some(format!("write {i}: errno {e}"));
+            break;
+        }
+        if i % 4 == 3 {
+            let r = c
+                .call(e2e::nbd::NBD_CMD_FLUSH, 0, 0, 0, &[])
+                .expect("a reply");
+            if r.error != 0 {
+                failed = Some(format!("flush after write {i}: errno {}", r.error));
+                break;
+            }
+            flushed = i + 1;
+        }
+    }
+    let log = || std::fs::read_to_string(logs.path().join("first.log")).unwrap_or_default();
+    let failed = failed.unwrap_or_else(|| panic!("no error on a full file system:\n{}", log()));
+    assert!(flushed > 0, "{failed}\n{}", log());
+    assert!(
+        child.try_wait().expect("wait").is_none(),
+        "the daemon died:\n{}",
+        log()
+    );
+    let stats = run_ok(
+        Command::new(FTLD)
+            .arg("stats")
+            .arg("--control-socket")
+            .arg(image.with_extension("ctl")),
+    );
+    let stats: Value = serde_json::from_str(&stats).expect("stats JSON");
+    let why = stats["ftl"]["read_only"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        why.contains("has no room for it (No space left on device"),
+        "{failed}: {stats:#}"
+    );
+    // Writes after it are refused with ENOSPC; reads still answer.
+    assert_eq!(c.write(0, &block(9)).expect("a reply"), 28, "{failed}");
+    assert_eq!(c.read(0, 4096).expect("read"), block(0)[..4096]);
+    drop(c);
+    e2e::daemon::signal(child.id(), libc::SIGTERM);
+    let status = wait_timeout(&mut child, Duration::from_secs(60));
+    assert!(status.is_some(), "SIGTERM did not stop it:\n{}", log());
+    assert!(!log().contains("panicked"), "{}", log());
+
+    // Room again: the flushed writes read back.
+    run_ok(
+        Command::new("mount")
+            .args(["-o", "remount,size=256M"])
+            .arg(dir.path()),
+    );
+    let (mut child, mut c) = serve("second.log");
+    for i in 0..flushed {
+        assert!(
+            c.read(i << 20, 1 << 20).expect("read") == block(i),
+            "MiB {i} (flushed up to {flushed}) after: {failed}"
+        );
+    }
+    drop(c);
+    e2e::daemon::signal(child.id(), libc::SIGTERM);
+    assert!(wait_timeout(&mut child, Duration::from_secs(60)).is_some_and(|s| s.success()));
+}
+
 /// Runs ftld with its data segment limited to `kib` KiB (`ulimit -d`), as on a machine with
 /// that much memory left; returns (code, stderr).
 fn ftld_with_memory(kib: u64, args: &[&std::ffi::OsStr]) -> (i32, String) {

@@ -133,6 +133,56 @@ fn a_workload_on_a_preconditioned_device() {
     );
 }
 
+/// NAND operation counts: a copyback (the page scheme's GC moves pages by copyback) is one
+/// operation, counted in `reads` and `programs` too; `total` counts it once.
+#[test]
+fn a_copyback_is_one_nand_operation() {
+    let o = ftld(&[
+        "--workload",
+        "random,requests=20000",
+        "--capacity",
+        "32M",
+        "--precondition",
+        "100",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let n = |k: &str| s["nand"][k].as_u64().unwrap();
+    assert!(n("copybacks") > 0, "{s}");
+    assert_eq!(
+        n("total"),
+        n("reads") + n("programs") + n("erases") - n("copybacks"),
+        "{s}"
+    );
+}
+
+/// The time series' WAF: an interval counts its own requests' writes and the programs the
+/// device made for them. Writes of whole 4 KiB pages, one per 10 ms interval, each programmed
+/// before the next arrives: WAF 1 in every interval, and cumulatively.
+#[test]
+fn each_interval_counts_its_own_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let o = ftld(&[
+        "--workload",
+        "periodic,period=10ms,requests=6",
+        "--interval-ms",
+        "10",
+        "--capacity",
+        "64M",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let csv = std::fs::read_to_string(out.join("timeseries.csv")).unwrap();
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    assert_eq!(rows.len(), 6, "{csv}");
+    for row in rows {
+        let f: Vec<&str> = row.split(',').collect();
+        assert_eq!((f[1], f[7], f[8]), ("1", "1.0000", "1.0000"), "{csv}");
+    }
+}
+
 #[test]
 fn bad_input_gets_a_clear_error() {
     // A malformed line: the file and line number.
@@ -212,6 +262,14 @@ fn bad_input_gets_a_clear_error() {
         &["--workload", "thinktime,think=100000s"][..],
         &["--workload", "periodic,period=200000s"][..],
         &[fixture("msr.csv").to_str().unwrap(), "--speed", "1e-9"][..],
+        // A closed loop has no arrival times to scale.
+        &[
+            fixture("msr.csv").to_str().unwrap(),
+            "--speed",
+            "2",
+            "--queue-depth",
+            "4",
+        ][..],
     ] {
         let o = ftld(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));

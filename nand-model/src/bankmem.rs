@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use memmap2::MmapRaw;
 
+use crate::backing::Backed;
 use crate::geometry::Geometry;
 use crate::header::{Layout, BLOCK_ENTRY_SIZE, FRAME_ENTRY_SIZE};
 use crate::stream_copy::copy_streaming;
@@ -65,6 +66,12 @@ pub(crate) struct BankMem {
     refs: Vec<u8>,
     /// Frames no page references.
     pool: Vec<u32>,
+    /// What of the frame table, the frames and the OOB entries the file is known to back (see
+    /// `backing`): a program first makes room ([`BankMem::make_room`]), so a full file system
+    /// refuses it instead of faulting. (The block table is backed whole at open.)
+    room_frame_table: Backed,
+    room_data: Backed,
+    room_oob: Backed,
 }
 
 /// Decodes page `page`'s frame-table entry (0: its own frame, else frame + 1) for a bank of
@@ -119,6 +126,8 @@ pub(crate) enum TableError {
         block: u32,
         programmed_pages: u32,
     },
+    /// The file system has no room for the bank's block table (sparse until first written).
+    NoRoom { bank: u32, error: String },
 }
 
 // SAFETY: BankMem only holds pointers into a shared file mapping that `_map` keeps alive; the
@@ -165,8 +174,19 @@ impl BankMem {
                     base.add(oob as usize),
                 )
             };
+            // The block table is stored to at every program and erase: backed whole now (16
+            // bytes a block), so a full file system fails the open rather than a later store.
+            Backed::new(table, (blocks * BLOCK_ENTRY_SIZE) as usize)
+                .ensure(0, (blocks * BLOCK_ENTRY_SIZE) as usize)
+                .map_err(|e| TableError::NoRoom {
+                    bank: bank as u32,
+                    error: e.to_string(),
+                })?;
             let mut mem = BankMem {
                 _map: Arc::clone(map),
+                room_frame_table: Backed::new(frames, (pages * FRAME_ENTRY_SIZE) as usize),
+                room_data: Backed::new(data, (pages * u64::from(g.page_size)) as usize),
+                room_oob: Backed::new(oob, (pages * u64::from(g.oob_size)) as usize),
                 table,
                 frames,
                 data,
@@ -356,6 +376,40 @@ impl BankMem {
                 ptr::copy_nonoverlapping(src, oob.as_mut_ptr(), oob.len());
             }
         }
+    }
+
+    /// Makes sure the file backs everything a program of page `(block, page)` will store: gives
+    /// the page a frame of its own (as the program would; its frame-table entry is backed
+    /// first if that changes it), then backs that frame and the page's OOB entry. On an error
+    /// (a full file system) nothing of the page was stored; the page may own another frame,
+    /// which is harmless (see `own_frame`).
+    pub(crate) fn make_room(&mut self, block: u32, page: u32) -> std::io::Result<()> {
+        let i = self.page_index(block, page);
+        if self.refs[self.frame(i)] != 1 {
+            self.room_frame_table
+                .ensure(i * FRAME_ENTRY_SIZE as usize, FRAME_ENTRY_SIZE as usize)?;
+        }
+        let f = self.own_frame(i);
+        self.room_data.ensure(f * self.page_size, self.page_size)?;
+        self.room_oob.ensure(i * self.oob_size, self.oob_size)
+    }
+
+    /// [`BankMem::make_room`] for a copyback of page `src` onto page `dst` ([`BankMem::copy_page`]:
+    /// `dst`'s frame-table entry and OOB entry, and the frame it copies into when `src`'s frame
+    /// cannot be shared further).
+    pub(crate) fn make_room_copy(
+        &mut self,
+        src: (u32, u32),
+        dst: (u32, u32),
+    ) -> std::io::Result<()> {
+        let (s, d) = (self.page_index(src.0, src.1), self.page_index(dst.0, dst.1));
+        self.room_frame_table
+            .ensure(d * FRAME_ENTRY_SIZE as usize, FRAME_ENTRY_SIZE as usize)?;
+        if self.refs[self.frame(s)] == u8::MAX {
+            let f = self.own_frame(d);
+            self.room_data.ensure(f * self.page_size, self.page_size)?;
+        }
+        self.room_oob.ensure(d * self.oob_size, self.oob_size)
     }
 
     /// Writes a whole page, given as parts that follow one another, and its OOB; OOB bytes past

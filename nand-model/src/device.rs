@@ -126,6 +126,11 @@ impl NandDevice {
                 programmed_pages,
                 pages_per_block: g.pages_per_block,
             },
+            TableError::NoRoom { bank, error } => ImageError::NoRoom {
+                path: image.path.clone(),
+                bank,
+                error,
+            },
         })?
         .ok_or_else(|| ImageError::Truncated {
             path: image.path.clone(),
@@ -515,6 +520,12 @@ impl NandDevice {
                 self.prefault.block_opened(g.block_index(addr.block));
             }
         }
+        // Room in the file for every page before any is stored (see `backing`).
+        for &(addr, ..) in pages {
+            st.mem
+                .make_room(addr.block.block, addr.page)
+                .map_err(|source| NandError::NoSpace { page: addr, source })?;
+        }
         let mut failed = None;
         let mut failed_mask = 0u32;
         let mut faults = 0;
@@ -774,6 +785,14 @@ impl NandDevice {
             }
         }
         let fault = self.faults.program_fails(dst);
+        // Room in the file before anything is stored (see `backing`).
+        let room = if programmed && !fault && power != Power::Cut {
+            st.mem
+                .make_room_copy((src.block.block, src.page), (dst.block.block, dst.page))
+        } else {
+            st.mem.make_room(dst.block.block, dst.page)
+        };
+        room.map_err(|source| NandError::NoSpace { page: dst, source })?;
         // Data and OOB first, the counter last (see BankMem::set_block).
         if fault {
             st.mem.write_garbage(dst.block.block, dst.page);

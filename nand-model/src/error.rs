@@ -224,6 +224,15 @@ pub enum NandError {
         /// Its erase count.
         erase_count: u32,
     },
+    /// The image's file system has no room for the page (the image is sparse, and the page's
+    /// frame or OOB entry was a hole): nothing of it was stored, and it is not programmed.
+    #[error("{page}: not programmed: the image's file system has no room for it ({source})")]
+    NoSpace {
+        /// The page (the first that found no room, of a multi-plane program).
+        page: PageAddr,
+        /// What the kernel said.
+        source: io::Error,
+    },
     /// The backing file failed.
     #[error("image i/o: {0}")]
     Io(#[from] io::Error),
@@ -243,7 +252,7 @@ impl NandError {
 
     /// True for flash-rule violations (the ones [`crate::NandDevice::violations`] counts).
     pub fn is_violation(&self) -> bool {
-        !self.is_fault() && !matches!(self, NandError::Io(_))
+        !self.is_fault() && !matches!(self, NandError::Io(_) | NandError::NoSpace { .. })
     }
 }
 
@@ -327,6 +336,16 @@ pub enum ImageError {
         /// Pages per block of the image's geometry.
         pages_per_block: u32,
     },
+    /// The file system holding the (sparse) image has no room for a bank's block table.
+    #[error("image {}: its file system has no room for the block table of bank {bank} ({error}); free some space or move the image", path.display())]
+    NoRoom {
+        /// The image path.
+        path: PathBuf,
+        /// The bank.
+        bank: u32,
+        /// What the kernel said.
+        error: String,
+    },
     /// The file is shorter than its header says it must be.
     #[error("image {}: truncated: expected {expected} bytes, found {actual}", path.display())]
     Truncated {
@@ -397,6 +416,7 @@ impl ImageError {
             | ImageError::Truncated { path, .. }
             | ImageError::CorruptFrameTable { path, .. }
             | ImageError::CorruptBlockTable { path, .. }
+            | ImageError::NoRoom { path, .. }
             | ImageError::Locked { path, .. }
             | ImageError::InvalidGeometry { path, .. }
             | ImageError::Preallocate { path, .. }

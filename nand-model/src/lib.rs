@@ -205,6 +205,7 @@
 //! Linux only (mmap, `fcntl` locks, `prctl`, futex).
 
 mod arrival;
+mod backing;
 mod bankmem;
 mod clock;
 mod completion;

@@ -69,6 +69,8 @@ pub struct Core {
     pub gc_gate: RwLock<()>,
     read_only: Mutex<Option<String>>,
     read_only_flag: AtomicBool,
+    /// The read-only reason is a file system without room for the image (set before the flag).
+    read_only_no_space: AtomicBool,
     /// Set when the writer threads are stopping: nothing more will commit.
     writers_stopping: AtomicBool,
     pub stopping: AtomicBool,
@@ -134,6 +136,7 @@ impl Core {
             gc_gate: RwLock::new(()),
             read_only: Mutex::new(None),
             read_only_flag: AtomicBool::new(false),
+            read_only_no_space: AtomicBool::new(false),
             writers_stopping: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             flush_requested: AtomicBool::new(false),
@@ -236,16 +239,39 @@ impl Core {
 
     /// Puts the device in read-only mode for good (until restart), keeping the first reason.
     pub fn set_read_only(&self, reason: String) {
+        self.set_read_only_as(reason, false);
+    }
+
+    /// [`Core::set_read_only`] after the medium operation that failed with `e`: a program the
+    /// image's file system had no room for makes later writes fail with
+    /// [`FtlError::NoSpace`](crate::FtlError::NoSpace) rather than as on a read-only device.
+    pub fn set_read_only_after(&self, e: &nand_model::NandError, reason: String) {
+        self.set_read_only_as(reason, matches!(e, nand_model::NandError::NoSpace { .. }));
+    }
+
+    fn set_read_only_as(&self, reason: String, no_space: bool) {
         let mut r = self.read_only.lock();
         if r.is_none() {
             tracing::error!("device is now read-only: {reason}");
             *r = Some(reason);
+            self.read_only_no_space.store(no_space, Ordering::Release);
             self.read_only_flag.store(true, Ordering::Release);
         }
         drop(r);
         for q in &self.queues {
             q.progress.notify_all();
         }
+    }
+
+    /// The error a write gets on the read-only device: why it is read-only, as
+    /// [`FtlError::NoSpace`](crate::FtlError::NoSpace) when the image's file system is full.
+    pub(crate) fn read_only_error(&self) -> Option<crate::FtlError> {
+        let r = self.read_only_reason()?;
+        Some(if self.read_only_no_space.load(Ordering::Acquire) {
+            crate::FtlError::NoSpace(r)
+        } else {
+            crate::FtlError::ReadOnly(r)
+        })
     }
 
     pub fn read_only_reason(&self) -> Option<String> {

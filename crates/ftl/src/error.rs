@@ -16,6 +16,10 @@ pub enum FtlError {
     },
     #[error("device is read-only: {0}")]
     ReadOnly(String),
+    /// The device turned read-only because the file system holding its (sparse) image has no
+    /// room left for a page: the write needs space the host does not have.
+    #[error("no space: {0}")]
+    NoSpace(String),
     #[error("uncorrectable read at logical page {lpn} after {retries} retries")]
     Uncorrectable { lpn: u32, retries: u32 },
     #[error("device is closed")]

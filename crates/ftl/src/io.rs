@@ -45,8 +45,8 @@ impl Core {
         if self.stopping.load(Ordering::Acquire) {
             return Err(FtlError::Closed);
         }
-        if let Some(r) = self.read_only_reason() {
-            return Err(FtlError::ReadOnly(r));
+        if let Some(e) = self.read_only_error() {
+            return Err(e);
         }
         Ok(())
     }
@@ -267,8 +267,8 @@ impl Core {
     }
 
     fn check_durable(&self) -> Result<()> {
-        if let Some(r) = self.read_only_reason() {
-            return Err(FtlError::ReadOnly(r));
+        if let Some(e) = self.read_only_error() {
+            return Err(e);
         }
         if self.writers_gone() {
             return Err(FtlError::Closed);

@@ -539,7 +539,7 @@ impl Writer {
                     self.placer.issued(core, addrs, false);
                 }
                 Err(e) => {
-                    core.set_read_only(format!("program at {:?} failed: {e}", addrs[0]));
+                    core.set_read_only_after(&e, format!("program at {:?} failed: {e}", addrs[0]));
                 }
             }
         }

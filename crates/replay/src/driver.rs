@@ -3,7 +3,7 @@
 //!
 //! **Arrivals.** Open loop (no queue depth): a request arrives at its trace time divided by
 //! `speed` ([`Arrival::At`]), or, for a request that follows its predecessor
-//! ([`Arrival::After`]), that long after the previous request completed. Closed loop (`queue
+//! ([`Arrival::After`]), that long (divided by `speed`) after the previous request completed. Closed loop (`queue
 //! depth N`): N streams; each sends its next request when its previous one completed (plus the
 //! request's think time), trace times are ignored. Requests are handed to the FTL in arrival
 //! order; a trace time earlier than the previous request's is moved up to it (counted as
@@ -190,6 +190,15 @@ impl<'a> Driver<'a> {
             .unwrap_or_default();
         for r in requests {
             let r = r?;
+            // Fitted to the device first: a request that is not replayed (empty, or refused
+            // past the end) takes no time and is counted only as such, not as reordered.
+            let Some(r) = fit(&mut self.adjusted, r, self.capacity, self.opts.out_of_range) else {
+                self.issued += 1;
+                if self.issued.is_multiple_of(4096) {
+                    progress(self.issued);
+                }
+                continue;
+            };
             let (mut at, stream) = match self.opts.queue_depth {
                 Some(_) => {
                     let Some(Reverse((free, s))) = streams.pop() else {
@@ -204,7 +213,9 @@ impl<'a> Driver<'a> {
                 None => {
                     let at = match r.arrival {
                         Arrival::At(t) => t0.saturating_add((t as f64 / self.opts.speed) as u64),
-                        Arrival::After(d) => prev_done.saturating_add(d),
+                        Arrival::After(d) => {
+                            prev_done.saturating_add((d as f64 / self.opts.speed) as u64)
+                        }
                     };
                     (at, self.issued as usize)
                 }
@@ -216,14 +227,22 @@ impl<'a> Driver<'a> {
                 at = prev_arrival;
             }
             prev_arrival = at;
+            // The interval is opened before the request runs, so its counters do not yet
+            // include this request's writes; what the device did before the interval began
+            // (the programs of earlier writes, GC) is run first, and belongs to the intervals
+            // before it. (Only forward: the clock never goes back.)
+            let start = t0 + rec.interval_start(at - t0);
+            if start > self.ftl.now_ns() {
+                self.ftl.advance_to(start)?;
+            }
+            rec.arrive(self.ftl, at - t0);
             let done = self.execute(at, r, stream % self.queues)?;
-            prev_done = done.unwrap_or(at);
+            prev_done = done;
             if self.opts.queue_depth.is_some() {
                 streams.push(Reverse((prev_done, stream)));
             }
-            if let Some(done) = done {
-                rec.record(self.ftl, at - t0, r.op, r.offset, r.len, done - at);
-            }
+            // As replayed: widened to sectors, wrapped.
+            rec.record(self.ftl, at - t0, r.op, r.offset, r.len, done - at);
             self.issued += 1;
             if self.issued.is_multiple_of(4096) {
                 progress(self.issued);
@@ -233,12 +252,9 @@ impl<'a> Driver<'a> {
         Ok(())
     }
 
-    /// Runs one request arriving at `at` through write queue `q`; its completion time, or
-    /// `None` if it was not replayed.
-    fn execute(&mut self, at: u64, r: Request, q: usize) -> Result<Option<u64>, ReplayError> {
-        let Some(r) = fit(&mut self.adjusted, r, self.capacity, self.opts.out_of_range) else {
-            return Ok(None);
-        };
+    /// Runs one request (fitted to the device) arriving at `at` through write queue `q`; its
+    /// completion time.
+    fn execute(&mut self, at: u64, r: Request, q: usize) -> Result<u64, ReplayError> {
         self.ftl.advance_to(at)?;
         let ftl = self.ftl;
         let result = match r.op {
@@ -286,7 +302,7 @@ impl<'a> Driver<'a> {
                 ));
             }
         }
-        Ok(Some(ftl.now_ns()))
+        Ok(ftl.now_ns())
     }
 }
 

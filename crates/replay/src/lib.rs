@@ -222,10 +222,15 @@ fn write_stalls(
 /// NAND operations during the replay.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct NandOps {
+    /// Page reads, a copyback's read included.
     pub reads: u64,
+    /// Page programs, a copyback's program included.
     pub programs: u64,
     pub erases: u64,
+    /// Copybacks (each also counted in `reads` and `programs`).
     pub copybacks: u64,
+    /// Operations the device ran: a copyback is one (its read and program happen inside the
+    /// chip).
     pub total: u64,
 }
 
@@ -236,7 +241,7 @@ fn nand_ops(ftl: &Ftl) -> NandOps {
         programs: t.programs,
         erases: t.erases,
         copybacks: t.copybacks,
-        total: t.reads + t.programs + t.erases + t.copybacks,
+        total: (t.reads + t.programs + t.erases).saturating_sub(t.copybacks),
     }
 }
 

@@ -377,7 +377,9 @@ fn open_loop(
             };
             let mut at = match r.arrival {
                 Arrival::At(t) => (t as f64 / opts.speed) as u64,
-                Arrival::After(d) => shared.drain().saturating_add(d),
+                Arrival::After(d) => shared
+                    .drain()
+                    .saturating_add((d as f64 / opts.speed) as u64),
             };
             if at < prev_at {
                 if matches!(r.arrival, Arrival::At(_)) {

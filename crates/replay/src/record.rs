@@ -204,10 +204,27 @@ impl Recorder {
                 });
             }
         }
-        let mut slot = arrival / self.interval_ns * self.interval_ns;
-        if let Some(o) = &self.open {
-            slot = slot.max(o.start);
+        self.arrive(waf, arrival);
+        if let Some(o) = &mut self.open {
+            o.requests += 1;
+            match op {
+                Op::Read => o.read_bytes += len,
+                Op::Write => o.write_bytes += len,
+                _ => {}
+            }
+            o.latency_sum += u128::from(latency);
+            let _ = o.hist.record(latency.max(1));
         }
+    }
+
+    /// A request arrives `arrival` ns after the replay began: the interval it falls in is
+    /// opened (the one before it closed) with `waf`'s counters as they are now. A driver that
+    /// runs requests one at a time calls this before running one, so an interval's WAF counts
+    /// its own requests' host writes, not its first one's in the interval before;
+    /// [`Recorder::record`] calls it too (after the request: a real-time replay's requests
+    /// overlap anyway).
+    pub fn arrive(&mut self, waf: &dyn WafSource, arrival: u64) {
+        let slot = self.interval_start(arrival);
         if self.open.as_ref().is_none_or(|o| o.start != slot) {
             self.close_interval(waf);
             self.open = Some(Open {
@@ -220,16 +237,13 @@ impl Recorder {
                 waf_at_start: waf.waf_counters(),
             });
         }
-        if let Some(o) = &mut self.open {
-            o.requests += 1;
-            match op {
-                Op::Read => o.read_bytes += len,
-                Op::Write => o.write_bytes += len,
-                _ => {}
-            }
-            o.latency_sum += u128::from(latency);
-            let _ = o.hist.record(latency.max(1));
-        }
+    }
+
+    /// Where the interval of a request arriving `arrival` ns after the replay began starts
+    /// (never before the interval open now).
+    pub fn interval_start(&self, arrival: u64) -> u64 {
+        let slot = arrival / self.interval_ns * self.interval_ns;
+        self.open.as_ref().map_or(slot, |o| slot.max(o.start))
     }
 
     fn close_interval(&mut self, waf: &dyn WafSource) {

@@ -226,10 +226,11 @@ fn a_blkparse_sector_past_2_64_bytes_is_refused() {
     );
 }
 
-/// A request that ends past 2^64 bytes is refused by the driver's fit, not wrapped into the
-/// device by an overflow.
+/// A request that ends past 2^64 bytes is fitted as any request past the device's end
+/// (refused, or wrapped into the device as `--out-of-range` says), never wrapped around 2^64 by
+/// an overflow; one longer than the device is refused.
 #[test]
-fn a_request_ending_past_2_64_is_refused() {
+fn a_request_ending_past_2_64_is_fitted_without_overflow() {
     use ftl_replay::{driver::fit, Adjusted, OutOfRange};
     let mut adjusted = Adjusted::default();
     let r = Request::new(0, Op::Write, u64::MAX - 511, 512);

@@ -160,6 +160,7 @@ pub fn errno(op: u32, e: &FtlError) -> i32 {
         FtlError::OutOfRange { .. } => -libc::ENOSPC,
         FtlError::Misaligned { .. } => -libc::EINVAL,
         FtlError::ReadOnly(_) => -libc::EROFS,
+        FtlError::NoSpace(_) => -libc::ENOSPC,
         FtlError::Closed => -libc::ESHUTDOWN,
         e => {
             tracing::error!(op, error = %e, "FTL request failed");

@@ -280,7 +280,7 @@ pub(crate) fn program_copy(
             Err(CopyFailed)
         }
         Err(e) => {
-            core.set_read_only(format!("copy program at {addr:?} failed: {e}"));
+            core.set_read_only_after(&e, format!("copy program at {addr:?} failed: {e}"));
             Err(CopyFailed)
         }
     }

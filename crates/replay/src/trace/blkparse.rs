@@ -66,7 +66,8 @@ impl State {
             Some(c) => return Err(format!("RWBS {rwbs:?}: unknown operation {c:?}")),
         };
         let fua = rest.len() > 1 && rest[1..].contains('F');
-        let (sector, count) = if f.len() >= 10 && f[8] == "+" {
+        let ranged = f.len() >= 10 && f[8] == "+";
+        let (sector, count) = if ranged {
             (parse_u64(f[7], "sector")?, parse_u64(f[9], "sector count")?)
         } else {
             (0, 0)
@@ -77,8 +78,10 @@ impl State {
                 .ok_or_else(|| format!("{field} {n}: past 2^64 bytes"))
         };
         // Only a request with data has a meaningful sector (a flush's may be printed as
-        // 2^64 - 1, an unset sector).
-        let data = match op.filter(|_| count > 0) {
+        // 2^64 - 1, an unset sector). A read, write or discard of 0 sectors without a
+        // preflush is kept: the replay counts it as empty, as in the other formats (with a
+        // preflush it is how some kernels print a pure flush).
+        let data = match op.filter(|_| count > 0 || (ranged && !preflush)) {
             Some(op) => {
                 let mut r = Request::new(
                     at,
@@ -141,6 +144,10 @@ mod tests {
         let r = one(&mut s, "  8,0 0 5 2.0 1 D FN 18446744073709551615 + 0 [x]");
         assert_eq!(r.op, Op::Flush);
         assert_eq!(one(&mut s, "  8,0 0 6 2.0 1 D DS 64 + 64 [x]").op, Op::Trim);
+        // A read of no sectors: a request of length 0 (the replay counts it as empty); with a
+        // preflush, a pure flush.
+        assert_eq!(one(&mut s, "  8,0 0 6 2.0 1 D R 0 + 0 [x]").len, 0);
+        assert_eq!(one(&mut s, "  8,0 0 6 2.0 1 D FWS 0 + 0 [x]").op, Op::Flush);
         // A FUA trim, as `ftld serve --record` writes it.
         let r = one(&mut s, "  0,0 1 7 2.5 0 D DF 64 + 64 [ftld]");
         assert_eq!((r.op, r.fua), (Op::Trim, true));

@@ -547,7 +547,7 @@ impl PageScheme {
                     core.retire_block(addr.block.bank.0, addr.block.block);
                 }
                 Err(e) => {
-                    core.set_read_only(format!("GC program at {addr:?} failed: {e}"));
+                    core.set_read_only_after(&e, format!("GC program at {addr:?} failed: {e}"));
                     return false;
                 }
             }
@@ -692,7 +692,10 @@ impl PageScheme {
                     core.retire_block(b, dst.block.block);
                 }
                 Err(e) => {
-                    core.set_read_only(format!("GC copyback {src:?} -> {dst:?} failed: {e}"));
+                    core.set_read_only_after(
+                        &e,
+                        format!("GC copyback {src:?} -> {dst:?} failed: {e}"),
+                    );
                     return Moved::Failed;
                 }
             }
