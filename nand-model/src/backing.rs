@@ -26,10 +26,14 @@ pub(crate) struct Backed {
     /// The region: its first byte and length in the mapping.
     start: *mut u8,
     len: usize,
-    /// Bytes per chunk (a multiple of the system page size).
+    /// Bytes per chunk (a power of two, a multiple of the system page size) and its log2:
+    /// `ensure` runs at every program, so it shifts instead of dividing.
     chunk: usize,
+    chunk_shift: u32,
     /// The system page size: `madvise` wants a start aligned to it.
     os_page: usize,
+    /// How far `start` lies into its system page.
+    lead: usize,
     /// One bit per chunk of the region, counted from the system page holding `start`.
     bits: Vec<u64>,
     /// False once the kernel refused the advice: nothing is checked any more.
@@ -45,14 +49,16 @@ impl Backed {
     /// (so the system page holding `start` lies inside the mapping too).
     pub(crate) fn new(start: *mut u8, len: usize) -> Backed {
         let os_page = os_page();
-        let chunk = os_page * CHUNK_PAGES;
+        let chunk = (os_page * CHUNK_PAGES).next_power_of_two();
         let lead = start as usize % os_page;
         let chunks = (lead + len).div_ceil(chunk);
         Backed {
             start,
             len,
             chunk,
+            chunk_shift: chunk.trailing_zeros(),
             os_page,
+            lead,
             bits: vec![0; chunks.div_ceil(64)],
             enabled: true,
         }
@@ -69,9 +75,8 @@ impl Backed {
             off.checked_add(len).is_some_and(|end| end <= self.len),
             "range outside the region"
         );
-        let lead = self.start as usize % self.os_page;
-        let first = (lead + off) / self.chunk;
-        let last = (lead + off + len - 1) / self.chunk;
+        let first = (self.lead + off) >> self.chunk_shift;
+        let last = (self.lead + off + len - 1) >> self.chunk_shift;
         for c in first..=last {
             let (word, bit) = (c / 64, 1u64 << (c % 64));
             if self.bits[word] & bit != 0 {
@@ -88,7 +93,7 @@ impl Backed {
 
     /// Asks the kernel to back chunk `c`.
     fn populate(&mut self, c: usize) -> io::Result<()> {
-        let lead = self.start as usize % self.os_page;
+        let lead = self.lead;
         // The chunk's bytes counted from the system page holding `start`, clipped to the
         // region's end rounded up to a system page.
         let end = (lead + self.len).div_ceil(self.os_page) * self.os_page;

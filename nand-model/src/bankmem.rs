@@ -385,11 +385,12 @@ impl BankMem {
     /// which is harmless (see `own_frame`).
     pub(crate) fn make_room(&mut self, block: u32, page: u32) -> std::io::Result<()> {
         let i = self.page_index(block, page);
-        if self.refs[self.frame(i)] != 1 {
+        let mut f = self.frame(i);
+        if self.refs[f] != 1 {
             self.room_frame_table
                 .ensure(i * FRAME_ENTRY_SIZE as usize, FRAME_ENTRY_SIZE as usize)?;
+            f = self.own_frame(i);
         }
-        let f = self.own_frame(i);
         self.room_data.ensure(f * self.page_size, self.page_size)?;
         self.room_oob.ensure(i * self.oob_size, self.oob_size)
     }
