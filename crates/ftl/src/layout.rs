@@ -81,6 +81,8 @@ pub struct BlockIdx(pub u32);
 #[derive(Clone, Copy, Debug)]
 pub struct Layout {
     pub banks: u32,
+    /// Channels the banks are spread over (bank `b` is on channel `b / (banks / channels)`).
+    pub channels: u32,
     pub blocks_per_bank: u32,
     pub pages_per_block: u32,
     pub page_size: u32,
@@ -90,11 +92,20 @@ pub struct Layout {
     pub ckpt_blocks: u32,
 }
 
+/// The `p`-th bank (wrapping) in channel-first striping order on a device of `channels`
+/// channels of `per_channel` banks each: bank 0 of every channel, then bank 1 of every channel.
+pub fn channel_first_bank(p: u32, channels: u32, per_channel: u32) -> u32 {
+    let ch = p % channels;
+    let within = (p / channels) % per_channel;
+    ch * per_channel + within
+}
+
 impl Layout {
     /// Builds the layout for a geometry and the checkpoint area size it needs for `lpns` pages.
     pub fn new(geo: &Geometry, ckpt_blocks: u32) -> Layout {
         Layout {
             banks: geo.banks(),
+            channels: geo.channels.max(1),
             blocks_per_bank: geo.blocks_per_bank,
             pages_per_block: geo.pages_per_block,
             page_size: geo.page_size,
@@ -102,6 +113,16 @@ impl Layout {
             slots_per_page: geo.page_size / LOGICAL_PAGE as u32,
             ckpt_blocks,
         }
+    }
+
+    /// The banks in striping order, channel first (bank 0 of every channel, then bank 1 of
+    /// every channel, ...), as an SSD stripes consecutive pages: successive programs then
+    /// cross different channels rather than queue on one.
+    pub fn channel_first_banks(&self) -> Vec<u32> {
+        let per_channel = (self.banks / self.channels).max(1);
+        (0..self.banks)
+            .map(|p| channel_first_bank(p, self.channels, per_channel))
+            .collect()
     }
 
     pub fn total_blocks(&self) -> u32 {
@@ -194,6 +215,23 @@ impl Layout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn banks_are_striped_channel_first() {
+        assert_eq!(
+            (0..8)
+                .map(|p| channel_first_bank(p, 4, 2))
+                .collect::<Vec<_>>(),
+            [0, 2, 4, 6, 1, 3, 5, 7]
+        );
+        assert_eq!(channel_first_bank(8, 4, 2), 0, "wraps");
+        assert_eq!(
+            (0..3)
+                .map(|p| channel_first_bank(p, 1, 3))
+                .collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+    }
 
     #[test]
     fn pieces_split_a_range_at_logical_pages() {

@@ -238,6 +238,53 @@ fn fua_workload_writes_complete_when_programmed() {
     ftl.close().unwrap();
 }
 
+/// Pages are striped channel first, as an SSD stripes them: as many FUA writes at once as
+/// the device has channels each take exactly transfer + t_prog, none waiting for another's
+/// transfer on a shared channel (with the banks looked at in bank order, the second write
+/// went to the first one's channel: transfer twice + t_prog).
+#[test]
+fn concurrent_writes_are_striped_over_the_channels_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = nand();
+    let t = n.timing;
+    let channels = n.geometry.channels as usize;
+    let ftl = Ftl::create(
+        &dir.path().join("c.img"),
+        &n,
+        TimingMode::Virtual,
+        cfg(),
+        None,
+    )
+    .unwrap();
+    let spec: WorkloadSpec = format!("seq,requests={channels},bs=4k,fua=1")
+        .parse()
+        .unwrap();
+    let w = Workload::new(spec, ftl.capacity(), 1).unwrap();
+    let out = dir.path().join("out");
+    let rc = ReplayConfig {
+        driver: DriverOptions {
+            queue_depth: Some(channels),
+            ..DriverOptions::default()
+        },
+        interval_ns: 1_000_000_000,
+        out: Some(out.clone()),
+        config: serde_json::Value::Null,
+        probe_stalls: false,
+    };
+    replay(&ftl, w.map(Ok::<Request, TraceError>), &rc, &mut |_| {}).unwrap();
+    let expect = (t.xfer_ns(4096 + 128) + t.t_prog.as_nanos() as u64) as f64 / 1000.0;
+    let csv = std::fs::read_to_string(out.join("requests.csv")).unwrap();
+    assert_eq!(csv.lines().count(), channels + 1, "{csv}");
+    for line in csv.lines().skip(1) {
+        let lat: f64 = line.rsplit(',').next().unwrap().parse().unwrap();
+        assert!(
+            (lat - expect).abs() < 0.002,
+            "{line}: expected {expect} us\n{csv}"
+        );
+    }
+    ftl.close().unwrap();
+}
+
 /// Background GC runs beside a writer (and a host) waiting for room, as the served device's
 /// worker threads do, and two workers clean two banks, not one: a steady random-write run
 /// keeps the banks busy. Deterministic: 0.45 of the banks' time here; 0.32 when the workers

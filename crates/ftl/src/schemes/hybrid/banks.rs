@@ -95,9 +95,7 @@ impl BankPlan {
         match self.placement {
             LogPlacement::Same => lbn % self.banks(),
             LogPlacement::Spread => {
-                let ch = lbn % self.channels;
-                let within = (lbn / self.channels) % self.per_channel;
-                ch * self.per_channel + within
+                crate::layout::channel_first_bank(lbn, self.channels, self.per_channel)
             }
         }
     }

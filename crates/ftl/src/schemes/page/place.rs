@@ -46,6 +46,9 @@ pub struct PagePlacer {
     frontiers: Vec<PlaneSet>,
     /// Frontiers for hot pages (hot/cold separation only; else every set stays empty).
     hot: Vec<PlaneSet>,
+    /// The banks in the order they are looked at, channel first (`Layout::channel_first_banks`),
+    /// and where in it the next look starts.
+    order: Vec<u32>,
     rr: u32,
     /// Pages this placer sent to each bank.
     placed: Vec<u64>,
@@ -67,11 +70,13 @@ pub struct PagePlacer {
 
 impl PagePlacer {
     pub fn new(scheme: Arc<PageScheme>, banks: u32, q: usize) -> PagePlacer {
+        let order = scheme.layout.channel_first_banks();
         PagePlacer {
             scheme,
             frontiers: vec![PlaneSet::default(); banks as usize],
             hot: vec![PlaneSet::default(); banks as usize],
-            rr: q as u32,
+            order,
+            rr: q as u32 % banks.max(1),
             placed: vec![0; banks as usize],
             weight: vec![1; banks as usize],
             uniform: true,
@@ -168,9 +173,10 @@ impl PagePlacer {
         // Rank: not under exclusive GC, then not lent out (frontiers `per-bank`), then idle or
         // free soonest; among equals the bank furthest behind its share.
         type Rank = (bool, bool, Option<std::time::Duration>);
-        let mut best: Option<(Rank, u32)> = None;
+        let mut best: Option<(Rank, u32, u32)> = None;
         for i in 0..n {
-            let b = (self.rr + i) % n;
+            let at = (self.rr + i) % n;
+            let b = self.order[at as usize];
             let floor = if may_use_reserve { 0 } else { GC_RESERVE };
             let has_room = !self.frontier(b, hot).is_empty()
                 || core.bank(b).free.load(Ordering::Acquire) > floor
@@ -190,17 +196,17 @@ impl PagePlacer {
             let rank = (exclusive, lent_out, busy);
             let better = match &best {
                 None => true,
-                Some((br, bbank)) => rank < *br || rank == *br && self.behind(b, *bbank),
+                Some((br, bbank, _)) => rank < *br || rank == *br && self.behind(b, *bbank),
             };
             if better {
-                best = Some((rank, b));
+                best = Some((rank, b, at));
             }
             if self.uniform && !exclusive && !lent_out && busy.is_none() {
                 break;
             }
         }
-        let b = best?.1;
-        self.rr = (b + 1) % n;
+        let (_, b, at) = best?;
+        self.rr = (at + 1) % n;
         self.placed[b as usize] += 1;
         Some(b)
     }
