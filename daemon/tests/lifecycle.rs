@@ -669,13 +669,20 @@ fn preallocate_without_room_is_a_clear_error() {
 
 /// A sparse image on a file system that fills up while it is served: the program that finds
 /// no room is refused before anything is stored (the daemon used to die of SIGBUS, losing what
-/// it buffered), the device turns read-only saying why, further writes and flushes get an
-/// error, SIGTERM still stops it, and once there is room again every flushed write reads back.
+/// it buffered), the device turns read-only saying why, further writes get ENOSPC, SIGTERM
+/// still stops it, no block is marked bad for it (a hybrid's merge copy that finds no room is
+/// no fault of its block), and once there is room again every flushed write reads back.
 #[test]
 fn a_file_system_that_fills_up_under_a_sparse_image_turns_it_read_only() {
     if !e2e::require_root() {
         return;
     }
+    for scheme in ["page", "fast"] {
+        fills_up(scheme);
+    }
+}
+
+fn fills_up(scheme: &str) {
     /// Unmounts the small tmpfs however the test ends.
     struct Mounted(std::path::PathBuf);
     impl Drop for Mounted {
@@ -696,7 +703,15 @@ fn a_file_system_that_fills_up_under_a_sparse_image_turns_it_read_only() {
     let serve = |log: &str| {
         let log = std::fs::File::create(logs.path().join(log)).expect("log file");
         let child = Command::new(FTLD)
-            .args(["serve", "--frontend", "nbd", "--timing", "off"])
+            .args([
+                "serve",
+                "--frontend",
+                "nbd",
+                "--timing",
+                "off",
+                "--ftl",
+                scheme,
+            ])
             .args(["--preset", "slc-small-004", "--capacity", "64M", "--image"])
             .arg(&image)
             .arg("--nbd-socket")
@@ -717,34 +732,49 @@ fn a_file_system_that_fills_up_under_a_sparse_image_turns_it_read_only() {
         (child, client)
     };
     let (mut child, mut c) = serve("first.log");
-    let block = |i: u64| vec![(i % 251) as u8 + 1; 1 << 20];
-    // 1 MiB writes, a flush after every 4: the 64 MiB device needs more than the 24 MiB
-    // file system holds.
-    let mut flushed = 0u64;
+    let log = || std::fs::read_to_string(logs.path().join("first.log")).unwrap_or_default();
+    // The first 16 MiB in order, then 4 KiB overwrites spread over them (merges, GC), then
+    // the rest in order: the 64 MiB device needs more than the 24 MiB file system holds. A
+    // flush after every 4 MiB; `model` holds what each 4 KiB block was flushed with.
+    let stamp = |i: u64, gen: u64| vec![((i * 7 + gen) % 251) as u8 + 1; 4096];
+    let mut written = vec![0u64; 64 * 256];
+    let mut model = written.clone();
+    // What each block was written with since the last flush: it may read as any of these.
+    let mut unflushed: Vec<Vec<u64>> = vec![Vec::new(); 64 * 256];
     let mut failed = None;
-    for i in 0..64u64 {
-        let e = c.write(i << 20, &block(i)).expect("a reply to the write");
+    let mut since_flush = 0u64;
+    let mut ops: Vec<(u64, u64)> = (0..16 * 256).map(|b| (b, 1)).collect();
+    ops.extend((0..4096u64).map(|k| ((k * 2_654_435_761) % (16 * 256), 2 + k % 3)));
+    ops.extend((16 * 256..64 * 256).map(|b| (b, 1)));
+    for (b, gen) in ops {
+        let e = c
+            .write(b * 4096, &stamp(b, gen))
+            .expect("a reply to the write");
         if e != 0 {
-            failed = Some(format!("write {i}: errno {e}"));
+            failed = Some(format!("write of block {b}: errno {e}"));
             break;
         }
-        if i % 4 == 3 {
+        written[b as usize] = gen;
+        unflushed[b as usize].push(gen);
+        since_flush += 1;
+        if since_flush == 1024 {
             let r = c
                 .call(e2e::nbd::NBD_CMD_FLUSH, 0, 0, 0, &[])
                 .expect("a reply");
             if r.error != 0 {
-                failed = Some(format!("flush after write {i}: errno {}", r.error));
+                failed = Some(format!("flush: errno {}", r.error));
                 break;
             }
-            flushed = i + 1;
+            model.clone_from(&written);
+            unflushed.iter_mut().for_each(Vec::clear);
+            since_flush = 0;
         }
     }
-    let log = || std::fs::read_to_string(logs.path().join("first.log")).unwrap_or_default();
-    let failed = failed.unwrap_or_else(|| panic!("no error on a full file system:\n{}", log()));
-    assert!(flushed > 0, "{failed}\n{}", log());
+    let failed =
+        failed.unwrap_or_else(|| panic!("{scheme}: no error on a full file system:\n{}", log()));
     assert!(
         child.try_wait().expect("wait").is_none(),
-        "the daemon died:\n{}",
+        "{scheme}: the daemon died:\n{}",
         log()
     );
     let stats = run_ok(
@@ -754,34 +784,41 @@ fn a_file_system_that_fills_up_under_a_sparse_image_turns_it_read_only() {
             .arg(image.with_extension("ctl")),
     );
     let stats: Value = serde_json::from_str(&stats).expect("stats JSON");
-    let why = stats["ftl"]["read_only"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let why = stats["ftl"]["read_only"].as_str().unwrap_or_default();
     assert!(
         why.contains("has no room for it (No space left on device"),
-        "{failed}: {stats:#}"
+        "{scheme}: {failed}: {stats:#}"
     );
     // Writes after it are refused with ENOSPC; reads still answer.
-    assert_eq!(c.write(0, &block(9)).expect("a reply"), 28, "{failed}");
-    assert_eq!(c.read(0, 4096).expect("read"), block(0)[..4096]);
+    assert_eq!(c.write(0, &stamp(0, 9)).expect("a reply"), 28, "{failed}");
+    assert_eq!(c.read(0, 4096).expect("read"), stamp(0, written[0]));
     drop(c);
     e2e::daemon::signal(child.id(), libc::SIGTERM);
     let status = wait_timeout(&mut child, Duration::from_secs(60));
-    assert!(status.is_some(), "SIGTERM did not stop it:\n{}", log());
+    assert!(
+        status.is_some(),
+        "{scheme}: SIGTERM did not stop it:\n{}",
+        log()
+    );
     assert!(!log().contains("panicked"), "{}", log());
 
-    // Room again: the flushed writes read back.
+    // Room again: no block went bad, and the flushed writes read back.
     run_ok(
         Command::new("mount")
             .args(["-o", "remount,size=256M"])
             .arg(dir.path()),
     );
+    assert_eq!(info_json(&image)["bad_blocks"], 0, "{scheme}:\n{}", log());
     let (mut child, mut c) = serve("second.log");
-    for i in 0..flushed {
+    for (b, &gen) in model.iter().enumerate().filter(|(_, &g)| g > 0) {
+        let got = c.read(b as u64 * 4096, 4096).expect("read");
+        let ok = std::iter::once(gen)
+            .chain(unflushed[b].iter().copied())
+            .any(|g| got == stamp(b as u64, g));
         assert!(
-            c.read(i << 20, 1 << 20).expect("read") == block(i),
-            "MiB {i} (flushed up to {flushed}) after: {failed}"
+            ok,
+            "{scheme}: block {b} (flushed with {gen}, then {:?}) reads {}, after: {failed}",
+            unflushed[b], got[0]
         );
     }
     drop(c);

@@ -13,7 +13,9 @@
 //! clipped to the region): a fresh image written in order makes one call per chunk, not per
 //! page, and the kernel's work per page is what the first store would have cost anyway. A bit
 //! per chunk remembers what was populated; allocated room stays allocated (nothing here punches
-//! holes), so a bit once set stays true. A kernel without the advice (`EINVAL`) turns the check
+//! holes), so a bit once set stays true — on file systems that overwrite in place (tmpfs,
+//! ext4, XFS without reflinks). A copy-on-write one (btrfs, ZFS, reflinked XFS) may need new
+//! room at every rewrite of a page, which no check ahead can promise (the README says so). A kernel without the advice (`EINVAL`) turns the check
 //! off: stores then behave as they did without it.
 
 use std::io;

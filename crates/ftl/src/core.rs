@@ -263,6 +263,13 @@ impl Core {
         }
     }
 
+    /// The device is read-only because the image's file system has no room: a copy that
+    /// failed then says nothing about its block, which must not be retired for it.
+    pub(crate) fn read_only_for_no_space(&self) -> bool {
+        self.read_only_flag.load(Ordering::Acquire)
+            && self.read_only_no_space.load(Ordering::Acquire)
+    }
+
     /// The error a write gets on the read-only device: why it is read-only, as
     /// [`FtlError::NoSpace`](crate::FtlError::NoSpace) when the image's file system is full.
     pub(crate) fn read_only_error(&self) -> Option<crate::FtlError> {

@@ -402,7 +402,13 @@ impl Ftl {
         let nand = NandDevice::open(path, None, timing)?;
         let sb = checkpoint::read_superblock(&nand)?;
         let ftl = Ftl::start(nand, sb, cfg, true)?;
-        if ftl.core.recovery.lock().mode != RecoveryMode::Clean {
+        // A device that opened read-only (damage recovery found, say) writes nothing, no
+        // checkpoint either: that would replace the checkpoints recovery could not use with
+        // one of the map it distrusts, and the next open would find it usable and open
+        // writable. Each open recovers the same way instead.
+        if ftl.core.recovery.lock().mode != RecoveryMode::Clean
+            && ftl.core.read_only_reason().is_none()
+        {
             // Written from the live map, held still: no copy of it (peak RAM at open).
             ftl.core.checkpoint_held()?;
         }

@@ -268,7 +268,8 @@ impl Core {
     }
 
     /// Why the map recovery rebuilt may return wrong data as good, if it may: damage no crash
-    /// leaves, whose lost versions cannot be named page by page. The device then opens
+    /// of the daemon leaves, whose lost versions cannot be named page by page (and the one
+    /// crash that loses the checkpoints: see the full-scan case). The device then opens
     /// read-only (as an SSD whose metadata failed does): what it recovered stays readable, and
     /// nothing written later can be lost on top. `full_scan`: no checkpoint was usable.
     fn damage(&self, full_scan: bool, resolved: &Resolved) -> Option<String> {
@@ -276,8 +277,9 @@ impl Core {
         if let Some(first) = resolved.unreadable_pages.first() {
             why.push(format!(
                 "the OOB of {} programmed page(s) that are not their block's last (first: {first}) \
-                 cannot be read: a crash tears only a block's last page, so these rotted, and \
-                 which logical pages they held (perhaps their newest versions) is unknown",
+                 cannot be read: a crash of the daemon tears only a block's last page, so the \
+                 image was damaged (or the machine crashed before the image reached its disk), \
+                 and which logical pages they held (perhaps their newest versions) is unknown",
                 resolved.unreadable_pages.len()
             ));
         }
@@ -296,9 +298,11 @@ impl Core {
             if newest.is_some_and(|id| id >= 2) || areas == 2 {
                 why.push(format!(
                     "no checkpoint is usable, though the image holds checkpoints (the newest \
-                     named: {}): the map was rebuilt from a scan of every page, which cannot \
-                     see trims and write-zeroes older than the checkpoints (their records are \
-                     dropped once two checkpoints cover them), so such ranges may read old data",
+                     named: {}; they were damaged, or a crash cut the rewrite of the one \
+                     checkpoint area left after the other went bad): the map was rebuilt from a \
+                     scan of every page, which cannot see trims and write-zeroes older than the \
+                     checkpoints (their records are dropped once two checkpoints cover them), so \
+                     such ranges may read old data",
                     newest.map_or_else(|| "none readable".into(), |id| id.to_string())
                 ));
             }

@@ -207,6 +207,12 @@ fn a_full_scan_that_may_bring_trimmed_data_back_opens_read_only() {
     let e = block_on(async { ftl.write(0, 0, &stamped(0, 9), true).await });
     assert!(e.is_err(), "a write on a read-only device");
     verify_pages(&ftl, 32..64, 1);
+    // Nothing was written over the damage: the next open finds it again.
+    ftl.close().unwrap();
+    drop(ftl);
+    let ftl = open(&path, small_cfg(GcPolicy::InPath));
+    assert_eq!(ftl.recovery().mode, RecoveryMode::FullScan);
+    assert!(ftl.read_only_reason().is_some());
 }
 
 /// The OOB of a page in the middle of a block (not its last programmed page, which a crash may
@@ -253,6 +259,12 @@ fn a_rotted_oob_in_the_middle_of_a_block_opens_read_only() {
     for l in (0..100).filter(|&l| l != victim.0) {
         verify_pages(&ftl, l..l + 1, 2);
     }
+    // Nothing was written over the damage: the next open finds it again.
+    ftl.close().unwrap();
+    drop(ftl);
+    let ftl = open(&path, small_cfg(GcPolicy::InPath));
+    assert_eq!(ftl.recovery().unreadable_pages, 1);
+    assert!(ftl.read_only_reason().is_some());
 }
 
 #[test]

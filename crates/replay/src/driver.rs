@@ -190,28 +190,20 @@ impl<'a> Driver<'a> {
             .unwrap_or_default();
         for r in requests {
             let r = r?;
-            // Fitted to the device first: a request that is not replayed (empty, or refused
-            // past the end) takes no time and is counted only as such, not as reordered.
-            let Some(r) = fit(&mut self.adjusted, r, self.capacity, self.opts.out_of_range) else {
-                self.issued += 1;
-                if self.issued.is_multiple_of(4096) {
-                    progress(self.issued);
-                }
-                continue;
-            };
+            let arrival = r.arrival;
             let (mut at, stream) = match self.opts.queue_depth {
                 Some(_) => {
                     let Some(Reverse((free, s))) = streams.pop() else {
                         unreachable!("a closed loop has at least one stream")
                     };
-                    let think = match r.arrival {
+                    let think = match arrival {
                         Arrival::After(d) => d,
                         Arrival::At(_) => 0,
                     };
                     (free.saturating_add(think), s)
                 }
                 None => {
-                    let at = match r.arrival {
+                    let at = match arrival {
                         Arrival::At(t) => t0.saturating_add((t as f64 / self.opts.speed) as u64),
                         Arrival::After(d) => {
                             prev_done.saturating_add((d as f64 / self.opts.speed) as u64)
@@ -220,13 +212,30 @@ impl<'a> Driver<'a> {
                     (at, self.issued as usize)
                 }
             };
+            // Fitted to the device: one that is not replayed (empty, or refused past the end)
+            // takes no time (its think time still passes) and is counted only as such.
+            let fitted = fit(&mut self.adjusted, r, self.capacity, self.opts.out_of_range);
             if at < prev_arrival {
-                if matches!(r.arrival, Arrival::At(_)) && self.opts.queue_depth.is_none() {
+                if fitted.is_some()
+                    && matches!(arrival, Arrival::At(_))
+                    && self.opts.queue_depth.is_none()
+                {
                     self.adjusted.reordered += 1;
                 }
                 at = prev_arrival;
             }
             prev_arrival = at;
+            let Some(r) = fitted else {
+                prev_done = at;
+                if self.opts.queue_depth.is_some() {
+                    streams.push(Reverse((at, stream)));
+                }
+                self.issued += 1;
+                if self.issued.is_multiple_of(4096) {
+                    progress(self.issued);
+                }
+                continue;
+            };
             // The interval is opened before the request runs, so its counters do not yet
             // include this request's writes; what the device did before the interval began
             // (the programs of earlier writes, GC) is run first, and belongs to the intervals

@@ -227,10 +227,11 @@ pub struct NandOps {
     /// Page programs, a copyback's program included.
     pub programs: u64,
     pub erases: u64,
-    /// Copybacks (each also counted in `reads` and `programs`).
+    /// Copybacks (each also counted in `reads` and `programs`; one whose read failed, an
+    /// injected fault, in `reads` only).
     pub copybacks: u64,
-    /// Operations the device ran: a copyback is one (its read and program happen inside the
-    /// chip).
+    /// Operations the device ran: reads + programs + erases - copybacks (a copyback's read and
+    /// program happen inside the chip: one operation).
     pub total: u64,
 }
 

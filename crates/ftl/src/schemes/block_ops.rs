@@ -413,6 +413,10 @@ pub(crate) fn release_emptied(
     while core.pins.pinned(b) {
         std::thread::yield_now();
     }
+    // A copy into the block that failed for want of room in the image's file system (the
+    // schemes ask to retire a copy's destination when its program fails) was no fault of the
+    // block's: it is erased, not marked bad for good.
+    let bad = bad && !core.read_only_for_no_space();
     if bad {
         core.counters.retired_blocks.fetch_add(1, Ordering::Relaxed);
     }

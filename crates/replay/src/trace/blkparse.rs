@@ -83,12 +83,13 @@ impl State {
         // preflush it is how some kernels print a pure flush).
         let data = match op.filter(|_| count > 0 || (ranged && !preflush)) {
             Some(op) => {
-                let mut r = Request::new(
-                    at,
-                    op,
-                    bytes(sector, "sector")?,
-                    bytes(count, "sector count")?,
-                );
+                // A request of no sectors names no sector either (it may be printed unset).
+                let offset = if count == 0 {
+                    0
+                } else {
+                    bytes(sector, "sector")?
+                };
+                let mut r = Request::new(at, op, offset, bytes(count, "sector count")?);
                 // NBD and the block layer allow FUA on discards too (a recorded `DF`).
                 r.fua = fua && matches!(op, Op::Write | Op::Trim);
                 Some(r)
@@ -147,6 +148,8 @@ mod tests {
         // A read of no sectors: a request of length 0 (the replay counts it as empty); with a
         // preflush, a pure flush.
         assert_eq!(one(&mut s, "  8,0 0 6 2.0 1 D R 0 + 0 [x]").len, 0);
+        let unset = "  8,0 0 6 2.0 1 D R 18446744073709551615 + 0 [x]";
+        assert_eq!(one(&mut s, unset).len, 0);
         assert_eq!(one(&mut s, "  8,0 0 6 2.0 1 D FWS 0 + 0 [x]").op, Op::Flush);
         // A FUA trim, as `ftld serve --record` writes it.
         let r = one(&mut s, "  0,0 1 7 2.5 0 D DF 64 + 64 [ftld]");
