@@ -273,7 +273,8 @@ pub fn create(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ft
 /// Opens an existing image after checking it against explicitly requested options.
 pub fn open(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ftl> {
     let path = &settings.path;
-    let info = inspect(path)?;
+    // The format only: the open reads the checkpoints itself.
+    let info = ftl::inspect_format(path).map_err(|e| describe(e, path))?;
     check_matches(
         &info,
         settings.scheme,

@@ -152,7 +152,7 @@ pub use bytes::Bytes;
 use nand_model::{NandConfig, NandDevice, TimingMode};
 use parking_lot::Mutex;
 
-pub use crate::checkpoint::{inspect, ImageInfo};
+pub use crate::checkpoint::{inspect, inspect_format, ImageInfo};
 pub use crate::config::{Frontiers, FtlConfig, GcPolicy, Separation, VictimPolicy};
 pub use crate::error::{FtlError, Result};
 pub use crate::layout::{Lpn, Psa, LOGICAL_PAGE, SECTOR};

@@ -829,10 +829,25 @@ pub struct ImageInfo {
 /// Reads an image's superblock, checkpoints and block states without modifying it (the image
 /// is locked while it is read, so this fails with `ImageError::Locked` while a daemon uses it).
 pub fn inspect(path: &std::path::Path) -> Result<ImageInfo> {
+    inspect_with(path, true)
+}
+
+/// [`inspect`] without reading the checkpoints: what an image is formatted as (scheme,
+/// geometry, capacity, block states), for checking it against options before an open, which
+/// reads the checkpoints itself (reading them twice doubled that part of the open, and
+/// logged each unusable one twice). Its checkpoint fields are empty (`checkpoint_id` `None`,
+/// `clean_shutdown` false).
+pub fn inspect_format(path: &std::path::Path) -> Result<ImageInfo> {
+    inspect_with(path, false)
+}
+
+fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> {
     let nand = NandDevice::open(path, None, nand_model::TimingMode::Off)?;
     let sb = read_superblock(&nand)?;
     let layout = Layout::new(nand.geometry(), sb.ckpt_blocks);
-    let loaded = load_newest(&nand, &layout, &load::Discard(sb.lpns));
+    let loaded = checkpoints
+        .then(|| load_newest(&nand, &layout, &load::Discard(sb.lpns)))
+        .flatten();
     let (mut emin, mut emax, mut esum, mut bad, mut after) = (u32::MAX, 0u32, 0u64, 0u32, 0u64);
     let total = layout.total_blocks();
     for b in 0..total {
