@@ -602,6 +602,32 @@ fn preallocate_allocates_the_image_and_keeps_its_data() {
     }
 }
 
+/// A tmpfs of a given size mounted on a new temporary directory (root only), unmounted
+/// however the test ends.
+struct SmallTmpfs(tempfile::TempDir);
+
+impl SmallTmpfs {
+    fn mount(size: &str) -> SmallTmpfs {
+        let dir = tempfile::tempdir().expect("tempdir");
+        run_ok(
+            Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+                .arg(dir.path()),
+        );
+        SmallTmpfs(dir)
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
 /// `--preallocate` on a file system without room for the image: a clear error naming the
 /// image and the cause, exit code 1; a new image is not left behind, an existing one is kept.
 #[test]
@@ -609,20 +635,7 @@ fn preallocate_without_room_is_a_clear_error() {
     if !e2e::require_root() {
         return;
     }
-    /// Unmounts the small tmpfs however the test ends.
-    struct Mounted(std::path::PathBuf);
-    impl Drop for Mounted {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    run_ok(
-        Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=64M", "tmpfs"])
-            .arg(dir.path()),
-    );
-    let _mounted = Mounted(dir.path().to_path_buf());
+    let dir = SmallTmpfs::mount("64M");
     let new = dir.path().join("new.img");
     let (code, err) = run_to_exit(
         Command::new(FTLD)
@@ -683,21 +696,8 @@ fn a_file_system_that_fills_up_under_a_sparse_image_turns_it_read_only() {
 }
 
 fn fills_up(scheme: &str) {
-    /// Unmounts the small tmpfs however the test ends.
-    struct Mounted(std::path::PathBuf);
-    impl Drop for Mounted {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = SmallTmpfs::mount("24M");
     let logs = tempfile::tempdir().expect("tempdir");
-    run_ok(
-        Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=24M", "tmpfs"])
-            .arg(dir.path()),
-    );
-    let _mounted = Mounted(dir.path().to_path_buf());
     let image = dir.path().join("full.img");
     let socket = logs.path().join("s.sock");
     let serve = |log: &str| {
