@@ -215,6 +215,7 @@ fn replay_image(
             "pages_scanned": report.pages_scanned,
             "mapped_pages": report.mapped_pages,
             "lost_pages": report.lost_pages,
+            "unreadable_pages": report.unreadable_pages,
             "torn_slots": report.torn_slots,
             "wall_ms": report.millis,
             "scan_simulated_ms": report.scan_device_ms,

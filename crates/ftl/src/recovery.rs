@@ -291,9 +291,10 @@ impl Core {
             ));
         }
         if full_scan {
-            // A crash can leave no usable checkpoint only while the image's first is being
-            // written; then no trim record was ever dropped. Once two were written, records
-            // older than both are dropped, which only a checkpoint makes safe.
+            // A crash leaves no usable checkpoint while the image's first is being written
+            // (then no trim record was ever dropped), or while the one checkpoint area left
+            // after the other went bad is rewritten. Once two were written, records older
+            // than both are dropped, which only a checkpoint makes safe.
             let (newest, areas) = crate::checkpoint::written_before(&self.nand, &self.layout);
             if newest.is_some_and(|id| id >= 2) || areas == 2 {
                 why.push(format!(
