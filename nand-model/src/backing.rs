@@ -70,6 +70,12 @@ impl Backed {
     /// kernel for every chunk they touch that was not asked for before. Fails, with nothing
     /// stored, when the file system has no room (or the kernel refuses for another reason).
     pub(crate) fn ensure(&mut self, off: usize, len: usize) -> io::Result<()> {
+        self.ensure_or(off, len, false)
+    }
+
+    /// [`Backed::ensure`]; with `refuse`, a chunk not asked for before fails as on a full
+    /// file system (`FaultInjector::refuse_new_room`).
+    pub(crate) fn ensure_or(&mut self, off: usize, len: usize, refuse: bool) -> io::Result<()> {
         if !self.enabled || len == 0 {
             return Ok(());
         }
@@ -83,6 +89,9 @@ impl Backed {
             let (word, bit) = (c / 64, 1u64 << (c % 64));
             if self.bits[word] & bit != 0 {
                 continue;
+            }
+            if refuse {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
             }
             self.populate(c)?;
             if !self.enabled {

@@ -383,16 +383,22 @@ impl BankMem {
     /// first if that changes it), then backs that frame and the page's OOB entry. On an error
     /// (a full file system) nothing of the page was stored; the page may own another frame,
     /// which is harmless (see `own_frame`).
-    pub(crate) fn make_room(&mut self, block: u32, page: u32) -> std::io::Result<()> {
+    /// With `full`, room not yet allocated is refused (a full file system, injected).
+    pub(crate) fn make_room(&mut self, block: u32, page: u32, full: bool) -> std::io::Result<()> {
         let i = self.page_index(block, page);
         let mut f = self.frame(i);
         if self.refs[f] != 1 {
-            self.room_frame_table
-                .ensure(i * FRAME_ENTRY_SIZE as usize, FRAME_ENTRY_SIZE as usize)?;
+            self.room_frame_table.ensure_or(
+                i * FRAME_ENTRY_SIZE as usize,
+                FRAME_ENTRY_SIZE as usize,
+                full,
+            )?;
             f = self.own_frame(i);
         }
-        self.room_data.ensure(f * self.page_size, self.page_size)?;
-        self.room_oob.ensure(i * self.oob_size, self.oob_size)
+        self.room_data
+            .ensure_or(f * self.page_size, self.page_size, full)?;
+        self.room_oob
+            .ensure_or(i * self.oob_size, self.oob_size, full)
     }
 
     /// [`BankMem::make_room`] for a copyback of page `src` onto page `dst` ([`BankMem::copy_page`]:
@@ -402,15 +408,21 @@ impl BankMem {
         &mut self,
         src: (u32, u32),
         dst: (u32, u32),
+        full: bool,
     ) -> std::io::Result<()> {
         let (s, d) = (self.page_index(src.0, src.1), self.page_index(dst.0, dst.1));
-        self.room_frame_table
-            .ensure(d * FRAME_ENTRY_SIZE as usize, FRAME_ENTRY_SIZE as usize)?;
+        self.room_frame_table.ensure_or(
+            d * FRAME_ENTRY_SIZE as usize,
+            FRAME_ENTRY_SIZE as usize,
+            full,
+        )?;
         if self.refs[self.frame(s)] == u8::MAX {
             let f = self.own_frame(d);
-            self.room_data.ensure(f * self.page_size, self.page_size)?;
+            self.room_data
+                .ensure_or(f * self.page_size, self.page_size, full)?;
         }
-        self.room_oob.ensure(d * self.oob_size, self.oob_size)
+        self.room_oob
+            .ensure_or(d * self.oob_size, self.oob_size, full)
     }
 
     /// Writes a whole page, given as parts that follow one another, and its OOB; OOB bytes past

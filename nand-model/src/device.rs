@@ -521,9 +521,10 @@ impl NandDevice {
             }
         }
         // Room in the file for every page before any is stored (see `backing`).
+        let full = self.faults.room_refused();
         for &(addr, ..) in pages {
             st.mem
-                .make_room(addr.block.block, addr.page)
+                .make_room(addr.block.block, addr.page, full)
                 .map_err(|source| NandError::NoSpace { page: addr, source })?;
         }
         let mut failed = None;
@@ -786,11 +787,15 @@ impl NandDevice {
         }
         let fault = self.faults.program_fails(dst);
         // Room in the file before anything is stored (see `backing`).
+        let full = self.faults.room_refused();
         let room = if programmed && !fault && power != Power::Cut {
-            st.mem
-                .make_room_copy((src.block.block, src.page), (dst.block.block, dst.page))
+            st.mem.make_room_copy(
+                (src.block.block, src.page),
+                (dst.block.block, dst.page),
+                full,
+            )
         } else {
-            st.mem.make_room(dst.block.block, dst.page)
+            st.mem.make_room(dst.block.block, dst.page, full)
         };
         room.map_err(|source| NandError::NoSpace { page: dst, source })?;
         // Data and OOB first, the counter last (see BankMem::set_block).

@@ -69,6 +69,9 @@ pub struct FaultInjector {
     mutations: AtomicU64,
     /// 1 + the index of the operation the power cut tears; 0: no cut armed.
     cut_plus_one: AtomicU64,
+    /// The image's file system is full: room not yet allocated is refused (see
+    /// [`FaultInjector::refuse_new_room`]).
+    no_room: AtomicBool,
 }
 
 /// What the power lets an operation that changes the medium do.
@@ -120,6 +123,18 @@ impl FaultInjector {
         self.arm(|a| a.random = Some((rates, SmallRng::seed_from_u64(seed))));
     }
 
+    /// While `full`, the image's file system acts as full: a program that would store into a
+    /// part of the (sparse) file not yet allocated in this process is refused with
+    /// [`crate::NandError::NoSpace`], as on a file system with no room left (see `backing`);
+    /// parts already allocated are written as before. For tests of what a full disk does.
+    pub fn refuse_new_room(&self, full: bool) {
+        self.no_room.store(full, Ordering::Release);
+    }
+
+    pub(crate) fn room_refused(&self) -> bool {
+        self.no_room.load(Ordering::Acquire)
+    }
+
     /// Cuts the power at the `n`-th operation from now that changes the medium (0: the next
     /// one): see the module doc. Replaces an earlier cut that has not happened yet. Operations
     /// are counted only while a cut is armed (the fast path stays one relaxed load); arm one
@@ -163,6 +178,7 @@ impl FaultInjector {
         *a = Armed::default();
         self.armed.store(false, Ordering::Release);
         self.cut_plus_one.store(0, Ordering::Release);
+        self.no_room.store(false, Ordering::Release);
     }
 
     /// How many faults of each kind fired so far.
