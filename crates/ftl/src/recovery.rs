@@ -106,10 +106,33 @@ pub(crate) struct Scan {
     /// its data slots, suspects included). A version in the block lies between them, which
     /// often decides against a trim without reading the slot again.
     pub block_seqs: Vec<(u32, u64, u64)>,
-    /// Programmed pages, each not its block's last, whose OOB could not be read or decoded.
-    /// A crash tears only a block's last programmed page: these rotted, and the logical pages
-    /// they held (perhaps their newest versions) cannot be told.
-    pub unreadable: Vec<PageAddr>,
+    /// Programmed pages, each not its block's last, whose OOB could not be read or decoded,
+    /// and the first of them. A crash tears only a block's last programmed page: these rotted,
+    /// and the logical pages they held (perhaps their newest versions) cannot be told. (A
+    /// count, not a list: an image of garbage would otherwise cost RAM per page at open.)
+    pub unreadable: Unreadable,
+}
+
+/// Pages whose OOB a scan could not read: how many, and the first one met.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Unreadable {
+    pub count: u64,
+    pub first: Option<PageAddr>,
+}
+
+impl Unreadable {
+    fn note(&mut self, addr: PageAddr) {
+        self.count += 1;
+        self.first.get_or_insert(addr);
+    }
+
+    /// Both scans' pages together.
+    pub fn add(self, other: Unreadable) -> Unreadable {
+        Unreadable {
+            count: self.count + other.count,
+            first: self.first.or(other.first),
+        }
+    }
 }
 
 /// What a scheme's resolution reads from flash: the scan, and a slot's sequence number again.
@@ -144,8 +167,8 @@ pub(crate) struct Resolved {
     pub torn_slots: u64,
     /// Pages whose checkpointed copy was erased and no newer copy was found.
     pub lost_pages: u64,
-    /// Pages whose OOB the scan could not read (see [`Scan::unreadable`]), in scan order.
-    pub unreadable_pages: Vec<PageAddr>,
+    /// Pages whose OOB the scan could not read (see [`Scan::unreadable`]).
+    pub unreadable_pages: Unreadable,
 }
 
 impl Core {
@@ -260,7 +283,7 @@ impl Core {
             pages_scanned: pages,
             mapped_pages: resolved.mapped_pages,
             lost_pages: resolved.lost_pages,
-            unreadable_pages: resolved.unreadable_pages.len() as u64,
+            unreadable_pages: resolved.unreadable_pages.count,
             torn_slots: resolved.torn_slots,
             millis: t0.elapsed().as_secs_f64() * 1000.0,
             scan_device_ms,
@@ -274,13 +297,13 @@ impl Core {
     /// nothing written later can be lost on top. `full_scan`: no checkpoint was usable.
     fn damage(&self, full_scan: bool, resolved: &Resolved) -> Option<String> {
         let mut why = Vec::new();
-        if let Some(first) = resolved.unreadable_pages.first() {
+        if let Some(first) = resolved.unreadable_pages.first {
             why.push(format!(
                 "the OOB of {} programmed page(s) that are not their block's last (first: {first}) \
                  cannot be read: a crash of the daemon tears only a block's last page, so the \
                  image was damaged (or the machine crashed before the image reached its disk), \
                  and which logical pages they held (perhaps their newest versions) is unknown",
-                resolved.unreadable_pages.len()
+                resolved.unreadable_pages.count
             ));
         }
         if resolved.lost_pages > 0 {
@@ -335,7 +358,7 @@ impl Core {
                 blocks: list.len() as u64,
                 suspect: Vec::new(),
                 block_seqs: Vec::new(),
-                unreadable: Vec::new(),
+                unreadable: Unreadable::default(),
             },
             oob_buf: vec![0u8; self.layout.oob_size as usize],
             slot: vec![0u8; LOGICAL_PAGE],
@@ -384,7 +407,7 @@ impl Core {
             // programmed no further): only a block's last programmed page can be either.
             // Any other page has rotted, and what it held is unknown.
             if page + 1 < to {
-                s.out.unreadable.push(addr);
+                s.out.unreadable.note(addr);
             }
             return true;
         };

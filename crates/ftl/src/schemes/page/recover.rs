@@ -48,7 +48,7 @@ use crate::checkpoint::Checkpoint;
 use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{Layout, Psa};
-use crate::recovery::{Resolved, Scanner, SlotVersion};
+use crate::recovery::{Resolved, Scanner, SlotVersion, Unreadable};
 use crate::schemes::RecoverInput;
 
 impl PageScheme {
@@ -347,8 +347,7 @@ pub(crate) fn resolve(
         torn_slots,
         unreadable_pages: scans
             .iter()
-            .flat_map(|s| s.unreadable.iter().copied())
-            .collect(),
+            .fold(Unreadable::default(), |u, s| u.add(s.unreadable)),
     })
 }
 
@@ -407,7 +406,7 @@ mod tests {
                 pages: 0,
                 blocks: 0,
                 block_seqs,
-                unreadable: Vec::new(),
+                unreadable: Unreadable::default(),
             }])
         }
 
