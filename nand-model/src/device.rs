@@ -59,6 +59,20 @@ struct Bank {
     counters: Arc<BankCounters>,
 }
 
+/// The check [`NandDevice::copyback_checked`] runs on the OOB read out before the program.
+pub type CopybackCheck<'a> = &'a mut dyn FnMut(&[u8]) -> bool;
+
+/// What [`NandDevice::copyback_checked`] did.
+#[derive(Debug)]
+#[must_use]
+pub enum Copyback {
+    /// The page was programmed at the destination; the completion is the program's.
+    Programmed(Completion),
+    /// The caller declined the OOB it saw: the destination is untouched, and the completion is
+    /// the read's.
+    Declined(Completion),
+}
+
 /// A file-backed emulated NAND SSD. `Send + Sync`; every method takes `&self`.
 pub struct NandDevice {
     /// Maps a block's pages in when its first page is programmed (see `prefault`). First, so
@@ -725,6 +739,34 @@ impl NandDevice {
         dst: PageAddr,
         oob: Option<&mut [u8]>,
     ) -> Result<Completion, NandError> {
+        match self.copyback_inner(src, dst, oob, None)? {
+            Copyback::Programmed(c) | Copyback::Declined(c) => Ok(c),
+        }
+    }
+
+    /// [`Self::copyback`] whose program the caller may decline once it has seen the OOB read
+    /// out of the page register (`oob.len()` bytes): `keep` returns false and `dst` stays
+    /// untouched, the operation having cost the bank `t_read` and the channel the OOB's
+    /// transfer, like a read ([`Copyback::Declined`]). This is the controller's check before a
+    /// copyback program: metadata it cannot decode would otherwise be copied into a new block,
+    /// where it outlives the page it was damaged on.
+    pub fn copyback_checked(
+        &self,
+        src: PageAddr,
+        dst: PageAddr,
+        oob: &mut [u8],
+        keep: CopybackCheck<'_>,
+    ) -> Result<Copyback, NandError> {
+        self.copyback_inner(src, dst, Some(oob), Some(keep))
+    }
+
+    fn copyback_inner(
+        &self,
+        src: PageAddr,
+        dst: PageAddr,
+        mut oob: Option<&mut [u8]>,
+        keep: Option<CopybackCheck<'_>>,
+    ) -> Result<Copyback, NandError> {
         let bank = self.bank_of_page(src)?;
         self.bank_of_page(dst)?;
         if src.block.bank != dst.block.bank {
@@ -746,12 +788,12 @@ impl NandDevice {
             if let Some(o) = oob {
                 o.fill(0xFF);
             }
-            return Ok(Completion::new(
+            return Ok(Copyback::Programmed(Completion::new(
                 ALREADY_DONE,
                 Arc::clone(&bank.counters),
                 self.timeline.sim(),
                 self.timeline.timer(),
-            ));
+            )));
         }
         let mut st = bank.state.lock();
         let from = st.mem.block(src.block.block);
@@ -759,10 +801,6 @@ impl NandDevice {
             return Err(self.violation(NandError::BadBlock { block: src.block }));
         }
         let mut to = self.programmable(&st.mem, dst)?;
-        if to.programmed_pages == 0 {
-            self.prefault
-                .block_opened(self.geometry().block_index(dst.block));
-        }
         let c = &bank.counters;
         let ch = src.block.bank;
         let t_read = self.config.timing.read_ns(src.page, from.erase_count);
@@ -777,13 +815,32 @@ impl NandDevice {
             return Err(NandError::Uncorrectable { page: src });
         }
         let programmed = src.page < from.programmed_pages;
-        if let Some(o) = oob {
+        if let Some(o) = oob.as_deref_mut() {
             if programmed {
                 st.mem
                     .read_page(src.block.block, src.page, 0, &mut [], Some(o));
             } else {
                 o.fill(0xFF);
             }
+        }
+        if let (Some(keep), Some(o)) = (keep, oob.as_deref()) {
+            if !keep(o) {
+                let deadline =
+                    self.timeline
+                        .read(&mut st.tl, &mut st.ops, c, ch, t_read, oob_len as u64);
+                st.ops.reads += 1;
+                st.ops.bytes_read += oob_len as u64;
+                return Ok(Copyback::Declined(Completion::new(
+                    deadline,
+                    Arc::clone(c),
+                    self.timeline.sim(),
+                    self.timeline.timer(),
+                )));
+            }
+        }
+        if to.programmed_pages == 0 {
+            self.prefault
+                .block_opened(self.geometry().block_index(dst.block));
         }
         let fault = self.faults.program_fails(dst);
         // Room in the file before anything is stored (see `backing`).
@@ -838,12 +895,12 @@ impl NandDevice {
             });
         }
         ops.bytes_programmed += u64::from(g.page_size + g.oob_size);
-        Ok(Completion::new(
+        Ok(Copyback::Programmed(Completion::new(
             deadline,
             Arc::clone(c),
             self.timeline.sim(),
             self.timeline.timer(),
-        ))
+        )))
     }
 
     /// Erases a block: its pages read as 0xFF afterwards, `programmed_pages` becomes 0 and

@@ -340,6 +340,12 @@ pub fn page_oob_offset(path: &Path, addr: PageAddr) -> Result<u64, ImageError> {
 /// Byte offset in the image file at `path` of `block`'s block-table entry (16 bytes, little
 /// endian: erase count, flags (bit 0: bad), programmed pages, reserved), for tools that damage
 /// or inspect an image offline (call it on a closed image, as [`page_data_offset`]).
+/// Whether a file starting with `prefix` is a NAND image (its magic): tools that write files
+/// given on their command line refuse to overwrite one.
+pub fn is_image_prefix(prefix: &[u8]) -> bool {
+    prefix.starts_with(&crate::header::MAGIC)
+}
+
 pub fn block_entry_offset(path: &Path, block: BlockAddr) -> Result<u64, ImageError> {
     let addr = PageAddr { block, page: 0 };
     let (_, g) = open_for_page(path, addr)?;

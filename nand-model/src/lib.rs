@@ -271,14 +271,14 @@ pub use bankmem::BlockState;
 pub use clock::{precise_sleep_until, SimClock};
 pub use completion::{Completion, CompletionFuture};
 pub use config::{NandConfig, MAX_PLANES, MIN_SCALED_BLOCKS_PER_BANK};
-pub use device::{BankLoad, NandDevice, PlaneProgram, PlaneRead};
+pub use device::{BankLoad, Copyback, CopybackCheck, NandDevice, PlaneProgram, PlaneRead};
 pub use error::{BufferKind, GeometryError, ImageError, NandError};
 pub use faults::{FaultCounts, FaultInjector, FaultRates};
 pub use geometry::{
     BankId, BlockAddr, Geometry, PageAddr, MAX_PAGE_SIZE, MIN_OOB_SIZE, MIN_PAGE_SIZE,
 };
 pub use idle_poll::{current_cpu_latency_us, IdlePollHold, CPU_DMA_LATENCY};
-pub use image::{block_entry_offset, page_data_offset, page_oob_offset};
+pub use image::{block_entry_offset, is_image_prefix, page_data_offset, page_oob_offset};
 pub use interconnect::{Interconnect, MAX_CONTROLLERS};
 pub use presets::{preset, presets, Preset};
 pub use stall_probe::{monotonic_ns, Stall, StallProbe, StallReport};

@@ -71,6 +71,47 @@ fn copies_data_and_oob_and_reads_the_oob_out() {
     }
 }
 
+/// A checked copyback the caller declines (it saw an OOB it cannot use) leaves the
+/// destination free and costs a read of the OOB; one it keeps is an ordinary copyback.
+#[test]
+fn a_declined_copyback_leaves_the_destination_free() {
+    let f = Fixture::small();
+    let dev = f.dev();
+    let (src_blk, dst_blk) = (BlockAddr::new(1, 2), BlockAddr::new(1, 5));
+    fill(dev, src_blk, 2);
+    let mut out = vec![0u8; 40];
+    let mut seen = Vec::new();
+    let done = dev
+        .copyback_checked(src_blk.page(0), dst_blk.page(0), &mut out, &mut |o| {
+            seen = o.to_vec();
+            false
+        })
+        .expect("copyback");
+    let nand_model::Copyback::Declined(c) = done else {
+        panic!("a declined copyback programmed its destination");
+    };
+    c.wait();
+    assert_eq!(seen, oob_of(src_blk.page(0)), "the OOB the check saw");
+    assert_eq!(out, seen);
+    assert_eq!(dev.block_state(dst_blk).unwrap().programmed_pages, 0);
+    let s = dev.stats();
+    assert_eq!((s.totals.copybacks, s.totals.reads), (0, 1));
+    assert_eq!(s.totals.bytes_read, 40);
+    // The destination page is still the next free one: a kept copyback programs it.
+    let done = dev
+        .copyback_checked(src_blk.page(1), dst_blk.page(0), &mut out, &mut |_| true)
+        .expect("copyback");
+    let nand_model::Copyback::Programmed(c) = done else {
+        panic!("a kept copyback was declined");
+    };
+    c.wait();
+    assert_eq!(
+        read(dev, dst_blk.page(0)).0,
+        pattern(src_blk.page(1), 1, 4096)
+    );
+    assert_eq!(dev.stats().totals.copybacks, 1);
+}
+
 #[test]
 fn an_erased_source_copies_as_erased() {
     let f = Fixture::small();

@@ -10,8 +10,9 @@
 //! page's frame), and the OOB it reads out names the slots to switch. (Not with hot/cold
 //! separation: which of the two GC frontiers a page goes to depends on its logical pages,
 //! which only its OOB, read through the controller, tells.) Partly valid pages (and
-//! pages a copyback could not move: frontier on another bank, read error) are read, their valid
-//! slots packed in a staging buffer and programmed a page at a time.
+//! pages a copyback could not move: frontier on another bank, read error, an OOB that does not
+//! decode) are read, their valid slots packed in a staging buffer and programmed a page at a
+//! time.
 //!
 //! Data integrity: a staged page's valid slots are checked against their CRCs; a slot that
 //! fails is read again (as after a read fault), and one that fails every time is moved anyway
@@ -45,7 +46,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nand_model::{BankId, BlockAddr, NandError, PageAddr};
+use nand_model::{BankId, BlockAddr, Copyback, NandError, PageAddr};
 use parking_lot::MutexGuard;
 
 use super::frontiers::Frontier;
@@ -645,34 +646,39 @@ impl PageScheme {
             if dst.block.bank.0 != b {
                 return Moved::Staging;
             }
-            let result = core.nand.copyback(src, dst, Some(oob));
+            // The controller decodes the OOB read out of the page register before the program:
+            // an OOB that does not decode is not copied (on flash it would outlive its page as
+            // a programmed page no scan can read, and a later recovery would distrust the
+            // image). Staging then reads `src` again and salvages what the map vouches for.
+            let mut metas = None;
+            let spp = core.layout.slots_per_page;
+            let result = core.nand.copyback_checked(src, dst, oob, &mut |o| {
+                metas = match oob::decode(o, spp) {
+                    Some(PageOob::Data(m)) => Some(m),
+                    _ => None,
+                };
+                metas.is_some()
+            });
             match result {
-                Ok(c) => {
+                Ok(Copyback::Declined(c)) => {
+                    c.wait();
+                    return Moved::Staging;
+                }
+                Ok(Copyback::Programmed(c)) => {
                     self.advance_gc_frontier(core, frontier, dst);
                     c.wait();
                     core.counters
                         .gc_page_programs
                         .fetch_add(1, Ordering::Relaxed);
-                    match oob::decode(oob, core.layout.slots_per_page) {
-                        Some(PageOob::Data(metas)) => {
-                            for meta in &metas {
-                                self.map.prefetch(meta.lpn);
-                                core.cache.prefetch(meta.lpn);
-                            }
-                            for (i, meta) in metas.into_iter().enumerate() {
-                                let i = i as u32;
-                                let (from, to) = (core.layout.psa(src, i), core.layout.psa(dst, i));
-                                self.relocate(core, meta, from, to);
-                            }
-                        }
-                        _ => {
-                            // The OOB does not decode: the copy at `dst` is never mapped.
-                            // Staging reads `src` again and salvages what the map vouches for.
-                            if dst.page + 1 == core.layout.pages_per_block {
-                                self.mark_full(core, b, dst.block.block);
-                            }
-                            return Moved::Staging;
-                        }
+                    let metas = metas.unwrap_or_default();
+                    for meta in &metas {
+                        self.map.prefetch(meta.lpn);
+                        core.cache.prefetch(meta.lpn);
+                    }
+                    for (i, meta) in metas.into_iter().enumerate() {
+                        let i = i as u32;
+                        let (from, to) = (core.layout.psa(src, i), core.layout.psa(dst, i));
+                        self.relocate(core, meta, from, to);
                     }
                     if dst.page + 1 == core.layout.pages_per_block {
                         self.mark_full(core, b, dst.block.block);
