@@ -192,6 +192,13 @@ impl Core {
         let mut ranges: Vec<Vec<(u32, u32, u32)>> = vec![Vec::new(); layout.banks as usize];
         let mut erased_since = vec![false; total as usize];
         let mut scan_from = vec![0u32; total as usize];
+        // Blocks whose block table counts fewer programmed pages than the checkpoint recorded
+        // at the same erase count: pages are only ever added until an erase, so the table is
+        // damaged (or the machine crashed before the image reached its disk). Their checkpointed
+        // contents are treated as erased (their entries lost), and the device opens read-only:
+        // a block the table calls empty would otherwise be handed out again while the map and
+        // the schemes' block roles still point into it.
+        let mut shrunk = (0u64, None::<BlockAddr>);
         for b in 0..total {
             let addr = layout.block_addr(BlockIdx(b));
             let st = now[b as usize];
@@ -199,6 +206,13 @@ impl Core {
                 continue;
             }
             let (from, changed) = match ckpt.and_then(|c| c.blocks.get(b as usize)) {
+                Some(&(erases, programmed))
+                    if erases == st.erase_count && programmed > st.programmed_pages && !st.bad =>
+                {
+                    shrunk.0 += 1;
+                    shrunk.1.get_or_insert(addr);
+                    (0, true)
+                }
                 Some(&(erases, programmed)) if erases == st.erase_count => (programmed, false),
                 Some(_) => (0, true),
                 None => (0, true),
@@ -265,7 +279,7 @@ impl Core {
                  or checkpoint; writing on could lose data"
             ));
         }
-        if let Some(damage) = self.damage(ckpt.is_none(), &resolved) {
+        if let Some(damage) = self.damage(ckpt.is_none(), &resolved, shrunk) {
             self.set_read_only(damage);
         }
         // The scheme finishes its rebuild on the block states (hybrid schemes: block roles).
@@ -294,9 +308,21 @@ impl Core {
     /// of the daemon leaves, whose lost versions cannot be named page by page (and the one
     /// crash that loses the checkpoints: see the full-scan case). The device then opens
     /// read-only (as an SSD whose metadata failed does): what it recovered stays readable, and
-    /// nothing written later can be lost on top. `full_scan`: no checkpoint was usable.
-    fn damage(&self, full_scan: bool, resolved: &Resolved) -> Option<String> {
+    /// nothing written later can be lost on top. `full_scan`: no checkpoint was usable;
+    /// `shrunk`: blocks (how many, the first) the block table counts fewer pages in than the
+    /// checkpoint did.
+    fn damage(
+        &self,
+        full_scan: bool,
+        resolved: &Resolved,
+        shrunk: (u64, Option<BlockAddr>),
+    ) -> Option<String> {
         let mut why = Vec::new();
+        if let (n, Some(first)) = shrunk {
+            why.push(format!(
+                "the block table counts fewer programmed pages than the checkpoint recorded in                  {n} block(s) with no erase between (first: {first}): pages are only added                  until an erase, so the block table was damaged (or the machine crashed before                  the image reached its disk), and what those blocks held is treated as lost"
+            ));
+        }
         if let Some(first) = resolved.unreadable_pages.first {
             why.push(format!(
                 "the OOB of {} programmed page(s) that are not their block's last (first: {first}) \

@@ -416,6 +416,80 @@ fn foreign_and_unformatted_images_are_refused() {
     );
 }
 
+/// A block table that counts fewer programmed pages in a block than the checkpoint recorded,
+/// with no erase between (damage, or a machine crash before the image reached its disk): the
+/// device opens read-only saying so, for every scheme, and every page outside that block still
+/// reads back. Before, the open trusted the checkpoint's count: the block went on the free list
+/// while the map (and the block roles of rftl and gftl) still pointed into it, so a later write
+/// could hand it to a second owner.
+#[test]
+fn a_block_table_that_lost_pages_the_checkpoint_counted_opens_read_only() {
+    use ftl::SchemeKind;
+    for scheme in [
+        SchemeKind::Page,
+        SchemeKind::Bast,
+        SchemeKind::Fast,
+        SchemeKind::Rftl,
+        SchemeKind::Nftl,
+        SchemeKind::Gftl,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b.img");
+        let mut cfg = small_cfg(GcPolicy::Adaptive);
+        cfg.scheme = scheme;
+        let ftl = create(&path, &small_nand(4096, 24), cfg.clone());
+        write_pages(&ftl, 0..100, 1);
+        let (page, _) = ftl.physical_slot(5).expect("page 5 is mapped");
+        let block = page.block;
+        let held: Vec<u64> = (0..100u64)
+            .filter(|&l| ftl.physical_slot(l as u32).map(|(p, _)| p.block) == Some(block))
+            .collect();
+        ftl.close().unwrap();
+        drop(ftl);
+        let at = ftl::nand_model::block_entry_offset(&path, block).unwrap() + 8;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let mut programmed = [0u8; 4];
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut programmed, at).unwrap();
+        let programmed = u32::from_le_bytes(programmed);
+        assert!(programmed > page.page, "{scheme:?}: {block} holds page 5");
+        std::os::unix::fs::FileExt::write_all_at(&f, &page.page.to_le_bytes(), at).unwrap();
+        drop(f);
+        let ftl = open(&path, cfg.clone());
+        let why = ftl.read_only_reason().unwrap_or_default();
+        assert!(
+            why.contains("block table counts fewer programmed pages") && why.contains("1 block"),
+            "{scheme:?}: {why:?}"
+        );
+        // Pages elsewhere read back; those the block held read as recovered or fail, but
+        // never as another page's data or another version.
+        block_on(async {
+            let mut buf = vec![0u8; 4096];
+            for l in 0..100u64 {
+                match ftl.read(l * 4096, &mut buf).await {
+                    Ok(()) if held.contains(&l) => assert!(
+                        check_stamp(l, &buf) == Some(1) || buf.iter().all(|&b| b == 0),
+                        "{scheme:?}: page {l} reads as something else"
+                    ),
+                    Ok(()) => assert_eq!(check_stamp(l, &buf), Some(1), "{scheme:?}: page {l}"),
+                    Err(e) => assert!(held.contains(&l), "{scheme:?}: page {l}: {e}"),
+                }
+            }
+        });
+        assert!(
+            block_on(ftl.write(0, 0, &stamped(0, 2), false)).is_err(),
+            "{scheme:?}: a write on a read-only device"
+        );
+        drop(ftl);
+        // Still read-only at the next open: the open wrote no checkpoint over the evidence.
+        let ftl = open(&path, cfg);
+        assert!(ftl.read_only_reason().is_some(), "{scheme:?}");
+    }
+}
+
 /// A block table that marks the superblock page unprogrammed on an image holding data is
 /// damage, not an interrupted format: the refusal says so and does not advise formatting.
 #[test]

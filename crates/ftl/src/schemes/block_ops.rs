@@ -1,4 +1,5 @@
-//! Block-level operations the block-mapped schemes share (`hybrid`: BAST and FAST; `rftl`):
+//! Block-level operations the block-mapped schemes share (`hybrid`: BAST and FAST; `rftl`;
+//! `gftl`):
 //! a free block near a bank, a slot read for a copy, the release of a block that holds
 //! nothing current any more, and the journal blocks that hold trim records.
 //!
@@ -503,17 +504,26 @@ impl Journal {
     /// Erases the journal blocks whose trim records were all pruned (after a checkpoint).
     pub(crate) fn reclaim(this: &Mutex<Journal>, core: &Core, layout: Layout, map: &PageMap) {
         let empty = |b: &BlockIdx| map.valid_bits(*b) == 0;
-        if !this.lock().closed.iter().any(|(b, _)| empty(b)) {
-            return;
-        }
         // A closed block's last page may still be in flight: its slots count as valid only
         // once committed, so it would look empty and be erased under its own program (the
         // record lost, the block reused). Closed blocks get no new pages, so once every trim
-        // page placed so far has committed, an empty one stays empty.
+        // page placed so far has committed, an empty one stays empty. Only blocks already
+        // closed before the flush qualify: one closed during it (a trim page sealed meanwhile
+        // filled it) may still have its last page in flight.
+        let closed: Vec<BlockIdx> = {
+            let j = this.lock();
+            if !j.closed.iter().any(|(b, _)| empty(b)) {
+                return;
+            }
+            j.closed.iter().map(|(b, _)| *b).collect()
+        };
         core.flush_queue_blocking(core.trim_queue());
         let done: Vec<(BlockIdx, bool)> = {
             let mut j = this.lock();
-            let (empty, live): (Vec<_>, Vec<_>) = j.closed.iter().partition(|(b, _)| empty(b));
+            let (empty, live): (Vec<_>, Vec<_>) = j
+                .closed
+                .iter()
+                .partition(|(b, _)| closed.contains(b) && empty(b));
             j.closed = live;
             empty
         };

@@ -27,7 +27,7 @@
 //! | `Scheme::locate` | host read | the page's stripe |
 //! | `Scheme::unmap` | host trim | the page's stripes |
 //! | `Scheme::placer` | once per queue, at start | nothing |
-//! | `Placer::target`, `Placer::target_group`, `Placer::failed` | the queue's writer, before/after a program (`target_group` with the pages waiting, up to `Placer::group_size`) | the queue's inline-writer lock with timing `off` |
+//! | `Placer::target`, `Placer::target_group`, `Placer::failed` | the queue's writer, before/after a program (`target_group` with the pages waiting, up to `Placer::group_size`) | with timing `off` or `virtual` (writers inline), the queue's open page and its inline-writer lock, in that order |
 //! | `Scheme::commit` | the queue's writer, in seal order, after the program completed | nothing |
 //! | `Scheme::spawn_workers`, `Scheme::tick` | `Ftl::start`; the maintenance thread every 50 ms | nothing |
 //! | `Scheme::checkpoint_payload`, `Scheme::checkpoint_written` | `Core::checkpoint` | host gate frozen, `gc_gate` exclusive; nothing |

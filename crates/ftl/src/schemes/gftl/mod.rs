@@ -48,7 +48,8 @@
 //! and by a step on it), its `state` mutex, `core.gc_gate` shared (a step), the write cache's
 //! stripes (a step publishing its copies). `queue` and `pool` are leaves, never held while
 //! waiting for anything but the pool's open block, which a writer holds only from `target` to
-//! `issued`. A writer runs a step only with nothing in flight (it drains first), so a step
+//! `issued`; `buffer_inflight` is taken just before `pool` where both are held (`take_buffer`,
+//! `end_merge`; `check` takes them the other way round, but runs quiesced). A writer runs a step only with nothing in flight (it drains first), so a step
 //! waiting for a logical block's lock waits for programs to complete, never for a step.
 //!
 //! # Crash safety

@@ -176,8 +176,12 @@ impl Placer for GftlPlacer {
         t
     }
 
-    fn issued(&mut self, _core: &Core, _addrs: &[PageAddr], _programmed: bool) {
-        self.stepped = false;
+    fn issued(&mut self, _core: &Core, _addrs: &[PageAddr], programmed: bool) {
+        // After a failed program the same pages are offered again: they already carried
+        // their step (one per host write, the bound `write_bound_ns` counts).
+        if programmed {
+            self.stepped = false;
+        }
         self.give_back();
     }
 
