@@ -66,6 +66,11 @@ pub(crate) struct BankMem {
     refs: Vec<u8>,
     /// Frames no page references.
     pool: Vec<u32>,
+    /// One bit per page: its frame-table entry is not 0 (the page's data is in another frame
+    /// than its own). Only such entries are read through the mapping: the others may lie in a
+    /// hole of the sparse file, and on tmpfs even a read of a hole must allocate, which on a
+    /// full file system raises SIGBUS (a read of a page whose entry was never written).
+    remapped: Vec<u64>,
     /// What of the frame table, the frames and the OOB entries the file is known to back (see
     /// `backing`): a program first makes room ([`BankMem::make_room`]), so a full file system
     /// refuses it instead of faulting. (The block table is backed whole at open.)
@@ -197,6 +202,7 @@ impl BankMem {
                 oob_size: g.oob_size as usize,
                 refs: vec![0; pages as usize],
                 pool: Vec::new(),
+                remapped: vec![0; (pages as usize).div_ceil(64)],
             };
             // The table is read with pread, not through the mapping: touching all of it through
             // the mapping would keep 4 B per page of file pages in the process's RSS for good,
@@ -215,6 +221,15 @@ impl BankMem {
                     }
                 })?;
                 let first = done / FRAME_ENTRY_SIZE as usize;
+                for (k, e) in chunk[..n]
+                    .chunks_exact(FRAME_ENTRY_SIZE as usize)
+                    .enumerate()
+                {
+                    if e.iter().any(|&b| b != 0) {
+                        let i = first + k;
+                        mem.remapped[i / 64] |= 1 << (i % 64);
+                    }
+                }
                 count_frame_refs(&chunk[..n], first, &mut mem.refs).map_err(|(page, reason)| {
                     TableError::Frame {
                         bank: bank as u32,
@@ -245,6 +260,9 @@ impl BankMem {
 
     /// The frame holding page `i`'s data (`i` is the page's index in the bank).
     fn frame(&self, i: usize) -> usize {
+        if self.remapped[i / 64] & (1 << (i % 64)) == 0 {
+            return i;
+        }
         let mut raw = [0u8; 4];
         // SAFETY: callers pass i < pages of the bank (they got it from `page_index`, which
         // checks it), so the 4-byte entry lies inside the bank's frame table; the bank lock
@@ -262,6 +280,12 @@ impl BankMem {
 
     fn set_frame(&mut self, i: usize, f: usize) {
         let v: u32 = if f == i { 0 } else { f as u32 + 1 };
+        let bit = 1u64 << (i % 64);
+        if f == i {
+            self.remapped[i / 64] &= !bit;
+        } else {
+            self.remapped[i / 64] |= bit;
+        }
         // SAFETY: i < pages of the bank (callers got it from `page_index`), so the entry lies in
         // the bank's frame table; `&mut self` means the bank lock is held.
         unsafe {
