@@ -218,12 +218,25 @@ fn next_request(
     opts: &DriverOptions,
     capacity: u64,
 ) -> Option<Result<Request, TraceError>> {
+    // A request not replayed takes no time, but its think time still passes (as in the
+    // virtual-time driver): it is added to the next replayed request's.
+    let mut skipped_think = 0u64;
     loop {
         match requests.next()? {
             Err(e) => return Some(Err(e)),
             Ok(r) => {
-                if let Some(r) = fit(adjusted, r, capacity, opts.out_of_range) {
-                    return Some(Ok(r));
+                let think = match r.arrival {
+                    Arrival::After(d) => d,
+                    Arrival::At(_) => 0,
+                };
+                match fit(adjusted, r, capacity, opts.out_of_range) {
+                    Some(mut r) => {
+                        if let Arrival::After(d) = &mut r.arrival {
+                            *d = d.saturating_add(skipped_think);
+                        }
+                        return Some(Ok(r));
+                    }
+                    None => skipped_think = skipped_think.saturating_add(think),
                 }
             }
         }
@@ -460,4 +473,41 @@ fn record(
     }
     progress(next);
     (out, fatal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::OutOfRange;
+
+    /// The think times of requests that are not replayed (empty, refused past the end) pass
+    /// before the next one that is.
+    #[test]
+    fn a_skipped_request_keeps_its_think_time() {
+        let after = |d, offset, len| Request {
+            arrival: Arrival::After(d),
+            ..Request::new(0, Op::Write, offset, len)
+        };
+        let trace = vec![
+            after(5_000, 1 << 40, 4096),
+            after(7_000, 0, 0),
+            after(3_000, 8192, 4096),
+            after(2_000, 0, 4096),
+        ];
+        let mut requests = trace.into_iter().map(Ok);
+        let mut adjusted = Adjusted::default();
+        let opts = DriverOptions {
+            out_of_range: OutOfRange::Refuse,
+            ..DriverOptions::default()
+        };
+        let mut next = || match next_request(&mut requests, &mut adjusted, &opts, 1 << 20) {
+            Some(Ok(r)) => Some((r.arrival, r.offset)),
+            Some(Err(e)) => panic!("{e}"),
+            None => None,
+        };
+        assert_eq!(next(), Some((Arrival::After(15_000), 8192)));
+        assert_eq!(next(), Some((Arrival::After(2_000), 0)));
+        assert_eq!(next(), None);
+        assert_eq!((adjusted.refused, adjusted.empty), (1, 1));
+    }
 }

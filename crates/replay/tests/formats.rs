@@ -286,6 +286,46 @@ fn a_byte_order_mark_is_skipped() {
     assert_eq!(shape(&rs.unwrap()), shape(&read("msr.csv").1.unwrap()));
 }
 
+/// A CSV header as the first line (after comments), as spreadsheet and pandas exports of the
+/// MSR, Alibaba and Tencent traces carry, is skipped, with or without `--format`; a header-like
+/// line further down is still an error at its line.
+#[test]
+fn a_csv_header_line_is_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "msr.csv",
+            "Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime",
+            Format::Msr,
+        ),
+        (
+            "alibaba.csv",
+            "device_id,opcode,offset,length,timestamp",
+            Format::Alibaba,
+        ),
+        (
+            "tencent.csv",
+            "Timestamp, Offset, Size, IOType, VolumeID",
+            Format::Tencent,
+        ),
+    ];
+    for (name, header, format) in cases {
+        let p = dir.path().join(name);
+        let body = std::fs::read_to_string(fixture(name)).unwrap();
+        std::fs::write(&p, format!("# exported\n{header}\n{body}")).unwrap();
+        let mut r = BufReader::new(File::open(&p).unwrap());
+        assert_eq!(detect(&p, &mut r).expect("format guessed"), format);
+        let r = BufReader::new(File::open(&p).unwrap());
+        let rs = TraceReader::new(&p, format, r).collect::<Result<Vec<_>, _>>();
+        assert_eq!(shape(&rs.unwrap()), shape(&read(name).1.unwrap()), "{name}");
+        // A second header (two files concatenated) is a malformed line, named.
+        std::fs::write(&p, format!("{header}\n{body}{header}\n{body}")).unwrap();
+        let e = read_err(&p, format);
+        let second = body.lines().count() + 2;
+        assert!(e.contains(&format!("{name}:{second}:")), "{e}");
+    }
+}
+
 /// Reads the trace at `p` as `format` with `select`.
 fn read_devices(
     p: &Path,

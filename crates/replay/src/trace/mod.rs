@@ -220,6 +220,25 @@ fn is_blank_or_comment(line: &str) -> bool {
     t.is_empty() || t.starts_with('#')
 }
 
+/// A CSV header line (`Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime`, as copies
+/// of the MSR, Alibaba and Tencent traces exported by spreadsheets and pandas carry): two or
+/// more comma-separated fields, each a name that starts with a letter. No trace's request line
+/// looks like that (each starts with a number), so the first line that is not blank or a
+/// comment is skipped when it is one.
+fn is_csv_header(line: &str) -> bool {
+    let mut fields = 0;
+    for f in line.trim().split(',').map(str::trim) {
+        let mut chars = f.chars();
+        let name = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+            && chars.all(|c| c.is_ascii_alphanumeric() || " _-()/.".contains(c));
+        if !name {
+            return false;
+        }
+        fields += 1;
+    }
+    fields >= 2
+}
+
 /// Longest line a trace may have, its line end included. Real trace lines are under 200
 /// bytes; a longer one is a binary or compressed file given by mistake, whose first "line"
 /// could be the whole file (`/dev/zero` would never end).
@@ -265,6 +284,8 @@ pub fn detect(path: &Path, reader: &mut impl BufRead) -> Result<Format, TraceErr
     // Bytes of blank and comment lines so far: the caller may keep them (to read them again
     // from a pipe), so a file of only comments is refused after a while.
     let mut skipped = 0u64;
+    // Whether the first line that is not blank or a comment has been seen (a header may be it).
+    let mut header_seen = false;
     loop {
         line.clear();
         if skipped > MAX_LINE * 16 {
@@ -284,6 +305,10 @@ pub fn detect(path: &Path, reader: &mut impl BufRead) -> Result<Format, TraceErr
         }
         n += 1;
         if is_blank_or_comment(&line) {
+            continue;
+        }
+        if !header_seen && is_csv_header(&line) {
+            header_seen = true;
             continue;
         }
         let l = line.trim_end();
@@ -330,6 +355,8 @@ pub struct TraceReader<R> {
     reader: R,
     line: String,
     n: u64,
+    /// Whether a line that is not blank or a comment was read (the first may be a CSV header).
+    content_seen: bool,
     /// The first request's time: every time is made relative to it.
     origin: Option<u64>,
     pending: Option<Request>,
@@ -416,6 +443,7 @@ impl<R: BufRead> TraceReader<R> {
             reader,
             line: String::new(),
             n: 0,
+            content_seen: false,
             origin: None,
             pending: None,
             fio: fio::State::default(),
@@ -523,6 +551,12 @@ impl<R: BufRead> TraceReader<R> {
             self.n += 1;
             if is_blank_or_comment(&self.line) {
                 continue;
+            }
+            if !self.content_seen {
+                self.content_seen = true;
+                if is_csv_header(&self.line) {
+                    continue;
+                }
             }
             let line = self.line.trim_end();
             let one = |(r, d)| (Parsed::One(r), Some(d));
