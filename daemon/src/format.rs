@@ -21,6 +21,23 @@ pub fn run(args: &FormatArgs) -> anyhow::Result<()> {
         Ok(m) if m.is_dir() => {
             return Err(UsageError(format!("{} is a directory", path.display())).into())
         }
+        // `--force` removes the file and makes a new one: never in place of a device node, a
+        // FIFO, a socket or a symbolic link (`ftld format --force --image /dev/null` as root
+        // would have replaced /dev/null with an image).
+        Ok(m) if m.file_type().is_symlink() => {
+            return Err(UsageError(format!(
+                "{} is a symbolic link; give the path of the image it points to",
+                path.display()
+            ))
+            .into())
+        }
+        Ok(m) if !m.is_file() => {
+            return Err(UsageError(format!(
+                "{} is not a regular file (a device, FIFO or socket); an image is a regular file",
+                path.display()
+            ))
+            .into())
+        }
         Ok(_) if !args.force => {
             return Err(UsageError(format!(
                 "image {} already exists; pass --force to replace it (its data is lost)",

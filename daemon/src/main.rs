@@ -27,6 +27,15 @@ macro_rules! out {
     }};
 }
 
+/// `eprintln!` that drops the line when stderr is gone (a pipe whose reader went away) instead
+/// of panicking.
+macro_rules! note {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($t)*);
+    }};
+}
+
 /// `print!` as [`out!`] does `println!`.
 macro_rules! outp {
     ($($t:tt)*) => {{
@@ -73,10 +82,15 @@ impl std::error::Error for UsageError {}
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // A log line that cannot be written (stderr a pipe whose reader went away, as with
+    // `ftld serve 2>&1 | head`) is dropped: by default the subscriber reports it with
+    // `eprintln!`, which panics on the same broken pipe, inside whatever thread logged (a
+    // connection's task, the signal handler: the daemon then died, or ignored SIGTERM).
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
+        .log_internal_errors(false)
         .init();
 }
 
@@ -98,7 +112,7 @@ fn main() -> ExitCode {
         // The reader of our stdout went away: nobody is left to tell, as for `cat | head`.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ftld: error: {e:#}");
+            note!("ftld: error: {e:#}");
             if e.downcast_ref::<UsageError>().is_some() {
                 ExitCode::from(2)
             } else {

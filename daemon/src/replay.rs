@@ -110,9 +110,9 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
             cfg_json["target"] = target.describe().into();
             cfg_json["capacity_bytes"] = target.capacity().into();
             if let Some(p) = args.precondition.filter(|&p| p > 0.0) {
-                eprintln!("preconditioning {p} % of {} ...", target.describe());
+                note!("preconditioning {p} % of {} ...", target.describe());
                 let r = ftl_replay::precondition_real(target.as_ref(), p, args.seed)?;
-                eprintln!(
+                note!(
                     "preconditioned: {:.0} MiB filled, {:.0} MiB overwritten in {:.1} s",
                     r.fill_bytes as f64 / 1048576.0,
                     r.overwrite_bytes as f64 / 1048576.0,
@@ -162,7 +162,7 @@ fn replay_image(
         args.timing,
         &args.image.config,
     ) {
-        eprintln!(
+        note!(
             "note: {}: timing = \"{t}\" applies to ftld serve; this replay runs in {} time (--timing sets it)",
             path.display(),
             timing.name()
@@ -224,9 +224,9 @@ fn replay_image(
     };
     let precondition = match args.precondition {
         Some(p) if p > 0.0 => {
-            eprintln!("preconditioning {p} % of the device ...");
+            note!("preconditioning {p} % of the device ...");
             let r = ftl_replay::precondition(&ftl, p, args.seed)?;
-            eprintln!(
+            note!(
                 "preconditioned: {:.0} MiB filled, {:.0} MiB overwritten, steady WAF {:.2}, {:.1} s simulated in {:.1} s",
                 r.fill_bytes as f64 / 1048576.0,
                 r.overwrite_bytes as f64 / 1048576.0,
@@ -307,7 +307,7 @@ fn replay_image(
         // the older checkpoint: `checkpoint_fallback`.)
         ftl.nand().faults().power_cut_after(0);
         drop(ftl);
-        eprintln!(
+        note!(
             "power cut: {} left as after a crash (the next open recovers it)",
             settings.path.display()
         );

@@ -62,6 +62,11 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(|p| open_record(p, &s))
         .transpose()?;
+    // A socket another daemon holds fails the start before an image is made or opened.
+    socket_path_free(&s.control_socket, "control socket")?;
+    if let (Chosen::Nbd, Some(p)) = (chosen, s.nbd_socket.as_ref()) {
+        socket_path_free(p, "NBD socket")?;
+    }
     notify::status(&format!("opening {}", s.image.path.display()));
     let ftl = Arc::new(image::open_or_create(&s.image, s.timing)?);
     let recording = match record {
@@ -125,6 +130,7 @@ fn open_record(path: &Path, s: &ServeSettings) -> anyhow::Result<(PathBuf, std::
     }
     let file = std::fs::OpenOptions::new()
         .create(true)
+        .read(true)
         .write(true)
         .truncate(false)
         .open(path)
@@ -137,6 +143,16 @@ fn open_record(path: &Path, s: &ServeSettings) -> anyhow::Result<(PathBuf, std::
         if (image.dev(), image.ino()) == (meta.dev(), meta.ino()) {
             bail!("--record {}: that is the image", path.display());
         }
+    }
+    // Another image (perhaps served by another daemon, whose mapping would fault once the file
+    // is emptied): never overwritten by a recording.
+    let mut prefix = [0u8; 8];
+    let n = std::os::unix::fs::FileExt::read_at(&file, &mut prefix, 0).unwrap_or(0);
+    if ftl::nand_model::is_image_prefix(&prefix[..n]) {
+        bail!(
+            "--record {}: that is an ftld NAND image, not a recording; give another file",
+            path.display()
+        );
     }
     // SAFETY: flock on a descriptor `file` keeps open for the call; no memory is passed. The
     // lock lasts as long as the descriptor (the recording). Exercised by
@@ -312,6 +328,29 @@ impl Drop for SocketFiles {
     }
 }
 
+/// Refuses a unix socket path another process listens on, or a file of another kind there;
+/// true if a stale socket file (nobody listening) is there, to be replaced. Checked before
+/// the image is opened too, so a start that would fail on its socket makes no image.
+pub(crate) fn socket_path_free(path: &Path, what: &str) -> anyhow::Result<bool> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                bail!(
+                    "{what} {} is in use by another process (another ftld?)",
+                    path.display()
+                );
+            }
+            Ok(true)
+        }
+        Ok(_) => bail!(
+            "{what} {} exists and is not a socket; refusing to replace it",
+            path.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e).with_context(|| format!("{what} {}", path.display())),
+    }
+}
+
 /// Binds a unix socket at `path`, replacing a stale socket file (one nobody listens on) but
 /// never a live socket or a file of another kind.
 pub(crate) fn bind_unix(
@@ -323,23 +362,9 @@ pub(crate) fn bind_unix(
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating the directory of {what} {}", path.display()))?;
     }
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_socket() => {
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                bail!(
-                    "{what} {} is in use by another process (another ftld?)",
-                    path.display()
-                );
-            }
-            std::fs::remove_file(path)
-                .with_context(|| format!("removing stale {what} {}", path.display()))?;
-        }
-        Ok(_) => bail!(
-            "{what} {} exists and is not a socket; refusing to replace it",
-            path.display()
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("{what} {}", path.display())),
+    if socket_path_free(path, what)? {
+        std::fs::remove_file(path)
+            .with_context(|| format!("removing stale {what} {}", path.display()))?;
     }
     let l =
         UnixListener::bind(path).with_context(|| format!("binding {what} {}", path.display()))?;
@@ -511,6 +536,7 @@ fn print_connect_help(
         "\nPut a filesystem on it (as root; needs fuse3 and libnbd-bin):\n\
          \x20   mkdir -p /tmp/ftld-fuse /mnt/ftld\n\
          \x20   nbdfuse /tmp/ftld-fuse/disk '{uri}' &\n\
+         \x20   until [ -e /tmp/ftld-fuse/disk ]; do sleep 0.1; done   # nbdfuse is up\n\
          \x20   dev=$(losetup -f --show /tmp/ftld-fuse/disk)\n\
          \x20   mkfs.ext4 \"$dev\" && mount \"$dev\" /mnt/ftld\n\
          \x20   ... and to undo: umount /mnt/ftld; losetup -d \"$dev\"; fusermount3 -u /tmp/ftld-fuse\n"

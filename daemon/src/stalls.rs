@@ -13,9 +13,11 @@ use nand_model::{StallProbe, StallReport};
 use crate::cli::StallsArgs;
 
 pub fn run(a: &StallsArgs) -> anyhow::Result<()> {
-    if !(a.seconds > 0.0 && a.seconds.is_finite()) {
+    // At most a year: a longer run is a typo, and the deadline must fit the clock.
+    const MAX_SECONDS: f64 = 365.0 * 86_400.0;
+    if !(a.seconds > 0.0 && a.seconds <= MAX_SECONDS) {
         return Err(crate::UsageError(format!(
-            "--seconds must be a positive number of seconds, not {}",
+            "--seconds must be a positive number of seconds up to {MAX_SECONDS} (a year), not {}",
             a.seconds
         ))
         .into());

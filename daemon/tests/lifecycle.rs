@@ -277,6 +277,117 @@ fn options_that_contradict_the_image_are_usage_errors() {
     d.restart();
 }
 
+/// `ftld serve 2>&1 | head`: the log's reader goes away while the daemon serves. The daemon
+/// drops log lines it cannot write, serves a client, and stops on SIGTERM with a clean
+/// shutdown, the client's write on flash. Before, the log subscriber reported the failed write
+/// with `eprintln!`, which panicked inside the thread that logged: the daemon died at the next
+/// connection, or ignored SIGTERM and was left to kill -9.
+#[test]
+fn a_log_reader_that_goes_away_does_not_stop_the_daemon() {
+    use std::io::BufRead;
+    // The harness's daemon makes the image; the one under test is started by hand.
+    let mut d = Daemon::start_with(
+        FTLD,
+        e2e::DaemonOpts {
+            timing: "off".into(),
+            ..Default::default()
+        },
+    );
+    assert!(d.stop().success());
+    let (image, socket) = (d.image(), d.socket());
+    let mut serve = d.serve_command();
+    let mut child = serve
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read the log until the daemon is ready, then close the pipe's read end (stdout too).
+    let mut log = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("NBD server listening") {
+        line.clear();
+        assert!(log.read_line(&mut line).unwrap() > 0, "the daemon ended");
+    }
+    drop(log);
+    drop(child.stdout.take());
+    let data = vec![0x5au8; 65536];
+    for _ in 0..3 {
+        // Each connection logs lines nobody reads.
+        let mut c = e2e::nbd::Client::connect(&socket).unwrap();
+        c.write(0, &data).unwrap();
+        c.disconnect();
+    }
+    e2e::daemon::signal(child.id(), libc::SIGTERM);
+    let status = wait_timeout(&mut child, Duration::from_secs(60));
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    let info = run_ok(Command::new(FTLD).arg("info").arg(&image));
+    assert!(info.contains("clean"), "{info}");
+    d.restart();
+    let mut c = e2e::nbd::Client::connect(&d.socket()).unwrap();
+    assert_eq!(c.read(0, 65536).unwrap(), data);
+    c.disconnect();
+}
+
+/// A second daemon given a socket the first one listens on is refused before it makes its
+/// image (it used to create the image file, then fail on the socket, leaving the file).
+#[test]
+fn a_socket_in_use_is_refused_before_an_image_is_made() {
+    let mut d = Daemon::start(FTLD);
+    let other = d.dir().join("other.img");
+    for (flag, path) in [
+        ("--nbd-socket", d.socket()),
+        ("--control-socket", d.control_socket()),
+    ] {
+        let (code, err) = run_to_exit(
+            Command::new(FTLD)
+                .args(["serve", "--frontend", "nbd", "--capacity", "64M", "--image"])
+                .arg(&other)
+                .arg(flag)
+                .arg(&path),
+        );
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("is in use by another process"), "{err}");
+        assert!(!other.exists(), "{flag}: the image was made");
+    }
+    assert!(d.stop().success());
+}
+
+/// `format --force` replaces regular files only: a FIFO (or a device node: `/dev/null` as
+/// root) and a symbolic link are refused and left as they were.
+#[test]
+fn format_force_replaces_only_a_regular_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let target = dir.path().join("target");
+    std::fs::write(&target, b"keep").unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    for (path, why) in [(&fifo, "not a regular file"), (&link, "is a symbolic link")] {
+        let (code, err) = run_to_exit(Command::new(FTLD).args([
+            "format",
+            "--force",
+            "--capacity",
+            "16M",
+            "--image",
+            &path.display().to_string(),
+        ]));
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(why), "{err}");
+    }
+    let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+    assert!(std::os::unix::fs::FileTypeExt::is_fifo(&kind));
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+}
+
 #[test]
 fn usage_errors_exit_2() {
     for args in [

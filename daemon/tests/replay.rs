@@ -295,6 +295,22 @@ fn bad_input_gets_a_clear_error() {
         "{}",
         text(&o)
     );
+    // No room for a sealed page: every write would wait for good.
+    std::fs::write(&cfg, "[ftl]\nmax_pending_pages = 0\n").unwrap();
+    let o = ftld(&[
+        "--workload",
+        "random,requests=10",
+        "--capacity",
+        "64M",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("max_pending_pages must be at least 1"),
+        "{}",
+        text(&o)
+    );
 }
 
 /// A blktrace of two disks: refused with the devices named, replayed one at a time with
@@ -853,6 +869,14 @@ fn a_served_device_records_what_it_receives_and_replay_reads_it_back() {
         "that is the image",
     );
     assert_eq!(std::fs::metadata(&img).unwrap().len(), len);
+    // Nor is another image (another daemon may be serving it).
+    let other = trace_dir.path().join("other.img");
+    serve_refused(
+        &other,
+        &["--record".as_ref(), img.as_os_str()],
+        "that is an ftld NAND image",
+    );
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), len);
     // Nor is a daemon's own socket.
     let ctl = trace_dir.path().join("c.ctl");
     serve_refused(
@@ -990,16 +1014,19 @@ fn stalls_measures_the_host_and_stops_on_sigint() {
         text(&o)
     );
 
-    let o = Command::new(FTLD)
-        .args(["stalls", "--seconds=0"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("--seconds"),
-        "{}",
-        text(&o)
-    );
+    // Zero, and times past what the clock holds (they panicked), are refused.
+    for seconds in ["--seconds=0", "--seconds=1e19", "--seconds=1e20"] {
+        let o = Command::new(FTLD)
+            .args(["stalls", seconds])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{seconds}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("--seconds"),
+            "{}",
+            text(&o)
+        );
+    }
 }
 
 /// A virtual-time replay models a device, not the host: the same command gives the same

@@ -200,6 +200,14 @@ pub fn check_running_policy(cfg: &FtlConfig) -> Result<()> {
             cfg.hot_window
         )));
     }
+    // With none, the first write would wait for room that never comes (and hold shutdown).
+    if cfg.max_pending_pages == 0 {
+        return Err(FtlError::Config(
+            "max_pending_pages must be at least 1 (sealed pages a queue may have waiting; 0 \
+             would let no write in)"
+                .into(),
+        ));
+    }
     // A thread each: more than a few per bank only contend for the same victims.
     if cfg.gc_threads > MAX_GC_THREADS {
         return Err(FtlError::Config(format!(
