@@ -62,10 +62,13 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(|p| open_record(p, &s))
         .transpose()?;
-    // A socket another daemon holds fails the start before an image is made or opened.
-    socket_path_free(&s.control_socket, "control socket")?;
-    if let (Chosen::Nbd, Some(p)) = (chosen, s.nbd_socket.as_ref()) {
-        socket_path_free(p, "NBD socket")?;
+    // A socket another daemon holds fails the start before a new image is made. (An existing
+    // image is opened first: a second daemon on it is refused naming the holder's pid.)
+    if !s.image.path.exists() {
+        socket_path_free(&s.control_socket, "control socket")?;
+        if let (Chosen::Nbd, Some(p)) = (chosen, s.nbd_socket.as_ref()) {
+            socket_path_free(p, "NBD socket")?;
+        }
     }
     notify::status(&format!("opening {}", s.image.path.display()));
     let ftl = Arc::new(image::open_or_create(&s.image, s.timing)?);
