@@ -278,39 +278,31 @@ fn bad_input_gets_a_clear_error() {
     let o = ftld(&["/dev/zero", "--capacity", "64M"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("not a text trace"), "{}", text(&o));
-    // A GC thread count no machine runs.
-    let cfg = dir.path().join("threads.toml");
-    std::fs::write(&cfg, "[ftl]\ngc_threads = 100000000\n").unwrap();
-    let o = ftld(&[
-        "--workload",
-        "random,requests=10",
-        "--capacity",
-        "64M",
-        "--config",
-        cfg.to_str().unwrap(),
-    ]);
-    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
-    assert!(
-        text(&o).contains("gc_threads 100000000 is above 256"),
-        "{}",
-        text(&o)
-    );
-    // No room for a sealed page: every write would wait for good.
-    std::fs::write(&cfg, "[ftl]\nmax_pending_pages = 0\n").unwrap();
-    let o = ftld(&[
-        "--workload",
-        "random,requests=10",
-        "--capacity",
-        "64M",
-        "--config",
-        cfg.to_str().unwrap(),
-    ]);
-    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
-    assert!(
-        text(&o).contains("max_pending_pages must be at least 1"),
-        "{}",
-        text(&o)
-    );
+    // A GC thread count no machine runs; no room for a sealed page (every write would wait
+    // for good).
+    let cfg = dir.path().join("ftl.toml");
+    for (toml, why) in [
+        (
+            "[ftl]\ngc_threads = 100000000\n",
+            "gc_threads 100000000 is above 256",
+        ),
+        (
+            "[ftl]\nmax_pending_pages = 0\n",
+            "max_pending_pages must be at least 1",
+        ),
+    ] {
+        std::fs::write(&cfg, toml).unwrap();
+        let o = ftld(&[
+            "--workload",
+            "random,requests=10",
+            "--capacity",
+            "64M",
+            "--config",
+            cfg.to_str().unwrap(),
+        ]);
+        assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+        assert!(text(&o).contains(why), "{}", text(&o));
+    }
 }
 
 /// A blktrace of two disks: refused with the devices named, replayed one at a time with

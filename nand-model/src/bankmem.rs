@@ -89,14 +89,16 @@ pub(crate) fn frame_of_entry(entry: u32, page: usize, frames: usize) -> Option<u
 }
 
 /// Adds the frame-table entries in `raw` (4 bytes each, little-endian; the first is page
-/// `first`'s) to `refs`, the count of pages referencing each of the bank's `refs.len()` frames.
-/// Fails with the page and the reason on an entry outside the bank or a frame that would be
-/// shared by more than 255 pages (what the counts can hold). `raw` past the bank's last page
-/// is refused too.
+/// `first`'s) to `refs`, the count of pages referencing each of the bank's `refs.len()` frames,
+/// and sets the bit of each page whose entry is not 0 in `remapped` (a bit per page; see
+/// [`BankMem`]'s field). Fails with the page and the reason on an entry outside the bank or a
+/// frame that would be shared by more than 255 pages (what the counts can hold). `raw` past
+/// the bank's last page is refused too.
 pub(crate) fn count_frame_refs(
     raw: &[u8],
     first: usize,
     refs: &mut [u8],
+    remapped: &mut [u64],
 ) -> Result<(), (u64, &'static str)> {
     let frames = refs.len();
     for (k, e) in raw.chunks_exact(FRAME_ENTRY_SIZE as usize).enumerate() {
@@ -106,6 +108,9 @@ pub(crate) fn count_frame_refs(
         }
         let entry = u32::from_le_bytes([e[0], e[1], e[2], e[3]]);
         let f = frame_of_entry(entry, i, frames).ok_or((i as u64, "frame index out of range"))?;
+        if entry != 0 {
+            remapped[i / 64] |= 1 << (i % 64);
+        }
         let r = &mut refs[f];
         if *r == u8::MAX {
             return Err((i as u64, "more than 255 pages share its frame"));
@@ -221,22 +226,13 @@ impl BankMem {
                     }
                 })?;
                 let first = done / FRAME_ENTRY_SIZE as usize;
-                for (k, e) in chunk[..n]
-                    .chunks_exact(FRAME_ENTRY_SIZE as usize)
-                    .enumerate()
-                {
-                    if e.iter().any(|&b| b != 0) {
-                        let i = first + k;
-                        mem.remapped[i / 64] |= 1 << (i % 64);
-                    }
-                }
-                count_frame_refs(&chunk[..n], first, &mut mem.refs).map_err(|(page, reason)| {
-                    TableError::Frame {
+                count_frame_refs(&chunk[..n], first, &mut mem.refs, &mut mem.remapped).map_err(
+                    |(page, reason)| TableError::Frame {
                         bank: bank as u32,
                         page,
                         reason,
-                    }
-                })?;
+                    },
+                )?;
                 done += n;
             }
             for block in 0..g.blocks_per_bank {

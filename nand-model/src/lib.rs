@@ -235,11 +235,14 @@ pub mod fuzzing {
         };
         let pages = usize::from(u16::from_le_bytes(*n)) + 1;
         let mut refs = vec![0u8; pages];
+        let mut remapped = vec![0u64; pages.div_ceil(64)];
         let whole = &table[..table.len() / 4 * 4];
         // In two calls, as open reads the table in chunks.
         let (a, b) = whole.split_at(whole.len() / 8 * 4);
-        let ok = crate::bankmem::count_frame_refs(a, 0, &mut refs)
-            .and_then(|()| crate::bankmem::count_frame_refs(b, a.len() / 4, &mut refs))
+        let ok = crate::bankmem::count_frame_refs(a, 0, &mut refs, &mut remapped)
+            .and_then(|()| {
+                crate::bankmem::count_frame_refs(b, a.len() / 4, &mut refs, &mut remapped)
+            })
             .is_ok();
         if ok {
             let entries = whole.len() / 4;
@@ -250,6 +253,9 @@ pub mod fuzzing {
                 let e = u32::from_le_bytes([e[0], e[1], e[2], e[3]]);
                 let f = crate::bankmem::frame_of_entry(e, i, pages).expect("validated");
                 assert!(f < pages && refs[f] > 0);
+                // Exactly the pages whose entry is not 0 are read through the mapping later.
+                let bit = remapped[i / 64] & (1 << (i % 64)) != 0;
+                assert_eq!(bit, e != 0, "page {i}'s remapped bit");
             }
         }
     }

@@ -290,6 +290,32 @@ fn gc_keeps_blocks_with_unreadable_pages_instead_of_stalling() {
     }
 }
 
+/// [`written_once`] (in-path GC), then a reserved OOB byte flipped in the page of every 31st
+/// logical page (`kept`, at `where_`): their OOBs fail their own CRC while their slot entries
+/// hold.
+#[allow(clippy::type_complexity)]
+fn with_reserved_oob_byte_flipped(
+    path: &Path,
+    copyback: bool,
+) -> (
+    ftl::FtlConfig,
+    u64,
+    Vec<u64>,
+    Vec<(ftl::nand_model::PageAddr, u32)>,
+) {
+    let (ftl, cfg, pages) = written_once(path, copyback, GcPolicy::InPath);
+    let kept: Vec<u64> = (0..pages).step_by(31).collect();
+    let where_: Vec<_> = kept
+        .iter()
+        .map(|&l| ftl.physical_slot(l as u32).unwrap())
+        .collect();
+    drop(ftl);
+    for &(page, _) in &where_ {
+        flip_oob(path, page, 6);
+    }
+    (cfg, pages, kept, where_)
+}
+
 /// A page whose OOB fails its own CRC while its slot entries hold (a flipped reserved byte):
 /// host reads check only their slot's entry and succeed, and GC salvages the slots the map
 /// places there instead of giving them up, so they move and the block is cleaned as usual.
@@ -298,16 +324,7 @@ fn gc_salvages_slots_of_an_oob_that_fails_only_its_own_crc() {
     for copyback in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.img");
-        let (ftl, cfg, pages) = written_once(&path, copyback, GcPolicy::InPath);
-        let kept: Vec<u64> = (0..pages).step_by(31).collect();
-        let where_: Vec<_> = kept
-            .iter()
-            .map(|&l| ftl.physical_slot(l as u32).unwrap())
-            .collect();
-        drop(ftl);
-        for &(page, _) in &where_ {
-            flip_oob(&path, page, 6);
-        }
+        let (cfg, pages, kept, where_) = with_reserved_oob_byte_flipped(&path, copyback);
         let ftl = open(&path, cfg.clone());
         for &l in &kept {
             verify(&ftl, l, 1);
@@ -345,16 +362,7 @@ fn gc_salvages_slots_of_an_oob_that_fails_only_its_own_crc() {
 fn gc_does_not_copy_an_oob_that_does_not_decode() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("d.img");
-    let (ftl, cfg, pages) = written_once(&path, true, GcPolicy::InPath);
-    let kept: Vec<u64> = (0..pages).step_by(31).collect();
-    let where_: Vec<_> = kept
-        .iter()
-        .map(|&l| ftl.physical_slot(l as u32).unwrap())
-        .collect();
-    drop(ftl);
-    for &(page, _) in &where_ {
-        flip_oob(&path, page, 6);
-    }
+    let (cfg, pages, kept, where_) = with_reserved_oob_byte_flipped(&path, true);
     // No periodic checkpoint: the crash's scan covers every page GC wrote after the open.
     let cfg = ftl::FtlConfig {
         checkpoint_interval_bytes: 0,

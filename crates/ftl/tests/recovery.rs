@@ -416,6 +416,22 @@ fn foreign_and_unformatted_images_are_refused() {
     );
 }
 
+/// Sets `block`'s programmed-page count in the image's block table to `n` (damage); returns
+/// the count it had.
+fn set_programmed_pages(path: &Path, block: ftl::nand_model::BlockAddr, n: u32) -> u32 {
+    use std::os::unix::fs::FileExt;
+    let at = ftl::nand_model::block_entry_offset(path, block).unwrap() + 8;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut old = [0u8; 4];
+    f.read_exact_at(&mut old, at).unwrap();
+    f.write_all_at(&n.to_le_bytes(), at).unwrap();
+    u32::from_le_bytes(old)
+}
+
 /// A block table that counts fewer programmed pages in a block than the checkpoint recorded,
 /// with no erase between (damage, or a machine crash before the image reached its disk): the
 /// device opens read-only saying so, for every scheme, and every page outside that block still
@@ -425,14 +441,7 @@ fn foreign_and_unformatted_images_are_refused() {
 #[test]
 fn a_block_table_that_lost_pages_the_checkpoint_counted_opens_read_only() {
     use ftl::SchemeKind;
-    for scheme in [
-        SchemeKind::Page,
-        SchemeKind::Bast,
-        SchemeKind::Fast,
-        SchemeKind::Rftl,
-        SchemeKind::Nftl,
-        SchemeKind::Gftl,
-    ] {
+    for scheme in SchemeKind::ALL {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("b.img");
         let mut cfg = small_cfg(GcPolicy::Adaptive);
@@ -446,18 +455,8 @@ fn a_block_table_that_lost_pages_the_checkpoint_counted_opens_read_only() {
             .collect();
         ftl.close().unwrap();
         drop(ftl);
-        let at = ftl::nand_model::block_entry_offset(&path, block).unwrap() + 8;
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        let mut programmed = [0u8; 4];
-        std::os::unix::fs::FileExt::read_exact_at(&f, &mut programmed, at).unwrap();
-        let programmed = u32::from_le_bytes(programmed);
+        let programmed = set_programmed_pages(&path, block, page.page);
         assert!(programmed > page.page, "{scheme:?}: {block} holds page 5");
-        std::os::unix::fs::FileExt::write_all_at(&f, &page.page.to_le_bytes(), at).unwrap();
-        drop(f);
         let ftl = open(&path, cfg.clone());
         let why = ftl.read_only_reason().unwrap_or_default();
         assert!(
@@ -505,18 +504,10 @@ fn a_damaged_block_table_is_not_called_an_interrupted_format() {
         bank: ftl::nand_model::BankId(0),
         block: 0,
     };
-    let at = ftl::nand_model::block_entry_offset(&path, block0).unwrap() + 8;
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    let mut programmed = [0u8; 4];
-    std::os::unix::fs::FileExt::read_exact_at(&f, &mut programmed, at).unwrap();
-    assert!(u32::from_le_bytes(programmed) > 0, "the superblock's block");
-    f.seek(SeekFrom::Start(at)).unwrap();
-    f.write_all(&[0; 4]).unwrap();
-    drop(f);
+    assert!(
+        set_programmed_pages(&path, block0, 0) > 0,
+        "the superblock's block"
+    );
     let e = Ftl::open(&path, ftl::nand_model::TimingMode::Off, cfg)
         .err()
         .expect("must not open");
