@@ -46,7 +46,14 @@ pub fn run(args: &FormatArgs) -> anyhow::Result<()> {
             .into())
         }
         Ok(_) => {
-            if let Err(e @ FtlError::Image(ImageError::Locked { .. })) = ftl::inspect(path) {
+            // Any lock: a daemon serving the image, read-only too, or a tool reading it.
+            let pid =
+                nand_model::image_holder(path).map_err(|e| image::describe(e.into(), path))?;
+            if pid.is_some() {
+                let e = FtlError::Image(ImageError::Locked {
+                    path: path.clone(),
+                    pid,
+                });
                 return Err(image::describe(e, path));
             }
             fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;

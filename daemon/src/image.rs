@@ -9,7 +9,7 @@ use std::fs;
 use std::path::Path;
 
 use anyhow::{anyhow, Context};
-use ftl::{Ftl, FtlError, ImageInfo, LOGICAL_PAGE};
+use ftl::{Access, Ftl, FtlError, ImageInfo, LOGICAL_PAGE};
 use nand_model::{ImageError, Interconnect, NandConfig, TimingMode};
 
 use crate::cli::InterconnectKind;
@@ -270,8 +270,9 @@ pub fn create(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ft
     }
 }
 
-/// Opens an existing image after checking it against explicitly requested options.
-pub fn open(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ftl> {
+/// Opens an existing image after checking it against explicitly requested options; with
+/// [`Access::ReadOnly`] the image is left byte for byte as it was ([`Ftl::open_with`]).
+pub fn open(settings: &ImageSettings, timing: TimingMode, access: Access) -> anyhow::Result<Ftl> {
     let path = &settings.path;
     // The format only: the open reads the checkpoints itself.
     let info = ftl::inspect_format(path).map_err(|e| describe(e, path))?;
@@ -284,7 +285,7 @@ pub fn open(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ftl>
     )?;
     check_interconnect(&info, settings.interconnect)?;
     check_nand_table(&info, &settings.nand)?;
-    Ftl::open(path, timing, settings.ftl.clone())
+    Ftl::open_with(path, timing, settings.ftl.clone(), access)
         .and_then(|f| preallocate(f, settings))
         .map_err(|e| describe(e, path))
 }
@@ -293,6 +294,13 @@ pub fn open(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ftl>
 /// failure the FTL is closed cleanly before the error is returned.
 fn preallocate(ftl: Ftl, settings: &ImageSettings) -> Result<Ftl, FtlError> {
     if !settings.preallocate {
+        return Ok(ftl);
+    }
+    if ftl.opened_read_only() {
+        tracing::warn!(
+            image = %settings.path.display(),
+            "preallocate is ignored: the image is open read-only, and allocating would change it"
+        );
         return Ok(ftl);
     }
     let t = std::time::Instant::now();
@@ -316,8 +324,13 @@ fn preallocate(ftl: Ftl, settings: &ImageSettings) -> Result<Ftl, FtlError> {
     }
 }
 
-/// Opens the image, creating it first if it does not exist.
-pub fn open_or_create(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ftl> {
+/// Opens the image, creating it first if it does not exist. A new image asked for read-only
+/// is made, closed and opened read-only: from then on nothing changes it.
+pub fn open_or_create(
+    settings: &ImageSettings,
+    timing: TimingMode,
+    access: Access,
+) -> anyhow::Result<Ftl> {
     let path = &settings.path;
     match fs::symlink_metadata(path) {
         Ok(m) if m.is_dir() => Err(UsageError(format!(
@@ -325,8 +338,16 @@ pub fn open_or_create(settings: &ImageSettings, timing: TimingMode) -> anyhow::R
             path.display()
         ))
         .into()),
-        Ok(_) => open(settings, timing),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(settings, timing),
+        Ok(_) => open(settings, timing, access),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match access {
+            Access::ReadWrite => create(settings, timing),
+            Access::ReadOnly => {
+                create(settings, TimingMode::Off)?
+                    .close()
+                    .map_err(|e| describe(e, path))?;
+                open(settings, timing, access)
+            }
+        },
         Err(e) => Err(anyhow::Error::new(e).context(format!("image {}", path.display()))),
     }
 }

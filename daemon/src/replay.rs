@@ -198,7 +198,7 @@ fn replay_image(
     // a real-time replay then reopens the image with timing real.
     let mut ftl = match &scratch {
         Some(_) => image::create(&settings, TimingMode::Virtual)?,
-        None => image::open_or_create(&settings, TimingMode::Virtual)?,
+        None => image::open_or_create(&settings, TimingMode::Virtual, ftl::Access::ReadWrite)?,
     };
     // How an existing image was opened, in simulated time (the open ran on the virtual clock,
     // from 0: its checkpoint reads, or its scan after a power cut, and the checkpoint written
@@ -248,7 +248,7 @@ fn replay_image(
         } else {
             TimingMode::Real
         };
-        ftl = image::open_or_create(&settings, mode)?;
+        ftl = image::open_or_create(&settings, mode, ftl::Access::ReadWrite)?;
         let timer = args.timer.or(file.timer).unwrap_or_default();
         ftl.nand().set_timer(timer);
         let idle_poll = crate::serve::hold_idle_poll(

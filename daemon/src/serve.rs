@@ -71,7 +71,12 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         }
     }
     notify::status(&format!("opening {}", s.image.path.display()));
-    let ftl = Arc::new(image::open_or_create(&s.image, s.timing)?);
+    let access = if s.read_only {
+        ftl::Access::ReadOnly
+    } else {
+        ftl::Access::ReadWrite
+    };
+    let ftl = Arc::new(image::open_or_create(&s.image, s.timing, access)?);
     let recording = match record {
         Some((path, file)) => {
             file.set_len(0)
@@ -92,8 +97,15 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         Chosen::Nbd => rt.block_on(serve_all(Arc::clone(&ftl), &s, signals)),
         Chosen::Ublk(start) => crate::ublk::serve(&rt, Arc::clone(&ftl), &s, start, signals),
     };
-    notify::status("closing the FTL: programming buffered writes, writing a checkpoint");
-    info!("closing the FTL: programming buffered writes and writing a checkpoint");
+    // A read-only device (opened so, or turned so by damage) writes nothing at close.
+    let writes_at_close = ftl.read_only_reason().is_none();
+    if writes_at_close {
+        notify::status("closing the FTL: programming buffered writes, writing a checkpoint");
+        info!("closing the FTL: programming buffered writes and writing a checkpoint");
+    } else {
+        notify::status("closing the FTL (read-only: nothing to write)");
+        info!("closing the FTL (read-only: nothing to write)");
+    }
     let t = Instant::now();
     let closed = ftl.close();
     rt.shutdown_timeout(Duration::from_secs(1));
@@ -102,10 +114,24 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
     }
     served?;
     closed.map_err(|e| image::describe(e, &s.image.path).context("closing the FTL"))?;
-    info!(
-        millis = t.elapsed().as_millis() as u64,
-        "clean shutdown: everything acknowledged is on flash"
-    );
+    let millis = t.elapsed().as_millis() as u64;
+    match ftl.read_only_reason() {
+        None => info!(
+            millis,
+            "clean shutdown: everything acknowledged is on flash"
+        ),
+        Some(_) if ftl.opened_read_only() => {
+            info!(
+                millis,
+                "stopped; the image was opened read-only and is unchanged"
+            )
+        }
+        Some(why) => info!(
+            millis,
+            "stopped; the device was read-only ({why}): no checkpoint was written, and the \
+             next open recovers as this one did"
+        ),
+    }
     Ok(())
 }
 
@@ -418,8 +444,9 @@ async fn serve_all(ftl: Arc<Ftl>, s: &ServeSettings, mut signals: Signals) -> an
     });
     // The address actually bound (port 0 picks a free port).
     let tcp_addr = tcp.as_ref().and_then(|l| l.local_addr().ok());
-    // The FTL may have opened read-only itself (damage its recovery found; the log said why).
-    let damaged = ftl.read_only_reason().is_some();
+    // The FTL may have turned read-only itself (damage its recovery found; the log said why),
+    // asked to open read-only or not.
+    let damaged = ftl.fault_reason().is_some();
     print_connect_help(s, tcp_addr, ftl.capacity(), damaged);
     info!(read_only = s.read_only || damaged, "ready");
     // The listeners are bound: a client connecting now is accepted by the loops below.
@@ -479,7 +506,8 @@ fn print_connect_help(
         image.display(),
         format_size(capacity),
         match (s.read_only, damaged) {
-            (true, _) => ", read-only",
+            (true, false) => ", read-only",
+            (true, true) => ", read-only; the FTL found damage on the image, the log says what",
             (false, true) => ", read-only: the FTL found damage on the image, the log says what",
             (false, false) => "",
         }

@@ -115,6 +115,86 @@ fn a_second_daemon_on_the_same_image_is_refused_naming_the_pid() {
     assert!(d.ping(), "the first daemon must keep serving");
 }
 
+/// `serve --read-only` of an image a kill -9 left dirty: the data written before the kill
+/// reads back, and the image stays byte for byte as it was (no checkpoint at open or stop),
+/// still dirty for `ftld info`. Readers share the image: `info` works beside the read-only
+/// daemon, while a writable daemon and `format --force` are refused naming its pid.
+#[test]
+fn a_read_only_serve_of_a_crashed_image_reads_it_and_changes_nothing() {
+    use e2e::nbd::Client;
+    let mut d = Daemon::start(FTLD);
+    let a: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
+    let b = vec![0x6bu8; 64 << 10];
+    {
+        let mut c = Client::connect(&d.socket()).expect("connect");
+        assert_eq!(c.write(0, &a).expect("write"), 0);
+        assert_eq!(c.write(2 << 20, &b).expect("write"), 0);
+        c.flush().expect("flush");
+        c.disconnect();
+    }
+    d.kill9();
+    let before = std::fs::read(d.image()).expect("read the image");
+    assert_eq!(info_json(&d.image())["clean_shutdown"], false);
+    d.opts_mut().extra.push("--read-only".into());
+    d.restart();
+    let stats = d.stats();
+    assert_eq!(
+        stats["ftl"]["read_only"], "the image was opened read-only",
+        "{stats:#}"
+    );
+    assert_eq!(
+        stats["ftl"]["recovery"]["mode"], "roll-forward",
+        "{stats:#}"
+    );
+    {
+        let mut c = Client::connect(&d.socket()).expect("connect read-only");
+        assert!(
+            c.read(0, 1 << 20).expect("read") == a,
+            "the 1 MiB written first"
+        );
+        assert!(c.read(2 << 20, 64 << 10).expect("read") == b);
+        assert!(c
+            .read(1 << 20, 1 << 20)
+            .expect("read")
+            .iter()
+            .all(|&x| x == 0));
+        assert_ne!(
+            c.write(0, &[1u8; 4096]).expect("write"),
+            0,
+            "a write succeeded"
+        );
+        c.flush().expect("a flush on a read-only export");
+        c.disconnect();
+    }
+    let info = info_json(&d.image());
+    assert_eq!(info["clean_shutdown"], false, "{info:#}");
+    let pid = d.pid().to_string();
+    d.opts_mut().extra.clear();
+    let (code, err) = run_to_exit(&mut d.serve_command());
+    assert_eq!(code, 1, "a writable daemon beside a reader: {err}");
+    assert!(err.contains(&pid), "{err}");
+    let (code, err) = run_to_exit(
+        Command::new(FTLD)
+            .args(["format", "--force", "--image"])
+            .arg(d.image()),
+    );
+    assert_ne!(code, 0, "format --force under a read-only daemon: {err}");
+    assert!(err.contains(&pid), "{err}");
+    let status = d.stop();
+    assert!(status.success(), "exit {status}:\n{}", d.log());
+    assert!(
+        d.log().contains("opened read-only and is unchanged"),
+        "{}",
+        d.log()
+    );
+    assert!(
+        std::fs::read(d.image()).expect("read the image") == before,
+        "serve --read-only changed the image:\n{}",
+        d.log()
+    );
+    assert_eq!(info_json(&d.image())["clean_shutdown"], false);
+}
+
 /// An image opens with the scheme it was formatted with; a `--ftl` that contradicts it is a
 /// usage error naming the image and both schemes. `info` shows the scheme and its log pool.
 #[test]

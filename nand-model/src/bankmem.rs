@@ -52,7 +52,12 @@ const FLAG_BAD: u32 = 1;
 pub(crate) struct BankMem {
     /// Keeps the mapping alive as long as any pointer below is in use.
     _map: Arc<MmapRaw>,
+    /// The bank's block table: in the mapping, or for a read-only image in `table_copy`.
     table: *mut u8,
+    /// A read-only image's block table, read with pread at open: a fresh block's entry lies in
+    /// a hole of the sparse file, and reading a hole through a mapping of a full tmpfs raises
+    /// SIGBUS (a writable image has its block table backed at open instead). Never written.
+    _table_copy: Option<Box<[u8]>>,
     /// Frame table: one little-endian u32 per page, 0 for the page's own frame, else frame + 1.
     frames: *mut u8,
     data: *mut u8,
@@ -121,7 +126,7 @@ pub(crate) fn count_frame_refs(
 }
 
 /// Why a bank's tables were refused at open.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum TableError {
     /// A frame table entry is out of range, or too many pages share a frame.
     Frame {
@@ -138,6 +143,8 @@ pub(crate) enum TableError {
     },
     /// The file system has no room for the bank's block table (sparse until first written).
     NoRoom { bank: u32, error: String },
+    /// The file could not be read.
+    Read(std::io::Error),
 }
 
 // SAFETY: BankMem only holds pointers into a shared file mapping that `_map` keeps alive; the
@@ -147,7 +154,8 @@ unsafe impl Send for BankMem {}
 impl BankMem {
     /// Splits `map` (laid out per `layout` for geometry `g`) into one `BankMem` per bank and
     /// rebuilds each bank's frame reference counts from its frame table, which it reads from
-    /// the file with `read_at(buf, offset)`.
+    /// the file with `read_at(buf, offset)`. A `writable` map has its block tables backed;
+    /// a read-only one is left as it is (nothing will be stored).
     ///
     /// Returns `Ok(None)` if the mapping is shorter than the layout (the caller checked the file
     /// length, so that would mean the file shrank between the check and the map), and an error
@@ -157,6 +165,7 @@ impl BankMem {
         map: &Arc<MmapRaw>,
         g: &Geometry,
         layout: &Layout,
+        writable: bool,
         read_at: impl Fn(&mut [u8], u64) -> std::io::Result<()>,
     ) -> Result<Option<Vec<BankMem>>, TableError> {
         let Ok(len) = u64::try_from(map.len()) else {
@@ -186,14 +195,29 @@ impl BankMem {
             };
             // The block table is stored to at every program and erase: backed whole now (16
             // bytes a block), so a full file system fails the open rather than a later store.
-            Backed::new(table, (blocks * BLOCK_ENTRY_SIZE) as usize)
-                .ensure(0, (blocks * BLOCK_ENTRY_SIZE) as usize)
-                .map_err(|e| TableError::NoRoom {
-                    bank: bank as u32,
-                    error: e.to_string(),
-                })?;
+            let table_bytes = (blocks * BLOCK_ENTRY_SIZE) as usize;
+            let mut table_copy = None;
+            if writable {
+                Backed::new(table, table_bytes)
+                    .ensure(0, table_bytes)
+                    .map_err(|e| TableError::NoRoom {
+                        bank: bank as u32,
+                        error: e.to_string(),
+                    })?;
+            } else {
+                let mut copy = vec![0u8; table_bytes].into_boxed_slice();
+                read_at(
+                    &mut copy,
+                    layout.block_table + bank * blocks * BLOCK_ENTRY_SIZE,
+                )
+                .map_err(TableError::Read)?;
+                table_copy = Some(copy);
+            }
+            // Entries are read through `table` (and only stored through it when writable).
+            let table = table_copy.as_mut().map_or(table, |c| c.as_mut_ptr());
             let mut mem = BankMem {
                 _map: Arc::clone(map),
+                _table_copy: table_copy,
                 room_frame_table: Backed::new(frames, (pages * FRAME_ENTRY_SIZE) as usize),
                 room_data: Backed::new(data, (pages * u64::from(g.page_size)) as usize),
                 room_oob: Backed::new(oob, (pages * u64::from(g.oob_size)) as usize),

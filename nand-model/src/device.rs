@@ -27,7 +27,7 @@ use crate::config::{NandConfig, MAX_PLANES};
 use crate::error::{BufferKind, ImageError, NandError};
 use crate::faults::{FaultInjector, Power};
 use crate::geometry::{BankId, BlockAddr, Geometry, PageAddr};
-use crate::image::Image;
+use crate::image::{Access, Image};
 use crate::prefault::Prefaulter;
 use crate::stats::{BankCounters, ChannelStats, NandStats, OpCounters, TotalStats};
 use crate::timeline::{BankTimeline, Timeline};
@@ -113,13 +113,39 @@ impl NandDevice {
         expected: Option<&Geometry>,
         mode: TimingMode,
     ) -> Result<NandDevice, ImageError> {
-        NandDevice::from_image(Image::open(path, expected)?, mode)
+        NandDevice::open_with(path, expected, mode, Access::ReadWrite)
+    }
+
+    /// [`Self::open`] with the access asked for: [`Access::ReadOnly`] reads the image without
+    /// changing a byte of it (see there).
+    pub fn open_with(
+        path: &Path,
+        expected: Option<&Geometry>,
+        mode: TimingMode,
+        access: Access,
+    ) -> Result<NandDevice, ImageError> {
+        NandDevice::from_image(Image::open(path, expected, access)?, mode)
+    }
+
+    /// How the image was opened.
+    pub fn access(&self) -> Access {
+        self.image.access
+    }
+
+    /// Refuses an operation that changes the medium on an image opened read-only; first in
+    /// each such operation, before anything is stored through the (then read-only) mapping.
+    fn check_writable(&self) -> Result<(), NandError> {
+        match self.image.access {
+            Access::ReadWrite => Ok(()),
+            Access::ReadOnly => Err(NandError::ReadOnly),
+        }
     }
 
     fn from_image(image: Image, mode: TimingMode) -> Result<NandDevice, ImageError> {
         let config = image.header.config;
         let g = config.geometry;
-        let mems = BankMem::split(&image.map, &g, &image.layout, |buf, off| {
+        let writable = image.access == Access::ReadWrite;
+        let mems = BankMem::split(&image.map, &g, &image.layout, writable, |buf, off| {
             image.read_exact_at(buf, off)
         })
         .map_err(|e| match e {
@@ -145,6 +171,10 @@ impl NandDevice {
                 bank,
                 error,
             },
+            TableError::Read(source) => ImageError::Io {
+                path: image.path.clone(),
+                source,
+            },
         })?
         .ok_or_else(|| ImageError::Truncated {
             path: image.path.clone(),
@@ -164,9 +194,10 @@ impl NandDevice {
             .collect();
         Ok(NandDevice {
             timeline: Timeline::new(mode, config.timing, &g, config.interconnect),
-            prefault: match mode {
-                TimingMode::Real => Prefaulter::off(),
-                TimingMode::Off | TimingMode::Virtual => {
+            // Nothing is programmed on a read-only image: no block to map in ahead.
+            prefault: match (mode, image.access) {
+                (TimingMode::Real, _) | (_, Access::ReadOnly) => Prefaulter::off(),
+                (TimingMode::Off | TimingMode::Virtual, Access::ReadWrite) => {
                     Prefaulter::new(&image.map, &g, &image.layout)
                 }
             },
@@ -364,6 +395,7 @@ impl NandDevice {
     /// Marks `block` bad (persisted). Idempotent. Every later operation on it is refused.
     pub fn mark_bad(&self, block: BlockAddr) -> Result<(), NandError> {
         let bank = self.bank_of(block)?;
+        self.check_writable()?;
         if self.faults.power() != Power::On {
             return Ok(());
         }
@@ -492,6 +524,7 @@ impl NandDevice {
         pages: &[PlaneProgram<'_>],
     ) -> Result<Completion, NandError> {
         let bank = self.check_planes(pages.iter().map(|p| p.0))?;
+        self.check_writable()?;
         let g = self.geometry();
         for &(addr, parts, oob) in pages {
             let len: usize = parts.iter().map(|d| d.len()).sum();
@@ -769,6 +802,7 @@ impl NandDevice {
     ) -> Result<Copyback, NandError> {
         let bank = self.bank_of_page(src)?;
         self.bank_of_page(dst)?;
+        self.check_writable()?;
         if src.block.bank != dst.block.bank {
             return Err(self.violation(NandError::CopybackAcrossBanks { src, dst }));
         }
@@ -908,6 +942,7 @@ impl NandDevice {
     /// endurance fails with [`NandError::WornOut`] and the block turns bad.
     pub fn erase(&self, block: BlockAddr) -> Result<Completion, NandError> {
         let bank = self.bank_of(block)?;
+        self.check_writable()?;
         if self.faults.power() != Power::On {
             // An erase the power cut interrupts leaves the block as it was (its pages still
             // program-once: the FTL will not be running to use it).

@@ -233,6 +233,10 @@ pub enum NandError {
         /// What the kernel said.
         source: io::Error,
     },
+    /// The image was opened read-only ([`crate::Access::ReadOnly`]): a program, copyback,
+    /// erase or bad-block mark is refused before it changes anything.
+    #[error("the image is open read-only: no program, erase or bad-block mark")]
+    ReadOnly,
     /// The backing file failed.
     #[error("image i/o: {0}")]
     Io(#[from] io::Error),
@@ -252,7 +256,11 @@ impl NandError {
 
     /// True for flash-rule violations (the ones [`crate::NandDevice::violations`] counts).
     pub fn is_violation(&self) -> bool {
-        !self.is_fault() && !matches!(self, NandError::Io(_) | NandError::NoSpace { .. })
+        !self.is_fault()
+            && !matches!(
+                self,
+                NandError::Io(_) | NandError::NoSpace { .. } | NandError::ReadOnly
+            )
     }
 }
 

@@ -13,7 +13,8 @@
 //!
 //! Exclusive use: the file gets a POSIX `fcntl(F_SETLK, F_WRLCK)` lock for as long as the device
 //! lives, so a second *process* is refused with [`ImageError::Locked`] (the holder's pid comes from
-//! `F_GETLK`). POSIX locks belong to the process, not the file descriptor, so they cannot refuse a
+//! `F_GETLK`). An image opened [`Access::ReadOnly`] takes the shared `F_RDLCK` instead: readers
+//! share the image with each other, never with a writer. POSIX locks belong to the process, not the file descriptor, so they cannot refuse a
 //! second open *within* the same process — worse, closing any descriptor of the file would drop
 //! the lock. Hence an in-process registry of open images (by device and inode) is checked before
 //! the file is even opened; a second open in the same process gets `Locked` with our own pid.
@@ -68,12 +69,29 @@ impl Drop for Registered {
     }
 }
 
+/// How an image is opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Access {
+    /// Programs, erases and block-table updates, under an exclusive lock.
+    #[default]
+    ReadWrite,
+    /// Reads only: the file is opened and mapped read-only under a lock other readers share,
+    /// and every operation that would change the medium is refused with
+    /// [`NandError::ReadOnly`](crate::NandError::ReadOnly) before it touches the mapping.
+    /// Nothing of the file is written or allocated, so an image without write permission, on
+    /// a read-only or a full file system opens, and stays byte for byte as it was.
+    ReadOnly,
+}
+
 /// An open, locked, mapped image.
 pub(crate) struct Image {
     pub(crate) path: PathBuf,
     pub(crate) header: Header,
     pub(crate) layout: Layout,
+    /// Mapped read-only (`PROT_READ`) when `access` is [`Access::ReadOnly`]: a store through
+    /// it would fault, so the device refuses every changing operation first.
     pub(crate) map: Arc<MmapRaw>,
+    pub(crate) access: Access,
     /// Holds the POSIX lock: closing it releases the lock, so it lives as long as the image.
     file: File,
     _registered: Registered,
@@ -104,9 +122,13 @@ fn flock_struct(kind: libc::c_int) -> libc::flock {
     fl
 }
 
-/// Takes the exclusive POSIX write lock on `file`, or says who holds it.
-fn lock_file(file: &File, path: &Path) -> Result<(), ImageError> {
-    let mut fl = flock_struct(libc::F_WRLCK);
+/// Takes the POSIX lock on `file` (exclusive to write, shared to read), or says who holds a
+/// lock in its way.
+fn lock_file(file: &File, path: &Path, access: Access) -> Result<(), ImageError> {
+    let mut fl = flock_struct(match access {
+        Access::ReadWrite => libc::F_WRLCK,
+        Access::ReadOnly => libc::F_RDLCK,
+    });
     // SAFETY: the descriptor is open for the duration of the call and `fl` is a valid flock.
     let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl) };
     if rc == 0 {
@@ -135,8 +157,31 @@ fn key_of(meta: &std::fs::Metadata) -> (u64, u64) {
     (meta.dev(), meta.ino())
 }
 
-fn map_file(file: &File, path: &Path) -> Result<Arc<MmapRaw>, ImageError> {
-    MmapRaw::map_raw(file).map(Arc::new).map_err(io_err(path))
+fn map_file(file: &File, path: &Path, access: Access) -> Result<Arc<MmapRaw>, ImageError> {
+    match access {
+        Access::ReadWrite => MmapRaw::map_raw(file),
+        Access::ReadOnly => memmap2::MmapOptions::new().map_raw_read_only(file),
+    }
+    .map(Arc::new)
+    .map_err(io_err(path))
+}
+
+/// The pid of a process holding a lock on the image at `path` (a daemon serving it, or a
+/// tool reading it), `Ok(None)` when none does. Takes no lock itself, and reads nothing:
+/// for a command about to replace the file.
+pub fn image_holder(path: &Path) -> Result<Option<i32>, ImageError> {
+    let file = File::open(path).map_err(io_err(path))?;
+    let mut fl = flock_struct(libc::F_WRLCK);
+    // SAFETY: the descriptor is open for the duration of the call and `fl` is a valid flock;
+    // F_GETLK only writes the conflicting lock (if any) into `fl`.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut fl) };
+    if rc != 0 {
+        return Err(io_err(path)(io::Error::last_os_error()));
+    }
+    if fl.l_type == libc::F_UNLCK as libc::c_short {
+        return Ok(None);
+    }
+    Ok(Some(fl.l_pid))
 }
 
 impl Image {
@@ -144,6 +189,10 @@ impl Image {
     /// data is left as it is) and, on tmpfs, maps every page in. Returns whether it mapped.
     /// See [`crate::NandDevice::preallocate`].
     pub(crate) fn preallocate(&self) -> Result<bool, ImageError> {
+        if self.access == Access::ReadOnly {
+            // Allocating changes the file; a read-only open leaves it as it is.
+            return Ok(false);
+        }
         let bytes = self.layout.len;
         let err = |error| ImageError::Preallocate {
             path: self.path.clone(),
@@ -223,7 +272,7 @@ impl Image {
 
     fn init_new(path: &Path, config: &NandConfig, file: File) -> Result<Image, ImageError> {
         let registered = Registered::take(key_of(&file.metadata().map_err(io_err(path))?), path)?;
-        lock_file(&file, path)?;
+        lock_file(&file, path, Access::ReadWrite)?;
         let layout = Layout::of(&config.geometry);
         let mut uuid = [0u8; 16];
         rand::thread_rng().fill_bytes(&mut uuid);
@@ -241,29 +290,34 @@ impl Image {
         file.write_all_at(&header::encode(&header), 0)
             .map_err(io_err(path))?;
         file.sync_all().map_err(io_err(path))?;
-        let map = map_file(&file, path)?;
+        let map = map_file(&file, path, Access::ReadWrite)?;
         Ok(Image {
             path: path.to_path_buf(),
             header,
             layout,
             map,
+            access: Access::ReadWrite,
             file,
             _registered: registered,
         })
     }
 
     /// Opens an existing image, checking it and (if given) its geometry.
-    pub(crate) fn open(path: &Path, expected: Option<&Geometry>) -> Result<Image, ImageError> {
+    pub(crate) fn open(
+        path: &Path,
+        expected: Option<&Geometry>,
+        access: Access,
+    ) -> Result<Image, ImageError> {
         let p = || path.to_path_buf();
         // Registry check before opening: see the module docs on POSIX lock semantics.
         let meta = std::fs::metadata(path).map_err(io_err(path))?;
         let registered = Registered::take(key_of(&meta), path)?;
         let file = OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(access == Access::ReadWrite)
             .open(path)
             .map_err(io_err(path))?;
-        lock_file(&file, path)?;
+        lock_file(&file, path, access)?;
         let actual = file.metadata().map_err(io_err(path))?.len();
         let mut buf = vec![0u8; HEADER_SIZE];
         let got = read_prefix(&file, &mut buf).map_err(io_err(path))?;
@@ -281,12 +335,13 @@ impl Image {
             });
         }
         check_memory(path, &g)?;
-        let map = map_file(&file, path)?;
+        let map = map_file(&file, path, access)?;
         Ok(Image {
             path: p(),
             header,
             layout,
             map,
+            access,
             file,
             _registered: registered,
         })
@@ -297,8 +352,12 @@ impl Image {
         self.file.read_exact_at(buf, offset)
     }
 
-    /// Writes the mapping back and flushes the file to stable storage.
+    /// Writes the mapping back and flushes the file to stable storage (a read-only image has
+    /// nothing to write back).
     pub(crate) fn sync(&self) -> Result<(), ImageError> {
+        if self.access == Access::ReadOnly {
+            return Ok(());
+        }
         self.map.flush().map_err(io_err(&self.path))?;
         self.file.sync_all().map_err(io_err(&self.path))
     }

@@ -284,7 +284,9 @@ pub use geometry::{
     BankId, BlockAddr, Geometry, PageAddr, MAX_PAGE_SIZE, MIN_OOB_SIZE, MIN_PAGE_SIZE,
 };
 pub use idle_poll::{current_cpu_latency_us, IdlePollHold, CPU_DMA_LATENCY};
-pub use image::{block_entry_offset, is_image_prefix, page_data_offset, page_oob_offset};
+pub use image::{
+    block_entry_offset, image_holder, is_image_prefix, page_data_offset, page_oob_offset, Access,
+};
 pub use interconnect::{Interconnect, MAX_CONTROLLERS};
 pub use presets::{preset, presets, Preset};
 pub use stall_probe::{monotonic_ns, Stall, StallProbe, StallReport};

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{pattern, small_config, small_geometry, Fixture};
-use nand_model::{BlockAddr, NandDevice, PageAddr, TimingMode};
+use nand_model::{Access, BlockAddr, NandDevice, NandError, PageAddr, TimingMode};
 
 #[test]
 fn everything_survives_reopen() {
@@ -141,4 +141,75 @@ fn preallocate_fills_the_holes_and_keeps_the_data() {
     let mut data = vec![0u8; 4096];
     f.dev().read(q, 0, &mut data, None).unwrap().wait();
     assert!(data.iter().all(|&b| b == 0xFF));
+}
+
+/// An image opened read-only reads as the writable open does, refuses every operation that
+/// would change it (before the read-only mapping is stored into), and is left byte for byte as
+/// it was; a reader's lock leaves room for other readers' `image_holder` checks to see it.
+#[test]
+fn a_read_only_open_reads_everything_and_changes_nothing() {
+    let mut f = Fixture::small();
+    let b = BlockAddr::new(1, 2);
+    {
+        let dev = f.dev();
+        dev.erase(b).unwrap().wait();
+        for i in 0..3 {
+            let p = b.page(i);
+            dev.program(p, &pattern(p, 3, 4096), &pattern(p, 4, 64))
+                .unwrap()
+                .wait();
+        }
+        // A copyback destination: its data is read through the frame table.
+        dev.copyback(b.page(0), BlockAddr::new(1, 5).page(0), None)
+            .unwrap()
+            .wait();
+        dev.mark_bad(BlockAddr::new(0, 7)).unwrap();
+    }
+    f.dev = None;
+    let before = std::fs::read(&f.path).unwrap();
+    let dev = NandDevice::open_with(&f.path, None, TimingMode::Off, Access::ReadOnly).unwrap();
+    assert_eq!(dev.access(), Access::ReadOnly);
+    // No one else holds the image from another process; our own lock is not reported.
+    assert_eq!(nand_model::image_holder(&f.path).unwrap(), None);
+    let st = dev.block_state(b).unwrap();
+    assert_eq!((st.erase_count, st.programmed_pages, st.bad), (1, 3, false));
+    assert!(dev.block_state(BlockAddr::new(0, 7)).unwrap().bad);
+    for (p, want) in [
+        (b.page(2), pattern(b.page(2), 3, 4096)),
+        (BlockAddr::new(1, 5).page(0), pattern(b.page(0), 3, 4096)),
+    ] {
+        let mut data = vec![0u8; 4096];
+        dev.read(p, 0, &mut data, None).unwrap().wait();
+        assert_eq!(data, want, "{p}");
+    }
+    let p = b.page(3);
+    let refused = [
+        dev.program(p, &[0; 4096], &[]).map(drop),
+        dev.erase(b).map(drop),
+        dev.mark_bad(b),
+        dev.copyback(b.page(0), p, None).map(drop),
+        dev.copyback_checked(b.page(0), p, &mut [0u8; 16], &mut |_| true)
+            .map(drop),
+    ];
+    for (i, r) in refused.into_iter().enumerate() {
+        assert!(
+            matches!(r, Err(NandError::ReadOnly)),
+            "operation {i}: {r:?}"
+        );
+    }
+    assert_eq!(
+        dev.violations(),
+        0,
+        "a refusal is not a flash-rule violation"
+    );
+    assert!(!dev.preallocate().unwrap(), "nothing allocated");
+    dev.sync().unwrap();
+    drop(dev);
+    assert!(
+        std::fs::read(&f.path).unwrap() == before,
+        "the image changed"
+    );
+    // A writable open after it works as ever.
+    f.reopen(TimingMode::Off);
+    f.dev().program(p, &[7; 4096], &[]).unwrap().wait();
 }

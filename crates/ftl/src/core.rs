@@ -33,7 +33,7 @@ use crate::blocks::{Bank, BlockState, ReadPins};
 use crate::buffer::QueueState;
 use crate::config::FtlConfig;
 use crate::gate::HostGate;
-use crate::layout::Layout;
+use crate::layout::{Layout, Lpn};
 use crate::schemes::Scheme;
 use crate::stats::Counters;
 
@@ -46,6 +46,9 @@ use crate::stats::Counters;
 /// for GC); with many banks the per-bank reserve and soft floor are what part the measured WAF
 /// from the greedy limit (`waf_limit.rs`).
 pub const GC_RESERVE: u32 = 1;
+
+/// The read-only reason of an image opened read-only (and otherwise sound).
+pub const OPENED_READ_ONLY: &str = "the image was opened read-only";
 
 /// Everything the FTL's threads share.
 pub struct Core {
@@ -69,6 +72,9 @@ pub struct Core {
     pub gc_gate: RwLock<()>,
     read_only: Mutex<Option<String>>,
     read_only_flag: AtomicBool,
+    /// Logical pages recovery found lost (sorted; see [`crate::FtlError::Lost`]): set once,
+    /// before any thread runs; non-empty only on a device that opened read-only for it.
+    pub(crate) lost: std::sync::OnceLock<Box<[u32]>>,
     /// The read-only reason is a file system without room for the image (set before the flag).
     read_only_no_space: AtomicBool,
     /// Set when the writer threads are stopping: nothing more will commit.
@@ -120,6 +126,7 @@ impl Core {
         seq: u64,
         ckpt: crate::checkpoint::CkptState,
     ) -> Core {
+        let opened_read_only = nand.access() == nand_model::Access::ReadOnly;
         Core {
             cache: crate::cache::WriteCache::new(),
             seal_unit: scheme.seal_unit(),
@@ -135,7 +142,10 @@ impl Core {
             gate: HostGate::new(),
             gc_gate: RwLock::new(()),
             read_only: Mutex::new(None),
-            read_only_flag: AtomicBool::new(false),
+            // An image opened read-only is so from the start: recovery and the scheme's
+            // rebuild see it before they would write anything.
+            read_only_flag: AtomicBool::new(opened_read_only),
+            lost: std::sync::OnceLock::new(),
             read_only_no_space: AtomicBool::new(false),
             writers_stopping: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
@@ -282,6 +292,32 @@ impl Core {
     }
 
     pub fn read_only_reason(&self) -> Option<String> {
+        if self.read_only_flag.load(Ordering::Acquire) {
+            self.read_only.lock().clone().or_else(|| {
+                self.opened_read_only()
+                    .then(|| OPENED_READ_ONLY.to_string())
+            })
+        } else {
+            None
+        }
+    }
+
+    /// Recovery found logical page `lpn` lost: its reads fail ([`crate::FtlError::Lost`]).
+    pub(crate) fn is_lost(&self, lpn: Lpn) -> bool {
+        self.lost
+            .get()
+            .is_some_and(|l| !l.is_empty() && l.binary_search(&lpn.0).is_ok())
+    }
+
+    /// The image was opened read-only ([`nand_model::Access::ReadOnly`]): nothing may change
+    /// it, whatever else happens.
+    pub fn opened_read_only(&self) -> bool {
+        self.nand.access() == nand_model::Access::ReadOnly
+    }
+
+    /// Why the device turned read-only by itself (damage recovery found, a failed erase, no
+    /// room for the image): [`Self::read_only_reason`] without the read-only open.
+    pub fn fault_reason(&self) -> Option<String> {
         if self.read_only_flag.load(Ordering::Acquire) {
             self.read_only.lock().clone()
         } else {
@@ -470,6 +506,11 @@ impl Core {
         addr: nand_model::BlockAddr,
         retire: bool,
     ) -> (bool, Option<nand_model::Completion>) {
+        if self.opened_read_only() {
+            // A rebuild releasing a block that holds nothing current (the hybrid schemes'):
+            // the block stays as it is on the image, and closed here (nothing allocates).
+            return (false, None);
+        }
         let mut done = None;
         let (state, failed_program) = {
             let a = self.bank(addr.bank.0).alloc.lock();

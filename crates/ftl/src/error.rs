@@ -22,6 +22,11 @@ pub enum FtlError {
     NoSpace(String),
     #[error("uncorrectable read at logical page {lpn} after {retries} retries")]
     Uncorrectable { lpn: u32, retries: u32 },
+    /// Recovery found the page's newest version in a block erased or marked bad since the
+    /// checkpoint that mapped it, with no newer copy or trim (damage on the image: the device
+    /// is read-only). A read of it fails rather than return zeroes as its data.
+    #[error("logical page {lpn} was lost: recovery found its block erased or bad since the checkpoint, with no newer copy")]
+    Lost { lpn: u32 },
     #[error("device is closed")]
     Closed,
     #[error("NAND error: {0}")]

@@ -267,7 +267,9 @@ impl Core {
     }
 
     fn check_durable(&self) -> Result<()> {
-        if let Some(e) = self.read_only_error() {
+        // An image opened read-only never acknowledged a write: nothing is left to lose, and
+        // a flush (a file system mounted read-only sends some) succeeds.
+        if let Some(e) = self.read_only_error().filter(|_| !self.opened_read_only()) {
             return Err(e);
         }
         if self.writers_gone() {

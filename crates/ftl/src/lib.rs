@@ -149,6 +149,8 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 pub use bytes::Bytes;
+/// How an image is opened ([`Ftl::open_with`]).
+pub use nand_model::Access;
 use nand_model::{NandConfig, NandDevice, TimingMode};
 use parking_lot::Mutex;
 
@@ -407,7 +409,22 @@ impl Ftl {
 
     /// Opens an existing image, recovering from its checkpoint and, after a crash, an OOB scan.
     pub fn open(path: &Path, timing: TimingMode, cfg: FtlConfig) -> Result<Ftl> {
-        let nand = NandDevice::open(path, None, timing)?;
+        Ftl::open_with(path, timing, cfg, Access::ReadWrite)
+    }
+
+    /// [`Ftl::open`] with the access asked for. [`Access::ReadOnly`] recovers into RAM only
+    /// and leaves the image byte for byte as it was: no checkpoint (after a crash every such
+    /// open scans again), no erase of a block a rebuild finds empty, no program, no block
+    /// marked bad, nothing allocated; writes fail with [`FtlError::ReadOnly`]. The image may
+    /// lack write permission or lie on a read-only or full file system. Other read-only opens
+    /// may share the image; a writer may not.
+    pub fn open_with(
+        path: &Path,
+        timing: TimingMode,
+        cfg: FtlConfig,
+        access: Access,
+    ) -> Result<Ftl> {
+        let nand = NandDevice::open_with(path, None, timing, access)?;
         let sb = checkpoint::read_superblock(&nand)?;
         let ftl = Ftl::start(nand, sb, cfg, true)?;
         // A device that opened read-only (damage recovery found, say) writes nothing, no
@@ -641,9 +658,21 @@ impl Ftl {
         self.core.now_ns()
     }
 
-    /// Whether writes are refused (spare blocks exhausted or a fatal NAND error).
+    /// Whether writes are refused (opened read-only, spare blocks exhausted or a fatal NAND
+    /// error).
     pub fn read_only_reason(&self) -> Option<String> {
         self.core.read_only_reason()
+    }
+
+    /// Why the device turned read-only by itself (damage recovery found, worn out, a fatal
+    /// NAND error), whether or not it was opened read-only.
+    pub fn fault_reason(&self) -> Option<String> {
+        self.core.fault_reason()
+    }
+
+    /// The image was opened read-only ([`Ftl::open_with`]).
+    pub fn opened_read_only(&self) -> bool {
+        self.core.opened_read_only()
     }
 
     /// Reads `buf.len()` bytes at `offset` (both multiples of 512).

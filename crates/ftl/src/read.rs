@@ -61,6 +61,8 @@ enum Source {
     Served,
     /// On flash at this slot; the block is pinned (the caller unpins it).
     Flash(Psa),
+    /// Lost ([`FtlError::Lost`]): `dst` is zero-filled, and the read must fail.
+    Lost,
 }
 
 /// Consecutive slots of one NAND page holding consecutive logical pages of a request: one
@@ -198,7 +200,12 @@ impl Core {
                     if let Some(c) = self.read_lpn(lpn, in_page, dst, 0)? {
                         pending.push(c);
                     }
-                } else if let Source::Flash(psa) = self.source(lpn, 0, dst) {
+                } else {
+                    let psa = match self.source(lpn, 0, dst) {
+                        Source::Flash(psa) => psa,
+                        Source::Served => continue,
+                        Source::Lost => return Err(FtlError::Lost { lpn: lpn.0 }),
+                    };
                     if !group.try_add(psa, lpn, pos) {
                         // Read what the group holds, then start a new one with this slot
                         // (whose pin it takes over, even if the read failed).
@@ -241,7 +248,11 @@ impl Core {
                 // Pages past 2^32 do not exist: `check_range` keeps `lpn` below the capacity.
                 let lpn = Lpn(lpn as u32);
                 let st = self.cache.lock(lpn);
-                st.overlay.contains_key(&lpn.0) || self.scheme.locate(&st, lpn).is_some()
+                // A lost page counts as data: a copy tool reads it (and gets the error)
+                // instead of skipping it as a hole that reads as zeroes.
+                st.overlay.contains_key(&lpn.0)
+                    || self.scheme.locate(&st, lpn).is_some()
+                    || self.is_lost(lpn)
             };
             let full = runs.len() >= max_runs.max(1);
             match runs.last_mut() {
@@ -267,6 +278,9 @@ impl Core {
         }
         let Some(psa) = self.scheme.locate(&st, lpn) else {
             dst.fill(0);
+            if self.is_lost(lpn) {
+                return Source::Lost;
+            }
             return Source::Served;
         };
         self.pins.pin(self.layout.block_of(psa));
@@ -437,6 +451,7 @@ impl Core {
         for attempt in first..=retries {
             let psa = match self.source(lpn, off, dst) {
                 Source::Served => return Ok(None),
+                Source::Lost => return Err(FtlError::Lost { lpn: lpn.0 }),
                 Source::Flash(psa) => psa,
             };
             let blk = self.layout.block_of(psa);

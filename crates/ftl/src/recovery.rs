@@ -167,6 +167,8 @@ pub(crate) struct Resolved {
     pub torn_slots: u64,
     /// Pages whose checkpointed copy was erased and no newer copy was found.
     pub lost_pages: u64,
+    /// Those pages, in order (reads of them fail: [`Core::is_lost`]).
+    pub lost: Vec<u32>,
     /// Pages whose OOB the scan could not read (see [`Scan::unreadable`]).
     pub unreadable_pages: Unreadable,
 }
@@ -227,7 +229,7 @@ impl Core {
         let checkpoint_id = ckpt.map(|c| c.id);
         let scan_start = self.nand.now_ns();
         // The scheme scans (`Core::scan`), resolves the versions and installs its map.
-        let resolved = self.scheme.recover(
+        let mut resolved = self.scheme.recover(
             self,
             ckpt,
             RecoverInput {
@@ -282,6 +284,10 @@ impl Core {
         if let Some(damage) = self.damage(ckpt.is_none(), &resolved, shrunk) {
             self.set_read_only(damage);
         }
+        // Lost pages are damage (the device is read-only now), so the set never changes.
+        let _ = self
+            .lost
+            .set(std::mem::take(&mut resolved.lost).into_boxed_slice());
         // The scheme finishes its rebuild on the block states (hybrid schemes: block roles).
         self.scheme.after_recovery(self)?;
         let mode = match checkpoint_id {
@@ -320,7 +326,10 @@ impl Core {
         let mut why = Vec::new();
         if let (n, Some(first)) = shrunk {
             why.push(format!(
-                "the block table counts fewer programmed pages than the checkpoint recorded in                  {n} block(s) with no erase between (first: {first}): pages are only added                  until an erase, so the block table was damaged (or the machine crashed before                  the image reached its disk), and what those blocks held is treated as lost"
+                "the block table counts fewer programmed pages than the checkpoint recorded in \
+                 {n} block(s) with no erase between (first: {first}): pages are only added \
+                 until an erase, so the block table was damaged (or the machine crashed before \
+                 the image reached its disk), and what those blocks held is treated as lost"
             ));
         }
         if let Some(first) = resolved.unreadable_pages.first {
@@ -334,9 +343,10 @@ impl Core {
         }
         if resolved.lost_pages > 0 {
             why.push(format!(
-                "{} page(s) the checkpoint mapped were erased since with no newer copy or trim \
-                 on flash (they read as zeroes)",
-                resolved.lost_pages
+                "{} page(s) the checkpoint mapped are in blocks erased or marked bad since, with \
+                 no newer copy or trim on flash (first: logical page {}; reads of them fail)",
+                resolved.lost_pages,
+                resolved.lost.first().copied().unwrap_or_default()
             ));
         }
         if full_scan {

@@ -826,8 +826,9 @@ pub struct ImageInfo {
     pub total_blocks: u32,
 }
 
-/// Reads an image's superblock, checkpoints and block states without modifying it (the image
-/// is locked while it is read, so this fails with `ImageError::Locked` while a daemon uses it).
+/// Reads an image's superblock, checkpoints and block states without modifying it: opened
+/// read-only ([`nand_model::Access::ReadOnly`]) under a shared lock, so it fails with
+/// `ImageError::Locked` while a daemon writes the image, and works beside a read-only one.
 pub fn inspect(path: &std::path::Path) -> Result<ImageInfo> {
     inspect_with(path, true)
 }
@@ -842,7 +843,12 @@ pub fn inspect_format(path: &std::path::Path) -> Result<ImageInfo> {
 }
 
 fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> {
-    let nand = NandDevice::open(path, None, nand_model::TimingMode::Off)?;
+    let nand = NandDevice::open_with(
+        path,
+        None,
+        nand_model::TimingMode::Off,
+        nand_model::Access::ReadOnly,
+    )?;
     let sb = read_superblock(&nand)?;
     let layout = Layout::new(nand.geometry(), sb.ckpt_blocks);
     let loaded = checkpoints

@@ -292,13 +292,15 @@ pub(crate) fn resolve(
         }
     }
     // Lost: checkpointed, erased since, and neither a copy nor a trim found.
-    let lost_pages = lost
+    let lost: Vec<u32> = lost
         .ones()
         .filter(|&i| {
             table[i].load(Ordering::Acquire) == Psa::UNMAPPED
                 && (trimmed.0.is_empty() || !trimmed.get(i))
         })
-        .count() as u64;
+        .map(|i| i as u32)
+        .collect();
+    let lost_pages = lost.len() as u64;
 
     // Trim-log slots: the checkpoint's own (if their block survived) and the scanned ones.
     let keep_from = ckpt.map_or(0, |c| c.prev_sc);
@@ -344,6 +346,7 @@ pub(crate) fn resolve(
         scanned: scanned_totals,
         mapped_pages,
         lost_pages,
+        lost,
         torn_slots,
         unreadable_pages: scans
             .iter()
