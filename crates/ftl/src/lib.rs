@@ -435,7 +435,13 @@ impl Ftl {
             && ftl.core.read_only_reason().is_none()
         {
             // Written from the live map, held still: no copy of it (peak RAM at open).
-            ftl.core.checkpoint_held()?;
+            match ftl.core.checkpoint_held() {
+                Ok(()) => {}
+                // The checkpoint areas wore out at this checkpoint: the device is read-only
+                // now (the log said why), and what recovery found stays readable.
+                Err(FtlError::ReadOnly(_)) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(ftl)
     }
@@ -858,7 +864,13 @@ impl Ftl {
         let flushed = if self.core.read_only_reason().is_none() {
             self.core.flush_all_blocking();
             // Nothing else runs now: written from the live map, without a copy.
-            self.core.checkpoint_held()
+            match self.core.checkpoint_held() {
+                // The checkpoint areas wore out at this checkpoint (the device turned
+                // read-only, the log said why): everything acknowledged is on flash, and the
+                // next open finds it by a scan.
+                Err(FtlError::ReadOnly(_)) => Ok(()),
+                r => r,
+            }
         } else {
             Ok(())
         };

@@ -324,6 +324,11 @@ impl Core {
         shrunk: (u64, Option<BlockAddr>),
     ) -> Option<String> {
         let mut why = Vec::new();
+        // Not damage, the end of the device's life; read-only all the same (no checkpoint
+        // can be written, and a full scan's map may bring trimmed data back).
+        if let Some(worn) = self.checkpoint_areas_worn() {
+            why.push(worn);
+        }
         if let (n, Some(first)) = shrunk {
             why.push(format!(
                 "the block table counts fewer programmed pages than the checkpoint recorded in \

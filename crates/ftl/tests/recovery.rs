@@ -671,3 +671,53 @@ fn a_block_table_that_marks_a_data_block_bad_fails_its_pages_reads() {
     }
     assert!(fails.is_empty(), "{}", fails.join("\n"));
 }
+
+/// A device whose checkpoint areas wear out (their erases fail at the endurance, and the
+/// blocks turn bad) turns read-only saying so instead of failing: what was written stays
+/// readable, the close succeeds (everything flushed is on flash), and the next open scans the
+/// flash and opens read-only too, with the same reason, instead of failing to write its
+/// checkpoint. Before, the open failed, and the stop of a running device reported an error.
+#[test]
+fn worn_out_checkpoint_areas_turn_the_device_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("worn.img");
+    let mut nand = small_nand(4096, 24);
+    nand.endurance = 6;
+    let cfg = small_cfg(GcPolicy::Adaptive);
+    let ftl = create(&path, &nand, cfg.clone());
+    write_pages(&ftl, 0..60, 1);
+    let mut failures = 0;
+    for i in 0..400u64 {
+        // A page changed between checkpoints; most checkpoints are then deltas, a full one
+        // (an erase of an area) every few.
+        if ftl.read_only_reason().is_none() {
+            write_pages(&ftl, i % 60..i % 60 + 1, 1);
+        }
+        if ftl.checkpoint().is_err() {
+            failures += 1;
+        }
+        if ftl.read_only_reason().is_some() {
+            break;
+        }
+    }
+    let why = ftl.read_only_reason().expect("the device turned read-only");
+    assert!(
+        why.contains("checkpoint area") && why.contains("wore out"),
+        "{why}"
+    );
+    assert!(failures >= 1, "{why}");
+    verify_pages(&ftl, 0..60, 1);
+    assert!(block_on(ftl.write(0, 0, &stamped(0, 2), false)).is_err());
+    ftl.close().expect("a worn device closes");
+    drop(ftl);
+    for round in 0..2 {
+        let ftl = open(&path, cfg.clone());
+        let why = ftl.read_only_reason().unwrap_or_default();
+        assert!(
+            why.contains("checkpoint area") && why.contains("wore out"),
+            "round {round}: {why:?}"
+        );
+        verify_pages(&ftl, 0..60, 1);
+        ftl.close().expect("a worn device closes");
+    }
+}

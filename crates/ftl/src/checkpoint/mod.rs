@@ -434,6 +434,17 @@ impl Core {
                 drop(_one);
                 return self.checkpoint();
             }
+            // The area's erase failed and turned a block of it bad (worn out): the other area
+            // takes the checkpoint, once (it goes there when an area has a bad block).
+            if offset == 0 && self.area_has_bad_block(area) && !self.area_has_bad_block(1 - area) {
+                tracing::warn!("checkpoint area {area} went bad ({e}); writing the other one");
+                drop(_one);
+                return self.checkpoint_with(held);
+            }
+            if let Some(why) = self.checkpoint_areas_worn() {
+                self.set_read_only(why.clone());
+                return Err(FtlError::ReadOnly(why));
+            }
             return Err(e);
         }
         *self.ckpt.lock() = CkptState {
@@ -459,6 +470,37 @@ impl Core {
             if full { "full" } else { "delta" }
         );
         Ok(())
+    }
+
+    /// Why no checkpoint can be written any more, if none can: both checkpoint areas have a
+    /// bad block (their erases failed, at the endurance or before). The device is then
+    /// read-only (an SSD whose metadata blocks wore out is), and every open scans the flash.
+    pub(crate) fn checkpoint_areas_worn(&self) -> Option<String> {
+        if !(self.area_has_bad_block(0) && self.area_has_bad_block(1)) {
+            return None;
+        }
+        let first_bad = (0..2).flat_map(|area| {
+            (0..self.layout.banks).flat_map(move |bank| {
+                self.layout
+                    .ckpt_area_blocks(area)
+                    .map(move |block| BlockAddr {
+                        bank: BankId(bank),
+                        block,
+                    })
+            })
+        });
+        let first = first_bad
+            .filter_map(|addr| Some((addr, self.nand.block_state(addr).ok()?)))
+            .find(|(_, s)| s.bad);
+        let erases = first.map_or_else(String::new, |(addr, s)| {
+            format!(" (first: {addr}, after {} erases)", s.erase_count)
+        });
+        Some(format!(
+            "the checkpoint areas wore out: both have a bad block{erases} (endurance {}), so no \
+             checkpoint can be written any more; what is on flash stays readable, and every \
+             open scans the whole flash",
+            self.nand.config().endurance
+        ))
     }
 
     fn area_has_bad_block(&self, area: u32) -> bool {
