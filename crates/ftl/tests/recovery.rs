@@ -721,3 +721,49 @@ fn worn_out_checkpoint_areas_turn_the_device_read_only() {
         ftl.close().expect("a worn device closes");
     }
 }
+
+/// The superblock is stored in several copies: one flipped byte in the first leaves the image
+/// usable (the next copy is read), and damage to every copy is refused as damage (the message
+/// says not to format), not as an image ftld never formatted.
+#[test]
+fn a_damaged_superblock_copy_is_survived_and_all_copies_damaged_are_called_damage() {
+    use ftl::nand_model::{BankId, BlockAddr, PageAddr};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sb.img");
+    let cfg = small_cfg(GcPolicy::Adaptive);
+    let ftl = create(&path, &small_nand(4096, 24), cfg.clone());
+    write_pages(&ftl, 0..50, 1);
+    ftl.close().unwrap();
+    drop(ftl);
+    let copy = |page| {
+        let addr = PageAddr {
+            block: BlockAddr {
+                bank: BankId(0),
+                block: 0,
+            },
+            page,
+        };
+        ftl::nand_model::page_data_offset(&path, addr).unwrap()
+    };
+    flip_byte(&path, copy(0) + 13);
+    let ftl = open(&path, cfg.clone());
+    assert_eq!(ftl.read_only_reason(), None);
+    verify_pages(&ftl, 0..50, 1);
+    ftl.close().unwrap();
+    drop(ftl);
+    for page in 1..4 {
+        flip_byte(&path, copy(page) + 13);
+    }
+    let e = Ftl::open(&path, ftl::nand_model::TimingMode::Off, cfg)
+        .err()
+        .expect("every copy damaged")
+        .to_string();
+    assert!(
+        e.contains("superblock is corrupt") && e.contains("do not format"),
+        "{e}"
+    );
+    let e = ftl::inspect(&path)
+        .expect_err("info refuses too")
+        .to_string();
+    assert!(e.contains("superblock is corrupt"), "{e}");
+}

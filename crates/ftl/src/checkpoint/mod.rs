@@ -113,13 +113,19 @@ pub fn write_superblock(nand: &NandDevice, layout: &Layout, sb: &SuperBlock) -> 
     data[36..40].copy_from_slice(&sb.log_blocks.to_le_bytes());
     let mut oob_buf = vec![0u8; layout.oob_size as usize];
     oob::encode_superblock(&mut oob_buf, crc32fast::hash(&data));
-    let addr = PageAddr {
-        block: layout.superblock(),
-        page: 0,
-    };
-    nand.program(addr, &data, &oob_buf)?.wait();
+    for page in 0..SUPERBLOCK_COPIES.min(layout.pages_per_block) {
+        let addr = PageAddr {
+            block: layout.superblock(),
+            page,
+        };
+        nand.program(addr, &data, &oob_buf)?.wait();
+    }
     Ok(())
 }
+
+/// Copies of the superblock, in the first pages of its block (which holds nothing else): one
+/// damaged page does not make the image unusable. Images formatted before hold one.
+const SUPERBLOCK_COPIES: u32 = 4;
 
 /// Reads the superblock; the error says why the image is not a usable FTL image.
 pub fn read_superblock(nand: &NandDevice) -> Result<SuperBlock> {
@@ -162,13 +168,59 @@ pub fn read_superblock(nand: &NandDevice) -> Result<SuperBlock> {
              --force) or delete it",
         ));
     }
-    nand.read(addr, 0, &mut data, Some(&mut oob_buf))?.wait();
-    // (A superblock page: the slot count only bounds data pages.)
-    match oob::decode(&oob_buf, geo.page_size / crate::layout::LOGICAL_PAGE as u32) {
-        Some(PageOob::Superblock { crc }) if crc == crc32fast::hash(&data) => {}
-        _ => return Err(fail("no FTL superblock (the NAND image was never formatted by ftld, or its superblock is corrupt)")),
+    // The first intact copy. A copy whose checksum matches but whose fields are refused
+    // explains the failure best; then one that fails its checksum (damage); else the image was
+    // never formatted by ftld.
+    let copies = SUPERBLOCK_COPIES.min(geo.pages_per_block);
+    let mut refused: Option<String> = None;
+    let mut corrupt = 0;
+    for page in 0..copies {
+        let addr = PageAddr { page, ..addr };
+        // Copies are programmed in order: the first unprogrammed page ends them.
+        if page > 0 && !nand.peek_oob(addr, &mut oob_buf)? {
+            break;
+        }
+        match nand.read(addr, 0, &mut data, Some(&mut oob_buf)) {
+            Ok(c) => c.wait(),
+            Err(e) if e.is_fault() => {
+                corrupt += 1;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        // (A superblock page: the slot count only bounds data pages.)
+        match oob::decode(&oob_buf, geo.page_size / crate::layout::LOGICAL_PAGE as u32) {
+            Some(PageOob::Superblock { crc }) if crc == crc32fast::hash(&data) => {
+                match SuperBlock::decode(&data, geo) {
+                    Ok(sb) => {
+                        if page > 0 {
+                            tracing::warn!(
+                                "{}: superblock copy {page} used: the copies before it are \
+                                 damaged",
+                                nand.path().display()
+                            );
+                        }
+                        return Ok(sb);
+                    }
+                    Err(e) => {
+                        refused.get_or_insert(e);
+                    }
+                }
+            }
+            Some(PageOob::Superblock { .. }) => corrupt += 1,
+            _ if data.starts_with(SUPER_MAGIC) => corrupt += 1,
+            _ => {}
+        }
     }
-    SuperBlock::decode(&data, geo).map_err(|e| fail(&e))
+    Err(fail(&match (refused, corrupt) {
+        (Some(e), _) => e,
+        (None, 0) => "no FTL superblock (the NAND image was never formatted by ftld)".into(),
+        (None, n) => format!(
+            "the superblock is corrupt: {n} of its copies fail their checksum and none is \
+             intact, so the image was damaged; the data may be intact: do not format it, keep \
+             a copy of the image"
+        ),
+    }))
 }
 
 /// Blocks other than the superblock's that hold programmed pages, per the image's block table.
