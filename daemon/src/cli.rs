@@ -59,7 +59,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Create (or with --force recreate) an image.
     Format(FormatArgs),
-    /// Show an image's geometry, capacity, wear and shutdown state (the image must not be in use).
+    /// Show an image's geometry, capacity, wear and shutdown state (read-only: the image may be
+    /// served read-only meanwhile, not by a writable daemon).
     Info(InfoArgs),
     /// Print the statistics of a running daemon as JSON (via its control socket).
     Stats(StatsArgs),

@@ -90,7 +90,19 @@ pub struct FileConfig {
     /// `[ftl] queues` was written (`ftld replay` in virtual time has its own default).
     #[serde(skip)]
     pub ftl_queues_set: bool,
+    /// `[ftl] overprovision` and `[ftl] log_blocks` were written: format-time settings, which
+    /// an existing image's must then match.
+    #[serde(skip)]
+    pub ftl_overprovision_set: bool,
+    #[serde(skip)]
+    pub ftl_log_blocks_set: bool,
+    /// The file this was read from (for messages).
+    #[serde(skip)]
+    pub path: Option<PathBuf>,
 }
+
+/// Longest configuration file read (a `--config /dev/zero` would otherwise grow forever).
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// The `[ublk]` table.
 #[derive(Debug, Default, Deserialize)]
@@ -126,8 +138,7 @@ pub enum SizeValue {
 impl FileConfig {
     /// Reads and parses `path`; relative paths inside are resolved against its directory.
     pub fn load(path: &Path) -> anyhow::Result<FileConfig> {
-        let text = fs::read_to_string(path)
-            .with_context(|| format!("reading config file {}", path.display()))?;
+        let text = read_bounded(path)?;
         let mut cfg: FileConfig = toml::from_str(&text)
             .map_err(|e| UsageError(format!("config file {}: {e}", path.display())))?;
         let table = toml::from_str::<toml::Table>(&text).ok();
@@ -139,6 +150,9 @@ impl FileConfig {
         };
         cfg.ftl_scheme_set = ftl_key("scheme");
         cfg.ftl_queues_set = ftl_key("queues");
+        cfg.ftl_overprovision_set = ftl_key("overprovision");
+        cfg.ftl_log_blocks_set = ftl_key("log_blocks");
+        cfg.path = Some(path.to_path_buf());
         let base = path.parent().unwrap_or(Path::new("."));
         let certs = cfg.nbd.as_mut().and_then(|n| n.tls_certificates.as_mut());
         for p in [
@@ -158,10 +172,47 @@ impl FileConfig {
         Ok(cfg)
     }
 
+    /// "config file PATH", to start a message about a value read from it.
+    pub fn origin(&self) -> String {
+        match &self.path {
+            Some(p) => format!("config file {}", p.display()),
+            None => "config file".into(),
+        }
+    }
+
     /// Loads `path` if given, else an empty configuration.
     pub fn load_opt(path: Option<&Path>) -> anyhow::Result<FileConfig> {
         path.map_or_else(|| Ok(FileConfig::default()), FileConfig::load)
     }
+}
+
+/// The text of the configuration file at `path`, refused past [`MAX_CONFIG_BYTES`] (a pipe or
+/// `<(...)` works; a device that never ends does not hang the start).
+fn read_bounded(path: &Path) -> anyhow::Result<String> {
+    use std::io::Read;
+    let what = || format!("reading config file {}", path.display());
+    let mut bytes = Vec::new();
+    fs::File::open(path)
+        .with_context(what)?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(what)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(UsageError(format!(
+            "config file {} is longer than {} KiB: not a configuration file",
+            path.display(),
+            MAX_CONFIG_BYTES >> 10
+        ))
+        .into());
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        UsageError(format!(
+            "config file {}: not UTF-8 text (byte {})",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        ))
+        .into()
+    })
 }
 
 /// What an image command (serve or format) needs to find or create the image.
@@ -183,6 +234,10 @@ pub struct ImageSettings {
     /// applied over the preset of a new image and checked against an existing one.
     pub nand: NandFileConfig,
     pub ftl: FtlConfig,
+    /// `[ftl] overprovision` and `[ftl] log_blocks` written explicitly (format-time settings:
+    /// an existing image's must match).
+    pub overprovision: Option<f64>,
+    pub log_blocks: Option<u32>,
     /// Allocate the whole image file once it is open ([`nand_model::NandDevice::preallocate`]).
     pub preallocate: bool,
 }
@@ -261,9 +316,9 @@ pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<Imag
     let capacity = match (args.capacity, &file.capacity) {
         (Some(c), _) => Some(c),
         (None, Some(SizeValue::Bytes(b))) => Some(*b),
-        (None, Some(SizeValue::Text(t))) => {
-            Some(parse_size(t).map_err(|e| UsageError(format!("config file: capacity: {e}")))?)
-        }
+        (None, Some(SizeValue::Text(t))) => Some(
+            parse_size(t).map_err(|e| UsageError(format!("{}: capacity: {e}", file.origin())))?,
+        ),
         (None, None) => None,
     };
     if capacity == Some(0) {
@@ -283,8 +338,20 @@ pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<Imag
         ftl.queues = q.into();
     }
     if ftl.queues == 0 || ftl.queues > 64 {
-        return Err(UsageError(format!("queues must be 1..=64, not {}", ftl.queues)).into());
+        let key = match args.queues {
+            Some(_) => "--queues".to_string(),
+            None => format!("{}: [ftl] queues", file.origin()),
+        };
+        return Err(UsageError(format!("{key} must be 1..=64, not {}", ftl.queues)).into());
     }
+    // The running tunables only the file sets, checked here so the message names it.
+    ftl::check_running_policy(&ftl).map_err(|e| {
+        let e = match e {
+            ftl::FtlError::Config(why) => why,
+            e => e.to_string(),
+        };
+        UsageError(format!("{}: [ftl] {e}", file.origin()))
+    })?;
     let nand = file.nand.as_ref();
     let kind = args
         .interconnect
@@ -327,6 +394,16 @@ pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<Imag
         scheme,
         interconnect,
         nand,
+        overprovision: file
+            .ftl
+            .as_ref()
+            .filter(|_| file.ftl_overprovision_set)
+            .map(|f| f.overprovision),
+        log_blocks: file
+            .ftl
+            .as_ref()
+            .filter(|_| file.ftl_log_blocks_set)
+            .map(|f| f.log_blocks),
         ftl,
         preallocate: args.preallocate || file.preallocate.unwrap_or(false),
     })
@@ -384,7 +461,7 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
     }
     nbd.validate()
         .map_err(|e| UsageError(format!("[nbd] settings: {e}")))?;
-    let tls = resolve_tls(args, file.nbd.as_ref())?;
+    let tls = resolve_tls(args, file.nbd.as_ref(), &file.origin())?;
     let uf = file.ublk.as_ref();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let ublk = UblkSettings {
@@ -408,8 +485,12 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
         .into());
     }
     let workers = match args.workers.or(file.workers) {
-        Some(0) | Some(1025..) => {
-            return Err(UsageError("workers must be 1..=1024".to_string()).into());
+        Some(n @ (0 | 1025..)) => {
+            let key = match args.workers {
+                Some(_) => "--workers".to_string(),
+                None => format!("{}: workers", file.origin()),
+            };
+            return Err(UsageError(format!("{key} must be 1..=1024, not {n}")).into());
         }
         Some(n) => usize::from(n),
         None => default_workers(),
@@ -434,12 +515,16 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
 
 /// The TLS mode and certificates: flags over `[nbd]` over off. The certificates are read here,
 /// so a missing or unusable file is reported before the image is opened.
-fn resolve_tls(args: &ServeArgs, file: Option<&NbdFileConfig>) -> anyhow::Result<TlsPolicy> {
+fn resolve_tls(
+    args: &ServeArgs,
+    file: Option<&NbdFileConfig>,
+    origin: &str,
+) -> anyhow::Result<TlsPolicy> {
     let mode = match (args.tls, file.and_then(|f| f.tls.as_deref())) {
         (Some(m), _) => m,
         (None, Some(m)) => m
             .parse::<TlsMode>()
-            .map_err(|e| UsageError(format!("config file: [nbd] tls: {e}")))?,
+            .map_err(|e| UsageError(format!("{origin}: [nbd] tls: {e}")))?,
         (None, None) => TlsMode::Off,
     };
     let dir = args
@@ -449,7 +534,8 @@ fn resolve_tls(args: &ServeArgs, file: Option<&NbdFileConfig>) -> anyhow::Result
     let verify_peer = args.tls_verify_peer || file.and_then(|f| f.tls_verify_peer).unwrap_or(false);
     if mode == TlsMode::Off && (dir.is_some() || verify_peer) {
         return Err(UsageError(
-            "--tls-certificates and --tls-verify-peer need --tls on or --tls require              (or [nbd] tls)"
+            "--tls-certificates and --tls-verify-peer need --tls on or --tls require (or [nbd] \
+             tls)"
                 .into(),
         )
         .into());
@@ -600,6 +686,53 @@ mod tests {
         assert!(s.read_only);
         assert_eq!(s.nbd_socket, Some(dir.path().join("d.sock")));
         assert_eq!(s.control_socket, dir.path().join("d.ctl"));
+    }
+
+    /// Values refused name where they came from: the file (and the key) or the flag; a file
+    /// that never ends is refused instead of read forever.
+    #[test]
+    fn refusals_name_the_file_and_the_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        let image = ImageArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        };
+        let file = |text: &str| {
+            fs::write(&path, text).expect("write");
+            FileConfig::load(&path).expect("parses")
+        };
+        let shown = path.display().to_string();
+        for (text, key) in [
+            ("[ftl]\nqueues = 0\n", "[ftl] queues"),
+            ("[ftl]\ngc_threads = 100000\n", "[ftl] gc_threads"),
+            ("[ftl]\nmax_pending_pages = 0\n", "[ftl] max_pending_pages"),
+        ] {
+            let err = resolve_image(&image, &file(text))
+                .expect_err(text)
+                .to_string();
+            assert!(err.contains(&shown) && err.contains(key), "{text}: {err}");
+        }
+        let flag = ImageArgs {
+            queues: Some(0),
+            ..image.clone()
+        };
+        let err = resolve_image(&flag, &file("")).expect_err("--queues 0");
+        assert!(err.to_string().contains("--queues"), "{err}");
+        for (text, key) in [
+            ("workers = 0\n", "workers"),
+            ("[nbd]\ntls = \"maybe\"\n", "[nbd] tls"),
+        ] {
+            fs::write(&path, text).expect("write");
+            let args = ServeArgs {
+                image: image.clone(),
+                ..Default::default()
+            };
+            let err = resolve_serve(&args).expect_err(text).to_string();
+            assert!(err.contains(&shown) && err.contains(key), "{text}: {err}");
+        }
+        let err = FileConfig::load(Path::new("/dev/zero")).expect_err("endless");
+        assert!(err.to_string().contains("longer than"), "{err}");
     }
 
     /// `workers` from the file, the flag over it, and 0 refused with the key's name.

@@ -122,6 +122,35 @@ pub fn check_interconnect(
     Ok(())
 }
 
+/// Fails if `[ftl] overprovision` or `[ftl] log_blocks`, written explicitly, contradict the
+/// existing image's (both are fixed when it is formatted).
+pub fn check_format_settings(info: &ImageInfo, settings: &ImageSettings) -> anyhow::Result<()> {
+    let path = info.path.display();
+    let hint = "a format-time setting; drop it, or recreate the image with `ftld format --force`";
+    if let Some(op) = settings.overprovision {
+        if op.to_bits() != info.overprovision.to_bits() {
+            return Err(UsageError(format!(
+                "image {path} was formatted with overprovision = {}, but [ftl] overprovision \
+                 asks for {op} ({hint})",
+                info.overprovision
+            ))
+            .into());
+        }
+    }
+    // 0 asks for the default pool (3 % of the blocks): whatever the image has.
+    if let Some(n) = settings.log_blocks.filter(|&n| n != 0) {
+        if n != info.log_blocks {
+            return Err(UsageError(format!(
+                "image {path} ({} scheme) has {} log blocks, but [ftl] log_blocks asks for {n} \
+                 ({hint})",
+                info.ftl, info.log_blocks
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
 /// Fails if the `[nand]` table's device settings contradict the existing image's device.
 pub fn check_nand_table(info: &ImageInfo, nand: &NandFileConfig) -> anyhow::Result<()> {
     if !nand.sets_device() {
@@ -285,6 +314,7 @@ pub fn open(settings: &ImageSettings, timing: TimingMode, access: Access) -> any
     )?;
     check_interconnect(&info, settings.interconnect)?;
     check_nand_table(&info, &settings.nand)?;
+    check_format_settings(&info, settings)?;
     Ftl::open_with(path, timing, settings.ftl.clone(), access)
         .and_then(|f| preallocate(f, settings))
         .map_err(|e| describe(e, path))
@@ -342,7 +372,12 @@ pub fn open_or_create(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match access {
             Access::ReadWrite => create(settings, timing),
             Access::ReadOnly => {
-                create(settings, TimingMode::Off)?
+                // Made sparse: `preallocate` is ignored for a read-only device.
+                let plain = ImageSettings {
+                    preallocate: false,
+                    ..settings.clone()
+                };
+                create(&plain, TimingMode::Off)?
                     .close()
                     .map_err(|e| describe(e, path))?;
                 open(settings, timing, access)

@@ -112,7 +112,7 @@ fn main() -> ExitCode {
         // The reader of our stdout went away: nobody is left to tell, as for `cat | head`.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            note!("ftld: error: {e:#}");
+            note!("ftld: error: {}", error_chain(&e));
             if e.downcast_ref::<UsageError>().is_some() {
                 ExitCode::from(2)
             } else {
@@ -120,6 +120,24 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// `e` and its causes, `: `-separated, leaving out a cause whose text the message before it
+/// ends with already (an error that prints its source: "image X: Permission denied" followed
+/// by its source "Permission denied" said it twice).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for link in e.chain() {
+        let text = link.to_string();
+        if out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -141,4 +159,23 @@ fn stats(a: &cli::StatsArgs) -> anyhow::Result<()> {
     }
     out!("{}", serde_json::to_string_pretty(&v)?);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    /// An error that prints its source (`image X: Permission denied`) is not followed by the
+    /// source again; other causes are.
+    #[test]
+    fn a_cause_the_message_already_shows_is_not_repeated() {
+        let io = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let e = anyhow::Error::new(nand_model::ImageError::Io {
+            path: "/x.img".into(),
+            source: io,
+        });
+        assert_eq!(error_chain(&e), "image /x.img: permission denied");
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_chain(&e), "outer: inner");
+    }
 }

@@ -433,10 +433,15 @@ async fn serve_all(ftl: Arc<Ftl>, s: &ServeSettings, mut signals: Signals) -> an
     });
     let control = tokio::spawn(control::serve(ctl, ctx, down(rx.clone())));
     let stop = Arc::clone(&tx);
+    // A read-only device has nothing to flush or checkpoint.
+    let then = match ftl.read_only_reason() {
+        None => ", then flush and checkpoint",
+        Some(_) => "",
+    };
     let signal_task = tokio::spawn(async move {
         let name = signals.next().await;
-        info!("{name}: stopping (in-flight requests finish, then flush and checkpoint)");
-        notify::stopping(&format!("{name}: stopping, then flush and checkpoint"));
+        info!("{name}: stopping (in-flight requests finish{then})");
+        notify::stopping(&format!("{name}: stopping{then}"));
         stop.send_replace(true);
         let name = signals.next().await;
         warn!("second {name}: exiting at once; writes not yet flushed are lost");
@@ -550,7 +555,12 @@ fn print_connect_help(
     for u in &uris {
         out.push_str(&format!("    nbdinfo '{u}'\n"));
     }
+    // A read-only export gets commands that only read.
+    let read_only = s.read_only || damaged;
     match (s.tls.mode(), tcp) {
+        (TlsMode::Off, _) if read_only => {
+            out.push_str(&format!("    qemu-io -r -f raw '{uri}' -c 'read 0 1M'\n"))
+        }
         (TlsMode::Off, _) => out.push_str(&format!(
             "    qemu-io -f raw '{uri}' -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M'\n"
         )),
@@ -563,19 +573,36 @@ fn print_connect_help(
         )),
         (_, None) => {}
     }
-    out.push_str(&format!(
-        "\nPut a filesystem on it (as root; needs fuse3 and libnbd-bin):\n\
-         \x20   mkdir -p /tmp/ftld-fuse /mnt/ftld\n\
-         \x20   nbdfuse /tmp/ftld-fuse/disk '{uri}' &\n\
-         \x20   until [ -e /tmp/ftld-fuse/disk ]; do sleep 0.1; done   # nbdfuse is up\n\
-         \x20   dev=$(losetup -f --show /tmp/ftld-fuse/disk)\n\
-         \x20   mkfs.ext4 \"$dev\" && mount \"$dev\" /mnt/ftld\n\
-         \x20   ... and to undo: umount /mnt/ftld; losetup -d \"$dev\"; fusermount3 -u /tmp/ftld-fuse\n"
-    ));
+    if read_only {
+        out.push_str(&format!(
+            "\nMount the filesystem on it read-only (as root; needs fuse3 and libnbd-bin):\n\
+             \x20   mkdir -p /tmp/ftld-fuse /mnt/ftld\n\
+             \x20   nbdfuse -r /tmp/ftld-fuse/disk '{uri}' &\n\
+             \x20   until [ -e /tmp/ftld-fuse/disk ]; do sleep 0.1; done   # nbdfuse is up\n\
+             \x20   dev=$(losetup -r -f --show /tmp/ftld-fuse/disk)\n\
+             \x20   mount -o ro,noload \"$dev\" /mnt/ftld   # noload: ext4 replays no journal\n\
+             \x20   ... and to undo: umount /mnt/ftld; losetup -d \"$dev\"; fusermount3 -u /tmp/ftld-fuse\n"
+        ));
+    } else {
+        out.push_str(&format!(
+            "\nPut a filesystem on it (as root; needs fuse3 and libnbd-bin):\n\
+             \x20   mkdir -p /tmp/ftld-fuse /mnt/ftld\n\
+             \x20   nbdfuse /tmp/ftld-fuse/disk '{uri}' &\n\
+             \x20   until [ -e /tmp/ftld-fuse/disk ]; do sleep 0.1; done   # nbdfuse is up\n\
+             \x20   dev=$(losetup -f --show /tmp/ftld-fuse/disk)\n\
+             \x20   mkfs.ext4 \"$dev\" && mount \"$dev\" /mnt/ftld\n\
+             \x20   ... and to undo: umount /mnt/ftld; losetup -d \"$dev\"; fusermount3 -u /tmp/ftld-fuse\n"
+        ));
+    }
     out.push_str(&format!(
         "\nStatistics: ftld stats --control-socket {}\n\
-         Stop with Ctrl-C or SIGTERM (in-flight requests finish, then flush and checkpoint).\n\n",
-        abs(&s.control_socket).display()
+         Stop with Ctrl-C or SIGTERM (in-flight requests finish{}).\n\n",
+        abs(&s.control_socket).display(),
+        if read_only {
+            ""
+        } else {
+            ", then flush and checkpoint"
+        }
     ));
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(out.as_bytes());

@@ -241,6 +241,70 @@ fn a_contradicting_ftl_scheme_is_refused() {
     }
 }
 
+/// `[ftl] overprovision` and `[ftl] log_blocks` are fixed when an image is formatted: given for
+/// an existing image they must match it, or the start is refused naming the image and both
+/// values (before, they were silently ignored).
+#[test]
+fn format_time_ftl_settings_must_match_an_existing_image() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("b.img");
+    let image = img.display().to_string();
+    let cfg = dir.path().join("c.toml");
+    let config = cfg.display().to_string();
+    std::fs::write(&cfg, "[ftl]\noverprovision = 0.1\nlog_blocks = 40\n").expect("write");
+    run_ok(Command::new(FTLD).args([
+        "format",
+        "--ftl",
+        "bast",
+        "--preset",
+        "slc-small-004",
+        "--capacity",
+        "32M",
+        "--image",
+        &image,
+        "--config",
+        &config,
+    ]));
+    let info = info_json(&img);
+    assert_eq!(info["log_blocks"], 40, "{info:#}");
+    // The same settings open it.
+    let mut child = Command::new(FTLD)
+        .args([
+            "serve", "--timing", "off", "--image", &image, "--config", &config,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ftld");
+    let ctl = img.with_extension("ctl");
+    let t = std::time::Instant::now();
+    while !ctl.exists() && t.elapsed() < Duration::from_secs(60) {
+        if let Ok(Some(st)) = child.try_wait() {
+            let out = child.wait_with_output().expect("wait");
+            panic!("exited {st}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    e2e::daemon::signal(child.id(), libc::SIGTERM);
+    let st = wait_timeout(&mut child, Duration::from_secs(60)).expect("stops");
+    assert!(st.success(), "{st}");
+    for (text, field, asked) in [
+        ("[ftl]\noverprovision = 0.2\n", "overprovision", "0.2"),
+        ("[ftl]\nlog_blocks = 12\n", "log_blocks", "12"),
+    ] {
+        std::fs::write(&cfg, text).expect("write");
+        let (code, err) = run_to_exit(Command::new(FTLD).args([
+            "serve", "--timing", "off", "--image", &image, "--config", &config,
+        ]));
+        assert_eq!(code, 2, "{field}: {err}");
+        assert!(
+            err.contains(&image) && err.contains(field) && err.contains(asked),
+            "{field}: {err}"
+        );
+    }
+}
+
 /// A PMCD image (thesis ch. 4) keeps its interconnect: `info` shows it, a contradicting option
 /// is refused naming the image and both, and `--controllers` needs `pmcd`.
 #[test]

@@ -256,6 +256,12 @@ impl Core {
     /// image's file system had no room for makes later writes fail with
     /// [`FtlError::NoSpace`](crate::FtlError::NoSpace) rather than as on a read-only device.
     pub fn set_read_only_after(&self, e: &nand_model::NandError, reason: String) {
+        if matches!(e, nand_model::NandError::ReadOnly) {
+            // The image was opened read-only: that is the reason already, not this operation
+            // (which should not have been tried).
+            tracing::warn!("{reason}");
+            return;
+        }
         self.set_read_only_as(reason, matches!(e, nand_model::NandError::NoSpace { .. }));
     }
 
@@ -300,6 +306,12 @@ impl Core {
         } else {
             None
         }
+    }
+
+    /// Writes are refused (opened read-only, or turned so): nothing may change the medium,
+    /// not even the schemes' own work (GC, merges, a rebuild's erases). A flag load.
+    pub(crate) fn is_read_only(&self) -> bool {
+        self.read_only_flag.load(Ordering::Acquire)
     }
 
     /// Recovery found logical page `lpn` lost: its reads fail ([`crate::FtlError::Lost`]).
@@ -506,9 +518,10 @@ impl Core {
         addr: nand_model::BlockAddr,
         retire: bool,
     ) -> (bool, Option<nand_model::Completion>) {
-        if self.opened_read_only() {
-            // A rebuild releasing a block that holds nothing current (the hybrid schemes'):
-            // the block stays as it is on the image, and closed here (nothing allocates).
+        if self.is_read_only() {
+            // A rebuild releasing a block that holds nothing current (the hybrid schemes'),
+            // on a device opened read-only or that recovery found damaged: the block stays as
+            // it is on the image, closed here (nothing allocates on a read-only device).
             return (false, None);
         }
         let mut done = None;

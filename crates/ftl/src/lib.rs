@@ -604,7 +604,14 @@ impl Ftl {
                     // modelled end of what it waited for (`nand_model::ArrivalScope`): the
                     // worker's wake-ups inside a step are the host's, not the device's time.
                     let _arrival = nand_model::ArrivalScope::enter(c.nand.now_ns());
-                    if let Some(d) = w.round(&c, u32::MAX) {
+                    // A read-only device (opened so, or damaged) is not cleaned: that would
+                    // change it, and could not free a block for anyone anyway.
+                    let round = if c.is_read_only() {
+                        Some(std::time::Duration::from_secs(1))
+                    } else {
+                        w.round(&c, u32::MAX)
+                    };
+                    if let Some(d) = round {
                         let l = if w.held_back(&c) {
                             c.gc_urgent.listen()
                         } else {

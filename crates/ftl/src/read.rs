@@ -182,7 +182,9 @@ impl Core {
     /// `nand_model::ArrivalScope`): the FTL's own lookup time is absorbed into the modelled
     /// latency instead of added to it.
     pub(crate) async fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.scheme.before_read(self);
+        if !self.is_read_only() {
+            self.scheme.before_read(self);
+        }
         let mut pending: Vec<Completion> = Vec::new();
         {
             // Not held across an await: the scope is this thread's.

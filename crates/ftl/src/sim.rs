@@ -137,6 +137,10 @@ impl Background {
             let start = a.at;
             clock.set_ns(start);
             let (idle, next) = match &mut a.work {
+                // A read-only device is not cleaned (see the served device's workers).
+                Work::Worker(_) if core.is_read_only() => {
+                    (true, start.saturating_add(1_000_000_000))
+                }
                 Work::Worker(w) => match w.round(core, 1) {
                     Some(d) => {
                         let end = clock.now_ns().max(start);

@@ -602,7 +602,7 @@ fn set_bad_flag(path: &Path, block: ftl::nand_model::BlockAddr, bad: bool) {
 /// pages the block held fail to read (EIO to a host) rather than reading as zeroes, `allocation`
 /// counts them as data (a copy reads them), and every other page reads back. A clean image and
 /// a crashed one alike (pages written after the checkpoint are found by the scan), every scheme.
-/// Before, they read as zeroes with success.
+/// Before, they read as zeroes with success, and GC, merges and rebuilds went on writing.
 #[test]
 fn a_block_table_that_marks_a_data_block_bad_fails_its_pages_reads() {
     use ftl::SchemeKind;
@@ -635,6 +635,7 @@ fn a_block_table_that_marks_a_data_block_bad_fails_its_pages_reads() {
                 drop(ftl);
             }
             set_bad_flag(&path, block, true);
+            let before = std::fs::read(&path).unwrap();
             let what = format!("{scheme:?} crashed={crashed}");
             let ftl = open(&path, cfg.clone());
             let why = ftl.read_only_reason().unwrap_or_default();
@@ -666,6 +667,15 @@ fn a_block_table_that_marks_a_data_block_bad_fails_its_pages_reads() {
                         "{what}: page {l} of the bad block is called a hole"
                     ));
                 }
+            }
+            // Read-only for damage: nothing changes the image, no GC, merge or rebuild erase
+            // (gftl's reads step its merges; the hybrid rebuilds erased emptied blocks).
+            ftl.close().unwrap();
+            drop(ftl);
+            if std::fs::read(&path).unwrap() != before {
+                fails.push(format!(
+                    "{what}: the damaged, read-only device changed its image"
+                ));
             }
         }
     }

@@ -70,6 +70,10 @@ impl GftlScheme {
     /// Runs one step, if there is work. A writer holds no logical block's lock and has
     /// nothing in flight; a reader holds no pin, and its step is skipped where it would wait.
     pub(super) fn step(&self, core: &Core, who: StepFor) {
+        // A read-only device (opened so, or damaged) changes nothing, merges included.
+        if core.is_read_only() {
+            return;
+        }
         let mut gc = match who {
             StepFor::Write => self.gc.lock(),
             StepFor::Read => match self.gc.try_lock() {
