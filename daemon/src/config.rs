@@ -324,6 +324,12 @@ pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<Imag
     if capacity == Some(0) {
         return Err(UsageError("capacity must be more than 0 bytes".into()).into());
     }
+    if let Some(c) = capacity.filter(|c| c.checked_next_multiple_of(4096).is_none()) {
+        return Err(UsageError(format!(
+            "capacity {c} bytes does not fit 64 bits once rounded up to whole 4 KiB pages"
+        ))
+        .into());
+    }
     let mut ftl = file.ftl.clone().unwrap_or_default();
     let file_scheme = file
         .ftl
@@ -343,6 +349,15 @@ pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<Imag
             None => format!("{}: [ftl] queues", file.origin()),
         };
         return Err(UsageError(format!("{key} must be 1..=64, not {}", ftl.queues)).into());
+    }
+    // A format-time value out of range read as "the device is too small" further on.
+    if !(0.0..0.9).contains(&ftl.overprovision) {
+        return Err(UsageError(format!(
+            "{}: [ftl] overprovision must be at least 0 and below 0.9, not {}",
+            file.origin(),
+            ftl.overprovision
+        ))
+        .into());
     }
     // The running tunables only the file sets, checked here so the message names it.
     ftl::check_running_policy(&ftl).map_err(|e| {
@@ -704,6 +719,8 @@ mod tests {
         };
         let shown = path.display().to_string();
         for (text, key) in [
+            ("[ftl]\noverprovision = 1.0\n", "[ftl] overprovision"),
+            ("[ftl]\noverprovision = nan\n", "[ftl] overprovision"),
             ("[ftl]\nqueues = 0\n", "[ftl] queues"),
             ("[ftl]\ngc_threads = 100000\n", "[ftl] gc_threads"),
             ("[ftl]\nmax_pending_pages = 0\n", "[ftl] max_pending_pages"),
@@ -731,6 +748,12 @@ mod tests {
             let err = resolve_serve(&args).expect_err(text).to_string();
             assert!(err.contains(&shown) && err.contains(key), "{text}: {err}");
         }
+        let huge = ImageArgs {
+            capacity: Some(u64::MAX - 5),
+            ..image.clone()
+        };
+        let err = resolve_image(&huge, &file("")).expect_err("2^64 - 6 bytes");
+        assert!(err.to_string().contains("64 bits"), "{err}");
         let err = FileConfig::load(Path::new("/dev/zero")).expect_err("endless");
         assert!(err.to_string().contains("longer than"), "{err}");
     }

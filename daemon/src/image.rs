@@ -23,7 +23,10 @@ pub const DEFAULT_PRESET: &str = "default";
 
 /// Exported size rounded up to whole 4 KiB logical pages.
 pub fn round_capacity(capacity: u64) -> u64 {
-    capacity.div_ceil(LOGICAL_PAGE as u64) * LOGICAL_PAGE as u64
+    // Saturating: a size that does not fit is refused when the options are read.
+    capacity
+        .div_ceil(LOGICAL_PAGE as u64)
+        .saturating_mul(LOGICAL_PAGE as u64)
 }
 
 /// Turns an FTL error about `path` into a message for people.

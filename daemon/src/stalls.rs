@@ -4,7 +4,6 @@
 //! virtual machine, or beside a measurement (`--csv`, times on `CLOCK_MONOTONIC`) to tell which
 //! slow requests the host delayed.
 
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -22,6 +21,16 @@ pub fn run(a: &StallsArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
+    // Made before the measurement: a path that cannot be written fails now, not after it.
+    let csv = a
+        .csv
+        .as_ref()
+        .map(|p| {
+            std::fs::File::create(p)
+                .map(|f| (p, f))
+                .with_context(|| format!("creating {}", p.display()))
+        })
+        .transpose()?;
     // SIGINT and SIGTERM end the run early, with the report: blocked here, before the probe's
     // threads exist (they inherit the mask), and taken by `sigtimedwait` below.
     let signals = block_stop_signals();
@@ -32,8 +41,8 @@ pub fn run(a: &StallsArgs) -> anyhow::Result<()> {
     .context("starting the probe threads")?;
     wait_for_stop(&signals, Duration::from_secs_f64(a.seconds));
     let r = probe.finish();
-    if let Some(path) = &a.csv {
-        write_csv(path, &r).with_context(|| format!("writing {}", path.display()))?;
+    if let Some((path, file)) = csv {
+        write_csv(file, &r).with_context(|| format!("writing {}", path.display()))?;
     }
     if a.json {
         out!("{}", serde_json::to_string_pretty(&json(&r))?);
@@ -55,8 +64,9 @@ pub fn run(a: &StallsArgs) -> anyhow::Result<()> {
 
 /// Stalls as CSV: start (`CLOCK_MONOTONIC` ns, the clock of `time.monotonic_ns()` and of the NAND
 /// model in real time), CPU, length in us; in order of start.
-fn write_csv(path: &Path, r: &StallReport) -> std::io::Result<()> {
+fn write_csv(mut file: std::fs::File, r: &StallReport) -> std::io::Result<()> {
     use std::fmt::Write as _;
+    use std::io::Write as _;
     let mut csv = String::from("start_ns,cpu,length_us\n");
     for s in &r.stalls {
         let _ = writeln!(
@@ -67,7 +77,7 @@ fn write_csv(path: &Path, r: &StallReport) -> std::io::Result<()> {
             s.late_ns as f64 / 1e3
         );
     }
-    std::fs::write(path, csv)
+    file.write_all(csv.as_bytes())
 }
 
 /// `--json`: the replay summary's `host_stalls` figures, with the run's length and its latest

@@ -1006,6 +1006,19 @@ fn stalls_measures_the_host_and_stops_on_sigint() {
         text(&o)
     );
 
+    // A CSV path that cannot be written fails at once, not after the hour it would measure.
+    let o = Command::new(FTLD)
+        .args(["stalls", "--seconds", "3600", "--csv"])
+        .arg(dir.path().join("no-such-dir/stalls.csv"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no-such-dir/stalls.csv"),
+        "{}",
+        text(&o)
+    );
+
     // Zero, and times past what the clock holds (they panicked), are refused.
     for seconds in ["--seconds=0", "--seconds=1e19", "--seconds=1e20"] {
         let o = Command::new(FTLD)

@@ -286,6 +286,16 @@ pub enum ImageError {
         /// The image path.
         path: PathBuf,
     },
+    /// The header (magic and checksum good) gives its own size as other than this build's.
+    #[error("image {}: the header says it is {found} bytes long, but this build's header is {expected} (an image of another format, or a corrupt header)", path.display())]
+    HeaderSize {
+        /// The image path.
+        path: PathBuf,
+        /// The size the header gives.
+        found: u32,
+        /// The size this build writes and reads.
+        expected: u32,
+    },
     /// The header's CRC does not match its contents.
     #[error("image {}: header checksum mismatch (stored {stored:#010x}, computed {computed:#010x})", path.display())]
     BadChecksum {
@@ -418,6 +428,7 @@ impl ImageError {
             ImageError::NotFound { path }
             | ImageError::AlreadyExists { path }
             | ImageError::NotAnImage { path }
+            | ImageError::HeaderSize { path, .. }
             | ImageError::BadChecksum { path, .. }
             | ImageError::UnsupportedVersion { path, .. }
             | ImageError::GeometryMismatch { path, .. }

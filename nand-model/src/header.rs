@@ -71,7 +71,7 @@ pub(crate) enum HeaderError {
     BadMagic,
     Version { found: u32 },
     Checksum { stored: u32, computed: u32 },
-    HeaderSize,
+    HeaderSize { found: u32 },
     Geometry(GeometryError),
 }
 
@@ -217,7 +217,9 @@ pub(crate) fn decode(b: &[u8]) -> Result<Header, HeaderError> {
         return Err(HeaderError::Checksum { stored, computed });
     }
     if u32_at(b, 12) as usize != HEADER_SIZE {
-        return Err(HeaderError::HeaderSize);
+        return Err(HeaderError::HeaderSize {
+            found: u32_at(b, 12),
+        });
     }
     let geometry = Geometry {
         channels: u32_at(b, 16),

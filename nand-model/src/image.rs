@@ -311,6 +311,27 @@ impl Image {
         let p = || path.to_path_buf();
         // Registry check before opening: see the module docs on POSIX lock semantics.
         let meta = std::fs::metadata(path).map_err(io_err(path))?;
+        // A FIFO would block the open (read-only) or fail its reads with "Illegal seek".
+        use std::os::unix::fs::FileTypeExt;
+        let kind = meta.file_type();
+        if !(kind.is_file() || kind.is_block_device()) {
+            let what = if kind.is_dir() {
+                "a directory"
+            } else if kind.is_fifo() {
+                "a FIFO"
+            } else if kind.is_socket() {
+                "a socket"
+            } else {
+                "a character device"
+            };
+            return Err(ImageError::Io {
+                path: p(),
+                source: io::Error::new(
+                    ErrorKind::InvalidInput,
+                    format!("{what}, not an image file"),
+                ),
+            });
+        }
         let registered = Registered::take(key_of(&meta), path)?;
         let file = OpenOptions::new()
             .read(true)
@@ -439,7 +460,12 @@ fn decode_header(path: &Path, bytes: &[u8], actual: u64) -> Result<Header, Image
             expected: HEADER_SIZE as u64,
             actual,
         },
-        HeaderError::BadMagic | HeaderError::HeaderSize => ImageError::NotAnImage { path: p() },
+        HeaderError::BadMagic => ImageError::NotAnImage { path: p() },
+        HeaderError::HeaderSize { found } => ImageError::HeaderSize {
+            path: p(),
+            found,
+            expected: HEADER_SIZE as u32,
+        },
         HeaderError::Version { found } => ImageError::UnsupportedVersion {
             path: p(),
             found,

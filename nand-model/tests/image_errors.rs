@@ -68,6 +68,28 @@ fn flipped_byte_gives_bad_checksum() {
     assert!(matches!(e, ImageError::BadChecksum { .. }), "{e}");
 }
 
+/// A header whose checksum holds but whose size field is not this build's is called that,
+/// not "bad magic" (it was).
+#[test]
+fn another_header_size_is_named() {
+    let f = closed_image();
+    patch(&f.path, 12, &8192u32.to_le_bytes());
+    fix_crc(&f.path);
+    let e = open(&f.path).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ImageError::HeaderSize {
+                found: 8192,
+                expected: 4096,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("8192 bytes"), "{e}");
+}
+
 #[test]
 fn other_version() {
     // 1 is the format before frame tables: its data would be read from the wrong offsets; 3
@@ -401,4 +423,22 @@ fn second_process_is_refused_with_its_pid() {
     assert!(child.wait().unwrap().success());
     // Once the holder is gone the image opens.
     open(&f.path).unwrap();
+}
+
+/// A FIFO in the image's place is refused at once, naming what it is (a read-only open would
+/// wait for a writer; a writable one failed its reads with "Illegal seek").
+#[test]
+fn a_fifo_is_refused_without_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fifo.img");
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo(3) with a NUL-terminated path that lives through the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for access in [nand_model::Access::ReadOnly, nand_model::Access::ReadWrite] {
+        let e = NandDevice::open_with(&path, None, TimingMode::Off, access).unwrap_err();
+        assert!(
+            matches!(e, ImageError::Io { .. }) && e.to_string().contains("a FIFO"),
+            "{e}"
+        );
+    }
 }
