@@ -392,6 +392,30 @@ impl NandDevice {
         Ok(true)
     }
 
+    /// [`Self::peek_oob`] of a page of a bad block too: what a controller salvaging a block
+    /// that went bad reads of its spare areas (recovery, to learn which logical pages such a
+    /// block holds the newest versions of). No time passes; false for an unprogrammed page.
+    pub fn peek_oob_of_bad(&self, addr: PageAddr, oob: &mut [u8]) -> Result<bool, NandError> {
+        let bank = self.bank_of_page(addr)?;
+        let g = self.geometry();
+        if oob.len() > g.oob_size as usize {
+            return Err(NandError::BufferSize {
+                page: addr,
+                buffer: BufferKind::Oob,
+                offset: 0,
+                len: oob.len(),
+                rule: "length must be at most oob_size",
+            });
+        }
+        let st = bank.state.lock();
+        if addr.page >= st.mem.block(addr.block.block).programmed_pages {
+            return Ok(false);
+        }
+        st.mem
+            .read_page(addr.block.block, addr.page, 0, &mut [], Some(oob));
+        Ok(true)
+    }
+
     /// Marks `block` bad (persisted). Idempotent. Every later operation on it is refused.
     pub fn mark_bad(&self, block: BlockAddr) -> Result<(), NandError> {
         let bank = self.bank_of(block)?;

@@ -221,7 +221,10 @@ impl Core {
             };
             erased_since[b as usize] = changed || st.bad;
             scan_from[b as usize] = from;
-            if st.bad || st.programmed_pages <= from {
+            // A bad block's pages programmed since are scanned too (their spare areas read as a
+            // controller salvaging the block does): a version whose newest copy is there is
+            // lost, and must not leave an older one to read as current.
+            if st.programmed_pages <= from {
                 continue;
             }
             ranges[addr.bank.0 as usize].push((addr.block, from, st.programmed_pages));
@@ -236,6 +239,7 @@ impl Core {
                 erased_since,
                 scan_from,
                 ranges,
+                bad: now.iter().map(|st| st.bad).collect(),
             },
         )?;
         if let Some(clock) = self.nand.sim_clock() {
@@ -348,8 +352,9 @@ impl Core {
         }
         if resolved.lost_pages > 0 {
             why.push(format!(
-                "{} page(s) the checkpoint mapped are in blocks erased or marked bad since, with \
-                 no newer copy or trim on flash (first: logical page {}; reads of them fail)",
+                "{} page(s) have no readable current version: it is in a block marked bad, or \
+                 the checkpoint's copy was erased since with no newer copy or trim on flash \
+                 (first: logical page {}; reads of them fail)",
                 resolved.lost_pages,
                 resolved.lost.first().copied().unwrap_or_default()
             ));
@@ -391,6 +396,7 @@ impl Core {
             page: list.first().map_or(0, |r| r.1),
             lo: u64::MAX,
             hi: 0,
+            bad: None,
             out: Scan {
                 trims: Vec::new(),
                 trim_slots: Vec::new(),
@@ -439,15 +445,32 @@ impl Core {
             page,
         };
         s.out.pages += 1;
-        let read = self.read_retrying(addr, 0, &mut [], &mut s.oob_buf);
+        let bad = match s.bad {
+            Some((b, bad)) if b == block => bad,
+            _ => {
+                let bad = self.nand.block_state(addr.block).is_ok_and(|st| st.bad);
+                s.bad = Some((block, bad));
+                bad
+            }
+        };
+        let read = if bad {
+            // Its versions are offered as found; the scheme's resolution turns any that is
+            // the newest into a lost page (`page::recover::resolve`).
+            self.nand
+                .peek_oob_of_bad(addr, &mut s.oob_buf)
+                .unwrap_or(false)
+        } else {
+            self.read_retrying(addr, 0, &mut [], &mut s.oob_buf)
+        };
         let decoded = read
             .then(|| oob::decode(&s.oob_buf, self.layout.slots_per_page))
             .flatten();
         let Some(PageOob::Data(metas)) = decoded else {
             // Torn by a crash mid-program, or a failed program (its block is retired and
             // programmed no further): only a block's last programmed page can be either.
-            // Any other page has rotted, and what it held is unknown.
-            if page + 1 < to {
+            // Any other page has rotted, and what it held is unknown. (A bad block's pages
+            // may be anything.)
+            if page + 1 < to && !bad {
                 s.out.unreadable.note(addr);
             }
             return true;
@@ -457,7 +480,7 @@ impl Core {
         // that fail their CRCs are handed to the scheme as suspects (torn, or rotted:
         // the scheme's rules tell which). Only these pages are checked; anywhere else
         // a bad CRC is rot, which a host read reports.
-        let suspect = if page + 1 == to {
+        let suspect = if page + 1 == to && !bad {
             self.failing_slots(addr, &metas, &mut s.page_buf, &mut s.oob_buf)
         } else {
             0
@@ -483,6 +506,8 @@ impl Core {
                     (s.lo, s.hi) = (s.lo.min(m.seq), s.hi.max(m.seq));
                     on_data(m.lpn.0, m.seq, psa);
                 }
+                // A bad block's trim records cannot be read (nor could a host read them).
+                SlotKind::TrimLog if bad => {}
                 SlotKind::TrimLog => {
                     let off = (i * LOGICAL_PAGE) as u32;
                     if !self.read_retrying(addr, off, &mut s.slot, &mut s.oob_buf)
@@ -518,6 +543,8 @@ struct BankScan<'a> {
     page: u32,
     lo: u64,
     hi: u64,
+    /// The block of the last page read, and whether it is bad.
+    bad: Option<(u32, bool)>,
     out: Scan,
     oob_buf: Vec<u8>,
     slot: Vec<u8>,
@@ -603,7 +630,14 @@ impl Scanner for Core {
         }
         let (addr, slot) = self.layout.split(psa);
         let mut oob_buf = vec![0u8; self.layout.oob_size as usize];
-        let read = (0..4).any(|_| self.read_retrying(addr, 0, &mut [], &mut oob_buf));
+        let read = if self.nand.block_state(addr.block).is_ok_and(|st| st.bad) {
+            // As the scan read it (`scan_page`).
+            self.nand
+                .peek_oob_of_bad(addr, &mut oob_buf)
+                .unwrap_or(false)
+        } else {
+            (0..4).any(|_| self.read_retrying(addr, 0, &mut [], &mut oob_buf))
+        };
         if !read {
             return SlotVersion::Unreadable;
         }

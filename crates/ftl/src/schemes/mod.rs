@@ -427,6 +427,9 @@ pub(crate) struct RecoverInput {
     pub scan_from: Vec<u32>,
     /// Per bank: `(block, from, to)` page ranges programmed after the checkpoint.
     pub ranges: Vec<Vec<(u32, u32, u32)>>,
+    /// Per global block: marked bad. A page whose newest version is there is lost (its
+    /// block cannot be read): an older version found elsewhere must not stand in for it.
+    pub bad: Vec<bool>,
 }
 
 /// What a placer decided for a page.

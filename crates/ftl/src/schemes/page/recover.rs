@@ -111,6 +111,7 @@ pub(crate) fn resolve(
         erased_since,
         scan_from,
         ranges,
+        bad,
     } = input;
     // A slot the scan found (at or past its block's first page programmed after the
     // checkpoint), as opposed to one the checkpoint holds.
@@ -179,6 +180,12 @@ pub(crate) fn resolve(
             None
         }
     };
+    // A copy in a good block wins over one of the same version in a bad block (GC copies
+    // keep the sequence number: a retired block's data was copied out before it was marked).
+    let good = |v: u32| {
+        !bad.get(layout.block_of(Psa(v)).0 as usize)
+            .is_some_and(|&b| b)
+    };
     // Data slots, as the bank threads find them.
     let offer = |lpn: u32, seq: u64, psa: Psa| {
         let i = lpn as usize;
@@ -200,7 +207,7 @@ pub(crate) fn resolve(
             {
                 Some(newer) => newer,
                 None => match current(i, cur) {
-                    Some(SlotVersion::Of(cs)) => (cs, cur) >= (seq, psa.0),
+                    Some(SlotVersion::Of(cs)) => (cs, good(cur), cur) >= (seq, good(psa.0), psa.0),
                     Some(SlotVersion::Unreadable) => true,
                     _ => false,
                 },
@@ -292,7 +299,7 @@ pub(crate) fn resolve(
         }
     }
     // Lost: checkpointed, erased since, and neither a copy nor a trim found.
-    let lost: Vec<u32> = lost
+    let mut lost: Vec<u32> = lost
         .ones()
         .filter(|&i| {
             table[i].load(Ordering::Acquire) == Psa::UNMAPPED
@@ -300,6 +307,23 @@ pub(crate) fn resolve(
         })
         .map(|i| i as u32)
         .collect();
+    // Lost too: the newest version is in a block marked bad (found by the scan of its spare
+    // areas, or the checkpoint's and not erased since). Unmapped, and named so a read fails.
+    if bad.iter().any(|&b| b) {
+        for (i, e) in table.iter().enumerate() {
+            let v = e.load(Ordering::Acquire);
+            if v != Psa::UNMAPPED
+                && bad
+                    .get(layout.block_of(Psa(v)).0 as usize)
+                    .is_some_and(|&b| b)
+            {
+                e.store(Psa::UNMAPPED, Ordering::Release);
+                lost.push(i as u32);
+            }
+        }
+        lost.sort_unstable();
+        lost.dedup();
+    }
     let lost_pages = lost.len() as u64;
 
     // Trim-log slots: the checkpoint's own (if their block survived) and the scanned ones.
@@ -451,6 +475,7 @@ mod tests {
             erased_since,
             scan_from,
             ranges: Vec::new(),
+            bad: vec![false; 16],
         }
     }
 
