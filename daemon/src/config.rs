@@ -348,7 +348,7 @@ pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<Imag
             Some(_) => "--queues".to_string(),
             None => format!("{}: [ftl] queues", file.origin()),
         };
-        return Err(UsageError(format!("{key} must be 1..=64, not {}", ftl.queues)).into());
+        return Err(UsageError(format!("{key} must be from 1 to 64, not {}", ftl.queues)).into());
     }
     // A format-time value out of range read as "the device is too small" further on.
     if !(0.0..0.9).contains(&ftl.overprovision) {
@@ -494,7 +494,7 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
     };
     if !(1..=64).contains(&ublk.queues) || !(1..=4096).contains(&ublk.depth) {
         return Err(UsageError(format!(
-            "[ublk] queues must be 1..=64 and queue_depth 1..=4096, not {} and {}",
+            "[ublk] queues must be from 1 to 64 and queue_depth from 1 to 4096, not {} and {}",
             ublk.queues, ublk.depth
         ))
         .into());
@@ -505,7 +505,7 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
                 Some(_) => "--workers".to_string(),
                 None => format!("{}: workers", file.origin()),
             };
-            return Err(UsageError(format!("{key} must be 1..=1024, not {n}")).into());
+            return Err(UsageError(format!("{key} must be from 1 to 1024, not {n}")).into());
         }
         Some(n) => usize::from(n),
         None => default_workers(),

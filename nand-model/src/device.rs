@@ -392,12 +392,29 @@ impl NandDevice {
         Ok(true)
     }
 
-    /// [`Self::peek_oob`] of a page of a bad block too: what a controller salvaging a block
-    /// that went bad reads of its spare areas (recovery, to learn which logical pages such a
-    /// block holds the newest versions of). No time passes; false for an unprogrammed page.
-    pub fn peek_oob_of_bad(&self, addr: PageAddr, oob: &mut [u8]) -> Result<bool, NandError> {
+    /// Copies `data.len()` bytes from byte `offset` of page `addr` and its first `oob.len()`
+    /// OOB bytes, of a bad block too: what a controller salvaging a block that went bad reads
+    /// of it (recovery, to learn which logical pages such a block holds the newest versions
+    /// of, and the trim records it holds). No time passes, nothing is counted, no fault is
+    /// injected; false (buffers untouched) for an unprogrammed page.
+    pub fn peek_of_bad(
+        &self,
+        addr: PageAddr,
+        offset: u32,
+        data: &mut [u8],
+        oob: &mut [u8],
+    ) -> Result<bool, NandError> {
         let bank = self.bank_of_page(addr)?;
         let g = self.geometry();
+        if offset as usize + data.len() > g.page_size as usize {
+            return Err(NandError::BufferSize {
+                page: addr,
+                buffer: BufferKind::Data,
+                offset,
+                len: data.len(),
+                rule: "offset + length must be at most page_size",
+            });
+        }
         if oob.len() > g.oob_size as usize {
             return Err(NandError::BufferSize {
                 page: addr,
@@ -411,8 +428,13 @@ impl NandDevice {
         if addr.page >= st.mem.block(addr.block.block).programmed_pages {
             return Ok(false);
         }
-        st.mem
-            .read_page(addr.block.block, addr.page, 0, &mut [], Some(oob));
+        st.mem.read_page(
+            addr.block.block,
+            addr.page,
+            offset as usize,
+            data,
+            Some(oob),
+        );
         Ok(true)
     }
 

@@ -75,6 +75,9 @@ pub struct Core {
     /// Logical pages recovery found lost (sorted; see [`crate::FtlError::Lost`]): set once,
     /// before any thread runs; non-empty only on a device that opened read-only for it.
     pub(crate) lost: std::sync::OnceLock<Box<[u32]>>,
+    /// The device was read-only when the open returned (opened so, or damage): no write was
+    /// acknowledged in this run, so a flush has nothing to lose.
+    pub(crate) read_only_at_open: AtomicBool,
     /// The read-only reason is a file system without room for the image (set before the flag).
     read_only_no_space: AtomicBool,
     /// Set when the writer threads are stopping: nothing more will commit.
@@ -146,6 +149,7 @@ impl Core {
             // rebuild see it before they would write anything.
             read_only_flag: AtomicBool::new(opened_read_only),
             lost: std::sync::OnceLock::new(),
+            read_only_at_open: AtomicBool::new(false),
             read_only_no_space: AtomicBool::new(false),
             writers_stopping: AtomicBool::new(false),
             stopping: AtomicBool::new(false),

@@ -267,9 +267,12 @@ impl Core {
     }
 
     fn check_durable(&self) -> Result<()> {
-        // An image opened read-only never acknowledged a write: nothing is left to lose, and
-        // a flush (a file system mounted read-only sends some) succeeds.
-        if let Some(e) = self.read_only_error().filter(|_| !self.opened_read_only()) {
+        // A device read-only since its open never acknowledged a write: nothing is left to
+        // lose, and a flush (a file system mounted read-only sends some) succeeds.
+        if let Some(e) = self
+            .read_only_error()
+            .filter(|_| !self.read_only_at_open.load(Ordering::Acquire))
+        {
             return Err(e);
         }
         if self.writers_gone() {

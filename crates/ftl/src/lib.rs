@@ -442,6 +442,9 @@ impl Ftl {
                 Err(FtlError::ReadOnly(_)) => {}
                 Err(e) => return Err(e),
             }
+            ftl.core
+                .read_only_at_open
+                .store(ftl.core.is_read_only(), Ordering::Release);
         }
         Ok(ftl)
     }
@@ -572,6 +575,8 @@ impl Ftl {
             }
         };
         *core.recovery.lock() = report;
+        core.read_only_at_open
+            .store(core.is_read_only(), Ordering::Release);
         let mut writers = Vec::new();
         for (q, rx) in rxs.into_iter().enumerate().filter(|_| !inline) {
             let c = core.clone();

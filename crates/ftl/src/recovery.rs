@@ -330,8 +330,9 @@ impl Core {
         let mut why = Vec::new();
         // Not damage, the end of the device's life; read-only all the same (no checkpoint
         // can be written, and a full scan's map may bring trimmed data back).
-        if let Some(worn) = self.checkpoint_areas_worn() {
-            why.push(worn);
+        let worn = self.checkpoint_areas_worn();
+        if let Some(worn) = &worn {
+            why.push(worn.clone());
         }
         if let (n, Some(first)) = shrunk {
             why.push(format!(
@@ -359,7 +360,8 @@ impl Core {
                 resolved.lost.first().copied().unwrap_or_default()
             ));
         }
-        if full_scan {
+        // (With worn checkpoint areas every open scans: that reason says so already.)
+        if full_scan && worn.is_none() {
             // A crash leaves no usable checkpoint while the image's first is being written
             // (then no trim record was ever dropped), or while the one checkpoint area left
             // after the other went bad is rewritten. Once two were written, records older
@@ -379,6 +381,13 @@ impl Core {
         }
         if why.is_empty() {
             return None;
+        }
+        if worn.is_some() && why.len() == 1 {
+            return Some(format!(
+                "{}. Opened read-only: the device is at the end of its life; copy the data off \
+                 (every page reads as recovered)",
+                why.join("; ")
+            ));
         }
         Some(format!(
             "recovery found damage: {}. Opened read-only so nothing more is lost; copy the data \
@@ -457,7 +466,7 @@ impl Core {
             // Its versions are offered as found; the scheme's resolution turns any that is
             // the newest into a lost page (`page::recover::resolve`).
             self.nand
-                .peek_oob_of_bad(addr, &mut s.oob_buf)
+                .peek_of_bad(addr, 0, &mut [], &mut s.oob_buf)
                 .unwrap_or(false)
         } else {
             self.read_retrying(addr, 0, &mut [], &mut s.oob_buf)
@@ -506,13 +515,18 @@ impl Core {
                     (s.lo, s.hi) = (s.lo.min(m.seq), s.hi.max(m.seq));
                     on_data(m.lpn.0, m.seq, psa);
                 }
-                // A bad block's trim records cannot be read (nor could a host read them).
-                SlotKind::TrimLog if bad => {}
                 SlotKind::TrimLog => {
                     let off = (i * LOGICAL_PAGE) as u32;
-                    if !self.read_retrying(addr, off, &mut s.slot, &mut s.oob_buf)
-                        || crc32fast::hash(&s.slot) != m.crc
-                    {
+                    // A bad block's trim records are read as its spare areas are: a trim
+                    // lost there would bring the trimmed data back.
+                    let read = if bad {
+                        self.nand
+                            .peek_of_bad(addr, off, &mut s.slot, &mut s.oob_buf)
+                            .unwrap_or(false)
+                    } else {
+                        self.read_retrying(addr, off, &mut s.slot, &mut s.oob_buf)
+                    };
+                    if !read || crc32fast::hash(&s.slot) != m.crc {
                         continue;
                     }
                     let Some(recs) = decode_trims(&s.slot) else {
@@ -524,7 +538,11 @@ impl Core {
                             .filter(|r| r.seq < MAX_SEQ)
                             .map(|r| (r.start, r.count, r.seq)),
                     );
-                    s.out.trim_slots.push((psa, m.seq));
+                    // Applied, but not kept live in a block that cannot be erased: the
+                    // checkpoint the open writes holds their effect.
+                    if !bad {
+                        s.out.trim_slots.push((psa, m.seq));
+                    }
                 }
                 SlotKind::Pad => {}
             }
@@ -633,7 +651,7 @@ impl Scanner for Core {
         let read = if self.nand.block_state(addr.block).is_ok_and(|st| st.bad) {
             // As the scan read it (`scan_page`).
             self.nand
-                .peek_oob_of_bad(addr, &mut oob_buf)
+                .peek_of_bad(addr, 0, &mut [], &mut oob_buf)
                 .unwrap_or(false)
         } else {
             (0..4).any(|_| self.read_retrying(addr, 0, &mut [], &mut oob_buf))

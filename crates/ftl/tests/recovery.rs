@@ -676,6 +676,10 @@ fn a_block_table_that_marks_a_data_block_bad_fails_its_pages_reads() {
                     ));
                 }
             }
+            // Nothing was acknowledged since the open: a flush has nothing to lose.
+            if let Err(e) = block_on(ftl.flush()) {
+                fails.push(format!("{what}: flush: {e}"));
+            }
             // Read-only for damage: nothing changes the image, no GC, merge or rebuild erase
             // (gftl's reads step its merges; the hybrid rebuilds erased emptied blocks).
             ftl.close().unwrap();

@@ -195,9 +195,10 @@ pub fn read_superblock(nand: &NandDevice) -> Result<SuperBlock> {
                     Ok(sb) => {
                         if page > 0 {
                             tracing::warn!(
-                                "{}: superblock copy {page} used: the copies before it are \
-                                 damaged",
-                                nand.path().display()
+                                "{}: superblock copy {} of {copies} used: the {page} before it \
+                                 are damaged",
+                                nand.path().display(),
+                                page + 1
                             );
                         }
                         return Ok(sb);
