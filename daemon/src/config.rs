@@ -29,7 +29,7 @@
 //! [ftl]                      # ftl::FtlConfig
 //! queues = 4
 //! gc_policy = "adaptive"     # in-path | parallel | adaptive
-//! overprovision = 0.07       # new images only
+//! overprovision = 0.07       # fixed at format; an existing image's must match
 //! log_placement = "spread"   # bast/fast: same | spread
 //!
 //! [nbd]

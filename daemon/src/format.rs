@@ -47,8 +47,8 @@ pub fn run(args: &FormatArgs) -> anyhow::Result<()> {
         }
         Ok(_) => {
             // Any lock: a daemon serving the image, read-only too, or a tool reading it.
-            let pid =
-                nand_model::image_holder(path).map_err(|e| image::describe(e.into(), path))?;
+            // A file this cannot even open for reading is no daemon's image: replaced as before.
+            let pid = nand_model::image_holder(path).ok().flatten();
             if pid.is_some() {
                 let e = FtlError::Image(ImageError::Locked {
                     path: path.clone(),

@@ -131,7 +131,7 @@ pub fn check_format_settings(info: &ImageInfo, settings: &ImageSettings) -> anyh
     let path = info.path.display();
     let hint = "a format-time setting; drop it, or recreate the image with `ftld format --force`";
     if let Some(op) = settings.overprovision {
-        if op.to_bits() != info.overprovision.to_bits() {
+        if op != info.overprovision {
             return Err(UsageError(format!(
                 "image {path} was formatted with overprovision = {}, but [ftl] overprovision \
                  asks for {op} ({hint})",

@@ -512,8 +512,10 @@ fn print_connect_help(
         format_size(capacity),
         match (s.read_only, damaged) {
             (true, false) => ", read-only",
-            (true, true) => ", read-only; the FTL found damage on the image, the log says what",
-            (false, true) => ", read-only: the FTL found damage on the image, the log says what",
+            (true, true) =>
+                ", read-only; the FTL found the image damaged or worn out, the log says what",
+            (false, true) =>
+                ", read-only: the FTL found the image damaged or worn out, the log says what",
             (false, false) => "",
         }
     ));

@@ -57,7 +57,8 @@ pub(crate) struct BankMem {
     /// A read-only image's block table, read with pread at open: a fresh block's entry lies in
     /// a hole of the sparse file, and reading a hole through a mapping of a full tmpfs raises
     /// SIGBUS (a writable image has its block table backed at open instead). Never written.
-    _table_copy: Option<Box<[u8]>>,
+    /// A `Vec` (not a `Box`): moving it keeps `table`, a pointer into its buffer, valid.
+    table_copy: Option<Vec<u8>>,
     /// Frame table: one little-endian u32 per page, 0 for the page's own frame, else frame + 1.
     frames: *mut u8,
     data: *mut u8,
@@ -147,8 +148,9 @@ pub(crate) enum TableError {
     Read(std::io::Error),
 }
 
-// SAFETY: BankMem only holds pointers into a shared file mapping that `_map` keeps alive; the
-// memory is not tied to any thread. Exclusive use is guaranteed by the bank mutex it lives in.
+// SAFETY: BankMem only holds pointers into a shared file mapping that `_map` keeps alive, and
+// (read-only images) into its own `table_copy` buffer; the memory is not tied to any thread.
+// Exclusive use is guaranteed by the bank mutex it lives in.
 unsafe impl Send for BankMem {}
 
 impl BankMem {
@@ -205,7 +207,7 @@ impl BankMem {
                         error: e.to_string(),
                     })?;
             } else {
-                let mut copy = vec![0u8; table_bytes].into_boxed_slice();
+                let mut copy = vec![0u8; table_bytes];
                 read_at(
                     &mut copy,
                     layout.block_table + bank * blocks * BLOCK_ENTRY_SIZE,
@@ -217,7 +219,7 @@ impl BankMem {
             let table = table_copy.as_mut().map_or(table, |c| c.as_mut_ptr());
             let mut mem = BankMem {
                 _map: Arc::clone(map),
-                _table_copy: table_copy,
+                table_copy,
                 room_frame_table: Backed::new(frames, (pages * FRAME_ENTRY_SIZE) as usize),
                 room_data: Backed::new(data, (pages * u64::from(g.page_size)) as usize),
                 room_oob: Backed::new(oob, (pages * u64::from(g.oob_size)) as usize),
@@ -376,6 +378,11 @@ impl BankMem {
     /// (neither the compiler nor the CPU may move the data stores after it), so a process killed
     /// mid-program leaves the page unprogrammed rather than half-visible.
     pub(crate) fn set_block(&mut self, block: u32, st: BlockState) {
+        // The device refuses every changing operation on a read-only image first.
+        debug_assert!(
+            self.table_copy.is_none(),
+            "a read-only image's table is written"
+        );
         let p = self.entry(block);
         let flags: u32 = if st.bad { FLAG_BAD } else { 0 };
         // SAFETY: `p` points to this bank's 16-byte, 16-aligned entry (the table starts at a

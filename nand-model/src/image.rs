@@ -167,9 +167,15 @@ fn map_file(file: &File, path: &Path, access: Access) -> Result<Arc<MmapRaw>, Im
 }
 
 /// The pid of a process holding a lock on the image at `path` (a daemon serving it, or a
-/// tool reading it), `Ok(None)` when none does. Takes no lock itself, and reads nothing:
-/// for a command about to replace the file.
+/// tool reading it; this process, if it has the image open), `Ok(None)` when none does.
+/// Takes no lock itself, and reads nothing: for a command about to replace the file.
 pub fn image_holder(path: &Path) -> Result<Option<i32>, ImageError> {
+    // This process first, from the registry: the descriptor opened below for F_GETLK (which
+    // never reports our own locks) would drop them when closed (see the module docs).
+    let meta = std::fs::metadata(path).map_err(io_err(path))?;
+    if registry().lock().contains(&key_of(&meta)) {
+        return Ok(Some(std::process::id() as i32));
+    }
     let file = File::open(path).map_err(io_err(path))?;
     let mut fl = flock_struct(libc::F_WRLCK);
     // SAFETY: the descriptor is open for the duration of the call and `fl` is a valid flock;

@@ -522,12 +522,6 @@ impl Core {
         addr: nand_model::BlockAddr,
         retire: bool,
     ) -> (bool, Option<nand_model::Completion>) {
-        if self.is_read_only() {
-            // A rebuild releasing a block that holds nothing current (the hybrid schemes'),
-            // on a device opened read-only or that recovery found damaged: the block stays as
-            // it is on the image, closed here (nothing allocates on a read-only device).
-            return (false, None);
-        }
         let mut done = None;
         let (state, failed_program) = {
             let a = self.bank(addr.bank.0).alloc.lock();
@@ -536,6 +530,13 @@ impl Core {
                 a.program_failed[addr.block as usize],
             )
         };
+        // A read-only device erases nothing (a rebuild releasing a block that holds nothing
+        // current: the hybrid schemes'; opened read-only or damaged): the block stays as it is
+        // on the image, closed here (nothing allocates on a read-only device). A retirement
+        // is still recorded on a device that turned read-only while running.
+        if self.is_read_only() && (self.opened_read_only() || !(retire || failed_program)) {
+            return (false, None);
+        }
         if state == BlockState::Free {
             // Released twice: a second free-list entry would hand the block to two owners.
             // A check, not a lock: two releases racing each other can both pass it; the owner

@@ -789,3 +789,44 @@ fn a_damaged_superblock_copy_is_survived_and_all_copies_damaged_are_called_damag
         .to_string();
     assert!(e.contains("superblock is corrupt"), "{e}");
 }
+
+/// No checkpoint to load and checkpoint area 0 with a bad block: the open's checkpoint goes to
+/// area 1. Before, it picked area 0 (no area loaded), failed at its bad block, and retried
+/// the same area until the stack overflowed.
+#[test]
+fn an_open_with_no_checkpoint_and_a_bad_first_area_checkpoints_into_the_second() {
+    use ftl::nand_model::{BankId, BlockAddr};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.img");
+    let cfg = small_cfg(GcPolicy::Adaptive);
+    let nand = small_nand(4096, 24);
+    let ftl = create(&path, &nand, cfg.clone());
+    write_pages(&ftl, 0..50, 1);
+    let heads = ftl.checkpoint_area_heads();
+    ftl.close().unwrap();
+    drop(ftl);
+    set_bad_flag(&path, heads[0].block, true);
+    // Area 1 erased in the block table: no checkpoint is left to load (or to call this damage).
+    let (first, ckpt_blocks) = (heads[1].block.block, heads[1].block.block - 1);
+    for bank in 0..nand.geometry.banks() {
+        for block in first..first + ckpt_blocks {
+            set_programmed_pages(
+                &path,
+                BlockAddr {
+                    bank: BankId(bank),
+                    block,
+                },
+                0,
+            );
+        }
+    }
+    let ftl = open(&path, cfg.clone());
+    assert_eq!(ftl.recovery().mode, RecoveryMode::FullScan);
+    assert_eq!(ftl.read_only_reason(), None);
+    verify_pages(&ftl, 0..50, 1);
+    ftl.close().unwrap();
+    drop(ftl);
+    let ftl = open(&path, cfg);
+    assert_eq!(ftl.recovery().mode, RecoveryMode::Clean);
+    verify_pages(&ftl, 0..50, 1);
+}

@@ -195,10 +195,14 @@ pub fn read_superblock(nand: &NandDevice) -> Result<SuperBlock> {
                     Ok(sb) => {
                         if page > 0 {
                             tracing::warn!(
-                                "{}: superblock copy {} of {copies} used: the {page} before it \
-                                 are damaged",
+                                "{}: superblock copy {} of {copies} used: {} damaged",
                                 nand.path().display(),
-                                page + 1
+                                page + 1,
+                                if page == 1 {
+                                    "copy 1 is".to_string()
+                                } else {
+                                    format!("copies 1 to {page} are")
+                                }
                             );
                         }
                         return Ok(sb);
@@ -217,9 +221,9 @@ pub fn read_superblock(nand: &NandDevice) -> Result<SuperBlock> {
         (Some(e), _) => e,
         (None, 0) => "no FTL superblock (the NAND image was never formatted by ftld)".into(),
         (None, n) => format!(
-            "the superblock is corrupt: {n} of its copies fail their checksum and none is \
-             intact, so the image was damaged; the data may be intact: do not format it, keep \
-             a copy of the image"
+            "the superblock is corrupt: {n} of its copies are unreadable or fail their checksum \
+             and none is intact, so the image was damaged; the data may be intact: do not \
+             format it, keep a copy of the image"
         ),
     }))
 }
@@ -401,17 +405,18 @@ impl Core {
     /// Takes and writes a checkpoint. Host mutations are frozen only for the flush and the
     /// snapshot copy, not while the checkpoint pages are programmed.
     pub(crate) fn checkpoint(&self) -> Result<()> {
-        self.checkpoint_with(false)
+        self.checkpoint_with(false, true)
     }
 
     /// Takes and writes a full checkpoint straight from the live map, with host mutations and
     /// GC held off until it is on flash: no copy of the map (open and create, where nothing
     /// waits yet; issue 14's peak RAM at open).
     pub(crate) fn checkpoint_held(&self) -> Result<()> {
-        self.checkpoint_with(true)
+        self.checkpoint_with(true, true)
     }
 
-    fn checkpoint_with(&self, held: bool) -> Result<()> {
+    /// `may_retry`: a full checkpoint whose area went bad may go to the other area (once).
+    fn checkpoint_with(&self, held: bool, may_retry: bool) -> Result<()> {
         let _one = self.ckpt_lock.lock();
         let frozen = self.gate.freeze();
         self.flush_all_blocking();
@@ -468,6 +473,8 @@ impl Core {
             // (a crash during that write leaves no checkpoint, and recovery does a full scan).
             Some(a) if self.area_has_bad_block(1 - a) => (a, 0),
             Some(a) => (1 - a, 0),
+            // No checkpoint loaded: the first area without a bad block.
+            None if self.area_has_bad_block(0) => (1, 0),
             None => (0, 0),
         };
         let written = if offset == 0 && !full {
@@ -489,10 +496,14 @@ impl Core {
             }
             // The area's erase failed and turned a block of it bad (worn out): the other area
             // takes the checkpoint, once (it goes there when an area has a bad block).
-            if offset == 0 && self.area_has_bad_block(area) && !self.area_has_bad_block(1 - area) {
+            if may_retry
+                && offset == 0
+                && self.area_has_bad_block(area)
+                && !self.area_has_bad_block(1 - area)
+            {
                 tracing::warn!("checkpoint area {area} went bad ({e}); writing the other one");
                 drop(_one);
-                return self.checkpoint_with(held);
+                return self.checkpoint_with(held, false);
             }
             if let Some(why) = self.checkpoint_areas_worn() {
                 self.set_read_only(why.clone());

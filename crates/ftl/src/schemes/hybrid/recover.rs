@@ -172,6 +172,11 @@ impl HybridScheme {
                 self.log_limit
             );
         }
+        // A read-only device (opened so, or damaged) merges nothing: it would change the image
+        // (and its programs are refused). Reads go by the map, whatever shape the roles have.
+        if core.is_read_only() {
+            to_merge.clear();
+        }
         for lbn in to_merge {
             self.locks.lock(lbn, || false);
             self.merge_lbn(core, lbn, false);
@@ -189,7 +194,7 @@ impl HybridScheme {
         // (FAST on an image with forged OOBs: every block holding a page of another logical
         // block is a random log) ran out of free blocks: each reclaim takes a fresh block per
         // logical block it merges, while the logs those merges emptied stayed queued.
-        while self.logs.lock().blocks.len() > self.log_limit as usize {
+        while self.logs.lock().blocks.len() > self.log_limit as usize && !core.is_read_only() {
             let emptied: Vec<BlockIdx> = {
                 let logs = self.logs.lock();
                 let over = logs.blocks.len() - self.log_limit as usize;

@@ -493,6 +493,36 @@ mod tests {
         }
     }
 
+    /// A version in a block marked bad loses a tie to the same version (a GC copy keeps the
+    /// sequence number) in a good block, whichever is offered first and whatever the slots'
+    /// order; a page whose newest version is only in the bad block is lost, not mapped there
+    /// and not left to an older version.
+    #[test]
+    fn a_bad_block_s_copy_loses_the_tie_and_its_only_versions_are_lost() {
+        for swap in [false, true] {
+            let scheme = scheme();
+            let ck = checkpoint(&scheme.map, &[(6, 20)]);
+            // Blocks 7 (slots 28..32) and 8 (32..36) are scanned; 8 is bad, at higher slots.
+            let mut data = vec![(5, 150, Psa(29)), (5, 150, Psa(33)), (6, 160, Psa(34))];
+            if swap {
+                data.swap(0, 1);
+            }
+            let given = Given::new(data, Vec::new(), Vec::new(), Vec::new());
+            let mut inp = input();
+            inp.bad[8] = true;
+            let r =
+                resolve(&given, scheme.layout, 8, &scheme.map, Some(&ck), inp).expect("resolves");
+            let get = |l| scheme.map.get(crate::layout::Lpn(l));
+            assert_eq!(get(5), Some(Psa(29)), "swap {swap}: the good block's copy");
+            assert_eq!(
+                get(6),
+                None,
+                "swap {swap}: not the bad block, not the older version"
+            );
+            assert_eq!((r.lost_pages, r.lost.clone()), (1, vec![6]), "swap {swap}");
+        }
+    }
+
     /// The three rules for suspect slots (see the module doc), each on its own page: page 1
     /// has a torn copy whose intact source is found (the source wins), page 2 a rotted copy of
     /// checkpointed data whose source is gone (it stays, so reads report it), page 3 a torn
