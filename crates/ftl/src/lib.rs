@@ -55,7 +55,9 @@
 //! ## Design in one page
 //! **Definitions.** An *LPN* is a 4 KiB logical page; a *slot* is a 4 KiB piece of a NAND page;
 //! a *sequence number* orders every write and trim. **Invariants.** (1) a page's newest version
-//! is in the overlay if buffered, else where the scheme's map points, else it reads as zeroes;
+//! is in the overlay if buffered, else where the scheme's map points, else it reads as zeroes
+//! — unless recovery found it lost (its current version in a block marked bad, or erased since
+//! the checkpoint that mapped it, with no newer copy: `Core::is_lost`), when a read fails;
 //! (2) every scheme: a slot is valid iff `l2p` (or the live trim log) points at it, or it is a
 //! zombie (or late zombie) whose trim record is not on flash yet
 //! (`schemes::page::map::PageMap`, which the hybrids use too, is the only writer of both and
@@ -89,6 +91,14 @@
 //! (`RecoveryReport::torn_slots`; `schemes/page/recover.rs` says how it tells torn from
 //! rotted); any other slot whose data fails its checksum has rotted, and a host read of it is
 //! an error.
+//!
+//! **Read-only.** A device is read-only when opened so ([`Access::ReadOnly`]: the NAND model
+//! maps the image `PROT_READ` and refuses every changing operation) or when it turns so (damage
+//! recovery found, spares or checkpoint areas worn out, a full file system). It stays so for
+//! the run, and then nothing changes the medium: no program, erase (a retirement after a
+//! failed program excepted, on a device that turned read-only while running), GC round, merge
+//! or checkpoint. A device read-only since its open acknowledged no write, so its flushes
+//! succeed.
 //!
 //! **Crash consistency of trims.** A trim unmaps at once, but the slots it unmapped stay
 //! counted as valid (GC keeps their blocks) until the trim's record is on flash. Records are
