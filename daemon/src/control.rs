@@ -165,13 +165,37 @@ pub fn request(socket: &Path, cmd: &str) -> anyhow::Result<Value> {
         )
     })?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    writeln!(s, "{}", json!({ "cmd": cmd }))
-        .with_context(|| format!("writing to {}", socket.display()))?;
+    // One write of the whole line; a failure is the socket's, said as text: an EPIPE kept as
+    // an io::Error would read as our own stdout's reader gone (`main`: exit 0, silently).
+    let request = format!("{}\n", json!({ "cmd": cmd }));
+    s.write_all(request.as_bytes()).map_err(|e| {
+        anyhow::anyhow!(
+            "writing to control socket {}: {e} (the process there closed it)",
+            socket.display()
+        )
+    })?;
     let mut line = String::new();
     BufReader::new(&s)
         .take(16 << 20)
         .read_line(&mut line)
-        .with_context(|| format!("reading from {}", socket.display()))?;
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::ConnectionReset => anyhow::anyhow!(
+                "the process at control socket {} closed the connection without a reply (is it \
+                 an ftld daemon?)",
+                socket.display()
+            ),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                anyhow::anyhow!("no reply from control socket {} in 30 s", socket.display())
+            }
+            _ => anyhow::anyhow!("reading from control socket {}: {e}", socket.display()),
+        })?;
+    if line.is_empty() {
+        bail!(
+            "the process at control socket {} closed the connection without a reply (is it an \
+             ftld daemon?)",
+            socket.display()
+        );
+    }
     let v: Value = serde_json::from_str(&line)
         .with_context(|| format!("daemon at {} sent a bad reply", socket.display()))?;
     if v.get("ok") != Some(&Value::Bool(true)) {

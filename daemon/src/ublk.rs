@@ -90,8 +90,10 @@ pub fn serve(
         }));
         tokio::select! {
             name = signals.next() => {
-                info!("{name}: stopping the ublk device (the kernel flushes through us), then flush and checkpoint");
-                notify::stopping(&format!("{name}: stopping /dev/ublkb device, then flush and checkpoint"));
+                // A read-only device has nothing to flush or checkpoint.
+                let then = if read_only { "" } else { ", then flush and checkpoint" };
+                info!("{name}: stopping the ublk device (the kernel flushes through us){then}");
+                notify::stopping(&format!("{name}: stopping /dev/ublkb device{then}"));
             }
             _ = &mut done_rx => {
                 notify::stopping("the ublk device went away");

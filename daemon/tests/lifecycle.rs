@@ -1451,3 +1451,35 @@ fn serve_defaults_to_ftld_data_in_the_working_directory() {
         "{stdout}"
     );
 }
+
+/// `ftld stats` against a socket whose process closes without answering says so and fails
+/// (it is not an ftld daemon, or it died), whether it read the request first or not. Before,
+/// a close in the middle of the request's write exited 0 with no output (the EPIPE was taken
+/// for our own stdout's reader going away).
+#[test]
+fn stats_from_a_socket_that_closes_without_a_reply_fails_saying_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (round, read_first) in [true, false, true, false].into_iter().enumerate() {
+        let sock = dir.path().join(format!("x{round}.ctl"));
+        let listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
+        let server = std::thread::spawn(move || {
+            let (mut c, _) = listener.accept().expect("accept");
+            if read_first {
+                let mut b = [0u8; 4];
+                let _ = std::io::Read::read(&mut c, &mut b);
+            }
+        });
+        let (code, err) = run_to_exit(
+            Command::new(FTLD)
+                .arg("stats")
+                .arg("--control-socket")
+                .arg(&sock),
+        );
+        server.join().expect("server");
+        assert_eq!(code, 1, "read first: {read_first}: {err}");
+        assert!(
+            err.contains(&sock.display().to_string()) && err.contains("closed"),
+            "read first: {read_first}: {err}"
+        );
+    }
+}
