@@ -15,8 +15,9 @@
 //! per chunk remembers what was populated; allocated room stays allocated (nothing here punches
 //! holes), so a bit once set stays true — on file systems that overwrite in place (tmpfs,
 //! ext4, XFS without reflinks). A copy-on-write one (btrfs, ZFS, reflinked XFS) may need new
-//! room at every rewrite of a page, which no check ahead can promise (the README says so). A kernel without the advice (`EINVAL`) turns the check
-//! off: stores then behave as they did without it.
+//! room at every rewrite of a page, which no check ahead can promise (the README says so). A
+//! kernel without the advice (`EINVAL`) turns the check off: stores then behave as they did
+//! without it.
 
 use std::io;
 

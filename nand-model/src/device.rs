@@ -73,6 +73,13 @@ pub enum Copyback {
     Declined(Completion),
 }
 
+/// Which blocks a peek reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Blocks {
+    GoodOnly,
+    BadToo,
+}
+
 /// A file-backed emulated NAND SSD. `Send + Sync`; every method takes `&self`.
 pub struct NandDevice {
     /// Maps a block's pages in when its first page is programmed (see `prefault`). First, so
@@ -371,25 +378,7 @@ impl NandDevice {
     /// is counted, no fault is injected (for invariant checks and tools, not for an FTL's data
     /// path). Returns false, leaving `oob` untouched, for an unprogrammed page or a bad block.
     pub fn peek_oob(&self, addr: PageAddr, oob: &mut [u8]) -> Result<bool, NandError> {
-        let bank = self.bank_of_page(addr)?;
-        let g = self.geometry();
-        if oob.len() > g.oob_size as usize {
-            return Err(NandError::BufferSize {
-                page: addr,
-                buffer: BufferKind::Oob,
-                offset: 0,
-                len: oob.len(),
-                rule: "length must be at most oob_size",
-            });
-        }
-        let st = bank.state.lock();
-        let blk = st.mem.block(addr.block.block);
-        if blk.bad || addr.page >= blk.programmed_pages {
-            return Ok(false);
-        }
-        st.mem
-            .read_page(addr.block.block, addr.page, 0, &mut [], Some(oob));
-        Ok(true)
+        self.peek(addr, 0, &mut [], oob, Blocks::GoodOnly)
     }
 
     /// Copies `data.len()` bytes from byte `offset` of page `addr` and its first `oob.len()`
@@ -403,6 +392,20 @@ impl NandDevice {
         offset: u32,
         data: &mut [u8],
         oob: &mut [u8],
+    ) -> Result<bool, NandError> {
+        self.peek(addr, offset, data, oob, Blocks::BadToo)
+    }
+
+    /// The one body of the peeks: checks the buffers against the geometry, then copies under
+    /// the bank lock. False (buffers untouched) for an unprogrammed page, and for a bad
+    /// block's page unless `blocks` is `BadToo`.
+    fn peek(
+        &self,
+        addr: PageAddr,
+        offset: u32,
+        data: &mut [u8],
+        oob: &mut [u8],
+        blocks: Blocks,
     ) -> Result<bool, NandError> {
         let bank = self.bank_of_page(addr)?;
         let g = self.geometry();
@@ -425,7 +428,8 @@ impl NandDevice {
             });
         }
         let st = bank.state.lock();
-        if addr.page >= st.mem.block(addr.block.block).programmed_pages {
+        let blk = st.mem.block(addr.block.block);
+        if (blk.bad && blocks == Blocks::GoodOnly) || addr.page >= blk.programmed_pages {
             return Ok(false);
         }
         st.mem.read_page(

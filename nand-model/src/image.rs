@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::io::{self, ErrorKind};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -151,6 +151,46 @@ fn lock_file(file: &File, path: &Path, access: Access) -> Result<(), ImageError>
             source: err,
         }),
     }
+}
+
+/// Refuses what is not a regular file or a block device by name: a FIFO would block a
+/// read-only open or fail its reads with "Illegal seek".
+fn check_file_type(path: &Path, meta: &std::fs::Metadata) -> Result<(), ImageError> {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = meta.file_type();
+    if kind.is_file() || kind.is_block_device() {
+        return Ok(());
+    }
+    let what = if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a character device"
+    };
+    Err(ImageError::Io {
+        path: path.to_path_buf(),
+        source: io::Error::new(
+            ErrorKind::InvalidInput,
+            format!("{what}, not an image file"),
+        ),
+    })
+}
+
+/// Turns O_NONBLOCK (asked for only to make the open itself safe) off again.
+fn clear_nonblock(file: &File) -> io::Result<()> {
+    // SAFETY: F_GETFL/F_SETFL on a descriptor this `File` owns, with integer arguments only.
+    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn key_of(meta: &std::fs::Metadata) -> (u64, u64) {
@@ -317,35 +357,31 @@ impl Image {
         let p = || path.to_path_buf();
         // Registry check before opening: see the module docs on POSIX lock semantics.
         let meta = std::fs::metadata(path).map_err(io_err(path))?;
-        // A FIFO would block the open (read-only) or fail its reads with "Illegal seek".
-        use std::os::unix::fs::FileTypeExt;
-        let kind = meta.file_type();
-        if !(kind.is_file() || kind.is_block_device()) {
-            let what = if kind.is_dir() {
-                "a directory"
-            } else if kind.is_fifo() {
-                "a FIFO"
-            } else if kind.is_socket() {
-                "a socket"
-            } else {
-                "a character device"
-            };
+        check_file_type(path, &meta)?;
+        let registered = Registered::take(key_of(&meta), path)?;
+        // O_NONBLOCK: should the path have become a FIFO since `metadata` (a swap in between),
+        // the open returns instead of waiting for a writer; the descriptor's own metadata
+        // below is what counts. Regular files and block devices ignore the flag.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(access == Access::ReadWrite)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(io_err(path))?;
+        let opened = file.metadata().map_err(io_err(path))?;
+        check_file_type(path, &opened)?;
+        if key_of(&opened) != key_of(&meta) {
             return Err(ImageError::Io {
                 path: p(),
                 source: io::Error::new(
                     ErrorKind::InvalidInput,
-                    format!("{what}, not an image file"),
+                    "the file was replaced while it was being opened",
                 ),
             });
         }
-        let registered = Registered::take(key_of(&meta), path)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(access == Access::ReadWrite)
-            .open(path)
-            .map_err(io_err(path))?;
+        clear_nonblock(&file).map_err(io_err(path))?;
         lock_file(&file, path, access)?;
-        let actual = file.metadata().map_err(io_err(path))?.len();
+        let actual = opened.len();
         let mut buf = vec![0u8; HEADER_SIZE];
         let got = read_prefix(&file, &mut buf).map_err(io_err(path))?;
         let header = decode_header(path, &buf[..got], actual)?;
