@@ -234,7 +234,10 @@ pub struct WearStats {
     pub max: u32,
 }
 
-/// A point-in-time view of the FTL (serialisable to JSON for `ftld stats`).
+/// A point-in-time view of the FTL (serialisable to JSON for `ftld stats`). Counters (host
+/// and NAND operations, GC, failures, checkpoints, `waf`, the latency summaries) count since
+/// this open of the image (for the daemon, since it started); the block states, wear and
+/// `bad_blocks` describe the device as it is.
 #[derive(Clone, Debug, Serialize)]
 pub struct FtlStats {
     pub capacity_bytes: u64,
@@ -294,7 +297,10 @@ pub struct FtlStats {
     pub uncorrectable_reads: u64,
     pub crc_errors: u64,
     pub gc_corrupt_slots: u64,
+    /// Blocks retired since the open (their valid data moved out, then marked bad).
     pub retired_blocks: u64,
+    /// Bad blocks on the device now (marked at format, in earlier runs or in this one, the
+    /// superblock's and checkpoint areas' included), as `ftld info` counts them.
     pub bad_blocks: u64,
     pub checkpoints: u64,
     pub checkpoint_failures: u64,
@@ -330,14 +336,19 @@ impl Core {
         let mut banks = Vec::new();
         let (mut wmin, mut wmax, mut wsum, mut wn) = (u32::MAX, 0u32, 0u64, 0u64);
         let mut usable = 0u64;
-        for bank in &self.banks {
+        let mut device_bad = 0u64;
+        for (b, bank) in self.banks.iter().enumerate() {
             let a = bank.alloc.lock();
             let (mut open, mut full, mut bad, mut damaged) = (0, 0, 0, 0);
             let (mut emin, mut emax) = (u32::MAX, 0);
-            for (s, e) in a.state.iter().zip(&a.erase_count) {
+            let mut reserved = Vec::new();
+            for (block, (s, e)) in a.state.iter().zip(&a.erase_count).enumerate() {
                 match s {
                     BlockState::Bad => bad += 1,
-                    BlockState::Reserved => continue,
+                    BlockState::Reserved => {
+                        reserved.push(block as u32);
+                        continue;
+                    }
                     BlockState::Open => open += 1,
                     BlockState::Full => full += 1,
                     BlockState::Damaged => {
@@ -354,8 +365,21 @@ impl Core {
             }
             wmin = wmin.min(emin);
             wmax = wmax.max(emax);
+            let free_blocks = a.free_len();
+            drop(a);
+            // The superblock's and checkpoint areas' blocks: the allocator calls them reserved
+            // whether bad or not; the NAND's block table says (a few blocks, outside the
+            // allocator's lock).
+            for block in reserved {
+                let addr = nand_model::BlockAddr {
+                    bank: nand_model::BankId(b as u32),
+                    block,
+                };
+                bad += u32::from(self.nand.block_state(addr).is_ok_and(|st| st.bad));
+            }
+            device_bad += u64::from(bad);
             banks.push(BankStats {
-                free_blocks: a.free_len(),
+                free_blocks,
                 open_blocks: open,
                 full_blocks: full,
                 bad_blocks: bad,
@@ -418,7 +442,7 @@ impl Core {
             crc_errors: ld(&c.crc_errors),
             gc_corrupt_slots: ld(&c.gc_corrupt_slots),
             retired_blocks: ld(&c.retired_blocks),
-            bad_blocks: ld(&c.bad_blocks),
+            bad_blocks: device_bad,
             checkpoints: ld(&c.checkpoints),
             checkpoint_failures: ld(&c.checkpoint_failures),
             checkpoint_deltas: ld(&c.checkpoint_deltas),

@@ -650,6 +650,13 @@ fn a_block_table_that_marks_a_data_block_bad_fails_its_pages_reads() {
             if why.is_empty() {
                 fails.push(format!("{what}: opened writable"));
             }
+            // The device's bad blocks, not this open's retirements (none).
+            if ftl.stats().bad_blocks != 1 {
+                fails.push(format!(
+                    "{what}: stats count {} bad blocks",
+                    ftl.stats().bad_blocks
+                ));
+            }
             block_on(async {
                 let mut buf = vec![0u8; 4096];
                 for l in (0..100u64).chain(110..140) {
@@ -733,12 +740,16 @@ fn worn_out_checkpoint_areas_turn_the_device_read_only() {
     ftl.close().expect("a worn device closes");
     drop(ftl);
     for round in 0..2 {
+        let bad = ftl::inspect(&path).unwrap().bad_blocks;
+        assert!(bad >= 2, "both areas have a bad block: {bad}");
         let ftl = open(&path, cfg.clone());
         let why = ftl.read_only_reason().unwrap_or_default();
         assert!(
             why.contains("checkpoint area") && why.contains("wore out"),
             "round {round}: {why:?}"
         );
+        // The checkpoint areas' bad blocks too (the allocator calls them reserved).
+        assert_eq!(ftl.stats().bad_blocks, u64::from(bad), "round {round}");
         verify_pages(&ftl, 0..60, 1);
         ftl.close().expect("a worn device closes");
     }
