@@ -19,6 +19,9 @@
 //! must be ready on its first poll (nothing else runs to wake it); one that is not is a bug,
 //! reported as [`ReplayError::WouldBlock`] rather than a hang.
 //!
+//! **Queues.** A write or trim goes through the write queue the trace names, else the one
+//! whose last request it continues, else its stream's (`Driver::queue_for`).
+//!
 //! **Addresses.** Offsets and lengths are widened to 512-byte sectors (`unaligned`). A request
 //! past the device end is wrapped (its offset taken modulo the capacity, or moved back to end
 //! at the capacity) or refused, as [`OutOfRange`] says; both are counted.
@@ -144,6 +147,9 @@ pub struct Driver<'a> {
     /// When the replay began (simulated ns).
     pub start_ns: u64,
     issued: u64,
+    /// Per write queue, where the last write or trim sent through it ended (`u64::MAX`: none
+    /// yet): a request that continues one goes through the same queue (`queue_for`).
+    ends: Vec<u64>,
 }
 
 impl<'a> Driver<'a> {
@@ -168,6 +174,7 @@ impl<'a> Driver<'a> {
             first_error: None,
             start_ns,
             issued: 0,
+            ends: vec![u64::MAX; ftl.queues().max(1)],
         })
     }
 
@@ -245,7 +252,8 @@ impl<'a> Driver<'a> {
                 self.ftl.advance_to(start)?;
             }
             rec.arrive(self.ftl, at - t0);
-            let done = self.execute(at, r, stream % self.queues)?;
+            let q = self.queue_for(&r, stream);
+            let done = self.execute(at, r, q)?;
             prev_done = done;
             if self.opts.queue_depth.is_some() {
                 streams.push(Reverse((prev_done, stream)));
@@ -259,6 +267,29 @@ impl<'a> Driver<'a> {
         }
         progress(self.issued);
         Ok(())
+    }
+
+    /// The write queue `r` goes through: the one the trace names (blkparse's CPU column),
+    /// else the one whose last write or trim `r` continues, else its stream's (closed loop:
+    /// the stream; open loop: the requests in turn). A sequential stream thus stays on one
+    /// queue, as one host thread's requests do (blk-mq maps a CPU to a queue): dealt in turn
+    /// to two queues, each queue's buffer would program every other run of pages, and the
+    /// hybrid schemes would see two interleaved streams (partial and full merges where a
+    /// sequential fill makes switch merges).
+    fn queue_for(&mut self, r: &Request, stream: usize) -> usize {
+        let n = self.queues.max(1);
+        let q = match r.queue {
+            Some(q) => q as usize % n,
+            None => self
+                .ends
+                .iter()
+                .position(|&end| end == r.offset && r.len > 0)
+                .unwrap_or(stream % n),
+        };
+        if matches!(r.op, Op::Write | Op::Trim) {
+            self.ends[q] = r.offset.saturating_add(r.len);
+        }
+        q
     }
 
     /// Runs one request (fitted to the device) arriving at `at` through write queue `q`; its

@@ -46,6 +46,9 @@ pub struct Request {
     pub len: u64,
     /// Force unit access: the write is durable when it completes.
     pub fua: bool,
+    /// The host queue the trace says the request came through (blkparse's CPU column, which
+    /// `ftld serve --record` fills with the write queue), if it says.
+    pub queue: Option<u32>,
 }
 
 impl Request {
@@ -56,6 +59,7 @@ impl Request {
             offset,
             len,
             fua: false,
+            queue: None,
         }
     }
 }

@@ -395,6 +395,7 @@ impl Iterator for Workload {
                 offset: 0,
                 len: 0,
                 fua: false,
+                queue: None,
             });
         }
         if self.issued >= self.spec.requests {
@@ -419,6 +420,7 @@ impl Iterator for Workload {
             offset: block * self.spec.bs,
             len: self.spec.bs,
             fua: !read && self.spec.fua,
+            queue: None,
         })
     }
 }

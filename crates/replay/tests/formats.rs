@@ -190,6 +190,16 @@ fn an_empty_trace_is_an_error() {
     std::fs::write(&p, "  8,0 0 1 0.1 9 Q WS 8 + 8 [x]\n").unwrap();
     let e = read_err(&p, Format::Blkparse);
     assert!(e.contains("no D (issue) events"), "{e}");
+    // Only blkparse's closing summary (the events were cut off): empty, not a replay of
+    // nothing that exits 0.
+    std::fs::write(
+        &p,
+        "CPU0 (8,0):\n Reads Queued:           0,        0KiB\n\
+         Total (8,0):\n Reads Queued:           0,        0KiB\n",
+    )
+    .unwrap();
+    let e = read_err(&p, Format::Blkparse);
+    assert!(e.contains("no request in the trace"), "{e}");
 }
 
 /// A binary or compressed file given as a trace: refused at its first line, by line number,

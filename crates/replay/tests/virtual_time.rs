@@ -373,3 +373,58 @@ fn waf_counts_the_writes_still_buffered_at_the_end() {
     );
     ftl.close().unwrap();
 }
+
+/// One sequential stream stays on one write queue: a sequential fill on the hybrid schemes
+/// makes switch merges only (WAF 1), open loop and closed loop, with two queues. Before,
+/// requests were dealt to the queues in turn, each queue's buffer programmed every other run
+/// of pages, and bast/fast saw two interleaved streams (full and partial merges, WAF ~2).
+#[test]
+fn a_sequential_stream_stays_on_one_queue() {
+    for scheme in [ftl::SchemeKind::Bast, ftl::SchemeKind::Fast] {
+        for queue_depth in [None, Some(4)] {
+            let dir = tempfile::tempdir().unwrap();
+            let cfg = FtlConfig {
+                scheme,
+                log_blocks: 8,
+                gc_policy: GcPolicy::InPath,
+                ..cfg()
+            };
+            let ftl = Ftl::create(
+                &dir.path().join("s.img"),
+                &nand(),
+                TimingMode::Virtual,
+                cfg,
+                None,
+            )
+            .unwrap();
+            assert_eq!(ftl.queues(), 2);
+            // 8 KiB requests: a 4-page block takes two of them, one from each queue before.
+            let requests = ftl.capacity() / 8192;
+            let spec: WorkloadSpec = format!("seq,requests={requests},bs=8k,iops=2000")
+                .parse()
+                .unwrap();
+            let w = Workload::new(spec, ftl.capacity(), 1).unwrap();
+            let rc = ReplayConfig {
+                driver: DriverOptions {
+                    queue_depth,
+                    ..DriverOptions::default()
+                },
+                interval_ns: 1_000_000_000,
+                out: None,
+                config: serde_json::Value::Null,
+                probe_stalls: false,
+            };
+            let s = replay(&ftl, w.map(Ok::<Request, TraceError>), &rc, &mut |_| {}).unwrap();
+            let gc = s.gc.clone().expect("an FTL counts GC");
+            let m = gc.merges.expect("a hybrid scheme counts merges");
+            let what = format!(
+                "{scheme:?} queue depth {queue_depth:?}: {m:?}, waf {:?}",
+                s.waf
+            );
+            assert!(m.switch > 0, "{what}");
+            assert_eq!((m.partial, m.full), (0, 0), "{what}");
+            assert_eq!(s.waf, Some(1.0), "{what}");
+            ftl.close().unwrap();
+        }
+    }
+}

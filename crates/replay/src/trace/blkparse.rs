@@ -67,6 +67,15 @@ impl State {
         };
         let fua = rest.len() > 1 && rest[1..].contains('F');
         let ranged = f.len() >= 10 && f[8] == "+";
+        // blkparse prints `SECTOR + COUNT`, or nothing for a request without sectors (then
+        // the process name in brackets follows): a number there without the rest is a damaged
+        // line, not a request of no data.
+        if !ranged && f.get(7).is_some_and(|w| w.parse::<u64>().is_ok()) {
+            return Err(format!(
+                "sector {} without `+ COUNT` (blkparse prints `SECTOR + COUNT`)",
+                f[7]
+            ));
+        }
         let (sector, count) = if ranged {
             (parse_u64(f[7], "sector")?, parse_u64(f[9], "sector count")?)
         } else {
@@ -90,6 +99,8 @@ impl State {
                     bytes(sector, "sector")?
                 };
                 let mut r = Request::new(at, op, offset, bytes(count, "sector count")?);
+                // `is_event` checked the CPU column.
+                r.queue = f[1].parse().ok();
                 // NBD and the block layer allow FUA on discards too (a recorded `DF`).
                 r.fua = fua && matches!(op, Op::Write | Op::Trim);
                 Some(r)
@@ -133,6 +144,8 @@ mod tests {
             (Op::Write, 3_417_048 * 512, 4096, false)
         );
         assert_eq!(r.arrival, crate::request::Arrival::At(2500));
+        // The CPU column (`ftld serve --record`: the write queue).
+        assert_eq!(r.queue, Some(3));
         let r = one(&mut s, "  8,0    0        3     1.5  1  D  WFS 8 + 8 [x]");
         assert!(r.fua);
         assert!(matches!(
@@ -145,6 +158,15 @@ mod tests {
         let r = one(&mut s, "  8,0 0 5 2.0 1 D FN 18446744073709551615 + 0 [x]");
         assert_eq!(r.op, Op::Flush);
         assert_eq!(one(&mut s, "  8,0 0 6 2.0 1 D DS 64 + 64 [x]").op, Op::Trim);
+        // A sector without `+ COUNT` is a damaged line, not a request of no data.
+        for l in [
+            "  8,0 0 6 2.0 1 D W 64 8 [x]",
+            "  8,0 0 6 2.0 1 D W 64",
+            "8,0 0 6 2.0 1 D R 64 +",
+        ] {
+            let e = s.parse(l).err().unwrap_or_else(|| panic!("{l}: accepted"));
+            assert!(e.contains("without `+ COUNT`"), "{l}: {e}");
+        }
         // A read of no sectors: a request of length 0 (the replay counts it as empty); with a
         // preflush, a pure flush.
         assert_eq!(one(&mut s, "  8,0 0 6 2.0 1 D R 0 + 0 [x]").len, 0);

@@ -515,6 +515,32 @@ impl<R: BufRead> TraceReader<R> {
         r
     }
 
+    /// The error of a trace that ended with no request in it, with a hint at why.
+    fn empty(&self) -> TraceError {
+        let hint = match (&self.devices.select, self.format) {
+            (DeviceSelect::Only(name), _)
+                if !self.devices.seen.is_empty() && !self.devices.chosen_named =>
+            {
+                format!(
+                    " for device {} (it names {})",
+                    shown(name),
+                    self.devices.named()
+                )
+            }
+            (_, Format::Blkparse) if self.blk.queued > 0 => format!(
+                " ({} Q events but no D (issue) events: was the trace recorded with the device's \
+                 queue?)",
+                self.blk.queued
+            ),
+            (DeviceSelect::Only(name), _) => format!(" for device {}", shown(name)),
+            _ => String::new(),
+        };
+        TraceError::Empty {
+            path: self.path.clone(),
+            hint,
+        }
+    }
+
     fn next_request(&mut self) -> Result<Option<Request>, TraceError> {
         if let Some(r) = self.pending.take() {
             return Ok(Some(r));
@@ -524,27 +550,7 @@ impl<R: BufRead> TraceReader<R> {
             let read = read_line(&self.path, &mut self.reader, &mut self.line, self.n + 1)?;
             if read == 0 {
                 if self.requests == 0 {
-                    let hint = match (&self.devices.select, self.format) {
-                        (DeviceSelect::Only(name), _)
-                            if !self.devices.seen.is_empty() && !self.devices.chosen_named =>
-                        {
-                            format!(
-                                " for device {} (it names {})",
-                                shown(name),
-                                self.devices.named()
-                            )
-                        }
-                        (_, Format::Blkparse) if self.blk.queued > 0 => format!(
-                            " ({} Q events but no D (issue) events: was the trace recorded with the device's queue?)",
-                            self.blk.queued
-                        ),
-                        (DeviceSelect::Only(name), _) => format!(" for device {}", shown(name)),
-                        _ => String::new(),
-                    };
-                    return Err(TraceError::Empty {
-                        path: self.path.clone(),
-                        hint,
-                    });
+                    return Err(self.empty());
                 }
                 return Ok(None);
             }
@@ -597,6 +603,9 @@ impl<R: BufRead> TraceReader<R> {
                 Parsed::Skip => {
                     if self.format == Format::Blkparse && self.blk.summary {
                         // blkparse's closing summary: the events are over.
+                        if self.requests == 0 {
+                            return Err(self.empty());
+                        }
                         self.done = true;
                         return Ok(None);
                     }
