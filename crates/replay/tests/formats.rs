@@ -77,7 +77,7 @@ fn blkparse_text() {
     let (f, rs) = read("blkparse.txt");
     assert_eq!(f, Format::Blkparse);
     let rs = rs.unwrap();
-    // D events only; FWFS = a flush, then a FUA write; DS = a discard; the summary ends it.
+    // D events only; FWFS = a flush, then a FUA write; DS = a discard; the summary skipped.
     assert_eq!(
         shape(&rs),
         vec![
@@ -89,6 +89,35 @@ fn blkparse_text() {
         ]
     );
     assert!(rs[3].fua && !rs[0].fua);
+}
+
+/// Two captures concatenated: the first one's summary is skipped, and the second one's
+/// events are read (they were dropped, the replay ending at the first summary).
+#[test]
+fn blkparse_events_after_a_summary_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("two.blk");
+    std::fs::write(
+        &p,
+        "  8,0 0 1 0.1 9 D W 8 + 8 [x]\n\
+         CPU0 (8,0):\n Reads Queued:           0,        0KiB\n\
+         Total (8,0):\n Writes Queued:           1,        4KiB\n\
+         Throughput (R/W): 0KiB/s / 40KiB/s\n\
+         Events (8,0): 2 entries\n\
+         \n  8,0 1 1 0.2 9 D W 16 + 8 [x]\n",
+    )
+    .unwrap();
+    let r = BufReader::new(File::open(&p).unwrap());
+    let rs = TraceReader::new(&p, Format::Blkparse, r)
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    assert_eq!(
+        shape(&rs),
+        vec![
+            (Op::Write, 8 * 512, 4096, 0),
+            (Op::Write, 16 * 512, 4096, 100_000_000)
+        ]
+    );
 }
 
 #[test]

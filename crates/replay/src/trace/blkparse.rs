@@ -1,6 +1,7 @@
 //! blkparse's default text output: `MAJ,MIN CPU SEQ TIME PID ACTION RWBS SECTOR + COUNT [PROC]`.
-//! Only `D` (issued to the device) events become requests; other actions are skipped, and the
-//! summary blkparse prints at the end ends the trace.
+//! Only `D` (issued to the device) events become requests; other actions are skipped, and so
+//! is the summary blkparse prints at the end (events after it, of captures concatenated, are
+//! read on).
 
 use super::{parse_decimal_ns, parse_u64, DeviceRef, Parsed};
 use crate::request::{Op, Request};
@@ -9,7 +10,7 @@ use crate::request::{Op, Request};
 pub(super) struct State {
     /// `Q` events seen (for the hint when a trace has no `D` events).
     pub queued: u64,
-    /// The closing summary was reached.
+    /// A closing summary was reached (its lines are skipped).
     pub summary: bool,
 }
 
@@ -37,6 +38,11 @@ impl State {
             return Ok((Parsed::Skip, None));
         }
         if !is_event(line) {
+            // The summary's own lines (`Reads Queued: ...`); events after it (captures
+            // concatenated) are read on.
+            if self.summary {
+                return Ok((Parsed::Skip, None));
+            }
             return Err(
                 "not a blkparse event line (MAJ,MIN CPU SEQ TIME PID ACTION RWBS ...)".into(),
             );

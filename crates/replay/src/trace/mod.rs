@@ -600,16 +600,7 @@ impl<R: BufRead> TraceReader<R> {
                 }
             };
             match parsed {
-                Parsed::Skip => {
-                    if self.format == Format::Blkparse && self.blk.summary {
-                        // blkparse's closing summary: the events are over.
-                        if self.requests == 0 {
-                            return Err(self.empty());
-                        }
-                        self.done = true;
-                        return Ok(None);
-                    }
-                }
+                Parsed::Skip => {}
                 Parsed::One(r) => {
                     self.check_request(&r)?;
                     self.requests += 1;
