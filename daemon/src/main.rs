@@ -56,6 +56,7 @@ mod notify;
 mod presets;
 mod replay;
 mod serve;
+mod signals;
 mod stalls;
 mod ublk;
 mod units;
@@ -78,6 +79,19 @@ impl std::fmt::Display for UsageError {
 }
 
 impl std::error::Error for UsageError {}
+
+/// A command that a signal ended after it finished its work its way (the figures so far
+/// written): exit status 128 + the signal's number, as a shell reports a killed process.
+#[derive(Debug)]
+pub struct Interrupted(pub i32);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "stopped by {}", signals::name(self.0))
+    }
+}
+
+impl std::error::Error for Interrupted {}
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -111,6 +125,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // The reader of our stdout went away: nobody is left to tell, as for `cat | head`.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<Interrupted>().is_some() => {
+            let signo = e.downcast_ref::<Interrupted>().map_or(0, |i| i.0);
+            note!("ftld: {e}");
+            ExitCode::from(u8::try_from(128 + signo).unwrap_or(1))
+        }
         Err(e) => {
             note!("ftld: error: {}", error_chain(&e));
             if e.downcast_ref::<UsageError>().is_some() {

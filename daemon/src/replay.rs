@@ -20,6 +20,7 @@ use nand_model::TimingMode;
 use crate::cli::{ReplayArgs, ReplayTiming};
 use crate::config::{self, FileConfig};
 use crate::image;
+use crate::signals::ReplaySignals;
 use crate::UsageError;
 
 /// A scratch image removed when dropped.
@@ -27,15 +28,14 @@ struct Scratch(PathBuf);
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-        if let Some(d) = self.0.parent() {
-            let _ = std::fs::remove_dir(d);
-        }
+        crate::signals::remove_scratch(&self.0);
     }
 }
 
 /// Runs `ftld replay`.
 pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
+    // First, before any thread exists (they inherit the blocked signals).
+    let signals = ReplaySignals::watch().context("starting the signal thread")?;
     if let Some(p) = args.precondition {
         if !(0.0..=100.0).contains(&p) {
             return Err(UsageError(format!("--precondition {p} is not a percentage")).into());
@@ -126,11 +126,16 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
                 &opts,
                 Device::Real(target.as_ref(), None),
                 cfg_json,
+                &signals,
             )?
         }
-        None => replay_image(args, source, timing, &opts, cfg_json)?,
+        None => replay_image(args, source, timing, &opts, cfg_json, &signals)?,
     };
-    report(args, &summary)
+    report(args, &summary)?;
+    match signals.received() {
+        Some(signo) => Err(crate::Interrupted(signo).into()),
+        None => Ok(()),
+    }
 }
 
 /// Write queues of a virtual-time replay unless `--queues` or `[ftl] queues` says otherwise.
@@ -148,6 +153,7 @@ fn replay_image(
     timing: ReplayTiming,
     opts: &DriverOptions,
     mut cfg_json: serde_json::Value,
+    signals: &ReplaySignals,
 ) -> anyhow::Result<Summary> {
     let file = FileConfig::load_opt(args.image.config.as_deref())?;
     // The file's `timing` is a served device's (real or off); a replay's default is virtual
@@ -190,6 +196,7 @@ fn replay_image(
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         settings.path = dir.join("scratch.img");
         let _ = std::fs::remove_file(&settings.path);
+        signals.set_scratch(Some(settings.path.clone()));
         Some(Scratch(settings.path.clone()))
     } else {
         None
@@ -285,7 +292,9 @@ fn replay_image(
     cfg_json["ftl_settings"] = serde_json::to_value(&settings.ftl)?;
     cfg_json["precondition"] = serde_json::to_value(&precondition)?;
     let summary = match timing {
-        ReplayTiming::Virtual => replay_on(args, source, opts, Device::Virtual(&ftl), cfg_json)?,
+        ReplayTiming::Virtual => {
+            replay_on(args, source, opts, Device::Virtual(&ftl), cfg_json, signals)?
+        }
         ReplayTiming::Real | ReplayTiming::Off => {
             let target = FtlTarget::new(&ftl);
             let mut summary = replay_on(
@@ -294,6 +303,7 @@ fn replay_image(
                 opts,
                 Device::Real(&target, Some(&ftl)),
                 cfg_json,
+                signals,
             )?;
             // The host's clock either way; "off" says the NAND took no time on it.
             summary.timing = timing.name();
@@ -316,6 +326,7 @@ fn replay_image(
             .map_err(|e| image::describe(e, &settings.path).context("closing the image"))?;
     }
     drop(scratch);
+    signals.set_scratch(None);
     Ok(summary)
 }
 
@@ -439,6 +450,7 @@ fn replay_on(
     opts: &DriverOptions,
     dev: Device<'_>,
     mut cfg_json: serde_json::Value,
+    signals: &ReplaySignals,
 ) -> anyhow::Result<Summary> {
     let capacity = match dev {
         Device::Virtual(f) => f.capacity(),
@@ -482,13 +494,17 @@ fn replay_on(
         out: args.out.clone(),
         config: cfg_json,
         probe_stalls: matches!(dev, Device::Real(..)) && args.stall_probe,
+        stop: Some(signals.stop.clone()),
     };
+    signals.set_replaying(true);
     let summary = match dev {
-        Device::Virtual(ftl) => ftl_replay::replay(ftl, requests, &cfg, &mut tick)?,
+        Device::Virtual(ftl) => ftl_replay::replay(ftl, requests, &cfg, &mut tick),
         Device::Real(target, ftl) => {
-            ftl_replay::replay_real(target, ftl, requests, &cfg, &mut tick)?
+            ftl_replay::replay_real(target, ftl, requests, &cfg, &mut tick)
         }
     };
+    signals.set_replaying(false);
+    let summary = summary?;
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
@@ -536,6 +552,9 @@ fn report(args: &ReplayArgs, summary: &Summary) -> anyhow::Result<()> {
     );
     if let Some(e) = &summary.first_error {
         out!("  first error: {e}");
+    }
+    if let Some(why) = &summary.stopped_early {
+        out!("  stopped early ({why}): the figures are those of the requests replayed until then");
     }
     if let Some(d) = &summary.dispatch {
         out!(

@@ -33,7 +33,7 @@ pub fn run(a: &StallsArgs) -> anyhow::Result<()> {
         .transpose()?;
     // SIGINT and SIGTERM end the run early, with the report: blocked here, before the probe's
     // threads exist (they inherit the mask), and taken by `sigtimedwait` below.
-    let signals = block_stop_signals();
+    let signals = crate::signals::block_stop_signals();
     let probe = StallProbe::start(
         Duration::from_micros(a.period_us),
         Duration::from_micros(a.threshold_us),
@@ -95,20 +95,6 @@ fn json(r: &StallReport) -> Json {
         seconds: r.finished_ns.saturating_sub(r.started_ns) as f64 / 1e9,
         latest_wakeup_us: r.max_late_ns as f64 / 1e3,
         stalls: ftl_replay::HostStalls::of(r),
-    }
-}
-
-/// Blocks SIGINT and SIGTERM in this thread (and the threads it starts); returns the set.
-fn block_stop_signals() -> libc::sigset_t {
-    // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise and write only `set`;
-    // pthread_sigmask reads `set` and changes this thread's mask only.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
     }
 }
 

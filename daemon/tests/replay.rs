@@ -1034,6 +1034,98 @@ fn stalls_measures_the_host_and_stops_on_sigint() {
     }
 }
 
+/// SIGINT or SIGTERM during a replay ends it after the requests in flight: the figures of the
+/// requests replayed so far are written (`stopped_early`), the scratch image is removed, and
+/// the exit status is 128 + the signal's number. One during the precondition (nothing to
+/// report yet) exits at once, removing the scratch image too. Before, the process died where
+/// it stood, leaving a scratch image as large as the device and an empty `requests.csv`.
+#[test]
+fn a_signal_ends_a_replay_with_its_figures_and_removes_the_scratch_image() {
+    let kill = |pid: u32, sig: i32| {
+        // SAFETY: kill(2) with the pid of our own child and a valid signal number.
+        assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
+    };
+    for (sig, code) in [(libc::SIGTERM, 143), (libc::SIGINT, 130)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let child = Command::new(FTLD)
+            .env("TMPDIR", tmp.path())
+            .args([
+                "replay",
+                "--workload",
+                "random,requests=1e9,bs=4k",
+                "--capacity",
+                "64M",
+            ])
+            .arg("--out")
+            .arg(&out)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The replay has begun once its outputs exist.
+        let t0 = std::time::Instant::now();
+        while !out.join("requests.csv").exists() {
+            assert!(t0.elapsed().as_secs() < 120, "the replay did not start");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        kill(child.id(), sig);
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(code), "{}", text(&o));
+        let s = summary(&out);
+        assert!(s["stopped_early"].is_string(), "{s}");
+        let n = s["requests"].as_u64().unwrap();
+        assert!(n > 0, "{s}");
+        let csv = std::fs::read_to_string(out.join("requests.csv")).unwrap();
+        assert_eq!(
+            csv.lines().count() as u64,
+            n + 1,
+            "one line per request replayed"
+        );
+        let left: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n != "out")
+            .collect();
+        assert!(left.is_empty(), "left behind: {left:?}\n{}", text(&o));
+    }
+    // During the precondition: an exit at once, the scratch image removed.
+    let tmp = tempfile::tempdir().unwrap();
+    let child = Command::new(FTLD)
+        .env("TMPDIR", tmp.path())
+        .args([
+            "replay",
+            "--workload",
+            "random,requests=10,bs=4k",
+            "--capacity",
+            "1G",
+        ])
+        .args(["--precondition", "100"])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let scratch = loop {
+        let found = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().path().join("scratch.img"))
+            .find(|p| p.exists());
+        if let Some(p) = found {
+            break p;
+        }
+        assert!(t0.elapsed().as_secs() < 120, "no scratch image");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    kill(child.id(), libc::SIGTERM);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(143), "{}", text(&o));
+    assert!(!scratch.exists(), "{}", text(&o));
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+}
+
 /// A virtual-time replay models a device, not the host: the same command gives the same
 /// figures on one CPU as on all of them (`taskset`; the served default, one write queue per
 /// CPU, made the queue count and the image's size depend on the machine). The queue count

@@ -29,6 +29,7 @@ pub mod trace;
 pub mod workload;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use ftl::Ftl;
@@ -55,6 +56,40 @@ pub struct ReplayConfig {
     /// Real time: run a [`nand_model::StallProbe`] beside the replay, so its host stalls are
     /// in `summary.json` (`host_stalls`) and `stalls.csv`.
     pub probe_stalls: bool,
+    /// Ends the replay early when asked (a signal, say): no further request is sent, and the
+    /// figures of those replayed are written, with `stopped_early`.
+    pub stop: Option<Arc<Stop>>,
+}
+
+/// A request to end a replay before its last request, with the reason, settable from any
+/// thread.
+#[derive(Debug, Default)]
+pub struct Stop {
+    reason: OnceLock<String>,
+}
+
+impl Stop {
+    pub fn new() -> Stop {
+        Stop::default()
+    }
+
+    /// Asks the replay to stop; the first reason given is kept.
+    pub fn request(&self, reason: impl Into<String>) {
+        let _ = self.reason.set(reason.into());
+    }
+
+    /// Why a stop was asked for, if it was.
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.get().map(String::as_str)
+    }
+}
+
+/// `requests` until `stop` is asked for.
+fn until_stopped<'a, I: Iterator + 'a>(
+    requests: I,
+    stop: Option<&'a Stop>,
+) -> impl Iterator<Item = I::Item> + 'a {
+    requests.take_while(move |_| stop.is_none_or(|s| s.reason().is_none()))
 }
 
 /// GC and merge work done during the replay.
@@ -142,6 +177,10 @@ pub struct Summary {
     pub errors: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
+    /// Why the replay ended before the trace or workload did (`stop` of the config: a signal);
+    /// the figures are those of the requests replayed until then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_early: Option<String>,
     /// Real timing, open loop: how late requests were sent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dispatch: Option<Dispatch>,
@@ -417,6 +456,10 @@ fn finish(
         adjusted: outcome.adjusted,
         errors: outcome.errors,
         first_error: outcome.first_error,
+        stopped_early: cfg
+            .stop
+            .as_ref()
+            .and_then(|s| s.reason().map(str::to_owned)),
         dispatch: outcome.dispatch,
         host_stalls: outcome.host_stalls,
         requests_per_second: requests as f64 / wall_seconds.max(1e-9),
@@ -446,7 +489,11 @@ pub fn replay(
     let (mut rec, csv) = recorder(cfg, ftl)?;
     let before = Before::of(ftl);
     let mut driver = Driver::new(ftl, cfg.driver.clone())?;
-    driver.run(requests, &mut rec, progress)?;
+    driver.run(
+        until_stopped(requests, cfg.stop.as_deref()),
+        &mut rec,
+        progress,
+    )?;
     // What the host wrote is all on flash before WAF is read (as fio's `end_fsync`): the
     // writes still buffered would otherwise count as host bytes without their programs, and a
     // short replay showed a WAF below 1 (0.9992 for 20 000 random 4 KiB writes, 0.92 with 8
@@ -500,6 +547,7 @@ pub fn replay_real(
         .probe_stalls
         .then(|| nand_model::StallProbe::start(PROBE_PERIOD, PROBE_THRESHOLD).ok())
         .flatten();
+    let requests = until_stopped(requests, cfg.stop.as_deref());
     let o = realtime::run(target, waf, &cfg.driver, requests, &mut rec, progress)?;
     let stalls = probe.map(nand_model::StallProbe::finish);
     // As in virtual time: the buffered writes programmed before WAF is read.

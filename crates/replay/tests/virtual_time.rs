@@ -136,6 +136,7 @@ fn run_once(dir: &Path) -> Vec<(String, Vec<u8>)> {
         out: Some(out.clone()),
         config: serde_json::Value::Null,
         probe_stalls: false,
+        stop: None,
     };
     let s = replay(&ftl, w.map(Ok::<Request, TraceError>), &cfg, &mut |_| {}).unwrap();
     let gc = s.gc.as_ref().expect("GC counts of an FTL");
@@ -226,6 +227,7 @@ fn fua_workload_writes_complete_when_programmed() {
         out: Some(out.clone()),
         config: serde_json::Value::Null,
         probe_stalls: false,
+        stop: None,
     };
     let s = replay(&ftl, w.map(Ok::<Request, TraceError>), &rc, &mut |_| {}).unwrap();
     assert_eq!(s.write.count, 20);
@@ -270,6 +272,7 @@ fn concurrent_writes_are_striped_over_the_channels_first() {
         out: Some(out.clone()),
         config: serde_json::Value::Null,
         probe_stalls: false,
+        stop: None,
     };
     replay(&ftl, w.map(Ok::<Request, TraceError>), &rc, &mut |_| {}).unwrap();
     let expect = (t.xfer_ns(4096 + 128) + t.t_prog.as_nanos() as u64) as f64 / 1000.0;
@@ -317,6 +320,7 @@ fn gc_workers_clean_while_writers_wait_for_room() {
         out: None,
         config: serde_json::Value::Null,
         probe_stalls: false,
+        stop: None,
     };
     let s = replay(&ftl, w.map(Ok::<Request, TraceError>), &rc, &mut |_| {}).unwrap();
     assert_eq!(s.write.count, 20_000);
@@ -362,6 +366,7 @@ fn waf_counts_the_writes_still_buffered_at_the_end() {
         out: None,
         config: serde_json::Value::Null,
         probe_stalls: false,
+        stop: None,
     };
     let t0 = ftl.now_ns();
     let s = replay(&ftl, w.map(Ok::<Request, TraceError>), &rc, &mut |_| {}).unwrap();
@@ -413,6 +418,7 @@ fn a_sequential_stream_stays_on_one_queue() {
                 out: None,
                 config: serde_json::Value::Null,
                 probe_stalls: false,
+                stop: None,
             };
             let s = replay(&ftl, w.map(Ok::<Request, TraceError>), &rc, &mut |_| {}).unwrap();
             let gc = s.gc.clone().expect("an FTL counts GC");
