@@ -297,6 +297,18 @@ fn a_time_jump_of_years_is_refused() {
     .unwrap();
     let e = read_err(&p, Format::Msr);
     assert!(e.contains("jump.csv:2: the time jumps 57870.4 days"), "{e}");
+    // Backwards too: a corrupt first timestamp put every later request at the start.
+    std::fs::write(
+        &p,
+        "178166372003061729,hm,0,Write,0,4096,10\n\
+         128166372003061629,hm,0,Read,8192,4096,10\n",
+    )
+    .unwrap();
+    let e = read_err(&p, Format::Msr);
+    assert!(
+        e.contains("jump.csv:2: the time is 57870.4 days before the first"),
+        "{e}"
+    );
     // A week apart is a real trace's night and weekend.
     std::fs::write(
         &p,

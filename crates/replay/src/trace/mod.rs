@@ -502,6 +502,21 @@ impl<R: BufRead> TraceReader<R> {
                     ),
                 });
             }
+            // A time far before the first request's is as wrong (a corrupt first timestamp
+            // would otherwise put every later request at the start, silently); one a little
+            // before is replayed at the start (`rebase`), as the driver moves any request up
+            // to the one before it.
+            if let Some(first) = self.origin.filter(|&o| t.saturating_add(MAX_GAP_NS) < o) {
+                return Err(TraceError::Line {
+                    path: self.path.clone(),
+                    line: self.n,
+                    reason: format!(
+                        "the time is {:.1} days before the first request's: a wrong timestamp                          (here or on the first request)? (requests more than {} days apart                          are refused)",
+                        (first - t) as f64 / 86_400e9,
+                        MAX_GAP_NS / 86_400_000_000_000
+                    ),
+                });
+            }
             self.last_at = Some(self.last_at.map_or(t, |p| p.max(t)));
         }
         Ok(())
