@@ -538,9 +538,11 @@ fn report(args: &ReplayArgs, summary: &Summary) -> anyhow::Result<()> {
     );
     out!("  read:  {}", o(&summary.read));
     out!("  write: {}", o(&summary.write));
-    let waf = summary
-        .waf
-        .map_or_else(|| "unknown".to_string(), |w| format!("{w:.3}"));
+    let waf = match (summary.waf, summary.write.count + summary.trim.count) {
+        (Some(w), _) => format!("{w:.3}"),
+        (None, 0) if summary.gc.is_some() => "none (nothing written)".to_string(),
+        (None, _) => "unknown".to_string(),
+    };
     let erases = summary
         .gc
         .as_ref()
@@ -552,6 +554,19 @@ fn report(args: &ReplayArgs, summary: &Summary) -> anyhow::Result<()> {
     );
     if let Some(e) = &summary.first_error {
         out!("  first error: {e}");
+    }
+    // A read of a page that holds nothing takes no NAND time: a read-heavy run on a fresh
+    // device measures RAM, which a researcher should know before reading its latencies.
+    if let Some(n) = &summary.nand {
+        let pages = summary.read.bytes.div_ceil(4096);
+        if pages > 0 && n.unwritten_page_reads * 10 > pages {
+            out!(
+                "  note: {} of the {pages} 4 KiB pages read held no data (never written or \
+                 trimmed): they read as zeroes with no NAND read and no modelled time \
+                 (--precondition PCT fills the device first)",
+                n.unwritten_page_reads
+            );
+        }
     }
     if let Some(why) = &summary.stopped_early {
         out!("  stopped early ({why}): the figures are those of the requests replayed until then");

@@ -1034,6 +1034,54 @@ fn stalls_measures_the_host_and_stops_on_sigint() {
     }
 }
 
+/// Reads of pages that hold no data take no NAND time: the summary counts them
+/// (`nand.unwritten_page_reads`) and the report says so when they are many, and a run that
+/// wrote nothing has no WAF (`null`, not 0). Before, a read-only run on a fresh device
+/// reported reads of 0 us with nothing to tell why.
+#[test]
+fn reads_of_unwritten_pages_are_counted_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let o = ftld(&[
+        "--workload",
+        "random,requests=200,bs=8k,read=100",
+        "--capacity",
+        "64M",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("400 of the 400 4 KiB pages read held no data"),
+        "{}",
+        text(&o)
+    );
+    let s = summary(&out);
+    assert_eq!(s["nand"]["unwritten_page_reads"], 400, "{s}");
+    assert_eq!(s["nand"]["reads"], 0, "{s}");
+    assert!(s["waf"].is_null(), "{s}");
+    // Preconditioned: every page read holds data, and nothing is said.
+    let o = ftld(&[
+        "--workload",
+        "random,requests=200,bs=8k,read=100",
+        "--capacity",
+        "64M",
+        "--precondition",
+        "100",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("held no data"),
+        "{}",
+        text(&o)
+    );
+    let s = summary(&out);
+    assert_eq!(s["nand"]["unwritten_page_reads"], 0, "{s}");
+    assert!(s["nand"]["reads"].as_u64().unwrap() >= 200, "{s}");
+}
+
 /// SIGINT or SIGTERM during a replay ends it after the requests in flight: the figures of the
 /// requests replayed so far are written (`stopped_early`), the scratch image is removed, and
 /// the exit status is 128 + the signal's number. One during the precondition (nothing to

@@ -283,6 +283,9 @@ impl Core {
             if self.is_lost(lpn) {
                 return Source::Lost;
             }
+            self.counters
+                .unwritten_page_reads
+                .fetch_add(1, Ordering::Relaxed);
             return Source::Served;
         };
         self.pins.pin(self.layout.block_of(psa));

@@ -20,6 +20,8 @@ pub struct Counters {
     pub host_reads: AtomicU64,
     pub host_writes: AtomicU64,
     pub host_read_bytes: AtomicU64,
+    /// Host reads of 4 KiB pages holding no data (see [`FtlStats::unwritten_page_reads`]).
+    pub unwritten_page_reads: AtomicU64,
     /// NAND reads for host reads (see [`FtlStats::nand_page_reads`]).
     pub page_reads: AtomicU64,
     pub multi_plane_reads: AtomicU64,
@@ -252,6 +254,10 @@ pub struct FtlStats {
     pub host_reads: u64,
     pub host_writes: u64,
     pub host_read_bytes: u64,
+    /// 4 KiB pages host reads found holding no data (never written, trimmed or zeroed): read
+    /// as zeroes from RAM, with no NAND read and no modelled time (as an SSD answers them). A
+    /// read-heavy run on a fresh device measures mostly these: precondition it first.
+    pub unwritten_page_reads: u64,
     pub host_write_bytes: u64,
     pub host_trims: u64,
     pub host_flushes: u64,
@@ -411,6 +417,7 @@ impl Core {
             host_reads: ld(&c.host_reads),
             host_writes: ld(&c.host_writes),
             host_read_bytes: ld(&c.host_read_bytes),
+            unwritten_page_reads: ld(&c.unwritten_page_reads),
             host_write_bytes: host_bytes,
             host_trims: ld(&c.host_trims),
             host_flushes: ld(&c.host_flushes),

@@ -272,6 +272,9 @@ pub struct NandOps {
     /// Operations the device ran: reads + programs + erases - copybacks (a copyback's read and
     /// program happen inside the chip: one operation).
     pub total: u64,
+    /// 4 KiB pages the host read that held no data (never written, trimmed): zeroes from RAM,
+    /// no NAND read, no time (`ftl.unwritten_page_reads` of `ftld stats`).
+    pub unwritten_page_reads: u64,
 }
 
 fn nand_ops(ftl: &Ftl) -> NandOps {
@@ -282,6 +285,7 @@ fn nand_ops(ftl: &Ftl) -> NandOps {
         erases: t.erases,
         copybacks: t.copybacks,
         total: (t.reads + t.programs + t.erases).saturating_sub(t.copybacks),
+        unwritten_page_reads: ftl.stats().unwritten_page_reads,
     }
 }
 
@@ -387,6 +391,7 @@ impl Before {
             erases: n.erases - self.nand.erases,
             copybacks: n.copybacks - self.nand.copybacks,
             total: n.total - self.nand.total,
+            unwritten_page_reads: n.unwritten_page_reads - self.nand.unwritten_page_reads,
         };
         (minus(&gc_counts(&ftl.stats()), &self.gc), nand)
     }

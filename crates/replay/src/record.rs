@@ -301,16 +301,13 @@ impl Recorder {
         self.hists.iter().map(Histogram::len).sum()
     }
 
-    /// WAF since the recorder was made (0 when nothing was written), or `None` when the
-    /// device has no counters.
+    /// NAND bytes programmed over host bytes written since the replay began; `None` for a
+    /// device that cannot tell, or when the host wrote nothing.
     pub fn waf(&self, waf: &dyn WafSource) -> Option<f64> {
         let (h, n) = waf.waf_counters()?;
         let (h0, n0) = self.waf_origin?;
-        let dh = h - h0;
-        Some(if dh == 0 {
-            0.0
-        } else {
-            (n - n0) as f64 / dh as f64
-        })
+        // Nothing written: no ratio (`null`), not 0.
+        let dh = h.checked_sub(h0).filter(|&d| d > 0)?;
+        Some(n.saturating_sub(n0) as f64 / dh as f64)
     }
 }
