@@ -271,6 +271,9 @@ pub fn create(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ft
     let (nand, export) = plan_new(settings)?;
     ftl::plan_format(&nand, &settings.ftl, export)
         .map_err(|e| UsageError(format!("cannot format {}: {e}", path.display())))?;
+    if let Some(export) = export {
+        warn_of_inflated_spare(settings, &nand, export);
+    }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir)
             .with_context(|| format!("creating the image directory {}", dir.display()))?;
@@ -300,6 +303,51 @@ pub fn create(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ft
             Err(describe(e, path))
         }
     }
+}
+
+/// Warns when a device scaled down to a small `export` keeps much more flash per exported
+/// byte than its preset at its own size does: a preset is scaled by its blocks per bank,
+/// never below `nand_model::MIN_SCALED_BLOCKS_PER_BANK`, so a small capacity on a preset of
+/// many banks or large blocks gets spare the over-provisioning setting never asked for, and
+/// its GC and WAF figures are those of that spare (a 64 MiB `default` device: 136 MiB of
+/// flash, a physical spare of 87 %).
+fn warn_of_inflated_spare(settings: &ImageSettings, nand: &nand_model::NandConfig, export: u64) {
+    let Ok(preset) = presets::find(settings.preset.as_deref().unwrap_or(DEFAULT_PRESET)) else {
+        return;
+    };
+    let Ok(own) = ftl::plan_format(&preset.config, &settings.ftl, None) else {
+        return;
+    };
+    let ratio = |raw: u64, export: u64| raw as f64 / export.max(1) as f64;
+    let own_ratio = ratio(preset.config.geometry.raw_capacity(), own.max_export_bytes);
+    let this = ratio(nand.geometry.raw_capacity(), export);
+    if this <= own_ratio * 1.25 {
+        return;
+    }
+    // The smallest power-of-two multiple of this capacity that keeps within the bound (the
+    // fixed per-bank reserves weigh less as the device grows).
+    let mut enough = export;
+    while enough < own.max_export_bytes {
+        enough = enough.saturating_mul(2);
+        let fits = presets::scale_for_capacity(&preset.config, &settings.ftl, enough)
+            .is_ok_and(|c| ratio(c.geometry.raw_capacity(), enough) <= own_ratio * 1.25);
+        if fits {
+            break;
+        }
+    }
+    let g = nand.geometry;
+    tracing::warn!(
+        "{} of flash for {} exported ({this:.2}x; the preset at its own size has \
+         {own_ratio:.2}x): a scaled preset keeps at least {} blocks on each of its {} banks, \
+         and its checkpoint areas and GC reserves on each bank, so this device's spare is far \
+         above what over-provisioning asks, and its GC and WAF figures are those of that \
+         spare ({} exported keeps within 1.25x of the preset's proportion)",
+        format_size(g.raw_capacity()),
+        format_size(export),
+        nand_model::MIN_SCALED_BLOCKS_PER_BANK,
+        g.banks(),
+        format_size(enough.min(own.max_export_bytes)),
+    );
 }
 
 /// Opens an existing image after checking it against explicitly requested options; with
