@@ -1034,6 +1034,29 @@ fn stalls_measures_the_host_and_stops_on_sigint() {
     }
 }
 
+/// A new image scaled to a small capacity says when it keeps far more flash per exported byte
+/// than its preset does at its own size (its GC and WAF figures follow that spare); one of
+/// the preset's proportions says nothing.
+#[test]
+fn a_small_capacity_s_inflated_spare_is_named() {
+    let o = ftld(&["--workload", "seq,requests=10", "--capacity", "64M"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("136 MiB of flash for 64 MiB exported")
+            && err.contains("256 MiB exported keeps"),
+        "{}",
+        text(&o)
+    );
+    let o = ftld(&["--workload", "seq,requests=10", "--capacity", "1G"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("of flash for"),
+        "{}",
+        text(&o)
+    );
+}
+
 /// Reads of pages that hold no data take no NAND time: the summary counts them
 /// (`nand.unwritten_page_reads`) and the report says so when they are many, and a run that
 /// wrote nothing has no WAF (`null`, not 0). Before, a read-only run on a fresh device
