@@ -4,7 +4,9 @@ outputs, and write the result table (markdown and JSON) beside the paper's numbe
 Every experiment script takes:
   --quick        a reduced run (seconds; what ./scripts/test runs) instead of the full one
   --ftld PATH    the ftld binary [default: $FTLD, else target/release/ftld, built if missing]
-  --out DIR      where results go [default: experiments/results/<experiment>]
+  --out DIR      where results go [default: experiments/results/<experiment>, the stored
+                 full-size results; with --quick target/experiments-quick/<experiment>, so a
+                 reduced run does not overwrite them]
 Only the Python standard library is used (gc_bound.py also runs libnbd's nbdsh, Debian
 python3-libnbd, as an NBD client).
 """
@@ -30,7 +32,14 @@ def parse_args(name, description):
     a = p.parse_args()
     a.name = name
     a.ftld = find_ftld(a.ftld)
-    a.out = Path(a.out) if a.out else ROOT / "experiments" / "results" / name
+    if a.out:
+        a.out = Path(a.out)
+    elif a.quick:
+        target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+        a.out = target / "experiments-quick" / name
+        print(f"{name}: a reduced run: results in {a.out}", file=sys.stderr)
+    else:
+        a.out = ROOT / "experiments" / "results" / name
     if a.out.exists():
         shutil.rmtree(a.out)
     a.out.mkdir(parents=True)

@@ -179,6 +179,9 @@ def served(a, preset, policy, capacity, n):
             server.kill()
             server.wait()
         log.close()
+        # The aged image (as large as the device's flash) has served its purpose: the figures
+        # are in stats.json and latencies.json.
+        image.unlink(missing_ok=True)
 
 
 def ftld_stats(a, ctl):
