@@ -41,9 +41,11 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
             return Err(UsageError(format!("--precondition {p} is not a percentage")).into());
         }
     }
-    if !(args.interval_ms.is_finite() && args.interval_ms > 0.0) {
+    // Below a microsecond the interval would round to 0 ns (per-interval rates of millions
+    // of MB/s); above a year it overflows nothing but says nothing either.
+    if !(args.interval_ms.is_finite() && (0.001..=3.2e10).contains(&args.interval_ms)) {
         return Err(UsageError(format!(
-            "--interval-ms {} must be above 0",
+            "--interval-ms {} must be from 0.001 (1 us) to 3.2e10 (a year)",
             args.interval_ms
         ))
         .into());

@@ -262,6 +262,12 @@ fn bad_input_gets_a_clear_error() {
         &["--workload", "thinktime,think=100000s"][..],
         &["--workload", "periodic,period=200000s"][..],
         &[fixture("msr.csv").to_str().unwrap(), "--speed", "1e-9"][..],
+        // An interval that rounds to 0 ns (rates of millions of MB/s per interval).
+        &[
+            fixture("msr.csv").to_str().unwrap(),
+            "--interval-ms",
+            "1e-9",
+        ][..],
         // A closed loop has no arrival times to scale.
         &[
             fixture("msr.csv").to_str().unwrap(),
@@ -1083,7 +1089,9 @@ fn reads_of_unwritten_pages_are_counted_and_named() {
     assert_eq!(s["nand"]["unwritten_page_reads"], 400, "{s}");
     assert_eq!(s["nand"]["reads"], 0, "{s}");
     assert!(s["waf"].is_null(), "{s}");
-    // Preconditioned: every page read holds data, and nothing is said.
+    // Preconditioned: every page read holds data, and nothing is said. (Into the same
+    // directory, where an earlier real-time run's stalls.csv would pass for this run's.)
+    std::fs::write(out.join("stalls.csv"), "start_ns,cpu,length_us\n").unwrap();
     let o = ftld(&[
         "--workload",
         "random,requests=200,bs=8k,read=100",
@@ -1103,6 +1111,10 @@ fn reads_of_unwritten_pages_are_counted_and_named() {
     let s = summary(&out);
     assert_eq!(s["nand"]["unwritten_page_reads"], 0, "{s}");
     assert!(s["nand"]["reads"].as_u64().unwrap() >= 200, "{s}");
+    assert!(
+        !out.join("stalls.csv").exists(),
+        "a stale stalls.csv is left"
+    );
 }
 
 /// SIGINT or SIGTERM during a replay ends it after the requests in flight: the figures of the

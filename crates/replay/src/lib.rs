@@ -403,6 +403,17 @@ fn recorder(
 ) -> Result<(Recorder, Option<PathBuf>), ReplayError> {
     if let Some(dir) = &cfg.out {
         std::fs::create_dir_all(dir).map_err(|e| output(dir, e))?;
+        // The one output a run may not write: one left from an earlier run into the same
+        // directory would pass for this one's.
+        if !cfg.probe_stalls {
+            let stale = dir.join("stalls.csv");
+            match std::fs::remove_file(&stale) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(output(&stale, e))
+                }
+                _ => {}
+            }
+        }
     }
     let csv = cfg.out.as_ref().map(|d| d.join("requests.csv"));
     let rec = Recorder::new(waf, csv.as_deref(), cfg.interval_ns)

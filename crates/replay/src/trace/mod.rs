@@ -588,7 +588,7 @@ impl<R: BufRead> TraceReader<R> {
                 Format::Alibaba => alibaba::parse(line).map(one),
                 Format::Tencent => tencent::parse(line).map(one),
                 Format::Blkparse => self.blk.parse(line),
-                Format::Fio => self.fio.parse(line, self.n),
+                Format::Fio => self.fio.parse(line),
             };
             let (parsed, device) = parsed.map_err(|reason| TraceError::Line {
                 path: self.path.clone(),
@@ -673,12 +673,10 @@ pub(crate) fn parse_decimal_ns(s: &str, ns_per_unit: u64, field: &str) -> Result
     let mut frac_ns = 0u64;
     let mut unit = ns_per_unit;
     for c in frac.chars() {
+        // Every character is a digit, also past the clock's resolution (whose digits drop).
         let d = c.to_digit(10).ok_or_else(bad)? as u64;
         unit /= 10;
         frac_ns += d * unit;
-        if unit == 0 {
-            break;
-        }
     }
     int.checked_mul(ns_per_unit)
         .and_then(|v| v.checked_add(frac_ns))
@@ -694,6 +692,15 @@ pub(crate) fn parse_u64(s: &str, field: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digits_past_the_resolution_are_checked_too() {
+        assert_eq!(
+            parse_decimal_ns("0.12345678912", 1_000_000_000, "t"),
+            Ok(123_456_789)
+        );
+        assert!(parse_decimal_ns("0.1234567891x", 1_000_000_000, "t").is_err());
+    }
 
     #[test]
     fn decimal_times_are_exact() {

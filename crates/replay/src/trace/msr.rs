@@ -20,6 +20,9 @@ pub(super) fn parse(line: &str) -> Result<(Request, DeviceRef<'_>), String> {
     let ticks = parse_u64(f[0], "timestamp")?;
     let offset = parse_u64(f[4], "offset")?;
     let size = parse_u64(f[5], "size")?;
+    // Not replayed (the device under test makes its own), but a line whose last field is not
+    // a number is not an MSR line.
+    parse_u64(f[6], "response time")?;
     let at = ticks
         .checked_mul(100)
         .ok_or_else(|| format!("timestamp {ticks} is too large"))?;
@@ -45,5 +48,8 @@ mod tests {
         assert!(parse("1,hm,0,Trim,0,4096,1").is_err());
         assert!(parse("1,hm,0,Read,0,4096").is_err());
         assert!(parse("x,hm,0,Read,0,4096,1").is_err());
+        assert!(parse("1,hm,0,Read,0,4096,abc")
+            .unwrap_err()
+            .contains("response time"));
     }
 }
