@@ -19,8 +19,9 @@
 //! must be ready on its first poll (nothing else runs to wake it); one that is not is a bug,
 //! reported as [`ReplayError::WouldBlock`] rather than a hang.
 //!
-//! **Queues.** A write or trim goes through the write queue the trace names, else the one
-//! whose last request it continues, else its stream's (`Driver::queue_for`).
+//! **Queues.** Closed loop, a stream's writes and trims go through its own write queue (a
+//! stream is an application thread). Open loop, through the queue the trace names, else the
+//! one whose last write the request continues, else the queues in turn (`Driver::queue_for`).
 //!
 //! **Addresses.** Offsets and lengths are widened to 512-byte sectors (`unaligned`). A request
 //! past the device end is wrapped (its offset taken modulo the capacity, or moved back to end
@@ -252,7 +253,11 @@ impl<'a> Driver<'a> {
                 self.ftl.advance_to(start)?;
             }
             rec.arrive(self.ftl, at - t0);
-            let q = self.queue_for(&r, stream);
+            let q = match self.opts.queue_depth {
+                // A stream is an application thread: its requests go through its queue.
+                Some(_) => stream % self.queues.max(1),
+                None => self.queue_for(&r),
+            };
             let done = self.execute(at, r, q)?;
             prev_done = done;
             if self.opts.queue_depth.is_some() {
@@ -269,14 +274,14 @@ impl<'a> Driver<'a> {
         Ok(())
     }
 
-    /// The write queue `r` goes through: the one the trace names (blkparse's CPU column),
-    /// else the one whose last write or trim `r` continues, else its stream's (closed loop:
-    /// the stream; open loop: the requests in turn). A sequential stream thus stays on one
-    /// queue, as one host thread's requests do (blk-mq maps a CPU to a queue): dealt in turn
-    /// to two queues, each queue's buffer would program every other run of pages, and the
-    /// hybrid schemes would see two interleaved streams (partial and full merges where a
-    /// sequential fill makes switch merges).
-    fn queue_for(&mut self, r: &Request, stream: usize) -> usize {
+    /// Open loop: the write queue `r` goes through. The one the trace names (blkparse's CPU
+    /// column), else the one whose last write or trim `r` continues, else the queues in turn.
+    /// A sequential stream thus stays on one queue, as one host thread's requests do (blk-mq
+    /// maps a CPU to a queue): dealt in turn to two queues, each queue's buffer programmed
+    /// every other run of pages, and the hybrid schemes saw two interleaved streams (partial
+    /// and full merges, WAF ~2, where a sequential fill makes switch merges). (Closed loop,
+    /// each stream is an application thread with its own queue.)
+    fn queue_for(&mut self, r: &Request) -> usize {
         let n = self.queues.max(1);
         let q = match r.queue {
             Some(q) => q as usize % n,
@@ -284,7 +289,7 @@ impl<'a> Driver<'a> {
                 .ends
                 .iter()
                 .position(|&end| end == r.offset && r.len > 0)
-                .unwrap_or(stream % n),
+                .unwrap_or(self.issued as usize % n),
         };
         if matches!(r.op, Op::Write | Op::Trim) {
             self.ends[q] = r.offset.saturating_add(r.len);
