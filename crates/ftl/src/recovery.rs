@@ -360,8 +360,9 @@ impl Core {
                 resolved.lost.first().copied().unwrap_or_default()
             ));
         }
-        // (With worn checkpoint areas every open scans: that reason says so already.)
-        if full_scan && worn.is_none() {
+        // (Worn checkpoint areas still hold their last chain: a full scan means it was
+        // unreadable too, and this reason applies as much.)
+        if full_scan {
             // A crash leaves no usable checkpoint while the image's first is being written
             // (then no trim record was ever dropped), or while the one checkpoint area left
             // after the other went bad is rewritten. Once two were written, records older

@@ -31,15 +31,7 @@ pub(super) fn header_at(
         return None;
     }
     let mut oob_buf = vec![0u8; layout.oob_size as usize];
-    let c = nand
-        .read(
-            layout.ckpt_page(area, offset),
-            0,
-            &mut [],
-            Some(&mut oob_buf),
-        )
-        .ok()?;
-    c.wait();
+    read_ckpt_page(nand, layout.ckpt_page(area, offset), &mut [], &mut oob_buf).ok()?;
     match oob::decode(&oob_buf, layout.slots_per_page)? {
         PageOob::Checkpoint {
             id,
@@ -146,9 +138,8 @@ fn read_page(
     page: &mut [u8],
     oob_buf: &mut [u8],
 ) -> Result<(), String> {
-    nand.read(layout.ckpt_page(area, offset + i), 0, page, Some(oob_buf))
-        .map_err(|e| e.to_string())?
-        .wait();
+    read_ckpt_page(nand, layout.ckpt_page(area, offset + i), page, oob_buf)
+        .map_err(|e| e.to_string())?;
     match oob::decode(oob_buf, layout.slots_per_page) {
         Some(PageOob::Checkpoint {
             id: pid,
@@ -164,6 +155,31 @@ fn read_page(
         }
         _ => Err(format!("checkpoint {id} page {i} is missing or corrupt")),
     }
+}
+
+/// Reads a checkpoint page (`page` from its first byte, and its OOB), of a block marked bad
+/// too. A checkpoint area's block turns bad when its erase fails (worn out), which leaves
+/// what it held as it was (`NandDevice::erase`): the chain written there last is still the
+/// device's newest state once both areas wore out, and reading it (as a controller salvaging
+/// a block does, `NandDevice::peek_of_bad`, costing no modelled time) lets the open roll
+/// forward from it instead of scanning every page (a full scan cannot see trims older than
+/// the checkpoints). What such a block holds is checked as any checkpoint page is (ids,
+/// indexes, CRCs); a torn or damaged page fails the chain as usual.
+fn read_ckpt_page(
+    nand: &NandDevice,
+    addr: nand_model::PageAddr,
+    page: &mut [u8],
+    oob_buf: &mut [u8],
+) -> Result<(), nand_model::NandError> {
+    // Asked first: a read of a bad block is refused, and counted as the FTL breaking a rule.
+    if nand.block_state(addr.block)?.bad {
+        return match nand.peek_of_bad(addr, 0, page, oob_buf)? {
+            true => Ok(()),
+            false => Err(nand_model::NandError::BadBlock { block: addr.block }),
+        };
+    }
+    nand.read(addr, 0, page, Some(oob_buf))?.wait();
+    Ok(())
 }
 
 /// A checkpoint chain loaded from one area: its full checkpoint with every valid delta applied.

@@ -538,7 +538,8 @@ impl Core {
 
     /// Why no checkpoint can be written any more, if none can: both checkpoint areas have a
     /// bad block (their erases failed, at the endurance or before). The device is then
-    /// read-only (an SSD whose metadata blocks wore out is), and every open scans the flash.
+    /// read-only (an SSD whose metadata blocks wore out is), and every open rolls forward from
+    /// the last chain the worn areas hold (`load::read_ckpt_page`).
     pub(crate) fn checkpoint_areas_worn(&self) -> Option<String> {
         if !(self.area_has_bad_block(0) && self.area_has_bad_block(1)) {
             return None;
@@ -561,8 +562,7 @@ impl Core {
         });
         Some(format!(
             "the checkpoint areas wore out: both have a bad block{erases} (endurance {}), so no \
-             checkpoint can be written any more; what is on flash stays readable, and every \
-             open scans the whole flash",
+             checkpoint can be written any more; what is on flash stays readable",
             self.nand.config().endurance
         ))
     }
