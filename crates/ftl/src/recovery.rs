@@ -366,9 +366,24 @@ impl Core {
             // A crash leaves no usable checkpoint while the image's first is being written
             // (then no trim record was ever dropped), or while the one checkpoint area left
             // after the other went bad is rewritten. Once two were written, records older
-            // than both are dropped, which only a checkpoint makes safe.
+            // than both are dropped, which only a checkpoint makes safe. An area is erased
+            // only to be written again, so an erased one held a checkpoint before the one
+            // it was erased for: two, even when the crash left none of their pages.
             let (newest, areas) = crate::checkpoint::written_before(&self.nand, &self.layout);
-            if newest.is_some_and(|id| id >= 2) || areas == 2 {
+            let area_erased = (0..2).any(|area| {
+                (0..self.layout.banks).any(|bank| {
+                    self.layout.ckpt_area_blocks(area).any(|block| {
+                        let addr = BlockAddr {
+                            bank: BankId(bank),
+                            block,
+                        };
+                        self.nand
+                            .block_state(addr)
+                            .is_ok_and(|st| st.erase_count > 0)
+                    })
+                })
+            });
+            if newest.is_some_and(|id| id >= 2) || areas == 2 || area_erased {
                 why.push(format!(
                     "no checkpoint is usable, though the image holds checkpoints (the newest \
                      named: {}; they were damaged, or a crash cut the rewrite of the one \

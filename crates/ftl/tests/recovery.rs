@@ -30,6 +30,12 @@ fn verify_pages(ftl: &Ftl, lpns: std::ops::Range<u64>, tag: u64) {
     });
 }
 
+fn verify_tags(ftl: &Ftl, tags: &[u64]) {
+    for (l, &t) in tags.iter().enumerate() {
+        verify_pages(ftl, l as u64..l as u64 + 1, t);
+    }
+}
+
 fn verify_zeroes(ftl: &Ftl, lpns: std::ops::Range<u64>) {
     block_on(async {
         let mut buf = vec![1u8; 4096];
@@ -729,11 +735,15 @@ fn worn_out_checkpoint_areas_turn_the_device_read_only() {
     // cover them, and only a checkpoint knows of the trim then.
     block_on(ftl.trim(0, 40 * 4096, 20 * 4096, false)).unwrap();
     let mut failures = 0;
+    // Each rewrite of a page a new tag: what reads back must be the newest version.
+    let mut tags = vec![1u64; 40];
     for i in 0..400u64 {
         // A page changed between checkpoints; most checkpoints are then deltas, a full one
         // (an erase of an area) every few.
         if ftl.read_only_reason().is_none() {
-            write_pages(&ftl, i % 40..i % 40 + 1, 1);
+            let p = (i % 40) as usize;
+            tags[p] += 1;
+            write_pages(&ftl, p as u64..p as u64 + 1, tags[p]);
         }
         if ftl.checkpoint().is_err() {
             failures += 1;
@@ -748,7 +758,7 @@ fn worn_out_checkpoint_areas_turn_the_device_read_only() {
         "{why}"
     );
     assert!(failures >= 1, "{why}");
-    verify_pages(&ftl, 0..40, 1);
+    verify_tags(&ftl, &tags);
     verify_zeroes(&ftl, 40..60);
     assert!(block_on(ftl.write(0, 0, &stamped(0, 2), false)).is_err());
     ftl.close().expect("a worn device closes");
@@ -771,10 +781,76 @@ fn worn_out_checkpoint_areas_turn_the_device_read_only() {
             RecoveryMode::RollForward,
             "round {round}"
         );
-        verify_pages(&ftl, 0..40, 1);
+        verify_tags(&ftl, &tags);
         verify_zeroes(&ftl, 40..60);
         ftl.close().expect("a worn device closes");
     }
+}
+
+/// A checkpoint area whose erase failed keeps its chain, and the writer uses the other area
+/// from then on: that chain grows old while trim records it does not know of are dropped. A
+/// crash that leaves the other area without a checkpoint (erased, not yet written) must not
+/// make the old chain the device's state: it is refused (the other area was erased since it
+/// was written), and the open scans, read-only, saying trimmed data may come back. Before the
+/// refusal, the open rolled forward from the old chain and served the device writable.
+#[test]
+fn an_old_chain_in_a_bad_area_is_not_taken_for_the_newest() {
+    use ftl::nand_model::{BankId, BlockAddr};
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.img");
+    let cfg = small_cfg(GcPolicy::Adaptive);
+    let nand = small_nand(4096, 24);
+    let ftl = create(&path, &nand, cfg.clone());
+    write_pages(&ftl, 0..60, 1);
+    let heads = ftl.checkpoint_area_heads();
+    // Area 0's erase fails from now on: the first full checkpoint meant for it goes bad there
+    // (keeping its chain) and the writer turns to area 1 for good.
+    ftl.nand().faults().fail_erase_at(heads[0].block);
+    let area0_bad = |ftl: &Ftl| ftl.nand().block_state(heads[0].block).unwrap().bad;
+    let mut i = 0u64;
+    while !area0_bad(&ftl) {
+        write_pages(&ftl, i % 40..i % 40 + 1, 1);
+        ftl.checkpoint().unwrap();
+        i += 1;
+        assert!(i < 200, "area 0 never went bad");
+    }
+    // A trim, then checkpoints enough that its record is dropped: only area 1 knows of it.
+    block_on(ftl.trim(0, 40 * 4096, 20 * 4096, false)).unwrap();
+    for j in 0..8u64 {
+        write_pages(&ftl, j..j + 1, 1);
+        ftl.checkpoint().unwrap();
+    }
+    ftl.close().unwrap();
+    drop(ftl);
+    // A crash during area 1's next full rewrite: erased (one more erase each), nothing written.
+    let (first, ckpt_blocks) = (heads[1].block.block, heads[1].block.block - 1);
+    for bank in 0..nand.geometry.banks() {
+        for block in first..first + ckpt_blocks {
+            let b = BlockAddr {
+                bank: BankId(bank),
+                block,
+            };
+            set_programmed_pages(&path, b, 0);
+            let at = ftl::nand_model::block_entry_offset(&path, b).unwrap();
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .unwrap();
+            let mut e = [0u8; 4];
+            f.read_exact_at(&mut e, at).unwrap();
+            f.write_all_at(&(u32::from_le_bytes(e) + 1).to_le_bytes(), at)
+                .unwrap();
+        }
+    }
+    let ftl = open(&path, cfg);
+    assert_eq!(ftl.recovery().mode, RecoveryMode::FullScan);
+    let why = ftl
+        .read_only_reason()
+        .expect("read-only: trims may be lost");
+    assert!(why.contains("no checkpoint is usable"), "{why}");
+    verify_pages(&ftl, 0..40, 1);
 }
 
 /// The superblock is stored in several copies: one flipped byte in the first leaves the image

@@ -262,6 +262,15 @@ pub(crate) fn load_newest(
     let mut skipped = false;
     for (_, area) in areas {
         match load_chain(nand, layout, area, sink) {
+            Ok(l) if !current_beside(nand, layout, &l) => {
+                tracing::warn!(
+                    "checkpoint area {area} has a bad block and the other area was erased \
+                     since its chain was written: the chain is older than checkpoints that \
+                     were written after it, and is not used"
+                );
+                sink.clear();
+                skipped = true;
+            }
             Ok(mut l) => {
                 l.fallback |= skipped;
                 return Some(l);
@@ -276,6 +285,38 @@ pub(crate) fn load_newest(
     None
 }
 
+/// Whether chain `l` may be the device's newest state as far as its area tells. A chain in an
+/// area without a bad block always may (the two areas alternate: a fallback to it is one
+/// generation old, and trim records are dropped only once two checkpoints cover them). An
+/// area with a bad block is skipped by the writer from then on, so its chain may be any
+/// number of checkpoints old; it is used only if the other area's blocks were not erased
+/// since it was written (their erase counts are those its last element recorded): then no
+/// full checkpoint came after it (both areas worn out: the other area's failed erase left
+/// its counts).
+fn current_beside(nand: &NandDevice, layout: &Layout, l: &Loaded) -> bool {
+    let addrs = |area: u32| {
+        (0..layout.banks).flat_map(move |bank| {
+            layout
+                .ckpt_area_blocks(area)
+                .map(move |block| nand_model::BlockAddr {
+                    bank: nand_model::BankId(bank),
+                    block,
+                })
+        })
+    };
+    let bad = |addr| nand.block_state(addr).map_or(true, |st| st.bad);
+    if !addrs(l.area).any(bad) {
+        return true;
+    }
+    addrs(1 - l.area).all(|addr| {
+        let recorded = l.snap.blocks.get(layout.block_idx(addr).0 as usize);
+        matches!(
+            (recorded, nand.block_state(addr)),
+            (Some(&(e, _)), Ok(st)) if e == st.erase_count
+        )
+    })
+}
+
 /// What the checkpoint areas show of checkpoints written in the past, whether or not any is
 /// usable: the newest id a checkpoint page's OOB names, and how many areas hold programmed
 /// pages. Reads OOBs without operations (no time passes, no fault is injected).
@@ -286,8 +327,9 @@ pub(crate) fn written_before(nand: &NandDevice, layout: &Layout) -> (Option<u64>
     for area in 0..2 {
         let mut used = false;
         for i in 0..layout.ckpt_area_pages() {
+            // Bad blocks too: a worn area keeps what it held.
             if !nand
-                .peek_oob(layout.ckpt_page(area, i), &mut oob_buf)
+                .peek_of_bad(layout.ckpt_page(area, i), 0, &mut [], &mut oob_buf)
                 .unwrap_or(false)
             {
                 continue;
