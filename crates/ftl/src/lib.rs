@@ -714,9 +714,13 @@ impl Ftl {
     async fn read_unrecorded(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let t = self.core.now_ns();
         self.core.check_range(offset, buf.len() as u64)?;
-        self.core.read_at(offset, buf).await?;
+        let unwritten = self.core.read_at(offset, buf).await?;
         let c = &self.core.counters;
         c.host_reads.fetch_add(1, Ordering::Relaxed);
+        if unwritten > 0 {
+            c.unwritten_page_reads
+                .fetch_add(unwritten, Ordering::Relaxed);
+        }
         c.host_read_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         self.core.latencies.record(OpKind::Read, self.core.since(t));

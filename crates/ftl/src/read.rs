@@ -57,8 +57,10 @@ const MAX_ENTRIES_LEN: usize = oob::slot_entry_len(MAX_SLOTS_PER_PAGE - 1);
 
 /// Where a logical page's bytes come from.
 enum Source {
-    /// Copied from the overlay or zero-filled already.
+    /// Copied from the overlay already.
     Served,
+    /// Holds no data (never written, trimmed, zeroed): zero-filled already.
+    Unwritten,
     /// On flash at this slot; the block is pinned (the caller unpins it).
     Flash(Psa),
     /// Lost ([`FtlError::Lost`]): `dst` is zero-filled, and the read must fail.
@@ -181,11 +183,14 @@ impl Core {
     /// The NAND reads count from the request's arrival (NVMeVirt's accounting, see
     /// `nand_model::ArrivalScope`): the FTL's own lookup time is absorbed into the modelled
     /// latency instead of added to it.
-    pub(crate) async fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+    /// Returns how many of the request's pages held no data (read as zeroes with no NAND read:
+    /// `FtlStats::unwritten_page_reads` counts them for host reads).
+    pub(crate) async fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<u64> {
         if !self.is_read_only() {
             self.scheme.before_read(self);
         }
         let mut pending: Vec<Completion> = Vec::new();
+        let mut unwritten = 0u64;
         {
             // Not held across an await: the scope is this thread's.
             let _arrival = nand_model::ArrivalScope::enter(self.nand.now_ns());
@@ -199,13 +204,17 @@ impl Core {
             {
                 let dst = &mut buf[pos..pos + len];
                 if len < LOGICAL_PAGE {
-                    if let Some(c) = self.read_lpn(lpn, in_page, dst, 0)? {
+                    if let Some(c) = self.read_lpn(lpn, in_page, dst, 0, &mut unwritten)? {
                         pending.push(c);
                     }
                 } else {
                     let psa = match self.source(lpn, 0, dst) {
                         Source::Flash(psa) => psa,
                         Source::Served => continue,
+                        Source::Unwritten => {
+                            unwritten += 1;
+                            continue;
+                        }
                         Source::Lost => return Err(FtlError::Lost { lpn: lpn.0 }),
                     };
                     if !group.try_add(psa, lpn, pos) {
@@ -228,7 +237,7 @@ impl Core {
                 c.into_future().await;
             }
         }
-        Ok(())
+        Ok(unwritten)
     }
 
     /// Which parts of `[offset, offset + len)` (range-checked) hold data, as consecutive runs
@@ -283,10 +292,7 @@ impl Core {
             if self.is_lost(lpn) {
                 return Source::Lost;
             }
-            self.counters
-                .unwritten_page_reads
-                .fetch_add(1, Ordering::Relaxed);
-            return Source::Served;
+            return Source::Unwritten;
         };
         self.pins.pin(self.layout.block_of(psa));
         drop(st);
@@ -408,7 +414,8 @@ impl Core {
                 }
             };
             let dst = &mut buf[a.pos..a.pos + LOGICAL_PAGE];
-            if let Some(c) = self.read_lpn(a.lpn, 0, dst, first)? {
+            // (A slot on flash a moment ago: one trimmed since is not a read of nothing.)
+            if let Some(c) = self.read_lpn(a.lpn, 0, dst, first, &mut 0)? {
                 pending.push(c);
             }
         }
@@ -447,6 +454,7 @@ impl Core {
         off: usize,
         dst: &mut [u8],
         first: u32,
+        unwritten: &mut u64,
     ) -> Result<Option<Completion>> {
         let retries = self.cfg.read_retries;
         let partial = dst.len() != LOGICAL_PAGE;
@@ -456,6 +464,10 @@ impl Core {
         for attempt in first..=retries {
             let psa = match self.source(lpn, off, dst) {
                 Source::Served => return Ok(None),
+                Source::Unwritten => {
+                    *unwritten += 1;
+                    return Ok(None);
+                }
                 Source::Lost => return Err(FtlError::Lost { lpn: lpn.0 }),
                 Source::Flash(psa) => psa,
             };

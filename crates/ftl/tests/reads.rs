@@ -237,3 +237,31 @@ fn without_retries_the_first_bad_slot_of_a_run_fails_the_request() {
     read_checked(&ftl, 0, 11 * 4096, 1);
     read_checked(&ftl, 14 * 4096, 18 * 4096, 1);
 }
+
+/// Host reads of pages holding no data are counted (`unwritten_page_reads`), whole pages and
+/// parts of pages alike; the read a partial write makes of its page (read-modify-write) is
+/// not a host read and is not counted.
+#[test]
+fn reads_of_pages_holding_nothing_are_counted_and_partial_writes_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let ftl = create(
+        &dir.path().join("u.img"),
+        &small_nand(4096, 24),
+        small_cfg(GcPolicy::Adaptive),
+    );
+    block_on(async {
+        // Partial writes to empty pages: each reads its page first.
+        ftl.write(0, 512, &[7u8; 512], false).await.unwrap();
+        ftl.write(0, 3 * 4096 + 1024, &[7u8; 512], false)
+            .await
+            .unwrap();
+        assert_eq!(ftl.stats().unwritten_page_reads, 0);
+        let mut buf = vec![0u8; 4 * 4096];
+        // Pages 0..4: 0 and 3 hold data, 1 and 2 do not.
+        ftl.read(0, &mut buf).await.unwrap();
+        assert_eq!(ftl.stats().unwritten_page_reads, 2);
+        // Part of an empty page.
+        ftl.read(5 * 4096 + 512, &mut buf[..1024]).await.unwrap();
+        assert_eq!(ftl.stats().unwritten_page_reads, 3);
+    });
+}

@@ -73,10 +73,12 @@ impl State {
         };
         let fua = rest.len() > 1 && rest[1..].contains('F');
         let ranged = f.len() >= 10 && f[8] == "+";
-        // blkparse prints `SECTOR + COUNT`, or nothing for a request without sectors (then
-        // the process name in brackets follows): a number there without the rest is a damaged
-        // line, not a request of no data.
-        if !ranged && f.get(7).is_some_and(|w| w.parse::<u64>().is_ok()) {
+        // blkparse prints `SECTOR + COUNT`, nothing for a request without sectors (the
+        // process name in brackets follows), or `BYTES (CDB)` for a SCSI passthrough command
+        // (sg_inq, smartctl: not a read or write of the medium, skipped): a number with
+        // neither after it is a damaged line, not a request of no data.
+        let passthrough = f.get(8).is_some_and(|w| w.starts_with('('));
+        if !ranged && !passthrough && f.get(7).is_some_and(|w| w.parse::<u64>().is_ok()) {
             return Err(format!(
                 "sector {} without `+ COUNT` (blkparse prints `SECTOR + COUNT`)",
                 f[7]
@@ -164,6 +166,11 @@ mod tests {
         let r = one(&mut s, "  8,0 0 5 2.0 1 D FN 18446744073709551615 + 0 [x]");
         assert_eq!(r.op, Op::Flush);
         assert_eq!(one(&mut s, "  8,0 0 6 2.0 1 D DS 64 + 64 [x]").op, Op::Trim);
+        // A passthrough command (`BYTES (CDB)`) moves nothing on the medium: skipped.
+        assert!(matches!(
+            s.parse("  8,0 0 7 2.0 1 D R 36 (12 00 00 00 24 00) [sg_inq]"),
+            Ok((Parsed::Skip, _))
+        ));
         // A sector without `+ COUNT` is a damaged line, not a request of no data.
         for l in [
             "  8,0 0 6 2.0 1 D W 64 8 [x]",

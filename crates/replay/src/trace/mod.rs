@@ -511,7 +511,9 @@ impl<R: BufRead> TraceReader<R> {
                     path: self.path.clone(),
                     line: self.n,
                     reason: format!(
-                        "the time is {:.1} days before the first request's: a wrong timestamp                          (here or on the first request)? (requests more than {} days apart                          are refused)",
+                        "the time is {:.1} days before the first request's: a wrong timestamp \
+                         (here or on the first request)? (requests more than {} days apart \
+                         are refused)",
                         (first - t) as f64 / 86_400e9,
                         MAX_GAP_NS / 86_400_000_000_000
                     ),
