@@ -306,7 +306,10 @@ fn a_time_jump_of_years_is_refused() {
     .unwrap();
     let e = read_err(&p, Format::Msr);
     assert!(
-        e.contains("jump.csv:2: the time is 57870.4 days before the first"),
+        e.contains(
+            "jump.csv:2: the time is 57870.4 days before the first request's: a wrong \
+             timestamp (here"
+        ),
         "{e}"
     );
     // A week apart is a real trace's night and weekend.
