@@ -1173,6 +1173,48 @@ fn a_signal_ends_a_replay_with_its_figures_and_removes_the_scratch_image() {
             .collect();
         assert!(left.is_empty(), "left behind: {left:?}\n{}", text(&o));
     }
+    // In real time, while the dispatcher waits an hour for a trace's next request: the wait
+    // ends at the signal (it outlasted the stop by the hour).
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = tmp.path().join("gap.csv");
+    std::fs::write(
+        &trace,
+        "128166372000000000,hm,0,Write,0,4096,1\n128166408000000000,hm,0,Write,4096,4096,1\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let mut child = Command::new(FTLD)
+        .env("TMPDIR", tmp.path())
+        .arg("replay")
+        .arg(&trace)
+        .args(["--timing", "real", "--capacity", "64M", "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while !out.join("requests.csv").exists() {
+        assert!(t0.elapsed().as_secs() < 120, "the replay did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    kill(child.id(), libc::SIGINT);
+    // A hang guard, not a measurement: the request it waits for is an hour away.
+    let t1 = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t1.elapsed().as_secs() > 300 {
+            let _ = child.kill();
+            panic!("the replay did not end at SIGINT");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    let s = summary(&out);
+    assert_eq!(s["stopped_early"], "SIGINT", "{s}");
+    assert_eq!(s["requests"], 1, "{s}");
+
     // During the precondition: an exit at once, the scratch image removed.
     let tmp = tempfile::tempdir().unwrap();
     let child = Command::new(FTLD)

@@ -131,6 +131,9 @@ pub(crate) fn settle(ftl: &Ftl) -> Result<(), ReplayError> {
     ready(ftl.flush(), Op::Flush)?.map_err(ReplayError::Ftl)
 }
 
+/// Sequential streams an open-loop replay follows at once (`Driver::queue_for`).
+const STREAMS: usize = 32;
+
 /// Feeds requests to an FTL in virtual time.
 pub struct Driver<'a> {
     ftl: &'a Ftl,
@@ -148,9 +151,10 @@ pub struct Driver<'a> {
     /// When the replay began (simulated ns).
     pub start_ns: u64,
     issued: u64,
-    /// Per write queue, where the last write or trim sent through it ended (`u64::MAX`: none
-    /// yet): a request that continues one goes through the same queue (`queue_for`).
-    ends: Vec<u64>,
+    /// Open loop: the sequential streams seen lately, as (where the last write or trim of
+    /// the stream ended, its queue, when it was last continued: a request count), at most
+    /// [`STREAMS`] of them (`queue_for`).
+    streams: Vec<(u64, usize, u64)>,
 }
 
 impl<'a> Driver<'a> {
@@ -175,7 +179,7 @@ impl<'a> Driver<'a> {
             first_error: None,
             start_ns,
             issued: 0,
-            ends: vec![u64::MAX; ftl.queues().max(1)],
+            streams: Vec::new(),
         })
     }
 
@@ -283,16 +287,28 @@ impl<'a> Driver<'a> {
     /// each stream is an application thread with its own queue.)
     fn queue_for(&mut self, r: &Request) -> usize {
         let n = self.queues.max(1);
-        let q = match r.queue {
-            Some(q) => q as usize % n,
-            None => self
-                .ends
-                .iter()
-                .position(|&end| end == r.offset && r.len > 0)
-                .unwrap_or(self.issued as usize % n),
+        let continued = self
+            .streams
+            .iter()
+            .position(|&(end, _, _)| end == r.offset && r.len > 0);
+        let q = match (r.queue, continued) {
+            (Some(q), _) => q as usize % n,
+            (None, Some(i)) => self.streams[i].1,
+            (None, None) => self.issued as usize % n,
         };
-        if matches!(r.op, Op::Write | Op::Trim) {
-            self.ends[q] = r.offset.saturating_add(r.len);
+        if matches!(r.op, Op::Write | Op::Trim) && r.len > 0 {
+            let entry = (r.offset.saturating_add(r.len), q, self.issued);
+            match continued {
+                Some(i) => self.streams[i] = entry,
+                None if self.streams.len() < STREAMS => self.streams.push(entry),
+                // A new stream takes the place of the one continued longest ago (a random
+                // write does not push a running sequential stream off its queue).
+                None => {
+                    if let Some(oldest) = self.streams.iter_mut().min_by_key(|e| e.2) {
+                        *oldest = entry;
+                    }
+                }
+            }
         }
         q
     }
@@ -401,4 +417,64 @@ pub(crate) fn patterned(n: usize) -> Vec<u8> {
     (0..n)
         .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3])
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nand_model::{Geometry, NandConfig, TimingMode};
+
+    fn small_ftl(dir: &std::path::Path) -> Ftl {
+        let nand = NandConfig {
+            geometry: Geometry {
+                channels: 2,
+                banks_per_channel: 2,
+                blocks_per_bank: 24,
+                pages_per_block: 16,
+                page_size: 4096,
+                oob_size: 128,
+            },
+            timing: nand_model::Timing::default(),
+            endurance: 100_000,
+            interconnect: Default::default(),
+            planes: 1,
+        };
+        let cfg = ftl::FtlConfig {
+            queues: 2,
+            ..ftl::FtlConfig::default()
+        };
+        Ftl::create(&dir.join("q.img"), &nand, TimingMode::Virtual, cfg, None).unwrap()
+    }
+
+    /// Open loop: a sequential stream keeps its queue while other writes come between its
+    /// requests (they start streams of their own, taking the queues in turn), and a queue the
+    /// trace names wins.
+    #[test]
+    fn a_sequential_stream_keeps_its_queue_among_other_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let ftl = small_ftl(dir.path());
+        let mut d = Driver::new(&ftl, DriverOptions::default()).unwrap();
+        let mut seq_queues = Vec::new();
+        for i in 0..40u64 {
+            let seq = Request::new(0, Op::Write, i * 8192, 8192);
+            seq_queues.push(d.queue_for(&seq));
+            d.issued += 1;
+            // A write elsewhere, continuing nothing.
+            let other = Request::new(0, Op::Write, (1 << 20) + i * 3 * 4096, 4096);
+            d.queue_for(&other);
+            d.issued += 1;
+            // A read never moves a stream.
+            let read = Request::new(0, Op::Read, 0, 4096);
+            d.queue_for(&read);
+            d.issued += 1;
+        }
+        assert!(
+            seq_queues.iter().all(|&q| q == seq_queues[0]),
+            "{seq_queues:?}"
+        );
+        let mut named = Request::new(0, Op::Write, 40 * 8192, 8192);
+        named.queue = Some(3);
+        assert_eq!(d.queue_for(&named), 1);
+        ftl.close().unwrap();
+    }
 }

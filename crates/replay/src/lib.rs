@@ -564,7 +564,15 @@ pub fn replay_real(
         .then(|| nand_model::StallProbe::start(PROBE_PERIOD, PROBE_THRESHOLD).ok())
         .flatten();
     let requests = until_stopped(requests, cfg.stop.as_deref());
-    let o = realtime::run(target, waf, &cfg.driver, requests, &mut rec, progress)?;
+    let o = realtime::run(
+        target,
+        waf,
+        &cfg.driver,
+        requests,
+        &mut rec,
+        progress,
+        cfg.stop.as_deref(),
+    )?;
     let stalls = probe.map(nand_model::StallProbe::finish);
     // As in virtual time: the buffered writes programmed before WAF is read.
     let drained = match ftl {
@@ -737,7 +745,16 @@ pub fn precondition_real(
             queue_depth: Some(qd),
             ..DriverOptions::default()
         };
-        realtime::run(target, &NoWaf, &opts, w.map(Ok), &mut rec, &mut |_| {}).map(drop)
+        realtime::run(
+            target,
+            &NoWaf,
+            &opts,
+            w.map(Ok),
+            &mut rec,
+            &mut |_| {},
+            None,
+        )
+        .map(drop)
     };
     let mut report = PreconditionReport::new(percent);
     if span >= 128 << 10 {

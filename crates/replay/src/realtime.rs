@@ -155,6 +155,8 @@ struct Shared<'a> {
     start: Instant,
     /// Set when the replay must end early (a fatal target error, a bad trace line).
     stop: AtomicBool,
+    /// The caller's stop (a signal): the dispatcher's and streams' waits end at it.
+    cancel: Option<&'a crate::Stop>,
     inflight: Mutex<InFlight>,
     drained: Condvar,
 }
@@ -164,8 +166,24 @@ impl Shared<'_> {
         self.start.elapsed().as_nanos() as u64
     }
 
-    fn sleep_until(&self, at_ns: u64) {
-        nand_model::precise_sleep_until(self.start + Duration::from_nanos(at_ns));
+    /// Sleeps until `at_ns`; false, sooner, when the replay is to end (a wait for the next
+    /// request of a trace with an hour's gap would otherwise outlast a stop by that hour).
+    fn sleep_until(&self, at_ns: u64) -> bool {
+        let deadline = self.start + Duration::from_nanos(at_ns);
+        loop {
+            if self.stop.load(Ordering::Acquire)
+                || self.cancel.is_some_and(|c| c.reason().is_some())
+            {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return true;
+            }
+            // Looked at every 50 ms; the last stretch is slept precisely.
+            let step = deadline.min(now + Duration::from_millis(50));
+            nand_model::precise_sleep_until(step);
+        }
     }
 
     fn begin(&self) {
@@ -252,12 +270,14 @@ pub fn run(
     requests: impl Iterator<Item = Result<Request, TraceError>> + Send,
     rec: &mut Recorder,
     progress: &mut (dyn FnMut(u64) + Send),
+    cancel: Option<&crate::Stop>,
 ) -> Result<RealOutcome, ReplayError> {
     let start = Instant::now();
     let origin_ns = nand_model::monotonic_ns();
     let shared = Shared {
         target,
         start,
+        cancel,
         stop: AtomicBool::new(false),
         inflight: Mutex::new(InFlight::default()),
         drained: Condvar::new(),
@@ -336,7 +356,9 @@ fn closed_loop(
                         }
                     };
                     if let Arrival::After(think) = r.arrival {
-                        shared.sleep_until(free_at + think);
+                        if !shared.sleep_until(free_at + think) {
+                            return;
+                        }
                     }
                     shared.begin();
                     let at = shared.now_ns();
@@ -401,7 +423,9 @@ fn open_loop(
                 at = prev_at;
             }
             prev_at = at;
-            shared.sleep_until(at);
+            if !shared.sleep_until(at) {
+                break;
+            }
             if idle.load(Ordering::Acquire) == 0 && workers < MAX_OUTSTANDING {
                 spawn(workers, job_rx.clone(), done.clone());
                 workers += 1;
