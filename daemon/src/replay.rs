@@ -134,9 +134,11 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         None => replay_image(args, source, timing, &opts, cfg_json, &signals)?,
     };
     report(args, &summary)?;
-    match signals.received() {
-        Some(signo) => Err(crate::Interrupted(signo).into()),
-        None => Ok(()),
+    // A signal that came after the last request (during the drain or the close) cut nothing:
+    // the run is whole.
+    match (signals.received(), &summary.stopped_early) {
+        (Some(signo), Some(_)) => Err(crate::Interrupted(signo).into()),
+        _ => Ok(()),
     }
 }
 

@@ -371,6 +371,12 @@ impl Image {
         let opened = file.metadata().map_err(io_err(path))?;
         check_file_type(path, &opened)?;
         if key_of(&opened) != key_of(&meta) {
+            // Closing a descriptor drops every POSIX lock this process holds on that file: if
+            // the path now names an image this process has open, keep the descriptor open
+            // (the module docs).
+            if registry().lock().contains(&key_of(&opened)) {
+                std::mem::forget(file);
+            }
             return Err(ImageError::Io {
                 path: p(),
                 source: io::Error::new(

@@ -66,6 +66,9 @@ pub struct ReplayConfig {
 #[derive(Debug, Default)]
 pub struct Stop {
     reason: OnceLock<String>,
+    /// A request was left unreplayed for it (a stop asked for after the last request does
+    /// not make a whole run a partial one).
+    cut: std::sync::atomic::AtomicBool,
 }
 
 impl Stop {
@@ -82,6 +85,19 @@ impl Stop {
     pub fn reason(&self) -> Option<&str> {
         self.reason.get().map(String::as_str)
     }
+
+    /// Notes that a request was left unreplayed for the stop.
+    pub(crate) fn mark_cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Why the replay ended early, if a stop left requests unreplayed.
+    pub fn cut_short(&self) -> Option<&str> {
+        self.cut
+            .load(std::sync::atomic::Ordering::Acquire)
+            .then(|| self.reason())
+            .flatten()
+    }
 }
 
 /// `requests` until `stop` is asked for.
@@ -89,7 +105,13 @@ fn until_stopped<'a, I: Iterator + 'a>(
     requests: I,
     stop: Option<&'a Stop>,
 ) -> impl Iterator<Item = I::Item> + 'a {
-    requests.take_while(move |_| stop.is_none_or(|s| s.reason().is_none()))
+    requests.take_while(move |_| match stop {
+        Some(s) if s.reason().is_some() => {
+            s.mark_cut();
+            false
+        }
+        _ => true,
+    })
 }
 
 /// GC and merge work done during the replay.
@@ -403,16 +425,12 @@ fn recorder(
 ) -> Result<(Recorder, Option<PathBuf>), ReplayError> {
     if let Some(dir) = &cfg.out {
         std::fs::create_dir_all(dir).map_err(|e| output(dir, e))?;
-        // The one output a run may not write: one left from an earlier run into the same
-        // directory would pass for this one's.
-        if !cfg.probe_stalls {
-            let stale = dir.join("stalls.csv");
-            match std::fs::remove_file(&stale) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(output(&stale, e))
-                }
-                _ => {}
-            }
+        // The one output a run may not write (no probe asked for, or none could start): one
+        // left from an earlier run into the same directory would pass for this one's.
+        let stale = dir.join("stalls.csv");
+        match std::fs::remove_file(&stale) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(output(&stale, e)),
+            _ => {}
         }
     }
     let csv = cfg.out.as_ref().map(|d| d.join("requests.csv"));
@@ -475,7 +493,7 @@ fn finish(
         stopped_early: cfg
             .stop
             .as_ref()
-            .and_then(|s| s.reason().map(str::to_owned)),
+            .and_then(|s| s.cut_short().map(str::to_owned)),
         dispatch: outcome.dispatch,
         host_stalls: outcome.host_stalls,
         requests_per_second: requests as f64 / wall_seconds.max(1e-9),

@@ -171,9 +171,12 @@ impl Shared<'_> {
     fn sleep_until(&self, at_ns: u64) -> bool {
         let deadline = self.start + Duration::from_nanos(at_ns);
         loop {
-            if self.stop.load(Ordering::Acquire)
-                || self.cancel.is_some_and(|c| c.reason().is_some())
-            {
+            if self.stop.load(Ordering::Acquire) {
+                return false;
+            }
+            if let Some(c) = self.cancel.filter(|c| c.reason().is_some()) {
+                // The request waited for is left unreplayed.
+                c.mark_cut();
                 return false;
             }
             let now = Instant::now();
