@@ -118,6 +118,14 @@ fn blkparse_events_after_a_summary_are_read() {
             (Op::Write, 16 * 512, 4096, 100_000_000)
         ]
     );
+    // A damaged line after the summary is still refused.
+    std::fs::write(
+        &p,
+        "  8,0 0 1 0.1 9 D W 8 + 8 [x]\nTotal (8,0):\n Writes Queued: 1, 4KiB\ngarbage here\n",
+    )
+    .unwrap();
+    let e = read_err(&p, Format::Blkparse);
+    assert!(e.contains("two.blk:4: not a blkparse event line"), "{e}");
 }
 
 #[test]

@@ -38,9 +38,14 @@ impl State {
             return Ok((Parsed::Skip, None));
         }
         if !is_event(line) {
-            // The summary's own lines (`Reads Queued: ...`); events after it (captures
-            // concatenated) are read on.
-            if self.summary {
+            // The summary's own lines (indented counts, `Throughput`, `Events`, `Skips`);
+            // events after it (captures concatenated) are read on, and anything else is as
+            // wrong there as anywhere.
+            let summary_line = line.starts_with(char::is_whitespace)
+                || ["Throughput", "Events", "Skips"]
+                    .iter()
+                    .any(|k| t.starts_with(k));
+            if self.summary && summary_line {
                 return Ok((Parsed::Skip, None));
             }
             return Err(
