@@ -1215,9 +1215,10 @@ fn a_signal_ends_a_replay_with_its_figures_and_removes_the_scratch_image() {
     assert_eq!(s["stopped_early"], "SIGINT", "{s}");
     assert_eq!(s["requests"], 1, "{s}");
 
-    // During the precondition: an exit at once, the scratch image removed.
+    // During the precondition: an exit at once, the scratch image removed. Signalled as soon
+    // as the precondition says it began (it takes seconds at 1 GiB).
     let tmp = tempfile::tempdir().unwrap();
-    let child = Command::new(FTLD)
+    let mut child = Command::new(FTLD)
         .env("TMPDIR", tmp.path())
         .args([
             "replay",
@@ -1231,23 +1232,29 @@ fn a_signal_ends_a_replay_with_its_figures_and_removes_the_scratch_image() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let t0 = std::time::Instant::now();
-    let scratch = loop {
-        let found = std::fs::read_dir(tmp.path())
-            .unwrap()
-            .map(|e| e.unwrap().path().join("scratch.img"))
-            .find(|p| p.exists());
-        if let Some(p) = found {
-            break p;
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        let n = std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+        assert!(n > 0, "the precondition never began:\n{seen}");
+        seen.push_str(&line);
+        if line.contains("preconditioning") {
+            break;
         }
-        assert!(t0.elapsed().as_secs() < 120, "no scratch image");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let scratch = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().path().join("scratch.img"))
+        .find(|p| p.exists())
+        .expect("a scratch image while preconditioning");
     kill(child.id(), libc::SIGTERM);
-    let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(143), "{}", text(&o));
-    assert!(!scratch.exists(), "{}", text(&o));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143), "{seen}{rest}");
+    assert!(rest.contains("SIGTERM: exiting"), "{seen}{rest}");
+    assert!(!scratch.exists(), "{seen}{rest}");
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
 }
 
