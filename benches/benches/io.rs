@@ -87,7 +87,9 @@ fn bench(c: &mut Criterion) {
     let s = ftl.stats();
     println!(
         "after the runs: WAF {:.2}, gc erases {}, map bytes per exported page {:.2}",
-        s.waf, s.gc_erases, s.map_bytes_per_page
+        s.waf.unwrap_or(0.0),
+        s.gc_erases,
+        s.map_bytes_per_page
     );
 
     let mut g = c.benchmark_group("gc_victim_selection");

@@ -152,5 +152,5 @@ fn main() {
         );
     }
     let s = ftl.stats();
-    println!("WAF {:.3}, gc erases {}", s.waf, s.gc_erases);
+    println!("WAF {:.3}, gc erases {}", s.waf.unwrap_or(0.0), s.gc_erases);
 }

@@ -175,6 +175,8 @@ pub struct RtStats {
     pub copy_steps: u64,
     pub erase_steps: u64,
     pub pages_copied: u64,
+    /// Erases of the partial GC's steps (`ftl.gc_erases` counts every GC erase: these, and
+    /// those of an open's compaction of jobs a close left unfinished).
     pub erases: u64,
     /// Jobs finished: folds, shifts, and compactions (at open, or after a failed program).
     pub folds: u64,
@@ -262,6 +264,8 @@ pub struct FtlStats {
     pub host_trims: u64,
     pub host_flushes: u64,
     pub trimmed_pages: u64,
+    /// NAND pages programmed with host data (GC's are `gc_page_programs`; `nand.totals`
+    /// counts every program, checkpoints' too).
     pub nand_page_programs: u64,
     /// Multi-plane programs among the host page programs (`[nand] planes` > 1).
     pub multi_plane_programs: u64,
@@ -288,8 +292,10 @@ pub struct FtlStats {
     /// recency tracker judged rewritten within its window (a page programmed again after a
     /// program failure counts again).
     pub hot_pages: u64,
-    /// NAND bytes programmed for host data and GC / host bytes written.
-    pub waf: f64,
+    /// NAND bytes programmed for host data and GC / host bytes written, since the open;
+    /// `null` while the host has written nothing (GC an open does, a restarted daemon's
+    /// cleaning, has no host bytes to divide by).
+    pub waf: Option<f64>,
     /// Physical space for host data (good blocks but the superblock and checkpoint areas) /
     /// exported space - 1.
     pub spare_factor: f64,
@@ -435,11 +441,7 @@ impl Core {
             idle_flushes: ld(&c.idle_flushes),
             rmw_retries: ld(&c.rmw_retries),
             hot_pages: ld(&c.hot_pages),
-            waf: if host_bytes == 0 {
-                0.0
-            } else {
-                nand_bytes as f64 / host_bytes as f64
-            },
+            waf: (host_bytes > 0).then(|| nand_bytes as f64 / host_bytes as f64),
             spare_factor,
             waf_limit_greedy: crate::waf_limit::greedy_uniform_waf(spare_factor),
             program_failures: ld(&c.program_failures),
