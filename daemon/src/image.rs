@@ -125,17 +125,38 @@ pub fn check_interconnect(
     Ok(())
 }
 
+/// Fails if `[ftl] overprovision` is written explicitly for a scheme that does not use it
+/// (rftl, nftl, gftl size their spare themselves): a setting silently ignored would leave a
+/// researcher measuring a spare they did not ask for.
+fn refuse_inapplicable_overprovision(
+    scheme: ftl::SchemeKind,
+    settings: &ImageSettings,
+) -> anyhow::Result<()> {
+    match settings.overprovision {
+        Some(op) if !scheme.uses_overprovision() => Err(UsageError(format!(
+            "[ftl] overprovision = {op} does not apply to scheme {scheme} ({}): drop the \
+             setting; `ftld info` shows the spare the scheme keeps",
+            match scheme {
+                ftl::SchemeKind::Gftl => "its spare is a write buffer sized from the timing",
+                _ => "a logical block's own blocks are its spare",
+            }
+        ))
+        .into()),
+        _ => Ok(()),
+    }
+}
+
 /// Fails if `[ftl] overprovision` or `[ftl] log_blocks`, written explicitly, contradict the
 /// existing image's (both are fixed when it is formatted).
 pub fn check_format_settings(info: &ImageInfo, settings: &ImageSettings) -> anyhow::Result<()> {
     let path = info.path.display();
     let hint = "a format-time setting; drop it, or recreate the image with `ftld format --force`";
-    if let Some(op) = settings.overprovision {
-        if op != info.overprovision {
+    refuse_inapplicable_overprovision(info.ftl, settings)?;
+    if let (Some(op), Some(formatted)) = (settings.overprovision, info.overprovision) {
+        if op != formatted {
             return Err(UsageError(format!(
-                "image {path} was formatted with overprovision = {}, but [ftl] overprovision \
-                 asks for {op} ({hint})",
-                info.overprovision
+                "image {path} was formatted with overprovision = {formatted}, but [ftl] \
+                 overprovision asks for {op} ({hint})"
             ))
             .into());
         }
@@ -268,6 +289,7 @@ pub fn plan_new(settings: &ImageSettings) -> anyhow::Result<(NandConfig, Option<
 /// Creates a new image (its directory too). A half-made file is removed on failure.
 pub fn create(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ftl> {
     let path = &settings.path;
+    refuse_inapplicable_overprovision(settings.ftl.scheme, settings)?;
     let (nand, export) = plan_new(settings)?;
     ftl::plan_format(&nand, &settings.ftl, export)
         .map_err(|e| UsageError(format!("cannot format {}: {e}", path.display())))?;

@@ -110,7 +110,11 @@ pub fn render(info: &ImageInfo) -> String {
                         Err(e) => format!("none: {e}"),
                     }
                 }
-                0 => format!("{:.1}%", info.overprovision * 100.0),
+                0 => format!(
+                    "{:.1}% (physical spare {:.1}%: the good data blocks over the exported space)",
+                    info.overprovision.unwrap_or(0.0) * 100.0,
+                    info.spare_factor * 100.0
+                ),
                 // A logical block's own blocks are its spare; the setting does not apply.
                 n => format!(
                     "{}% (up to {n} blocks for each of {lbns} logical blocks)",
@@ -140,8 +144,13 @@ pub fn render(info: &ImageInfo) -> String {
         (
             "wear",
             format!(
-                "erase count min {} / avg {:.1} / max {} of {} P/E cycles",
-                info.erase_min, info.erase_avg, info.erase_max, info.nand.endurance
+                "erase count min {} / avg {:.1} / max {} of {} P/E cycles (data blocks; \
+                 checkpoint areas: max {})",
+                info.erase_min,
+                info.erase_avg,
+                info.erase_max,
+                info.nand.endurance,
+                info.checkpoint_erase_max
             ),
         ),
         (
@@ -166,7 +175,8 @@ mod tests {
             nand: ftl::nand_model::preset("default").expect("preset").config,
             capacity_bytes: 1 << 20,
             logical_pages: 256,
-            overprovision: 0.07,
+            overprovision: Some(0.07),
+            spare_factor: 0.125,
             max_queues: 2,
             checkpoint_id,
             checkpoint_corrupt: false,
@@ -175,6 +185,7 @@ mod tests {
             erase_min: 0,
             erase_avg: 0.0,
             erase_max: 0,
+            checkpoint_erase_max: 0,
             bad_blocks: 0,
             total_blocks: 16,
         }

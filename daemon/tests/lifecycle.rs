@@ -305,6 +305,68 @@ fn format_time_ftl_settings_must_match_an_existing_image() {
     }
 }
 
+/// `[ftl] overprovision` sizes the spare of page, bast and fast only: for rftl, nftl and gftl
+/// it is refused at format and at open (it used to be stored and ignored), and `info --json`
+/// gives `overprovision` null and the spare the scheme keeps as `spare_factor`.
+#[test]
+fn overprovision_is_refused_where_it_does_not_apply() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("c.toml");
+    let config = cfg.display().to_string();
+    for scheme in ["rftl", "nftl", "gftl", "page"] {
+        let img = dir.path().join(format!("{scheme}.img"));
+        let image = img.display().to_string();
+        let format = |with_config: bool| {
+            let mut c = Command::new(FTLD);
+            c.args([
+                "format",
+                "--ftl",
+                scheme,
+                "--preset",
+                "slc-small-004",
+                "--capacity",
+                "16M",
+                "--image",
+                &image,
+            ]);
+            if with_config {
+                c.args(["--config", &config]);
+            }
+            c
+        };
+        std::fs::write(&cfg, "[ftl]\noverprovision = 0.2\n").expect("write");
+        if scheme != "page" {
+            let (code, err) = run_to_exit(&mut format(true));
+            assert_eq!(code, 2, "{scheme}: {err}");
+            assert!(
+                err.contains("overprovision = 0.2 does not apply to scheme")
+                    && err.contains(scheme),
+                "{scheme}: {err}"
+            );
+            assert!(!img.exists(), "{scheme}: no image is left");
+            run_ok(&mut format(false));
+            // An existing image refuses it too, for the same reason.
+            let (code, err) = run_to_exit(Command::new(FTLD).args([
+                "serve", "--timing", "off", "--image", &image, "--config", &config,
+            ]));
+            assert_eq!(code, 2, "{scheme}: {err}");
+            assert!(err.contains("does not apply"), "{scheme}: {err}");
+        } else {
+            run_ok(&mut format(true));
+        }
+        let info = info_json(&img);
+        let spare = info["spare_factor"].as_f64().expect("spare_factor");
+        if scheme == "page" {
+            assert_eq!(info["overprovision"], 0.2, "{info:#}");
+            assert!(spare > 0.2, "{info:#}");
+        } else {
+            assert!(info["overprovision"].is_null(), "{scheme}: {info:#}");
+            assert!(spare > 0.0, "{scheme}: {info:#}");
+        }
+        assert!(info["checkpoint_erase_max"].is_u64(), "{info:#}");
+    }
+}
+
 /// A PMCD image (thesis ch. 4) keeps its interconnect: `info` shows it, a contradicting option
 /// is refused naming the image and both, and `--controllers` needs `pmcd`.
 #[test]

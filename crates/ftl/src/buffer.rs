@@ -302,6 +302,24 @@ impl Core {
         sealed
     }
 
+    /// Virtual time: whether nothing waits in RAM for a time to pass (no queue holds a
+    /// partly filled page or trim records, the idle flush's business; nobody asked for trim
+    /// records or a checkpoint; none is due by the bytes written), so maintenance ticks change
+    /// nothing until the host acts (`sim::Background`'s idle skip).
+    pub(crate) fn sim_nothing_pending(&self) -> bool {
+        let interval = self.cfg.checkpoint_interval_bytes;
+        let idle_flush = self.cfg.idle_flush_ms > 0;
+        self.queues.iter().all(|q| {
+            let open = q.open.lock();
+            (open.slots.is_empty() || !idle_flush) && open.trims.is_empty()
+        }) && !self.flush_requested.load(Ordering::Acquire)
+            && !self.trims_pending.load(Ordering::Acquire)
+            && !self.checkpoint_requested.load(Ordering::Acquire)
+            && (interval == 0
+                || self.counters.bytes_since_checkpoint.load(Ordering::Relaxed) < interval
+                || self.read_only_reason().is_some())
+    }
+
     /// Adds a trim record to queue `q`'s buffer.
     pub(crate) fn buffer_trim(&self, q: usize, rec: TrimRecord, zombies: Vec<Psa>) {
         let queue = &self.queues[q];

@@ -187,6 +187,16 @@ impl Layout {
         let start = 1 + area * self.ckpt_blocks;
         start..start + self.ckpt_blocks
     }
+    /// Every block of checkpoint area `area`, on every bank (bank-major).
+    pub fn ckpt_area_addrs(&self, area: u32) -> impl Iterator<Item = BlockAddr> {
+        let blocks = self.ckpt_area_blocks(area);
+        (0..self.banks).flat_map(move |bank| {
+            blocks.clone().map(move |block| BlockAddr {
+                bank: BankId(bank),
+                block,
+            })
+        })
+    }
     /// Whether a block is reserved (superblock or checkpoint area) and never holds host data.
     pub fn is_reserved(&self, b: BlockAddr) -> bool {
         (b.bank.0 == 0 && b.block == 0) || (b.block >= 1 && b.block < 1 + 2 * self.ckpt_blocks)
@@ -286,5 +296,9 @@ mod tests {
         assert_eq!(l.ckpt_area_blocks(1), 3..5);
         let last = l.ckpt_page(1, l.ckpt_area_pages() - 1);
         assert!(l.ckpt_area_blocks(1).contains(&last.block.block));
+        let area1: Vec<_> = l.ckpt_area_addrs(1).collect();
+        assert_eq!(area1.len(), (l.banks * 2) as usize);
+        assert!(area1.iter().all(|&a| l.is_reserved(a) && a.block >= 3));
+        assert!((0..l.banks).all(|bank| area1.contains(&b(bank, 4))));
     }
 }

@@ -680,6 +680,25 @@ impl Ftl {
         Ok(())
     }
 
+    /// Virtual time: turns off (or on again) the skip of idle stretches, in which the
+    /// background actors' rounds change nothing (`sim.rs`). The skip changes no figure; tests
+    /// compare a replay with it and without.
+    #[doc(hidden)]
+    pub fn set_sim_skip_idle(&self, on: bool) {
+        if let Some(bg) = self.core.sim_background.get() {
+            bg.lock().set_skip_idle(on);
+        }
+    }
+
+    /// Virtual time: the background actors' rounds run so far (0 otherwise).
+    #[doc(hidden)]
+    pub fn sim_rounds(&self) -> u64 {
+        self.core
+            .sim_background
+            .get()
+            .map_or(0, |bg| bg.lock().rounds())
+    }
+
     /// The FTL's clock in nanoseconds: simulated time with timing `virtual`, else the host's
     /// monotonic clock since the FTL was opened.
     pub fn now_ns(&self) -> u64 {

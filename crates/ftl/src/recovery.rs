@@ -250,7 +250,12 @@ impl Core {
         let (pages, blocks, scanned_max) = resolved.scanned;
         let max_seq = sc.max(scanned_max);
 
-        // Block states and free lists.
+        // Block states and free lists. A clean open (the checkpoint describes every programmed
+        // page: no program after it, so none was cut) hands the blocks the close left partly
+        // programmed to the scheme, which may resume writing in them; after a crash their last
+        // page may be torn, and they stay closed.
+        let clean = checkpoint_id.is_some() && pages == 0 && !fallback;
+        let mut partly_programmed = Vec::new();
         for bank in 0..layout.banks {
             let mut a = self.bank(bank).alloc.lock();
             for block in 0..layout.blocks_per_bank {
@@ -267,8 +272,11 @@ impl Core {
                 } else if st.programmed_pages == 0 {
                     a.push_free(block);
                 } else {
-                    // Partly programmed blocks are closed: frontiers start on fresh blocks.
+                    // Closed unless the scheme resumes them: frontiers start on fresh blocks.
                     a.state[block as usize] = BlockState::Full;
+                    if clean && st.programmed_pages < layout.pages_per_block {
+                        partly_programmed.push(addr);
+                    }
                 }
             }
             self.update_free(bank, a.free_len());
@@ -293,7 +301,7 @@ impl Core {
             .lost
             .set(std::mem::take(&mut resolved.lost).into_boxed_slice());
         // The scheme finishes its rebuild on the block states (hybrid schemes: block roles).
-        self.scheme.after_recovery(self)?;
+        self.scheme.after_recovery(self, &partly_programmed)?;
         let mode = match checkpoint_id {
             None => RecoveryMode::FullScan,
             Some(_) if pages == 0 && !fallback => RecoveryMode::Clean,
@@ -370,19 +378,13 @@ impl Core {
             // only to be written again, so an erased one held a checkpoint before the one
             // it was erased for: two, even when the crash left none of their pages.
             let (newest, areas) = crate::checkpoint::written_before(&self.nand, &self.layout);
-            let area_erased = (0..2).any(|area| {
-                (0..self.layout.banks).any(|bank| {
-                    self.layout.ckpt_area_blocks(area).any(|block| {
-                        let addr = BlockAddr {
-                            bank: BankId(bank),
-                            block,
-                        };
-                        self.nand
-                            .block_state(addr)
-                            .is_ok_and(|st| st.erase_count > 0)
-                    })
-                })
-            });
+            let area_erased = (0..2)
+                .flat_map(|area| self.layout.ckpt_area_addrs(area))
+                .any(|addr| {
+                    self.nand
+                        .block_state(addr)
+                        .is_ok_and(|st| st.erase_count > 0)
+                });
             if newest.is_some_and(|id| id >= 2) || areas == 2 || area_erased {
                 why.push(format!(
                     "no checkpoint is usable, though the image holds checkpoints (the newest \

@@ -21,7 +21,7 @@
 //!
 //! **Queues.** Closed loop, a stream's writes and trims go through its own write queue (a
 //! stream is an application thread). Open loop, through the queue the trace names, else the
-//! one whose last write the request continues, else the queues in turn (`Driver::queue_for`).
+//! one whose last write the request continues, else the queues in turn (`queues.rs`).
 //!
 //! **Addresses.** Offsets and lengths are widened to 512-byte sectors (`unaligned`). A request
 //! past the device end is wrapped (its offset taken modulo the capacity, or moved back to end
@@ -36,6 +36,7 @@ use bytes::Bytes;
 use ftl::{Ftl, FtlError};
 use serde::Serialize;
 
+use crate::queues::QueueChooser;
 use crate::record::Recorder;
 use crate::request::{Arrival, Op, Request};
 use crate::trace::TraceError;
@@ -131,9 +132,6 @@ pub(crate) fn settle(ftl: &Ftl) -> Result<(), ReplayError> {
     ready(ftl.flush(), Op::Flush)?.map_err(ReplayError::Ftl)
 }
 
-/// Sequential streams an open-loop replay follows at once (`Driver::queue_for`).
-const STREAMS: usize = 32;
-
 /// Feeds requests to an FTL in virtual time.
 pub struct Driver<'a> {
     ftl: &'a Ftl,
@@ -151,10 +149,8 @@ pub struct Driver<'a> {
     /// When the replay began (simulated ns).
     pub start_ns: u64,
     issued: u64,
-    /// Open loop: the sequential streams seen lately, as (where the last write or trim of
-    /// the stream ended, its queue, when it was last continued: a request count), at most
-    /// [`STREAMS`] of them (`queue_for`).
-    streams: Vec<(u64, usize, u64)>,
+    /// Open loop: the queue each request goes through (`queues.rs`).
+    chooser: QueueChooser,
 }
 
 impl<'a> Driver<'a> {
@@ -179,7 +175,7 @@ impl<'a> Driver<'a> {
             first_error: None,
             start_ns,
             issued: 0,
-            streams: Vec::new(),
+            chooser: QueueChooser::new(ftl.queues()),
         })
     }
 
@@ -260,7 +256,7 @@ impl<'a> Driver<'a> {
             let q = match self.opts.queue_depth {
                 // A stream is an application thread: its requests go through its queue.
                 Some(_) => stream % self.queues.max(1),
-                None => self.queue_for(&r),
+                None => self.chooser.choose(&r, self.issued),
             };
             let done = self.execute(at, r, q)?;
             prev_done = done;
@@ -276,41 +272,6 @@ impl<'a> Driver<'a> {
         }
         progress(self.issued);
         Ok(())
-    }
-
-    /// Open loop: the write queue `r` goes through. The one the trace names (blkparse's CPU
-    /// column), else the one whose last write or trim `r` continues, else the queues in turn.
-    /// A sequential stream thus stays on one queue, as one host thread's requests do (blk-mq
-    /// maps a CPU to a queue): dealt in turn to two queues, each queue's buffer programmed
-    /// every other run of pages, and the hybrid schemes saw two interleaved streams (partial
-    /// and full merges, WAF ~2, where a sequential fill makes switch merges). (Closed loop,
-    /// each stream is an application thread with its own queue.)
-    fn queue_for(&mut self, r: &Request) -> usize {
-        let n = self.queues.max(1);
-        let continued = self
-            .streams
-            .iter()
-            .position(|&(end, _, _)| end == r.offset && r.len > 0);
-        let q = match (r.queue, continued) {
-            (Some(q), _) => q as usize % n,
-            (None, Some(i)) => self.streams[i].1,
-            (None, None) => self.issued as usize % n,
-        };
-        if matches!(r.op, Op::Write | Op::Trim) && r.len > 0 {
-            let entry = (r.offset.saturating_add(r.len), q, self.issued);
-            match continued {
-                Some(i) => self.streams[i] = entry,
-                None if self.streams.len() < STREAMS => self.streams.push(entry),
-                // A new stream takes the place of the one continued longest ago (a random
-                // write does not push a running sequential stream off its queue).
-                None => {
-                    if let Some(oldest) = self.streams.iter_mut().min_by_key(|e| e.2) {
-                        *oldest = entry;
-                    }
-                }
-            }
-        }
-        q
     }
 
     /// Runs one request (fitted to the device) arriving at `at` through write queue `q`; its
@@ -417,64 +378,4 @@ pub(crate) fn patterned(n: usize) -> Vec<u8> {
     (0..n)
         .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3])
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use nand_model::{Geometry, NandConfig, TimingMode};
-
-    fn small_ftl(dir: &std::path::Path) -> Ftl {
-        let nand = NandConfig {
-            geometry: Geometry {
-                channels: 2,
-                banks_per_channel: 2,
-                blocks_per_bank: 24,
-                pages_per_block: 16,
-                page_size: 4096,
-                oob_size: 128,
-            },
-            timing: nand_model::Timing::default(),
-            endurance: 100_000,
-            interconnect: Default::default(),
-            planes: 1,
-        };
-        let cfg = ftl::FtlConfig {
-            queues: 2,
-            ..ftl::FtlConfig::default()
-        };
-        Ftl::create(&dir.join("q.img"), &nand, TimingMode::Virtual, cfg, None).unwrap()
-    }
-
-    /// Open loop: a sequential stream keeps its queue while other writes come between its
-    /// requests (they start streams of their own, taking the queues in turn), and a queue the
-    /// trace names wins.
-    #[test]
-    fn a_sequential_stream_keeps_its_queue_among_other_writes() {
-        let dir = tempfile::tempdir().unwrap();
-        let ftl = small_ftl(dir.path());
-        let mut d = Driver::new(&ftl, DriverOptions::default()).unwrap();
-        let mut seq_queues = Vec::new();
-        for i in 0..40u64 {
-            let seq = Request::new(0, Op::Write, i * 8192, 8192);
-            seq_queues.push(d.queue_for(&seq));
-            d.issued += 1;
-            // A write elsewhere, continuing nothing.
-            let other = Request::new(0, Op::Write, (1 << 20) + i * 3 * 4096, 4096);
-            d.queue_for(&other);
-            d.issued += 1;
-            // A read never moves a stream.
-            let read = Request::new(0, Op::Read, 0, 4096);
-            d.queue_for(&read);
-            d.issued += 1;
-        }
-        assert!(
-            seq_queues.iter().all(|&q| q == seq_queues[0]),
-            "{seq_queues:?}"
-        );
-        let mut named = Request::new(0, Op::Write, 40 * 8192, 8192);
-        named.queue = Some(3);
-        assert_eq!(d.queue_for(&named), 1);
-        ftl.close().unwrap();
-    }
 }

@@ -7,6 +7,7 @@
 //! | `trace` | the trace formats (MSR, UMass/SPC, blkparse, fio iolog, DiskSim), format guessing |
 //! | `workload` | synthetic workloads (`--workload`) |
 //! | `driver` | the virtual-time driver: arrivals (open/closed loop), address fitting, completion times |
+//! | `queues` | which write queue an open-loop request goes through (both drivers) |
 //! | `realtime` | the real-time driver: threads sending requests to a target on the host's clock |
 //! | `target` | real-time targets: the FTL in this process, an NBD export, a block device or file |
 //! | `record` | latency histograms, `requests.csv`, the time series |
@@ -21,6 +22,7 @@
 
 pub mod driver;
 pub mod plot;
+mod queues;
 pub mod realtime;
 pub mod record;
 pub mod request;

@@ -27,6 +27,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::driver::{fit, patterned, Adjusted, DriverOptions, ReplayError};
+use crate::queues::QueueChooser;
 use crate::record::{Recorder, WafSource};
 use crate::request::{Arrival, Op, Request};
 use crate::target::{Target, TargetError};
@@ -67,6 +68,8 @@ struct Job {
     /// Scheduled arrival, ns since the start.
     at: u64,
     r: Request,
+    /// The stream it is sent as (the FTL target's write queue).
+    stream: usize,
 }
 
 /// A finished request, to the recorder.
@@ -215,8 +218,8 @@ impl Shared<'_> {
     }
 
     /// Runs a job and reports it.
-    fn run(&self, job: Job, stream: usize, b: &mut Buffers, done: &Sender<Done>) {
-        let error = execute(self.target, stream, &job.r, b).err();
+    fn run(&self, job: Job, b: &mut Buffers, done: &Sender<Done>) {
+        let error = execute(self.target, job.stream, &job.r, b).err();
         let t = self.now_ns();
         self.end(t);
         if matches!(error, Some(TargetError::Fatal(_))) {
@@ -365,7 +368,7 @@ fn closed_loop(
                     }
                     shared.begin();
                     let at = shared.now_ns();
-                    shared.run(Job { seq, at, r }, stream, &mut b, &done);
+                    shared.run(Job { seq, at, r, stream }, &mut b, &done);
                     free_at = shared.now_ns();
                 }
             });
@@ -389,10 +392,11 @@ fn open_loop(
     let mut adjusted = Adjusted::default();
     let mut late = Histogram::<u64>::new(3).unwrap_or_else(|_| unreachable!("3 digits are valid"));
     let mut workers = 0usize;
+    let mut chooser = QueueChooser::new(shared.target.queues());
     let result = std::thread::scope(|s| {
         let (job_tx, job_rx) = bounded::<Job>(0);
         let idle = &idle;
-        let spawn = |n: usize, job_rx: Receiver<Job>, done: Sender<Done>| {
+        let spawn = |job_rx: Receiver<Job>, done: Sender<Done>| {
             s.spawn(move || {
                 let mut b = Buffers::new();
                 loop {
@@ -401,7 +405,7 @@ fn open_loop(
                         return;
                     };
                     idle.fetch_sub(1, Ordering::AcqRel);
-                    shared.run(job, n, &mut b, &done);
+                    shared.run(job, &mut b, &done);
                 }
             });
         };
@@ -430,12 +434,14 @@ fn open_loop(
                 break;
             }
             if idle.load(Ordering::Acquire) == 0 && workers < MAX_OUTSTANDING {
-                spawn(workers, job_rx.clone(), done.clone());
+                spawn(job_rx.clone(), done.clone());
                 workers += 1;
             }
             shared.begin();
             let _ = late.record(shared.now_ns().saturating_sub(at).max(1));
-            if job_tx.send(Job { seq, at, r }).is_err() {
+            // The queue rule of virtual time (which worker sends it does not matter).
+            let stream = chooser.choose(&r, seq);
+            if job_tx.send(Job { seq, at, r, stream }).is_err() {
                 break;
             }
             seq += 1;
@@ -536,5 +542,82 @@ mod tests {
         assert_eq!(next(), Some((Arrival::After(2_000), 0)));
         assert_eq!(next(), None);
         assert_eq!((adjusted.refused, adjusted.empty), (1, 1));
+    }
+
+    /// A target that takes 2 ms a request (so the open-loop pool grows to several workers)
+    /// and notes the stream each write came on.
+    struct Streams {
+        seen: Mutex<Vec<(u64, usize)>>,
+    }
+
+    impl Target for Streams {
+        fn describe(&self) -> String {
+            "a recording target".into()
+        }
+        fn capacity(&self) -> u64 {
+            1 << 30
+        }
+        fn queues(&self) -> usize {
+            2
+        }
+        fn read(&self, _: usize, _: u64, _: &mut [u8]) -> Result<(), TargetError> {
+            Ok(())
+        }
+        fn write(&self, stream: usize, offset: u64, _: &[u8], _: bool) -> Result<(), TargetError> {
+            std::thread::sleep(Duration::from_millis(2));
+            self.seen
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((offset, stream));
+            Ok(())
+        }
+        fn flush(&self) -> Result<(), TargetError> {
+            Ok(())
+        }
+        fn trim(&self, _: usize, _: u64, _: u64, _: bool) -> Result<(), TargetError> {
+            Ok(())
+        }
+    }
+
+    /// Open loop in real time applies virtual time's queue rule: a sequential stream goes
+    /// through one queue whichever worker sends its requests (before, each went through its
+    /// worker's: the pool grows while all are busy, so the stream was spread over them), a
+    /// second stream interleaved with it through the other.
+    #[test]
+    fn a_sequential_stream_keeps_one_queue_in_real_time() {
+        let target = Streams {
+            seen: Mutex::new(Vec::new()),
+        };
+        // Two streams, a request each every 0.5 ms: 4+ in flight at 2 ms each.
+        let requests: Vec<Request> = (0..200u64)
+            .map(|i| Request {
+                arrival: Arrival::At(i * 250_000),
+                ..Request::new(0, Op::Write, (i % 2) * (1 << 29) + (i / 2) * 4096, 4096)
+            })
+            .collect();
+        let mut rec = Recorder::new(&crate::record::NoWaf, None, u64::MAX).unwrap();
+        let o = run(
+            &target,
+            &crate::record::NoWaf,
+            &DriverOptions::default(),
+            requests.into_iter().map(Ok),
+            &mut rec,
+            &mut |_| {},
+            None,
+        )
+        .unwrap();
+        assert!(o.dispatch.unwrap().workers > 2, "the pool grew");
+        let seen = target.seen.into_inner().unwrap();
+        assert_eq!(seen.len(), 200);
+        let queue_of = |stream: u64| {
+            let qs: std::collections::BTreeSet<usize> = seen
+                .iter()
+                .filter(|(off, _)| off >> 29 == stream)
+                .map(|(_, q)| *q)
+                .collect();
+            assert_eq!(qs.len(), 1, "stream {stream} went through queues {qs:?}");
+            qs.into_iter().next()
+        };
+        assert_ne!(queue_of(0), queue_of(1));
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use ftl::nand_model::{Geometry, NandConfig, Timing, TimingMode};
 use ftl::{Ftl, FtlConfig, GcPolicy};
 use ftl_replay::{
-    replay, DriverOptions, ReplayConfig, Request, TraceError, Workload, WorkloadSpec,
+    replay, Arrival, DriverOptions, Op, ReplayConfig, Request, TraceError, Workload, WorkloadSpec,
 };
 
 fn nand() -> NandConfig {
@@ -427,5 +427,123 @@ fn a_sequential_stream_stays_on_one_queue() {
             assert_eq!(s.waf, Some(1.0), "{what}");
             ftl.close().unwrap();
         }
+    }
+}
+
+/// A trace with idle stretches (the host quiet for minutes, as real traces are overnight):
+/// the background actors' rounds in them change nothing once the device settled, and are
+/// skipped (`ftl`'s `sim.rs`). The replay's outputs are the same byte for byte with the skip
+/// and without, on each scheme and GC policy, and the skip runs far fewer rounds.
+#[test]
+fn idle_stretches_are_skipped_without_changing_a_figure() {
+    let run = |dir: &Path, cfg: FtlConfig, skip: bool| {
+        let ftl = Ftl::create(&dir.join("g.img"), &nand(), TimingMode::Virtual, cfg, None).unwrap();
+        ftl.set_sim_skip_idle(skip);
+        let pages = ftl.capacity() / 4096;
+        // Fill and overwrite at random (GC, checkpoints), a request every 200 us; pause 10
+        // minutes; more, at a tenth of the load (adaptive GC's gauge then tells a decayed peak
+        // from one the skip forgot to decay); pause an hour; a read-write mix.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut requests = Vec::new();
+        let mut t = 0u64;
+        let mut push = |t: &mut u64, op, lpn: u64, gap: u64| {
+            requests.push(Request {
+                arrival: Arrival::At(*t),
+                ..Request::new(0, op, lpn * 4096, 4096)
+            });
+            *t += gap;
+        };
+        for l in 0..pages {
+            push(&mut t, Op::Write, l, 200_000);
+        }
+        for _ in 0..pages {
+            push(&mut t, Op::Write, next() % pages, 200_000);
+        }
+        t += 600_000_000_000;
+        for _ in 0..pages {
+            push(&mut t, Op::Write, next() % pages, 2_000_000);
+        }
+        t += 3_600_000_000_000;
+        for i in 0..pages / 2 {
+            let op = if i % 3 == 0 { Op::Read } else { Op::Write };
+            push(&mut t, op, next() % pages, 200_000);
+        }
+        let out = dir.join("out");
+        let rc = ReplayConfig {
+            driver: DriverOptions::default(),
+            interval_ns: 60_000_000_000,
+            out: Some(out.clone()),
+            config: serde_json::Value::Null,
+            probe_stalls: false,
+            stop: None,
+        };
+        replay(
+            &ftl,
+            requests.into_iter().map(Ok::<Request, TraceError>),
+            &rc,
+            &mut |_| {},
+        )
+        .unwrap();
+        let rounds = ftl.sim_rounds();
+        ftl.close().unwrap();
+        let mut files = Vec::new();
+        for name in ["summary.json", "requests.csv", "timeseries.csv"] {
+            let mut bytes = std::fs::read(out.join(name)).unwrap();
+            if name == "summary.json" {
+                let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+                for k in ["wall_seconds", "requests_per_second", "nand_ops_per_second"] {
+                    v.as_object_mut().unwrap().remove(k);
+                }
+                bytes = serde_json::to_vec(&v).unwrap();
+            }
+            files.push((name, bytes));
+        }
+        (files, rounds)
+    };
+    let configs = [
+        (
+            "page adaptive",
+            FtlConfig {
+                gc_threads: 4,
+                ..cfg_with(ftl::SchemeKind::Page, GcPolicy::Adaptive)
+            },
+        ),
+        ("page parallel", cfg()),
+        (
+            "page in-path",
+            cfg_with(ftl::SchemeKind::Page, GcPolicy::InPath),
+        ),
+        ("fast", cfg_with(ftl::SchemeKind::Fast, GcPolicy::InPath)),
+        ("rftl", cfg_with(ftl::SchemeKind::Rftl, GcPolicy::InPath)),
+    ];
+    for (what, cfg) in configs {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let (skipped, few) = run(a.path(), cfg.clone(), true);
+        let (kept, many) = run(b.path(), cfg, false);
+        for ((name, x), (_, y)) in skipped.iter().zip(&kept) {
+            assert!(x == y, "{what}: {name} differs with the idle skip");
+        }
+        // 70 minutes idle: ~84 000 maintenance ticks alone without the skip.
+        assert!(many > 80_000, "{what}: {many} rounds without the skip");
+        assert!(
+            few * 10 < many,
+            "{what}: {few} rounds with the skip, {many} without"
+        );
+    }
+}
+
+fn cfg_with(scheme: ftl::SchemeKind, gc_policy: GcPolicy) -> FtlConfig {
+    FtlConfig {
+        scheme,
+        gc_policy,
+        log_blocks: if scheme.has_log_blocks() { 8 } else { 0 },
+        ..cfg()
     }
 }

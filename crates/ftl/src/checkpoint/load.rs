@@ -294,16 +294,7 @@ pub(crate) fn load_newest(
 /// full checkpoint came after it (both areas worn out: the other area's failed erase left
 /// its counts).
 fn current_beside(nand: &NandDevice, layout: &Layout, l: &Loaded) -> bool {
-    let addrs = |area: u32| {
-        (0..layout.banks).flat_map(move |bank| {
-            layout
-                .ckpt_area_blocks(area)
-                .map(move |block| nand_model::BlockAddr {
-                    bank: nand_model::BankId(bank),
-                    block,
-                })
-        })
-    };
+    let addrs = |area: u32| layout.ckpt_area_addrs(area);
     let bad = |addr| nand.block_state(addr).map_or(true, |st| st.bad);
     if !addrs(l.area).any(bad) {
         return true;

@@ -544,17 +544,8 @@ impl Core {
         if !(self.area_has_bad_block(0) && self.area_has_bad_block(1)) {
             return None;
         }
-        let first_bad = (0..2).flat_map(|area| {
-            (0..self.layout.banks).flat_map(move |bank| {
-                self.layout
-                    .ckpt_area_blocks(area)
-                    .map(move |block| BlockAddr {
-                        bank: BankId(bank),
-                        block,
-                    })
-            })
-        });
-        let first = first_bad
+        let first = (0..2)
+            .flat_map(|area| self.layout.ckpt_area_addrs(area))
             .filter_map(|addr| Some((addr, self.nand.block_state(addr).ok()?)))
             .find(|(_, s)| s.bad);
         let erases = first.map_or_else(String::new, |(addr, s)| {
@@ -568,16 +559,9 @@ impl Core {
     }
 
     fn area_has_bad_block(&self, area: u32) -> bool {
-        (0..self.layout.banks).any(|bank| {
-            self.layout.ckpt_area_blocks(area).any(|block| {
-                self.nand
-                    .block_state(BlockAddr {
-                        bank: BankId(bank),
-                        block,
-                    })
-                    .map_or(true, |s| s.bad)
-            })
-        })
+        self.layout
+            .ckpt_area_addrs(area)
+            .any(|addr| self.nand.block_state(addr).map_or(true, |s| s.bad))
     }
 
     /// Programs a checkpoint, encoded page by page, at page `offset` of `area`; a full
@@ -596,21 +580,15 @@ impl Core {
         let mut pending: Vec<Completion> = Vec::new();
         if offset == 0 {
             // Erase the area's blocks on all banks (in parallel: the model overlaps them).
-            for bank in 0..layout.banks {
-                for block in layout.ckpt_area_blocks(area) {
-                    let addr = BlockAddr {
-                        bank: BankId(bank),
-                        block,
-                    };
-                    let state = self.nand.block_state(addr)?;
-                    if state.bad {
-                        return Err(FtlError::Internal(format!(
-                            "checkpoint area {area} has a bad block ({addr:?})"
-                        )));
-                    }
-                    if state.programmed_pages > 0 {
-                        pending.push(self.nand.erase(addr)?);
-                    }
+            for addr in layout.ckpt_area_addrs(area) {
+                let state = self.nand.block_state(addr)?;
+                if state.bad {
+                    return Err(FtlError::Internal(format!(
+                        "checkpoint area {area} has a bad block ({addr:?})"
+                    )));
+                }
+                if state.programmed_pages > 0 {
+                    pending.push(self.nand.erase(addr)?);
                 }
             }
             pending.drain(..).for_each(Completion::wait);
@@ -695,6 +673,12 @@ impl Maintenance {
     /// When the next tick is due.
     pub(crate) fn next_tick(&self) -> u64 {
         self.next_tick
+    }
+
+    /// Virtual time's idle skip: the ticks before `at` changed nothing and are not run; the
+    /// next is at `at` (on the grid of ticks they would have kept).
+    pub(crate) fn skip_to(&mut self, at: u64) {
+        self.next_tick = at;
     }
 
     /// Whether someone asked for work before the next tick (GC waits for trim records, a
@@ -914,7 +898,12 @@ pub struct ImageInfo {
     pub nand: nand_model::NandConfig,
     pub capacity_bytes: u64,
     pub logical_pages: u32,
-    pub overprovision: f64,
+    /// The `overprovision` setting the image was formatted with; `None` for a scheme it does
+    /// not apply to ([`crate::SchemeKind::uses_overprovision`]).
+    pub overprovision: Option<f64>,
+    /// Physical spare: the good blocks outside the superblock and checkpoint areas over the
+    /// exported space, minus one (`ftld stats`' `spare_factor`, whatever the scheme).
+    pub spare_factor: f64,
     /// See [`SuperBlock::max_queues`].
     pub max_queues: u32,
     /// Id of the newest valid checkpoint.
@@ -925,9 +914,15 @@ pub struct ImageInfo {
     pub clean_shutdown: bool,
     /// Pages programmed after the newest checkpoint (what a crash recovery would scan).
     pub pages_after_checkpoint: u64,
+    /// Erase counts of the blocks that hold data (every block but the superblock and the
+    /// checkpoint areas, bad ones included), as `ftld stats` reports wear.
     pub erase_min: u32,
     pub erase_avg: f64,
     pub erase_max: u32,
+    /// The highest erase count in the checkpoint areas (erased once per full checkpoint: they
+    /// wear at their own pace, and the device turns read-only when both have a bad block).
+    pub checkpoint_erase_max: u32,
+    /// Bad blocks of the whole device, reserved ones included.
     pub bad_blocks: u32,
     pub total_blocks: u32,
 }
@@ -961,19 +956,25 @@ fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> 
         .then(|| load_newest(&nand, &layout, &load::Discard(sb.lpns)))
         .flatten();
     let (mut emin, mut emax, mut esum, mut bad, mut after) = (u32::MAX, 0u32, 0u64, 0u32, 0u64);
+    let (mut data_blocks, mut good_data_blocks, mut ckpt_emax) = (0u64, 0u64, 0u32);
     let total = layout.total_blocks();
     for b in 0..total {
         let addr = layout.block_addr(crate::layout::BlockIdx(b));
         let st = nand.block_state(addr)?;
-        emin = emin.min(st.erase_count);
-        emax = emax.max(st.erase_count);
-        esum += st.erase_count as u64;
         if st.bad {
             bad += 1;
         }
         if layout.is_reserved(addr) {
+            if addr != layout.superblock() {
+                ckpt_emax = ckpt_emax.max(st.erase_count);
+            }
             continue;
         }
+        emin = emin.min(st.erase_count);
+        emax = emax.max(st.erase_count);
+        esum += st.erase_count as u64;
+        data_blocks += 1;
+        good_data_blocks += u64::from(!st.bad);
         let from = match loaded.as_ref().and_then(|l| l.snap.blocks.get(b as usize)) {
             Some(&(e, p)) if e == st.erase_count => p,
             _ => 0,
@@ -988,15 +989,19 @@ fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> 
         nand: *nand.config(),
         capacity_bytes: sb.lpns as u64 * crate::layout::LOGICAL_PAGE as u64,
         logical_pages: sb.lpns,
-        overprovision: sb.overprovision,
+        overprovision: sb.scheme.uses_overprovision().then_some(sb.overprovision),
+        spare_factor: (good_data_blocks * u64::from(layout.slots_per_block())) as f64
+            / f64::from(sb.lpns.max(1))
+            - 1.0,
         max_queues: sb.max_queues,
         checkpoint_id,
         checkpoint_corrupt: loaded.as_ref().is_some_and(|l| l.fallback),
         clean_shutdown: checkpoint_id.is_some() && after == 0,
         pages_after_checkpoint: after,
         erase_min: if emin == u32::MAX { 0 } else { emin },
-        erase_avg: esum as f64 / total.max(1) as f64,
+        erase_avg: esum as f64 / data_blocks.max(1) as f64,
         erase_max: emax,
+        checkpoint_erase_max: ckpt_emax,
         bad_blocks: bad,
         total_blocks: total,
     })

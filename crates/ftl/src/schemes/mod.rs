@@ -36,7 +36,7 @@
 
 use std::sync::Arc;
 
-use nand_model::PageAddr;
+use nand_model::{BlockAddr, PageAddr};
 use serde::{Deserialize, Serialize};
 
 use crate::buffer::SealedPage;
@@ -173,6 +173,12 @@ impl SchemeKind {
             SchemeKind::Nftl => 2,
             _ => 0,
         }
+    }
+
+    /// Whether `[ftl] overprovision` sizes the scheme's spare. rftl and nftl keep theirs in
+    /// each logical block's own blocks, gftl in a write buffer sized from the timing.
+    pub fn uses_overprovision(self) -> bool {
+        matches!(self, SchemeKind::Page | SchemeKind::Bast | SchemeKind::Fast)
     }
 
     /// The fewest log blocks the scheme works with.
@@ -312,6 +318,15 @@ pub(crate) trait Scheme: Send + Sync + std::any::Any {
     /// The maintenance thread's tick (every 50 ms).
     fn tick(&self, _core: &Core) {}
 
+    /// Virtual time: whether [`Scheme::tick`] is at a fixed point while the host is idle and
+    /// the device changes nothing (a tick then changes no state: `sim::Background`'s idle
+    /// skip). What a tick decides from the device's state alone needs no answer here: the
+    /// skip waits for a tick that did nothing on the device. Only state a tick moves on with
+    /// time does (a decaying load gauge).
+    fn tick_settled(&self, _core: &Core) -> bool {
+        true
+    }
+
     /// The per-page index every scheme keeps today (where each logical page's newest version
     /// is, the valid bitmap, the trim log): `locate`, `unmap` and the checkpoint calls
     /// default to it. A scheme with another map (a demand-paged one, say) overrides them.
@@ -382,7 +397,11 @@ pub(crate) trait Scheme: Send + Sync + std::any::Any {
 
     /// Recovery rebuilt the block states and free lists: the scheme may finish its own
     /// rebuild (derive block roles, reclaim what a crash left half done). Before any thread.
-    fn after_recovery(&self, _core: &Core) -> Result<()> {
+    /// `partly_programmed`: on a clean open (nothing programmed after the checkpoint), the good
+    /// blocks the close left partly programmed, marked `Full` like every programmed block; a
+    /// scheme may resume writing after their last page (no program in them was cut). Empty
+    /// after a crash.
+    fn after_recovery(&self, _core: &Core, _partly_programmed: &[BlockAddr]) -> Result<()> {
         Ok(())
     }
 
@@ -414,6 +433,13 @@ pub(crate) trait BackgroundWorker: Send {
     /// Whether the worker is held back from cleaning (adaptive GC while the host is busy):
     /// then only `Core::gc_urgent` wakes it, not every block a writer opens.
     fn held_back(&self, _core: &Core) -> bool {
+        false
+    }
+
+    /// Virtual time: whether a round that found nothing to do would find nothing again however
+    /// much time passed, as long as the device and the host change nothing (not held back by
+    /// a host load that decays with time). `false` (the default) keeps the idle skip off.
+    fn settled(&self, _core: &Core) -> bool {
         false
     }
 }

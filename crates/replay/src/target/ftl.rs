@@ -52,6 +52,10 @@ impl Target for FtlTarget<'_> {
             .map_err(|e| self.error(e))
     }
 
+    fn queues(&self) -> usize {
+        self.ftl.queues()
+    }
+
     fn waf_counters(&self) -> Option<(u64, u64)> {
         Some(self.ftl.waf_counters())
     }

@@ -41,6 +41,11 @@ pub trait Target: Sync {
     fn flush(&self) -> Result<(), TargetError>;
     /// Discards a range.
     fn trim(&self, stream: usize, offset: u64, len: u64, fua: bool) -> Result<(), TargetError>;
+    /// Write queues a stream maps to (the FTL target's; 1 for a target without any): an
+    /// open-loop replay keeps a sequential stream on one of them (`queues.rs`).
+    fn queues(&self) -> usize {
+        1
+    }
     /// (host bytes written, NAND bytes programmed) when the target can tell (an FTL in this
     /// process), for write amplification.
     fn waf_counters(&self) -> Option<(u64, u64)> {

@@ -71,7 +71,7 @@ mod steps;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use nand_model::PageAddr;
+use nand_model::{BlockAddr, PageAddr};
 use parking_lot::{Condvar, Mutex};
 
 pub use self::budget::GcBudget;
@@ -354,7 +354,7 @@ impl Scheme for GftlScheme {
         Journal::reclaim(&self.journal, core, self.layout, &self.map);
     }
 
-    fn after_recovery(&self, core: &Core) -> Result<()> {
+    fn after_recovery(&self, core: &Core, _partly_programmed: &[BlockAddr]) -> Result<()> {
         self.rebuild_roles(core)
     }
 

@@ -60,6 +60,7 @@ mod recover;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use nand_model::BlockAddr;
 use parking_lot::Mutex;
 
 use self::banks::BankPlan;
@@ -239,7 +240,7 @@ impl Scheme for HybridScheme {
         self.reclaim_journal(core);
     }
 
-    fn after_recovery(&self, core: &Core) -> Result<()> {
+    fn after_recovery(&self, core: &Core, _partly_programmed: &[BlockAddr]) -> Result<()> {
         self.rebuild_roles(core)
     }
 

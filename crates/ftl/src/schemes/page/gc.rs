@@ -52,7 +52,7 @@ use parking_lot::MutexGuard;
 use super::frontiers::Frontier;
 use super::PageScheme;
 use crate::blocks::BlockState;
-use crate::config::VictimPolicy;
+use crate::config::{GcPolicy, VictimPolicy};
 use crate::core::{Core, GC_RESERVE};
 use crate::layout::{Psa, LOGICAL_PAGE};
 use crate::oob::{self, PageOob, SlotKind, SlotMeta};
@@ -178,6 +178,18 @@ pub struct LoadGauge {
     pub allowed: AtomicUsize,
     last_ops: AtomicU64,
     peak: AtomicU64,
+}
+
+impl LoadGauge {
+    /// Whether a tick with no host operation since the last leaves the gauge as it is: every
+    /// worker allowed, and the peak too small to decay (`update_gc_allowance`).
+    pub(crate) fn settled(&self, core: &Core, workers: usize) -> bool {
+        let peak = self.peak.load(Ordering::Acquire);
+        let next = peak.max(1);
+        self.last_ops.load(Ordering::Acquire) == core.counters.host_ops()
+            && next - next / 64 == peak
+            && self.allowed.load(Ordering::Acquire) == workers.max(1)
+    }
 }
 
 impl PageScheme {
@@ -1059,10 +1071,15 @@ impl PageScheme {
     /// foreground steps, 143 on slc-small-004), so every bank can take writes at first; with
     /// workers that is more than their device-wide pool, and the writes use it up before they
     /// clean again. A victim or a few per bank (the GC frontier it opens takes a free block
-    /// first). Returns the steps taken.
-    pub(crate) fn restore_headroom(&self, core: &Core) -> u64 {
+    /// first). A bank whose host frontier a clean open resumed (`resumed`) has room for
+    /// writers as it had at the close, and is left to the workers (with in-path GC, which
+    /// cleans only as pages arrive, it is still cleaned to its floor). Returns the steps taken.
+    pub(crate) fn restore_headroom(&self, core: &Core, resumed: &[bool]) -> u64 {
         let mut steps = 0;
         for b in 0..core.layout.banks {
+            if core.cfg.gc_policy != GcPolicy::InPath && resumed[b as usize] {
+                continue;
+            }
             let mut g = self.lock_gc(core, b);
             // A bound for a bank that cannot get there (worn out, or all its data valid).
             let mut left = 4 * u64::from(core.layout.slots_per_block());
@@ -1239,6 +1256,11 @@ impl BackgroundWorker for GcWorker {
         self.adaptive
             && !self.in_run
             && self.idx >= self.scheme.gc_load.allowed.load(Ordering::Acquire)
+    }
+
+    /// Not held back and not in a run: its rounds then decide from the banks' state alone.
+    fn settled(&self, core: &Core) -> bool {
+        !self.in_run && !self.held_back(core)
     }
 
     fn round(&mut self, core: &Core, max_steps: u32) -> Option<Duration> {

@@ -25,7 +25,7 @@ pub(crate) mod recover;
 
 use std::sync::Arc;
 
-use nand_model::PageAddr;
+use nand_model::{BlockAddr, PageAddr};
 use parking_lot::Mutex;
 
 use self::costs::VictimCosts;
@@ -130,12 +130,17 @@ impl Scheme for PageScheme {
         self.update_gc_allowance(core, core.gc_workers());
     }
 
+    fn tick_settled(&self, core: &Core) -> bool {
+        self.gc_load.settled(core, core.gc_workers())
+    }
+
     fn page_map(&self) -> &PageMap {
         &self.map
     }
 
-    fn after_recovery(&self, core: &Core) -> Result<()> {
-        let steps = self.restore_headroom(core);
+    fn after_recovery(&self, core: &Core, partly_programmed: &[BlockAddr]) -> Result<()> {
+        let resumed = self.resume_frontiers(core, partly_programmed);
+        let steps = self.restore_headroom(core, &resumed);
         if steps > 0 {
             tracing::info!("open: {steps} GC steps gave every bank a block for writers again");
         }

@@ -66,7 +66,7 @@ mod steps;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use nand_model::PageAddr;
+use nand_model::{BlockAddr, PageAddr};
 use parking_lot::Mutex;
 
 pub use self::budget::StepBudget;
@@ -189,7 +189,7 @@ impl Scheme for RftlScheme {
         Journal::reclaim(&self.journal, core, self.layout, &self.map);
     }
 
-    fn after_recovery(&self, core: &Core) -> Result<()> {
+    fn after_recovery(&self, core: &Core, _partly_programmed: &[BlockAddr]) -> Result<()> {
         self.rebuild_roles(core)
     }
 
