@@ -152,17 +152,22 @@ fn run_once(dir: &Path) -> Vec<(String, Vec<u8>)> {
         "latency_cdf.svg",
         "waf_time.svg",
     ] {
-        let mut bytes = std::fs::read(out.join(name)).unwrap();
-        if name == "summary.json" {
-            let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-            for k in ["wall_seconds", "requests_per_second", "nand_ops_per_second"] {
-                v.as_object_mut().unwrap().remove(k);
-            }
-            bytes = serde_json::to_vec(&v).unwrap();
-        }
-        files.push((name.to_string(), bytes));
+        files.push((name.to_string(), output(&out, name)));
     }
     files
+}
+
+/// The bytes of output file `name` in `out`; of the summary, less its wall-clock figures.
+fn output(out: &Path, name: &str) -> Vec<u8> {
+    let bytes = std::fs::read(out.join(name)).unwrap();
+    if name != "summary.json" {
+        return bytes;
+    }
+    let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    for k in ["wall_seconds", "requests_per_second", "nand_ops_per_second"] {
+        v.as_object_mut().unwrap().remove(k);
+    }
+    serde_json::to_vec(&v).unwrap()
 }
 
 #[test]
@@ -492,18 +497,10 @@ fn idle_stretches_are_skipped_without_changing_a_figure() {
         .unwrap();
         let rounds = ftl.sim_rounds();
         ftl.close().unwrap();
-        let mut files = Vec::new();
-        for name in ["summary.json", "requests.csv", "timeseries.csv"] {
-            let mut bytes = std::fs::read(out.join(name)).unwrap();
-            if name == "summary.json" {
-                let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-                for k in ["wall_seconds", "requests_per_second", "nand_ops_per_second"] {
-                    v.as_object_mut().unwrap().remove(k);
-                }
-                bytes = serde_json::to_vec(&v).unwrap();
-            }
-            files.push((name, bytes));
-        }
+        let files: Vec<_> = ["summary.json", "requests.csv", "timeseries.csv"]
+            .into_iter()
+            .map(|name| (name, output(&out, name)))
+            .collect();
         (files, rounds)
     };
     let configs = [
