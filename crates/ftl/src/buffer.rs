@@ -308,7 +308,8 @@ impl Core {
     /// nothing until the host acts (`sim::Background`'s idle skip).
     pub(crate) fn sim_nothing_pending(&self) -> bool {
         let interval = self.cfg.checkpoint_interval_bytes;
-        let idle_flush = self.cfg.idle_flush_ms > 0;
+        // (The idle flush leaves a read-only device's buffers alone.)
+        let idle_flush = self.cfg.idle_flush_ms > 0 && self.read_only_reason().is_none();
         self.queues.iter().all(|q| {
             let open = q.open.lock();
             (open.slots.is_empty() || !idle_flush) && open.trims.is_empty()

@@ -251,9 +251,9 @@ impl Core {
         let max_seq = sc.max(scanned_max);
 
         // Block states and free lists. A clean open (the checkpoint describes every programmed
-        // page: no program after it, so none was cut) hands the blocks the close left partly
-        // programmed to the scheme, which may resume writing in them; after a crash their last
-        // page may be torn, and they stay closed.
+        // page: no program after it) hands the blocks the close left partly programmed to the
+        // scheme, which may resume writing in them, if their last page reads back whole (see
+        // `last_page_intact`); after a crash any last page may be torn, and they stay closed.
         let clean = checkpoint_id.is_some() && pages == 0 && !fallback;
         let mut partly_programmed = Vec::new();
         for bank in 0..layout.banks {
@@ -280,6 +280,11 @@ impl Core {
                 }
             }
             self.update_free(bank, a.free_len());
+        }
+        partly_programmed.retain(|&addr| self.last_page_intact(addr));
+        if let Some(clock) = self.nand.sim_clock() {
+            // Those reads, as the scan's.
+            clock.advance_to(self.nand.idle_at_ns());
         }
         self.set_seq(max_seq);
         // Declared before the scheme's own rebuild: the page scheme's headroom GC (which copies
@@ -690,6 +695,41 @@ impl Scanner for Core {
 }
 
 impl Core {
+    /// Whether the last programmed page of `block` holds a data page whose every slot passes
+    /// its check. Recovery takes a bad page for a crash's cut only when it is the last of its
+    /// block, and for rot (damage: read-only) anywhere else; so a block is resumed only if its
+    /// last page is whole. A clean close's blocks are, but a torn page an earlier crash left (a
+    /// roll-forward keeps the block, closed) or a failed program (not remembered across a
+    /// restart) may end a block a later clean close leaves partly programmed.
+    fn last_page_intact(&self, block: BlockAddr) -> bool {
+        let Some(last) = self
+            .nand
+            .block_state(block)
+            .ok()
+            .and_then(|st| st.programmed_pages.checked_sub(1))
+        else {
+            return false;
+        };
+        let addr = PageAddr { block, page: last };
+        let mut page = vec![0u8; self.layout.page_size as usize];
+        let mut oob_buf = vec![0u8; self.layout.oob_size as usize];
+        if !self.read_retrying(addr, 0, &mut page, &mut oob_buf) {
+            return false;
+        }
+        match crate::oob::decode(&oob_buf, self.layout.slots_per_page) {
+            Some(crate::oob::PageOob::Data(metas)) => {
+                metas.len() <= self.layout.slots_per_page as usize
+                    && metas.iter().enumerate().all(|(i, m)| {
+                        m.kind == SlotKind::Pad
+                            || page
+                                .get(i * LOGICAL_PAGE..(i + 1) * LOGICAL_PAGE)
+                                .is_some_and(|d| crc32fast::hash(d) == m.crc)
+                    })
+            }
+            _ => false,
+        }
+    }
+
     /// The slots of page `addr` (whose OOB decoded to `metas`) whose data fails its CRC on
     /// every read, as a bit mask (a page has at most 8 slots).
     fn failing_slots(

@@ -110,15 +110,21 @@ impl Background {
     /// the same with the skip or without (tested), but a day's gap in a trace costs
     /// microseconds instead of ~15 s of rounds.
     fn quiescent(&self, core: &Core, now: u64) -> bool {
+        // A read-only device's workers do not run rounds at all (see `run_until`).
+        let read_only = core.is_read_only();
         self.skip_idle
             && self.actors.iter().all(|a| {
                 a.ran_quiet && a.period > 0 && (a.idle || !matches!(a.work, Work::Worker(_)))
             })
+            // Nothing changed since those rounds (a queue writer's placement does not clear
+            // the flags: this catches it).
+            && Self::marker(core) == self.marker
+            // Idle: every operation ended, so no bank is held or busy for a while yet.
             && core.nand.idle_at_ns() <= now
             && core.sim_nothing_pending()
             && core.scheme.tick_settled(core)
             && self.actors.iter().all(|a| match &a.work {
-                Work::Worker(w) => w.settled(core),
+                Work::Worker(w) => read_only || w.settled(core),
                 Work::Maintenance(_) => true,
             })
     }
@@ -221,6 +227,12 @@ impl Background {
             let a = &mut self.actors[i];
             let start = a.at;
             clock.set_ns(start);
+            // Only a round on maintenance's tick tells that its tick changes nothing (one woken
+            // early by a request skips the tick).
+            let tick_round = match &a.work {
+                Work::Maintenance(m) => start >= m.next_tick(),
+                Work::Worker(_) => true,
+            };
             // Maintenance acts on its tick, whenever an early round ran (`Maintenance::round`).
             let mut period = None;
             let (idle, next) = match &mut a.work {
@@ -256,7 +268,7 @@ impl Background {
             self.rounds += 1;
             let marker = Self::marker(core);
             if marker == self.marker {
-                a.ran_quiet = true;
+                a.ran_quiet |= tick_round;
             } else {
                 self.marker = marker;
                 for other in &mut self.actors {

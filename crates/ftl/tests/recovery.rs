@@ -1067,3 +1067,60 @@ fn a_clean_reopen_resumes_the_partly_programmed_frontiers() {
         ftl.close().unwrap();
     }
 }
+
+/// A block whose last page is not whole is not resumed, clean open or not: recovery calls a
+/// bad page a crash's cut only at the end of its block (and rot, damage, anywhere else), so
+/// writing after it would turn a torn page an earlier crash left into damage at the next
+/// full scan. Here the last page the close left in its frontier is corrupted on the medium
+/// (what an earlier crash's torn page, or a failed program, looks like).
+#[test]
+fn a_block_whose_last_page_is_not_whole_is_not_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.img");
+    let cfg = ftl::FtlConfig {
+        checkpoint_interval_bytes: 0,
+        ..small_cfg(GcPolicy::Parallel)
+    };
+    let ftl = create(&path, &small_nand(4096, 32), cfg.clone());
+    // A few pages: each bank's frontier is left partly programmed.
+    write_pages(&ftl, 0..6, 1);
+    ftl.close().unwrap();
+    let g = *ftl.nand().geometry();
+    let ppb = g.pages_per_block;
+    let mut partly = Vec::new();
+    for l in 0..6u32 {
+        let (page, _) = ftl.physical_slot(l).expect("on flash");
+        let st = ftl.nand().block_state(page.block).unwrap();
+        if st.programmed_pages < ppb && page.page + 1 == st.programmed_pages {
+            partly.push((l, page, st));
+        }
+    }
+    drop(ftl);
+    assert!(partly.len() >= 2, "{partly:?}");
+    // The first block's last page rots; the others stay whole.
+    let (bad_lpn, bad_page, bad_before) = partly[0];
+    corrupt(&path, bad_page);
+    let ftl = open(&path, cfg.clone());
+    assert_eq!(ftl.recovery().mode, RecoveryMode::Clean);
+    write_pages(&ftl, 100..100 + 4 * u64::from(ppb), 2);
+    block_on(ftl.flush()).unwrap();
+    assert_eq!(
+        ftl.nand().block_state(bad_page.block).unwrap(),
+        bad_before,
+        "nothing was written after the bad page"
+    );
+    let grown = partly[1..]
+        .iter()
+        .filter(|(_, p, before)| {
+            let now = ftl.nand().block_state(p.block).unwrap();
+            now.erase_count == before.erase_count && now.programmed_pages > before.programmed_pages
+        })
+        .count();
+    assert!(grown > 0, "the whole blocks were resumed: {partly:?}");
+    for l in (0..6).filter(|&l| l != u64::from(bad_lpn)) {
+        verify_pages(&ftl, l..l + 1, 1);
+    }
+    verify_pages(&ftl, 100..100 + 4 * u64::from(ppb), 2);
+    ftl.check_invariants().unwrap();
+    ftl.close().unwrap();
+}

@@ -439,8 +439,9 @@ fn open_loop(
             }
             shared.begin();
             let _ = late.record(shared.now_ns().saturating_sub(at).max(1));
-            // The queue rule of virtual time (which worker sends it does not matter).
-            let stream = chooser.choose(&r, seq);
+            // The queue rule of virtual time (which worker sends it does not matter), whose
+            // count of requests takes in those not replayed too.
+            let stream = chooser.choose(&r, seq + adjusted.refused + adjusted.empty);
             if job_tx.send(Job { seq, at, r, stream }).is_err() {
                 break;
             }

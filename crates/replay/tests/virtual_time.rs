@@ -441,8 +441,8 @@ fn a_sequential_stream_stays_on_one_queue() {
 /// and without, on each scheme and GC policy, and the skip runs far fewer rounds.
 #[test]
 fn idle_stretches_are_skipped_without_changing_a_figure() {
-    let run = |dir: &Path, cfg: FtlConfig, skip: bool| {
-        let ftl = Ftl::create(&dir.join("g.img"), &nand(), TimingMode::Virtual, cfg, None).unwrap();
+    let run = |dir: &Path, (nand, cfg): (NandConfig, FtlConfig), skip: bool| {
+        let ftl = Ftl::create(&dir.join("g.img"), &nand, TimingMode::Virtual, cfg, None).unwrap();
         ftl.set_sim_skip_idle(skip);
         let pages = ftl.capacity() / 4096;
         // Fill and overwrite at random (GC, checkpoints), a request every 200 us; pause 10
@@ -471,8 +471,11 @@ fn idle_stretches_are_skipped_without_changing_a_figure() {
             push(&mut t, Op::Write, next() % pages, 200_000);
         }
         t += 600_000_000_000;
-        for _ in 0..pages {
-            push(&mut t, Op::Write, next() % pages, 2_000_000);
+        // Trims among them: their records are sealed and written by maintenance, which the
+        // skip must wait for (as for a partly filled page on 16 KiB pages, the idle flush's).
+        for i in 0..pages {
+            let op = if i % 10 == 0 { Op::Trim } else { Op::Write };
+            push(&mut t, op, next() % pages, 2_000_000);
         }
         t += 3_600_000_000_000;
         for i in 0..pages / 2 {
@@ -503,21 +506,43 @@ fn idle_stretches_are_skipped_without_changing_a_figure() {
             .collect();
         (files, rounds)
     };
+    let mut big_pages = nand();
+    big_pages.geometry.page_size = 16384;
+    big_pages.geometry.oob_size = 256;
     let configs = [
         (
             "page adaptive",
-            FtlConfig {
-                gc_threads: 4,
-                ..cfg_with(ftl::SchemeKind::Page, GcPolicy::Adaptive)
-            },
+            (
+                nand(),
+                FtlConfig {
+                    gc_threads: 4,
+                    ..cfg_with(ftl::SchemeKind::Page, GcPolicy::Adaptive)
+                },
+            ),
         ),
-        ("page parallel", cfg()),
+        (
+            "page adaptive, 16 KiB pages, idle flush after 2 s",
+            (
+                big_pages,
+                FtlConfig {
+                    idle_flush_ms: 2000,
+                    ..cfg_with(ftl::SchemeKind::Page, GcPolicy::Adaptive)
+                },
+            ),
+        ),
+        ("page parallel", (nand(), cfg())),
         (
             "page in-path",
-            cfg_with(ftl::SchemeKind::Page, GcPolicy::InPath),
+            (nand(), cfg_with(ftl::SchemeKind::Page, GcPolicy::InPath)),
         ),
-        ("fast", cfg_with(ftl::SchemeKind::Fast, GcPolicy::InPath)),
-        ("rftl", cfg_with(ftl::SchemeKind::Rftl, GcPolicy::InPath)),
+        (
+            "fast",
+            (nand(), cfg_with(ftl::SchemeKind::Fast, GcPolicy::InPath)),
+        ),
+        (
+            "rftl",
+            (nand(), cfg_with(ftl::SchemeKind::Rftl, GcPolicy::InPath)),
+        ),
     ];
     for (what, cfg) in configs {
         let a = tempfile::tempdir().unwrap();

@@ -130,8 +130,10 @@ impl Scheme for PageScheme {
         self.update_gc_allowance(core, core.gc_workers());
     }
 
+    /// Only adaptive GC's workers read the gauge (`held_back`); with the other policies its
+    /// decay changes nothing a replay shows.
     fn tick_settled(&self, core: &Core) -> bool {
-        self.gc_load.settled(core, core.gc_workers())
+        core.cfg.gc_policy != GcPolicy::Adaptive || self.gc_load.settled(core, core.gc_workers())
     }
 
     fn page_map(&self) -> &PageMap {
