@@ -252,8 +252,9 @@ impl Core {
 
         // Block states and free lists. A clean open (the checkpoint describes every programmed
         // page: no program after it) hands the blocks the close left partly programmed to the
-        // scheme, which may resume writing in them, if their last page reads back whole (see
-        // `last_page_intact`); after a crash any last page may be torn, and they stay closed.
+        // scheme, which may resume writing in them once their last page reads back whole
+        // (`Core::last_page_intact`); after a crash any last page may be torn, and they stay
+        // closed.
         let clean = checkpoint_id.is_some() && pages == 0 && !fallback;
         let mut partly_programmed = Vec::new();
         for bank in 0..layout.banks {
@@ -280,11 +281,6 @@ impl Core {
                 }
             }
             self.update_free(bank, a.free_len());
-        }
-        partly_programmed.retain(|&addr| self.last_page_intact(addr));
-        if let Some(clock) = self.nand.sim_clock() {
-            // Those reads, as the scan's.
-            clock.advance_to(self.nand.idle_at_ns());
         }
         self.set_seq(max_seq);
         // Declared before the scheme's own rebuild: the page scheme's headroom GC (which copies
@@ -701,7 +697,10 @@ impl Core {
     /// last page is whole. A clean close's blocks are, but a torn page an earlier crash left (a
     /// roll-forward keeps the block, closed) or a failed program (not remembered across a
     /// restart) may end a block a later clean close leaves partly programmed.
-    fn last_page_intact(&self, block: BlockAddr) -> bool {
+    /// (Read only for a block a scheme would resume: a hybrid scheme's clean open would
+    /// otherwise read a page of every partly written log block for nothing. In virtual time
+    /// the caller advances the clock past the reads, as after the scan.)
+    pub(crate) fn last_page_intact(&self, block: BlockAddr) -> bool {
         let Some(last) = self
             .nand
             .block_state(block)

@@ -399,8 +399,9 @@ pub(crate) trait Scheme: Send + Sync + std::any::Any {
     /// rebuild (derive block roles, reclaim what a crash left half done). Before any thread.
     /// `partly_programmed`: on a clean open (nothing programmed after the checkpoint), the good
     /// blocks the close left partly programmed, marked `Full` like every programmed block; a
-    /// scheme may resume writing after their last page (no program in them was cut). Empty
-    /// after a crash.
+    /// scheme may resume writing after the last page of one that reads back whole
+    /// (`Core::last_page_intact`: an earlier crash's torn page or a failed program may end
+    /// it). Empty after a crash.
     fn after_recovery(&self, _core: &Core, _partly_programmed: &[BlockAddr]) -> Result<()> {
         Ok(())
     }

@@ -201,7 +201,8 @@ impl PageScheme {
     /// open whatever the frontiers (it paces its cleaning over a block of its own), and the
     /// closed blocks are its cheapest victims there (resumed, an outside check measured twice
     /// the open's GC steps: 3191 against 1671).
-    /// Pages resume as cold with hot/cold separation (a GC frontier's block holds cold data).
+    /// Only a block whose last page reads back whole (`Core::last_page_intact`). Pages
+    /// resume as cold with hot/cold separation (a GC frontier's block holds cold data).
     /// Returns, per bank, whether a set was resumed there.
     pub(super) fn resume_frontiers(&self, core: &Core, partly: &[BlockAddr]) -> Vec<bool> {
         let mut resumed = vec![false; self.layout.banks as usize];
@@ -217,12 +218,23 @@ impl PageScheme {
         let mut banks: BTreeMap<u32, Vec<(u32, u32)>> = BTreeMap::new();
         for &addr in partly {
             match core.nand.block_state(addr) {
-                Ok(st) if !st.bad && st.programmed_pages > 0 && st.programmed_pages < ppb => banks
-                    .entry(addr.bank.0)
-                    .or_default()
-                    .push((st.programmed_pages, addr.block)),
+                Ok(st)
+                    if !st.bad
+                        && st.programmed_pages > 0
+                        && st.programmed_pages < ppb
+                        && core.last_page_intact(addr) =>
+                {
+                    banks
+                        .entry(addr.bank.0)
+                        .or_default()
+                        .push((st.programmed_pages, addr.block))
+                }
                 _ => {}
             }
+        }
+        if let Some(clock) = core.nand.sim_clock() {
+            // Those reads, as the open's scan.
+            clock.advance_to(core.nand.idle_at_ns());
         }
         for (bank, mut pool) in banks {
             pool.sort_unstable();
