@@ -563,6 +563,9 @@ fn a_read_only_open_after_a_crash_recovers_in_ram_and_leaves_the_image_as_it_was
         let path = dir.path().join("ro.img");
         let mut cfg = small_cfg(GcPolicy::Adaptive);
         cfg.scheme = scheme;
+        // No periodic checkpoint: the maintenance thread's, after the 640 KiB written, made
+        // the crash's open clean now and then (seen once for nftl).
+        cfg.checkpoint_interval_bytes = 0;
         let ftl = create(&path, &small_nand(4096, 24), cfg.clone());
         write_pages(&ftl, 0..100, 1);
         write_pages(&ftl, 20..80, 2);
@@ -966,7 +969,7 @@ fn an_open_with_no_checkpoint_and_a_bad_first_area_checkpoints_into_the_second()
 /// A clean close leaves each bank's host frontier partly programmed; the next open resumes
 /// writing after its last page instead of closing it (which stranded its erased pages and,
 /// on a full device, had the open clean every bank before writers had a block: 973 GC steps
-/// on the default 1 GiB device). With two planes a set is resumed only as a pair at one page.
+/// on the default 1 GiB device). With two planes too (pairs, or single blocks).
 /// Data written into resumed blocks survives a crash and the clean cycle after it.
 #[test]
 fn a_clean_reopen_resumes_the_partly_programmed_frontiers() {
@@ -1039,12 +1042,11 @@ fn a_clean_reopen_resumes_the_partly_programmed_frontiers() {
                     && now.programmed_pages > before.programmed_pages
             })
             .count();
-        if planes == 1 {
-            assert!(
-                resumed > 0,
-                "no block open at the close was written on: {partly:?}"
-            );
-        }
+        // (With two planes too: a block left without a partner is a set of its own.)
+        assert!(
+            resumed > 0,
+            "planes {planes}: no block open at the close was written on: {partly:?}"
+        );
         verify_tags(&ftl, &tags);
         ftl.check_invariants().unwrap();
         // A crash after writes into resumed blocks: the roll-forward finds them.
