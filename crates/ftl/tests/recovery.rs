@@ -969,16 +969,21 @@ fn an_open_with_no_checkpoint_and_a_bad_first_area_checkpoints_into_the_second()
 /// A clean close leaves each bank's host frontier partly programmed; the next open resumes
 /// writing after its last page instead of closing it (which stranded its erased pages and,
 /// on a full device, had the open clean every bank before writers had a block: 973 GC steps
-/// on the default 1 GiB device). With two planes too (pairs, or single blocks).
+/// on the default 1 GiB device). With two planes too (pairs, or single blocks), and with
+/// in-path GC (whose writes then pay the cleaning the open no longer does).
 /// Data written into resumed blocks survives a crash and the clean cycle after it.
 #[test]
 fn a_clean_reopen_resumes_the_partly_programmed_frontiers() {
-    for planes in [1, 2] {
+    for (planes, policy) in [
+        (1, GcPolicy::Parallel),
+        (2, GcPolicy::Parallel),
+        (1, GcPolicy::InPath),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f.img");
         let mut nand = small_nand(4096, 32);
         nand.planes = planes;
-        let cfg = small_cfg(GcPolicy::Parallel);
+        let cfg = small_cfg(policy);
         let ftl = create(&path, &nand, cfg.clone());
         let lpns = ftl.capacity() / 4096;
         let mut tags = vec![1u64; lpns as usize];
@@ -1021,11 +1026,15 @@ fn a_clean_reopen_resumes_the_partly_programmed_frontiers() {
             ..cfg.clone()
         };
         let ftl = open(&path, watched);
-        assert_eq!(ftl.recovery().mode, RecoveryMode::Clean, "planes {planes}");
+        assert_eq!(
+            ftl.recovery().mode,
+            RecoveryMode::Clean,
+            "planes {planes}, {policy:?}"
+        );
         let state = |a| ftl.nand().block_state(a).unwrap();
         assert!(
             !partly.is_empty(),
-            "planes {planes}: the close left an open block"
+            "planes {planes}, {policy:?}: the close left an open block"
         );
         // Enough pages to fill every block that was open at the close.
         let n = partly.len() as u64 * u64::from(ppb) * 2;
@@ -1045,7 +1054,7 @@ fn a_clean_reopen_resumes_the_partly_programmed_frontiers() {
         // (With two planes too: a block left without a partner is a set of its own.)
         assert!(
             resumed > 0,
-            "planes {planes}: no block open at the close was written on: {partly:?}"
+            "planes {planes}, {policy:?}: no block open at the close was written on: {partly:?}"
         );
         verify_tags(&ftl, &tags);
         ftl.check_invariants().unwrap();

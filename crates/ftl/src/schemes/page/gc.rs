@@ -1071,9 +1071,9 @@ impl PageScheme {
     /// foreground steps, 143 on slc-small-004), so every bank can take writes at first; with
     /// workers that is more than their device-wide pool, and the writes use it up before they
     /// clean again. A victim or a few per bank (the GC frontier it opens takes a free block
-    /// first). A bank whose host frontier a clean open resumed (`resumed`: never with in-path
-    /// GC) has room for writers as it had at the close, and is left to the workers. Returns
-    /// the steps taken.
+    /// first). A bank whose host frontier a clean open resumed (`resumed`) has room for
+    /// writers as it had at the close, and is left to the workers (with in-path GC, to the
+    /// writes' paced share). Returns the steps taken.
     pub(crate) fn restore_headroom(&self, core: &Core, resumed: &[bool]) -> u64 {
         let mut steps = 0;
         for b in 0..core.layout.banks {
