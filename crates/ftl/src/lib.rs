@@ -435,8 +435,11 @@ impl Ftl {
         access: Access,
     ) -> Result<Ftl> {
         let nand = NandDevice::open_with(path, None, timing, access)?;
-        let sb = checkpoint::read_superblock(&nand)?;
+        let (sb, copies) = checkpoint::read_superblock_copies(&nand)?;
         let ftl = Ftl::start(nand, sb, cfg, true)?;
+        if ftl.core.read_only_reason().is_none() {
+            checkpoint::restore_superblock_copies(&ftl.core.nand, &ftl.core.layout, &sb, copies);
+        }
         // A device that opened read-only (damage recovery found, say) writes nothing, no
         // checkpoint either: that would replace the checkpoints recovery could not use with
         // one of the map it distrusts, and the next open would find it usable and open

@@ -394,6 +394,88 @@ fn trims_survive_crash_once_flushed() {
     });
 }
 
+/// A trim record in a block whose next program fails (the block is retired, and the failed
+/// page ends what it holds), then a crash before anything else: the roll-forward still finds
+/// the record, so the trimmed pages read as zeroes, not as the versions the checkpoint maps
+/// (which are still on flash); the device opens writable and a clean cycle keeps it so.
+#[test]
+fn a_trim_record_in_a_block_whose_program_fails_still_trims_after_a_crash() {
+    use ftl::nand_model::PageAddr;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.img");
+    let cfg = ftl::FtlConfig {
+        checkpoint_interval_bytes: 0,
+        ..small_cfg(GcPolicy::Parallel)
+    };
+    let ftl = create(&path, &small_nand(4096, 24), cfg.clone());
+    write_pages(&ftl, 0..64, 1);
+    ftl.checkpoint().unwrap();
+    block_on(async {
+        ftl.trim(0, 8 * 4096, 16 * 4096, false).await.unwrap();
+        ftl.flush().await.unwrap();
+    });
+    // The page holding the trim record (raw OOB: data page, a slot of kind 2).
+    let g = *ftl.nand().geometry();
+    let mut oob = vec![0u8; g.oob_size as usize];
+    let mut record = None;
+    for bank in 0..g.banks() {
+        for block in 0..g.blocks_per_bank {
+            for page in 0..g.pages_per_block {
+                let at = PageAddr {
+                    block: ftl::nand_model::BlockAddr {
+                        bank: ftl::nand_model::BankId(bank),
+                        block,
+                    },
+                    page,
+                };
+                if ftl.nand().peek_oob(at, &mut oob).unwrap()
+                    && oob[4] == 1
+                    && (0..usize::from(oob[5])).any(|i| oob.get(8 + 20 * i) == Some(&2))
+                {
+                    record = Some(at);
+                }
+            }
+        }
+    }
+    let record = record.expect("the trim record is on flash");
+    assert!(
+        record.page + 1 < g.pages_per_block,
+        "the record ends its block: {record:?}"
+    );
+    ftl.nand().faults().fail_program_at(PageAddr {
+        page: record.page + 1,
+        ..record
+    });
+    // Writes and trims elsewhere until the armed program has failed.
+    let mut tag = 2;
+    while ftl.stats().retired_blocks == 0 {
+        assert!(tag < 40, "the record's block was never programmed again");
+        write_pages(&ftl, 32..64, tag);
+        block_on(async {
+            ftl.trim(1, (24 + tag % 8) * 4096, 4096, false)
+                .await
+                .unwrap();
+            ftl.flush().await.unwrap();
+        });
+        tag += 1;
+    }
+    let last = tag - 1;
+    ftl.simulate_power_loss();
+    let ftl = open(&path, cfg.clone());
+    assert_eq!(ftl.recovery().mode, RecoveryMode::RollForward);
+    assert_eq!(ftl.read_only_reason(), None);
+    verify_pages(&ftl, 0..8, 1);
+    verify_zeroes(&ftl, 8..24);
+    verify_pages(&ftl, 32..64, last);
+    ftl.check_invariants().unwrap();
+    ftl.close().unwrap();
+    drop(ftl);
+    let ftl = open(&path, cfg);
+    assert_eq!(ftl.recovery().mode, RecoveryMode::Clean);
+    verify_zeroes(&ftl, 8..24);
+    verify_pages(&ftl, 32..64, last);
+}
+
 #[test]
 fn foreign_and_unformatted_images_are_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -877,8 +959,10 @@ fn an_old_chain_in_a_bad_area_is_not_taken_for_the_newest() {
 }
 
 /// The superblock is stored in several copies: one flipped byte in the first leaves the image
-/// usable (the next copy is read), and damage to every copy is refused as damage (the message
-/// says not to format), not as an image ftld never formatted.
+/// usable (the next copy is read) and the writable open appends a fresh copy (a read-only one
+/// does not), so damage to the four copies formatted leaves one intact; damage to every copy
+/// is refused as damage (the message says not to format), not as an image ftld never
+/// formatted.
 #[test]
 fn a_damaged_superblock_copy_is_survived_and_all_copies_damaged_are_called_damage() {
     use ftl::nand_model::{BankId, BlockAddr, PageAddr};
@@ -899,13 +983,49 @@ fn a_damaged_superblock_copy_is_survived_and_all_copies_damaged_are_called_damag
         };
         ftl::nand_model::page_data_offset(&path, addr).unwrap()
     };
+    let sb_block = ftl::nand_model::BlockAddr {
+        bank: ftl::nand_model::BankId(0),
+        block: 0,
+    };
+    let sb_pages = |path: &std::path::Path| {
+        let nand = ftl::nand_model::NandDevice::open_with(
+            path,
+            None,
+            ftl::nand_model::TimingMode::Off,
+            ftl::nand_model::Access::ReadOnly,
+        )
+        .unwrap();
+        nand.block_state(sb_block).unwrap().programmed_pages
+    };
+    assert_eq!(sb_pages(&path), 4, "the format's copies");
     flip_byte(&path, copy(0) + 13);
+    // A read-only open reads the next copy and writes nothing.
+    let ftl = Ftl::open_with(
+        &path,
+        ftl::nand_model::TimingMode::Off,
+        cfg.clone(),
+        ftl::nand_model::Access::ReadOnly,
+    )
+    .unwrap();
+    verify_pages(&ftl, 0..50, 1);
+    drop(ftl);
+    assert_eq!(sb_pages(&path), 4, "a read-only open wrote a copy");
     let ftl = open(&path, cfg.clone());
     assert_eq!(ftl.read_only_reason(), None);
     verify_pages(&ftl, 0..50, 1);
     ftl.close().unwrap();
     drop(ftl);
+    assert_eq!(sb_pages(&path), 5, "one fresh copy for the damaged one");
+    // The four the format wrote, all damaged: the fresh copy serves, and is copied again.
     for page in 1..4 {
+        flip_byte(&path, copy(page) + 13);
+    }
+    let ftl = open(&path, cfg.clone());
+    verify_pages(&ftl, 0..50, 1);
+    ftl.close().unwrap();
+    drop(ftl);
+    assert_eq!(sb_pages(&path), 8, "four intact copies again");
+    for page in 4..8 {
         flip_byte(&path, copy(page) + 13);
     }
     let e = Ftl::open(&path, ftl::nand_model::TimingMode::Off, cfg)

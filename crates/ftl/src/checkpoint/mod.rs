@@ -100,8 +100,8 @@ fn get64(b: &[u8], o: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?))
 }
 
-/// Writes the superblock of a freshly created image.
-pub fn write_superblock(nand: &NandDevice, layout: &Layout, sb: &SuperBlock) -> Result<()> {
+/// A superblock page and its OOB, as every copy holds them.
+fn superblock_page(layout: &Layout, sb: &SuperBlock) -> (Vec<u8>, Vec<u8>) {
     let mut data = vec![0u8; layout.page_size as usize];
     data[0..8].copy_from_slice(SUPER_MAGIC);
     data[8..12].copy_from_slice(&VERSION.to_le_bytes());
@@ -113,6 +113,12 @@ pub fn write_superblock(nand: &NandDevice, layout: &Layout, sb: &SuperBlock) -> 
     data[36..40].copy_from_slice(&sb.log_blocks.to_le_bytes());
     let mut oob_buf = vec![0u8; layout.oob_size as usize];
     oob::encode_superblock(&mut oob_buf, crc32fast::hash(&data));
+    (data, oob_buf)
+}
+
+/// Writes the superblock of a freshly created image.
+pub fn write_superblock(nand: &NandDevice, layout: &Layout, sb: &SuperBlock) -> Result<()> {
+    let (data, oob_buf) = superblock_page(layout, sb);
     for page in 0..SUPERBLOCK_COPIES.min(layout.pages_per_block) {
         let addr = PageAddr {
             block: layout.superblock(),
@@ -123,12 +129,86 @@ pub fn write_superblock(nand: &NandDevice, layout: &Layout, sb: &SuperBlock) -> 
     Ok(())
 }
 
+/// How the superblock's copies stood when it was read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SuperblockCopies {
+    /// Copies that read back whole and agree with the one used.
+    pub intact: u32,
+    /// Pages of the superblock's block programmed (copies, damaged or not).
+    pub programmed: u32,
+}
+
+/// A writable open whose superblock has fewer than its copies intact (a damaged copy, or an
+/// image formatted with one) programs fresh ones after the last, so one more damaged page
+/// does not make the image unusable. A programmed page cannot be written again without an
+/// erase of the whole block, and an erase would leave no copy at all until the programs
+/// after it end: so copies are appended (the reader takes any intact copy in the block),
+/// until the block is full. Returns the copies written; a failed program ends the repair
+/// with a warning (the intact copies still serve).
+pub fn restore_superblock_copies(
+    nand: &NandDevice,
+    layout: &Layout,
+    sb: &SuperBlock,
+    copies: SuperblockCopies,
+) -> u32 {
+    let want = SUPERBLOCK_COPIES.min(layout.pages_per_block);
+    let missing = want.saturating_sub(copies.intact);
+    let room = layout.pages_per_block.saturating_sub(copies.programmed);
+    if missing == 0 {
+        return 0;
+    }
+    if room == 0 {
+        tracing::warn!(
+            "{}: {} of the superblock's {want} copies are intact and its block has no \
+             page left for another",
+            nand.path().display(),
+            copies.intact
+        );
+        return 0;
+    }
+    let (data, oob_buf) = superblock_page(layout, sb);
+    let mut written = 0;
+    for page in copies.programmed..copies.programmed + missing.min(room) {
+        let addr = PageAddr {
+            block: layout.superblock(),
+            page,
+        };
+        match nand.program(addr, &data, &oob_buf) {
+            Ok(c) => {
+                c.wait();
+                written += 1;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "{}: a fresh superblock copy (page {page} of its block) failed: {e}",
+                    nand.path().display()
+                );
+                break;
+            }
+        }
+    }
+    tracing::info!(
+        "{}: {} of the superblock's {want} copies were intact; {written} fresh copies written \
+         after them",
+        nand.path().display(),
+        copies.intact
+    );
+    written
+}
+
 /// Copies of the superblock, in the first pages of its block (which holds nothing else): one
-/// damaged page does not make the image unusable. Images formatted before hold one.
+/// damaged page does not make the image unusable. Images formatted before hold one. A
+/// writable open appends fresh copies when fewer are intact ([`restore_superblock_copies`]),
+/// so the block holds up to a block's pages of them.
 const SUPERBLOCK_COPIES: u32 = 4;
 
 /// Reads the superblock; the error says why the image is not a usable FTL image.
 pub fn read_superblock(nand: &NandDevice) -> Result<SuperBlock> {
+    read_superblock_copies(nand).map(|(sb, _)| sb)
+}
+
+/// [`read_superblock`], and how its copies stand: every programmed page of its block is read.
+pub fn read_superblock_copies(nand: &NandDevice) -> Result<(SuperBlock, SuperblockCopies)> {
     let geo = nand.geometry();
     let fail = |reason: &str| FtlError::Format {
         path: nand.path().to_path_buf(),
@@ -171,16 +251,25 @@ pub fn read_superblock(nand: &NandDevice) -> Result<SuperBlock> {
     // The first intact copy. A copy whose checksum matches but whose fields are refused
     // explains the failure best; then one that fails its checksum (damage); else the image was
     // never formatted by ftld.
-    let copies = SUPERBLOCK_COPIES.min(geo.pages_per_block);
     let mut refused: Option<String> = None;
     let mut corrupt = 0;
-    for page in 0..copies {
+    let mut found: Option<(u32, SuperBlock)> = None;
+    let mut intact = 0;
+    let mut programmed = 0;
+    for page in 0..geo.pages_per_block {
         let addr = PageAddr { page, ..addr };
         // Copies are programmed in order: the first unprogrammed page ends them.
         if page > 0 && !nand.peek_oob(addr, &mut oob_buf)? {
             break;
         }
-        match nand.read(addr, 0, &mut data, Some(&mut oob_buf)) {
+        programmed = page + 1;
+        let mut read = nand.read(addr, 0, &mut data, Some(&mut oob_buf));
+        if matches!(&read, Err(e) if e.is_fault()) {
+            // Once more before a copy is called damaged (and replaced): a read fault may be
+            // one that passes (injected read errors, `[faults]`).
+            read = nand.read(addr, 0, &mut data, Some(&mut oob_buf));
+        }
+        match read {
             Ok(c) => c.wait(),
             Err(e) if e.is_fault() => {
                 corrupt += 1;
@@ -192,21 +281,16 @@ pub fn read_superblock(nand: &NandDevice) -> Result<SuperBlock> {
         match oob::decode(&oob_buf, geo.page_size / crate::layout::LOGICAL_PAGE as u32) {
             Some(PageOob::Superblock { crc }) if crc == crc32fast::hash(&data) => {
                 match SuperBlock::decode(&data, geo) {
-                    Ok(sb) => {
-                        if page > 0 {
-                            tracing::warn!(
-                                "{}: superblock copy {} of {copies} used: {} damaged",
-                                nand.path().display(),
-                                page + 1,
-                                if page == 1 {
-                                    "copy 1 is".to_string()
-                                } else {
-                                    format!("copies 1 to {page} are")
-                                }
-                            );
+                    Ok(sb) => match &found {
+                        None => {
+                            found = Some((page, sb));
+                            intact += 1;
                         }
-                        return Ok(sb);
-                    }
+                        Some((_, first)) if *first == sb => intact += 1,
+                        // Copies are all written from one superblock: one that disagrees
+                        // is not one to restore from.
+                        Some(_) => corrupt += 1,
+                    },
                     Err(e) => {
                         refused.get_or_insert(e);
                     }
@@ -216,6 +300,16 @@ pub fn read_superblock(nand: &NandDevice) -> Result<SuperBlock> {
             _ if data.starts_with(SUPER_MAGIC) => corrupt += 1,
             _ => {}
         }
+    }
+    if let Some((page, sb)) = found {
+        if corrupt > 0 {
+            tracing::warn!(
+                "{}: superblock copy {} of {programmed} used; {corrupt} damaged",
+                nand.path().display(),
+                page + 1,
+            );
+        }
+        return Ok((sb, SuperblockCopies { intact, programmed }));
     }
     Err(fail(&match (refused, corrupt) {
         (Some(e), _) => e,
