@@ -33,9 +33,11 @@ has no FUA writes over NBD), one at a time. The latency columns are then the cli
 (request sent to reply received: the transport is included), `server p99.9 us` and `server
 max us` are the daemon's own (`ftld stats` latency_write, request start to completion, every
 write since the open). For the replay rows those two are the in-process figures again. Like the
-real-time replay (which also preconditions, closes and reopens), the open cleans every bank back
-to its soft floor first, so the first ~2 s of writes of `default` need no GC: the warm-up the
-steady-state figures leave out; `steps / write` and `WAF` count from the first write.
+real-time replay (which also preconditions, closes and reopens), the open is a clean one: it
+resumes the blocks the close left partly programmed as write frontiers, and cleans only a bank
+that got none back to its soft floor (before 2026-11-30 it cleaned every bank, so the first
+~2 s of writes of `default` needed no GC); the first 2 s are the warm-up the steady-state
+figures leave out; `steps / write` and `WAF` count from the first write.
 
 Host stalls (real time and NBD): on a virtual machine the hypervisor sometimes stops a vCPU
 for milliseconds (`ftld stalls` on this 2-vCPU guest, idle: 2.5 ms in 5 s; `cyclictest` saw
