@@ -127,7 +127,9 @@ enum Moved {
     Done,
     /// Not moved: stage it through the buffer instead.
     Staging,
-    /// Not moved, and nothing can be for now (no free block, or the device turned read-only).
+    /// Not moved: no free block for the GC frontier, on this bank or one to rescue to.
+    NoBlock,
+    /// Not moved, and nothing can be: the device turned read-only.
     Failed,
 }
 
@@ -159,6 +161,11 @@ pub struct BankGc {
     /// at once and moves its actor's clock on, so the mutex alone would let another actor step
     /// the same bank in simulated time the first still holds it (see [`PageScheme::try_gc`]).
     held_until: u64,
+    /// A step found no block for a GC frontier and nothing was programmed since: said once
+    /// per such stretch. Until a block frees (on this bank, or one to rescue its data to),
+    /// every cleaner that tries the bank fails the same way, and logging each try gave bursts
+    /// of 64-161 warnings within a millisecond (outside check, 2026-11-30).
+    no_block_said: bool,
 }
 
 /// What a step achieved.
@@ -294,11 +301,22 @@ impl PageScheme {
                     && g.staged.is_empty()
                 {
                     match self.copyback_page(core, b, addr, &mut g.frontiers[COLD], &mut g.oob) {
-                        Moved::Done => break,
+                        Moved::NoBlock => {
+                            if !std::mem::replace(&mut g.no_block_said, true) {
+                                tracing::warn!("bank {b}: no free block for the GC frontier");
+                            }
+                            // Nothing moved: the page is visited again by the next step.
+                            cur.next_page -= 1;
+                            return Step::Idle;
+                        }
                         Moved::Failed => {
                             // Nothing moved: the page is visited again by the next step.
                             cur.next_page -= 1;
                             return Step::Idle;
+                        }
+                        Moved::Done => {
+                            g.no_block_said = false;
+                            break;
                         }
                         Moved::Staging => {}
                     }
@@ -513,13 +531,17 @@ impl PageScheme {
                         }
                         None => {
                             // Victims are chosen to fit: only repeated failures get here.
-                            tracing::warn!("bank {b}: no free block for a GC frontier");
+                            if !std::mem::replace(&mut g.no_block_said, true) {
+                                tracing::warn!("bank {b}: no free block for a GC frontier");
+                            }
                             return false;
                         }
                     }
                 }
                 None => {
-                    tracing::warn!("bank {b}: no free block for the GC frontier");
+                    if !std::mem::replace(&mut g.no_block_said, true) {
+                        tracing::warn!("bank {b}: no free block for the GC frontier");
+                    }
                     return false;
                 }
             };
@@ -530,6 +552,7 @@ impl PageScheme {
             match result {
                 Ok(c) => {
                     c.wait();
+                    g.no_block_said = false;
                     core.counters
                         .gc_page_programs
                         .fetch_add(1, Ordering::Relaxed);
@@ -652,8 +675,7 @@ impl PageScheme {
         oob.resize(core.layout.oob_size as usize, 0);
         loop {
             let Some(dst) = self.gc_frontier(core, b, frontier) else {
-                tracing::warn!("bank {b}: no free block for the GC frontier");
-                return Moved::Failed;
+                return Moved::NoBlock;
             };
             if dst.block.bank.0 != b {
                 return Moved::Staging;
