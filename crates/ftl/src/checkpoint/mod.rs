@@ -188,10 +188,11 @@ pub fn restore_superblock_copies(
         }
     }
     tracing::info!(
-        "{}: {} of the superblock's {want} copies were intact; {written} fresh copies written \
+        "{}: {} of the superblock's {want} copies were intact; {written} fresh {} written \
          after them",
         nand.path().display(),
-        copies.intact
+        copies.intact,
+        if written == 1 { "copy" } else { "copies" }
     );
     written
 }
@@ -302,9 +303,16 @@ pub fn read_superblock_copies(nand: &NandDevice) -> Result<(SuperBlock, Superblo
         }
     }
     if let Some((page, sb)) = found {
-        if corrupt > 0 {
+        if corrupt > 0 && intact < SUPERBLOCK_COPIES.min(geo.pages_per_block) {
             tracing::warn!(
-                "{}: superblock copy {} of {programmed} used; {corrupt} damaged",
+                "{}: superblock copy {} of {programmed} used; {corrupt} damaged, {intact} intact",
+                nand.path().display(),
+                page + 1,
+            );
+        } else if corrupt > 0 {
+            // Damage an earlier open made up for with fresh copies: nothing to act on.
+            tracing::info!(
+                "{}: superblock copy {} of {programmed} used; {corrupt} damaged, {intact} intact",
                 nand.path().display(),
                 page + 1,
             );
