@@ -30,7 +30,7 @@ use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{BlockIdx, Psa, LOGICAL_PAGE};
 use crate::oob::{self, PageOob, SlotKind};
-use crate::schemes::RecoverInput;
+use crate::schemes::{CleanOpen, RecoverInput};
 
 /// How the last open rebuilt the FTL state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Default)]
@@ -302,7 +302,11 @@ impl Core {
             .lost
             .set(std::mem::take(&mut resolved.lost).into_boxed_slice());
         // The scheme finishes its rebuild on the block states (hybrid schemes: block roles).
-        self.scheme.after_recovery(self, &partly_programmed)?;
+        let clean_open = clean.then(|| CleanOpen {
+            partly_programmed: &partly_programmed,
+            scheme_state: ckpt.map_or(&[], |c| &c.scheme_state),
+        });
+        self.scheme.after_recovery(self, clean_open.as_ref())?;
         let mode = match checkpoint_id {
             None => RecoveryMode::FullScan,
             Some(_) if pages == 0 && !fallback => RecoveryMode::Clean,

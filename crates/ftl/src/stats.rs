@@ -58,6 +58,9 @@ pub struct Counters {
     /// Slots GC moved although their data failed its check on every retry: they move with
     /// their original CRC, so they stay detectably bad (reads of them fail) until rewritten.
     pub gc_corrupt_slots: AtomicU64,
+    /// Page scheme: GC programs that found no block for a GC frontier (on the bank, or one to
+    /// rescue its data to) and moved nothing.
+    pub gc_starved: AtomicU64,
     pub retired_blocks: AtomicU64,
     pub bad_blocks: AtomicU64,
     pub checkpoints: AtomicU64,
@@ -182,6 +185,9 @@ pub struct RtStats {
     pub folds: u64,
     pub shifts: u64,
     pub compactions: u64,
+    /// RFTL: jobs under way at a clean close that the open took back and went on with,
+    /// rather than compacting their logical blocks (0 for GFTL).
+    pub jobs_resumed: u64,
     /// GFTL: merges done, the GC queue's length now and at most, the write buffer's
     /// guaranteed size in blocks and the most it held (0 for RFTL).
     pub merges: u64,
@@ -309,6 +315,11 @@ pub struct FtlStats {
     pub uncorrectable_reads: u64,
     pub crc_errors: u64,
     pub gc_corrupt_slots: u64,
+    /// Page scheme: GC programs that found no block for a GC frontier (on the bank, or on
+    /// one to rescue its data to) and moved nothing, each try counted; the log says so once
+    /// per stretch and bank. GC's victims are chosen to fit its room, so this is a sign of
+    /// GC starved of room, which a device should never show.
+    pub gc_starved: u64,
     /// Blocks retired since the open (their valid data moved out, then marked bad).
     pub retired_blocks: u64,
     /// Bad blocks on the device now (marked at format, in earlier runs or in this one, the
@@ -450,6 +461,7 @@ impl Core {
             uncorrectable_reads: ld(&c.uncorrectable),
             crc_errors: ld(&c.crc_errors),
             gc_corrupt_slots: ld(&c.gc_corrupt_slots),
+            gc_starved: ld(&c.gc_starved),
             retired_blocks: ld(&c.retired_blocks),
             bad_blocks: device_bad,
             checkpoints: ld(&c.checkpoints),

@@ -82,6 +82,56 @@ fn overwrites_of_a_full_device_fold_and_shift_within_the_budget() {
     }
 }
 
+/// Jobs under way at a clean close survive it: the open takes them back from the checkpoint
+/// instead of compacting their logical blocks (a whole block's copies each), the jobs go on
+/// and end within their budget, and the data survives a power cut after that. After a crash
+/// the open compacts them, as before.
+#[test]
+fn jobs_under_way_survive_a_clean_close() {
+    for page_size in [4096, 8192] {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("r.img");
+        let mut d = device(&img, page_size);
+        let pages = d.tags.len() as u64;
+        d.write(0..pages);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+        for _ in 0..pages * 6 {
+            d.write([rng.gen_range(0..pages)]);
+        }
+        let Device { ftl, tags, tag } = d;
+        ftl.close().unwrap();
+        drop(ftl);
+        let ftl = open(&img, cfg());
+        assert_eq!(ftl.recovery().mode, ftl::RecoveryMode::Clean);
+        let rt = ftl.stats().rt.expect("rftl reports its partial GC");
+        assert!(rt.jobs_resumed > 0, "no job under way at the close: {rt:?}");
+        assert_eq!(rt.compactions, 0, "the open compacted: {rt:?}");
+        let mut d = Device { ftl, tags, tag };
+        d.verify("after a clean reopen");
+        for _ in 0..pages * 4 {
+            d.write([rng.gen_range(0..pages)]);
+        }
+        d.verify("after the jobs went on");
+        let rt = d.ftl.stats().rt.expect("rftl");
+        assert_eq!(rt.compactions, 0, "{rt:?}");
+        assert!(
+            rt.max_job_steps <= u64::from(rt.k_fold),
+            "a job took {} steps, a fold may take {}: {rt:?}",
+            rt.max_job_steps,
+            rt.k_fold
+        );
+        block_on(d.ftl.flush()).unwrap();
+        let Device { ftl, tags, tag } = d;
+        ftl.simulate_power_loss();
+        let ftl = open(&img, cfg());
+        assert_eq!(ftl.recovery().mode, ftl::RecoveryMode::RollForward);
+        let rt = ftl.stats().rt.expect("rftl");
+        assert_eq!(rt.jobs_resumed, 0, "a job taken back after a crash: {rt:?}");
+        let d = Device { ftl, tags, tag };
+        d.verify("after a power cut");
+    }
+}
+
 /// The scheme is refused where its bound cannot hold, naming why.
 #[test]
 fn a_device_where_a_copy_is_slower_than_an_erase_is_refused() {

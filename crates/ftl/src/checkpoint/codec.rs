@@ -6,7 +6,10 @@
 //! id u64, sc u64, prev_sc u64, lpns u32, blocks u32, trims u32, chunks u32, crc32 of the body
 //! u32, body length u32`, zero-padded to 64 bytes, then the body: the map (full: `lpns` x u32;
 //! delta: per chunk `index u32` and its entries), per block `(erase_count u32,
-//! programmed_pages u32)`, then the live trim-log slots `(psa u32, seq u64)`. The header's CRC
+//! programmed_pages u32)`, then the live trim-log slots `(psa u32, seq u64)`, then (version 2
+//! only) the scheme's own state as u32 words to the body's end (RFTL: jobs under way; the
+//! scheme validates it against the medium before using any of it). A checkpoint without
+//! scheme state is written as version 1, which every earlier build reads. The header's CRC
 //! covers the body, so an encoder makes two passes over the body (one for the CRC, one for the
 //! bytes); a decoder checks it at the end, so what it stored before must be discarded on
 //! failure (the loader clears the map).
@@ -17,6 +20,8 @@ use super::CHUNK;
 
 const MAGIC: &[u8; 8] = b"FTLDCKPT";
 const VERSION: u32 = 1;
+/// A body that ends with the scheme's state.
+const VERSION_SCHEME_STATE: u32 = 2;
 pub(crate) const HEADER: usize = 64;
 
 /// A map a checkpoint is read from: a copy, or the live table while it is held still.
@@ -70,6 +75,8 @@ pub(crate) struct Outgoing<'a> {
     pub map: MapBody<'a>,
     pub blocks: &'a [(u32, u32)],
     pub trims: &'a [(Psa, u64)],
+    /// The scheme's own state (`Scheme::checkpoint_state`), often empty.
+    pub scheme_state: &'a [u32],
 }
 
 impl Outgoing<'_> {
@@ -78,7 +85,7 @@ impl Outgoing<'_> {
             MapBody::Full(m) => m.entries() * 4,
             MapBody::Delta(c) => c.iter().map(|(_, e)| 4 + e.len() * 4).sum(),
         };
-        map + self.blocks.len() * 8 + self.trims.len() * 12
+        map + self.blocks.len() * 8 + self.trims.len() * 12 + self.scheme_state.len() * 4
     }
 
     /// Bytes of the whole encoding (header and body).
@@ -124,6 +131,7 @@ impl Outgoing<'_> {
             out(&psa.0.to_le_bytes());
             out(&seq.to_le_bytes());
         }
+        words(self.scheme_state, out);
     }
 
     /// Emits the whole encoding in pieces: the body is walked twice (its CRC goes first, in
@@ -137,8 +145,13 @@ impl Outgoing<'_> {
         };
         let mut h = [0u8; HEADER];
         h[0..8].copy_from_slice(MAGIC);
+        let version = if self.scheme_state.is_empty() {
+            VERSION
+        } else {
+            VERSION_SCHEME_STATE
+        };
         let fields32 = [
-            (8, VERSION),
+            (8, version),
             (12, kind),
             (40, self.lpns),
             (44, self.blocks.len() as u32),
@@ -162,6 +175,8 @@ impl Outgoing<'_> {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Header {
     pub full: bool,
+    /// Version 2: the body ends with the scheme's state.
+    scheme_state: bool,
     pub id: u64,
     pub sc: u64,
     pub prev_sc: u64,
@@ -189,9 +204,11 @@ impl Header {
             return Err("bad checkpoint magic".into());
         }
         let h = |o| get32(b, o).ok_or("short header");
-        if h(8)? != VERSION {
+        let version = h(8)?;
+        if version != VERSION && version != VERSION_SCHEME_STATE {
             return Err("unsupported checkpoint version".into());
         }
+        let scheme_state = version == VERSION_SCHEME_STATE;
         let kind = h(12)?;
         if kind > 1 {
             return Err(format!("unknown checkpoint kind {kind}"));
@@ -218,15 +235,16 @@ impl Header {
             h(56)?,
             h(60)? as usize,
         );
-        // What the counts say the body holds besides the delta chunks' entries: a full
-        // checkpoint's body is exactly that, a delta's at least that.
+        // What the counts say the body holds besides the delta chunks' entries and the
+        // scheme's state: a full checkpoint's body without that state is exactly that, any
+        // other at least that.
         let fixed = (if kind == 0 { lpns as usize } else { chunks })
             .checked_mul(4)
             .zip(blocks.checked_mul(8))
             .zip(trims.checked_mul(12))
             .and_then(|((m, b), t)| m.checked_add(b)?.checked_add(t));
         let counts_ok = match fixed {
-            Some(n) if kind == 0 => n == len,
+            Some(n) if kind == 0 && !scheme_state => n == len,
             Some(n) => n <= len,
             None => false,
         };
@@ -238,6 +256,7 @@ impl Header {
         }
         Ok(Header {
             full: kind == 0,
+            scheme_state,
             id,
             sc,
             prev_sc,
@@ -319,6 +338,11 @@ impl Words<'_> {
         Ok(())
     }
 
+    /// Body bytes not read yet.
+    fn remaining(&self) -> usize {
+        self.left + self.cur.len().saturating_sub(self.pos)
+    }
+
     /// Takes the rest of the body (bytes past what the counts describe are covered by the CRC
     /// too) and checks the CRC.
     fn finish(mut self, want: u32) -> Result<(), String> {
@@ -361,6 +385,9 @@ pub struct Checkpoint {
     /// Per global block: (erase count, programmed pages) at the checkpoint.
     pub blocks: Vec<(u32, u32)>,
     pub trims: Vec<(Psa, u64)>,
+    /// The scheme's own state as the checkpoint was taken (empty but for RFTL; unchecked:
+    /// the scheme validates it against the medium before using it).
+    pub scheme_state: Vec<u32>,
 }
 
 /// Entries in map chunk `c` of a `lpns`-entry map (the last chunk may be short).
@@ -446,6 +473,11 @@ pub(crate) fn decode_body(
         let hi = w.word()? as u64;
         trims.push((psa, lo | hi << 32));
     }
+    // (Grown as words arrive: its length is bounded by the pages read, not by a count.)
+    let mut scheme_state = Vec::new();
+    while h.scheme_state && w.remaining() > 0 {
+        scheme_state.push(w.word()?);
+    }
     w.finish(h.crc)?;
     Ok((
         Checkpoint {
@@ -455,6 +487,7 @@ pub(crate) fn decode_body(
             lpns: h.lpns,
             blocks,
             trims,
+            scheme_state,
         },
         kept,
     ))
@@ -518,30 +551,50 @@ mod tests {
             map,
             blocks: &[(1, 2), (3, 4), (5, 6)],
             trims: &TRIMS,
+            scheme_state: &[],
         }
     }
 
-    /// Full and delta checkpoints decode to what was encoded whatever the piece size, with
-    /// words and trim records straddling pieces, and a changed byte anywhere in the body is
-    /// caught.
+    /// Full and delta checkpoints, with and without a scheme state, decode to what was
+    /// encoded whatever the piece size, with words and trim records straddling pieces, and a
+    /// changed byte anywhere in the body is caught. One without a scheme state is version 1
+    /// (what earlier builds read).
     #[test]
     fn roundtrip_in_any_pieces() {
         let full: Vec<u32> = (0..2 * CHUNK + 3).map(|i| i * 7 + 1).collect();
         let chunks = vec![(0, vec![5; CHUNK as usize]), (2, vec![6, 7, 8])];
+        let state = [0x5246_544c, 1, u32::MAX, 0];
         for (out, want) in [
             (sample(MapBody::Full(&full)), MapImage::Full(full.clone())),
             (
                 sample(MapBody::Delta(&chunks)),
                 MapImage::Delta(chunks.clone()),
             ),
+            (
+                Outgoing {
+                    scheme_state: &state,
+                    ..sample(MapBody::Full(&full))
+                },
+                MapImage::Full(full.clone()),
+            ),
+            (
+                Outgoing {
+                    scheme_state: &state,
+                    ..sample(MapBody::Delta(&chunks))
+                },
+                MapImage::Delta(chunks.clone()),
+            ),
         ] {
             let b = encode(&out);
+            let version = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
+            assert_eq!(version, if out.scheme_state.is_empty() { 1 } else { 2 });
             assert_eq!(b.len(), out.encoded_len());
             for piece in [1, 3, 5, 13, 64, 100, 4096, 1 << 20] {
                 let (c, m) = decode(&b, piece).expect("decodes");
                 assert_eq!((c.id, c.sc, c.prev_sc, c.lpns), (4, 99, 50, 2 * CHUNK + 3));
                 assert_eq!(c.blocks, out.blocks);
                 assert_eq!(c.trims, out.trims);
+                assert_eq!(c.scheme_state, out.scheme_state);
                 assert_eq!(m, want, "piece {piece}");
             }
             for at in [HEADER, HEADER + 1, b.len() / 2, b.len() - 1] {
@@ -570,6 +623,7 @@ mod tests {
             map: MapBody::Delta(&chunks),
             blocks: &[(1, 2)],
             trims: &[(Psa(3), 4)],
+            scheme_state: &[],
         };
         let good = encode(&out);
         assert!(decode(&good, 4096).is_ok());

@@ -531,6 +531,7 @@ impl Core {
             || st.chain_len >= MAX_CHAIN
             || self.scheme.prefers_full_checkpoint();
         let gc = self.gc_gate.write();
+        let scheme_state = self.scheme.checkpoint_state();
         let mut blocks = Vec::with_capacity(self.layout.total_blocks() as usize);
         for b in 0..self.layout.total_blocks() {
             let addr = self.layout.block_addr(crate::layout::BlockIdx(b));
@@ -554,7 +555,7 @@ impl Core {
             (None, Some(live)) => codec::MapBody::Full(live),
             (None, None) => return Err(FtlError::Internal("checkpoint without a map".into())),
         };
-        let out = codec::Outgoing {
+        let mut out = codec::Outgoing {
             id: st.last_id + 1,
             sc,
             prev_sc: st.last_sc,
@@ -562,7 +563,18 @@ impl Core {
             map,
             blocks: &blocks,
             trims: &trims,
+            scheme_state: &scheme_state,
         };
+        let area_bytes = self.layout.ckpt_area_pages() * u64::from(self.layout.page_size);
+        if !scheme_state.is_empty() && out.encoded_len() as u64 > area_bytes {
+            // An area holds a full checkpoint without it (the format checked): the state is
+            // only an open's shortcut, so a checkpoint goes without it rather than fail.
+            tracing::debug!(
+                "checkpoint: the scheme's state ({} bytes) left out: the area holds {area_bytes}",
+                4 * scheme_state.len()
+            );
+            out.scheme_state = &[];
+        }
         self.counters
             .bytes_since_checkpoint
             .store(0, Ordering::Relaxed);

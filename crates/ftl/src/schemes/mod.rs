@@ -263,6 +263,19 @@ impl std::str::FromStr for SchemeKind {
     }
 }
 
+/// What a clean open (the checkpoint describes every programmed page) hands a scheme's
+/// [`Scheme::after_recovery`].
+pub(crate) struct CleanOpen<'a> {
+    /// The good blocks the close left partly programmed, marked `Full` like every programmed
+    /// block: a scheme may resume writing after the last page of one that reads back whole
+    /// (`Core::last_page_intact`: an earlier crash's torn page or a failed program may end
+    /// it).
+    pub partly_programmed: &'a [BlockAddr],
+    /// The checkpoint's [`Scheme::checkpoint_state`]: as read from the medium, to be
+    /// validated before any of it is used.
+    pub scheme_state: &'a [u32],
+}
+
 /// A scheme's checkpoint payload: its map image and the trim-log slots it keeps live.
 pub(crate) struct CheckpointPayload {
     pub map: MapImage,
@@ -397,13 +410,19 @@ pub(crate) trait Scheme: Send + Sync + std::any::Any {
 
     /// Recovery rebuilt the block states and free lists: the scheme may finish its own
     /// rebuild (derive block roles, reclaim what a crash left half done). Before any thread.
-    /// `partly_programmed`: on a clean open (nothing programmed after the checkpoint), the good
-    /// blocks the close left partly programmed, marked `Full` like every programmed block; a
-    /// scheme may resume writing after the last page of one that reads back whole
-    /// (`Core::last_page_intact`: an earlier crash's torn page or a failed program may end
-    /// it). Empty after a crash.
-    fn after_recovery(&self, _core: &Core, _partly_programmed: &[BlockAddr]) -> Result<()> {
+    /// `clean`: on a clean open (nothing programmed after the checkpoint), what the close
+    /// left; `None` after a crash.
+    fn after_recovery(&self, _core: &Core, _clean: Option<&CleanOpen<'_>>) -> Result<()> {
         Ok(())
+    }
+
+    /// The scheme's own state for a checkpoint (`Checkpoint::scheme_state`), which a clean
+    /// open hands back in [`CleanOpen::scheme_state`]. Called with host mutations frozen and
+    /// `gc_gate` held exclusive: it must not wait for a lock a step holds across the gate
+    /// (try it, and leave out what it cannot have: the open then rebuilds that part as after
+    /// a crash).
+    fn checkpoint_state(&self) -> Vec<u32> {
+        Vec::new()
     }
 
     /// A checkpoint was written and `checkpoint_written` ran; the checkpoint lock is still

@@ -71,7 +71,7 @@ mod steps;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use nand_model::{BlockAddr, PageAddr};
+use nand_model::PageAddr;
 use parking_lot::{Condvar, Mutex};
 
 pub use self::budget::GcBudget;
@@ -86,7 +86,7 @@ use crate::schemes::block_ops::{self, Journal};
 use crate::schemes::hybrid::banks::BankPlan;
 use crate::schemes::hybrid::locks::LbnLocks;
 use crate::schemes::page::map::PageMap;
-use crate::schemes::{Placer, Scheme, SchemeKind};
+use crate::schemes::{CleanOpen, Placer, Scheme, SchemeKind};
 use crate::stats::{LatencyHistogram, RtStats};
 
 /// OOB bytes that hold the slot entries of the largest page's slots.
@@ -354,7 +354,7 @@ impl Scheme for GftlScheme {
         Journal::reclaim(&self.journal, core, self.layout, &self.map);
     }
 
-    fn after_recovery(&self, core: &Core, _partly_programmed: &[BlockAddr]) -> Result<()> {
+    fn after_recovery(&self, core: &Core, _clean: Option<&CleanOpen<'_>>) -> Result<()> {
         self.rebuild_roles(core)
     }
 
@@ -536,6 +536,7 @@ impl Scheme for GftlScheme {
             folds: 0,
             shifts: 0,
             compactions: 0,
+            jobs_resumed: 0,
             merges: ld(&c.merges),
             queue_len,
             queue_max,

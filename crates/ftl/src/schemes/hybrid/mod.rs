@@ -60,7 +60,6 @@ mod recover;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use nand_model::BlockAddr;
 use parking_lot::Mutex;
 
 use self::banks::BankPlan;
@@ -73,7 +72,7 @@ use crate::error::Result;
 use crate::layout::{BlockIdx, Layout, Lpn, Psa};
 use crate::schemes::block_ops::{self, Journal};
 use crate::schemes::page::map::PageMap;
-use crate::schemes::{Placer, Scheme, SchemeKind};
+use crate::schemes::{CleanOpen, Placer, Scheme, SchemeKind};
 use crate::stats::{LatencyHistogram, MergeKindStats, MergeStats};
 
 /// Which hybrid: how log blocks are associated with data blocks.
@@ -240,7 +239,7 @@ impl Scheme for HybridScheme {
         self.reclaim_journal(core);
     }
 
-    fn after_recovery(&self, core: &Core, _partly_programmed: &[BlockAddr]) -> Result<()> {
+    fn after_recovery(&self, core: &Core, _clean: Option<&CleanOpen<'_>>) -> Result<()> {
         self.rebuild_roles(core)
     }
 

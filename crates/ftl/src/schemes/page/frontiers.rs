@@ -31,7 +31,7 @@ use parking_lot::Mutex;
 
 use super::PageScheme;
 use crate::blocks::BlockState;
-use crate::core::Core;
+use crate::core::{Core, GC_RESERVE};
 use crate::schemes::Target;
 
 /// An open block and its next free page.
@@ -240,6 +240,14 @@ impl PageScheme {
         }
         for (bank, mut pool) in banks {
             pool.sort_unstable();
+            // GC's room first: a bank with no free block (its reserve went into the GC
+            // frontier the close left partly programmed) gets the block with the most room
+            // back as its GC frontier (see `adopt_gc_frontier`).
+            if core.bank(bank).free.load(Ordering::Acquire) < GC_RESERVE && !pool.is_empty() {
+                let (next, block) = pool.remove(0);
+                core.bank(bank).alloc.lock().state[block as usize] = BlockState::Open;
+                self.adopt_gc_frontier(bank, block, next);
+            }
             // Full plane sets first; then each block left as a set of its own.
             let mut sets: Vec<Vec<Frontier>> =
                 std::iter::from_fn(|| take_plane_set(&mut pool, planes)).collect();
@@ -391,6 +399,71 @@ mod tests {
         let any: Arc<dyn Any + Send + Sync> = f.core.scheme.clone();
         let scheme = any.downcast::<PageScheme>().expect("the page scheme");
         (f, scheme)
+    }
+
+    /// A clean open gives a bank with no free block its GC frontier back (the partly
+    /// programmed block with the most room), not a writer's: GC has room there again. Resumed
+    /// for writers, it left GC none, and GC failed step after step until another bank freed
+    /// a block to rescue to (an outside check, with hot/cold separation and timing real).
+    #[test]
+    fn a_bank_with_no_free_block_gets_its_gc_frontier_back() {
+        use std::sync::atomic::Ordering;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("g.img");
+        // Timing virtual: the background workers run at set points of simulated time, so
+        // where the banks stand when the loop looks is where they stand at the close.
+        let cfg = FtlConfig {
+            queues: 1,
+            gc_policy: GcPolicy::Adaptive,
+            checkpoint_interval_bytes: 0,
+            ..FtlConfig::default()
+        };
+        let nand = crate::test_support::small_nand(2, 2, 32);
+        let f = Ftl::create(&path, &nand, TimingMode::Virtual, cfg.clone(), None).expect("create");
+        let any: Arc<dyn Any + Send + Sync> = f.core.scheme.clone();
+        let scheme = any.downcast::<PageScheme>().expect("the page scheme");
+        let pages = f.capacity() / 4096;
+        let data = vec![3u8; 4096];
+        let write = |l: u64| {
+            futures::executor::block_on(f.write(0, l * 4096, &data, false)).expect("write");
+        };
+        (0..pages).for_each(write);
+        // Overwrites until the bank's last free block is GC's frontier, everything on flash.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let banks = f.core.layout.banks;
+        let at_reserve = || {
+            (0..banks).find(|&b| {
+                f.core.bank(b).free.load(Ordering::Acquire) == 0 && scheme.gc_room(&f.core, b) > 0
+            })
+        };
+        let mut n = 0;
+        loop {
+            assert!(n < 100 * pages, "no bank ever gave its last block to GC");
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            write(x % pages);
+            n += 1;
+            if at_reserve().is_some() {
+                futures::executor::block_on(f.flush()).expect("flush");
+                if at_reserve().is_some() {
+                    break;
+                }
+            }
+        }
+        let bank = at_reserve().expect("a bank at its reserve");
+        f.close().expect("close");
+        drop((f, scheme));
+        let f = Ftl::open(&path, TimingMode::Virtual, cfg).expect("open");
+        let any: Arc<dyn Any + Send + Sync> = f.core.scheme.clone();
+        let scheme = any.downcast::<PageScheme>().expect("the page scheme");
+        let free = f.core.bank(bank).free.load(Ordering::Acquire);
+        let room = scheme.gc_room(&f.core, bank);
+        assert!(
+            free >= crate::core::GC_RESERVE || room > 0,
+            "after a clean open bank {bank} has {free} free blocks and {room} slots of GC room"
+        );
+        f.check_invariants().expect("invariants");
     }
 
     fn padding() -> SealedPage {

@@ -302,6 +302,7 @@ impl PageScheme {
                 {
                     match self.copyback_page(core, b, addr, &mut g.frontiers[COLD], &mut g.oob) {
                         Moved::NoBlock => {
+                            core.counters.gc_starved.fetch_add(1, Ordering::Relaxed);
                             if !std::mem::replace(&mut g.no_block_said, true) {
                                 tracing::warn!("bank {b}: no free block for the GC frontier");
                             }
@@ -531,6 +532,7 @@ impl PageScheme {
                         }
                         None => {
                             // Victims are chosen to fit: only repeated failures get here.
+                            core.counters.gc_starved.fetch_add(1, Ordering::Relaxed);
                             if !std::mem::replace(&mut g.no_block_said, true) {
                                 tracing::warn!("bank {b}: no free block for a GC frontier");
                             }
@@ -539,6 +541,7 @@ impl PageScheme {
                     }
                 }
                 None => {
+                    core.counters.gc_starved.fetch_add(1, Ordering::Relaxed);
                     if !std::mem::replace(&mut g.no_block_said, true) {
                         tracing::warn!("bank {b}: no free block for the GC frontier");
                     }
@@ -1120,6 +1123,33 @@ impl PageScheme {
             }
         }
         steps
+    }
+
+    /// A clean open found bank `b` with no free block for its GC: the close left the GC
+    /// frontier partly programmed, and with the reserve in it the bank had no other. The
+    /// resumed `block` (next page `next`) becomes the bank's cold GC frontier again rather
+    /// than a writer's (`PageScheme::resume_frontiers`). Parked for writers, it left GC no
+    /// room on the bank: an outside check saw 'no free block for a GC frontier' step after
+    /// step right after clean opens with hot/cold separation, until another bank freed a
+    /// block to rescue to.
+    pub(super) fn adopt_gc_frontier(&self, b: u32, block: u32, next: u32) {
+        let mut g = self.gc[b as usize].lock();
+        if g.frontiers[COLD].is_none() {
+            g.frontiers[COLD] = Some((b, Frontier { block, next }));
+        }
+    }
+
+    /// Slots bank `b`'s GC frontiers on the bank can still take without a new block.
+    #[cfg(test)]
+    pub(super) fn gc_room(&self, core: &Core, b: u32) -> u32 {
+        let (ppb, spp) = (core.layout.pages_per_block, core.layout.slots_per_page);
+        let g = self.gc[b as usize].lock();
+        g.frontiers
+            .iter()
+            .flatten()
+            .filter(|(fb, _)| *fb == b)
+            .map(|(_, f)| (ppb - f.next) * spp)
+            .sum()
     }
 
     /// Foreground GC when no bank can take a page: one step (see

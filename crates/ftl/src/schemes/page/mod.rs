@@ -25,7 +25,7 @@ pub(crate) mod recover;
 
 use std::sync::Arc;
 
-use nand_model::{BlockAddr, PageAddr};
+use nand_model::PageAddr;
 use parking_lot::Mutex;
 
 use self::costs::VictimCosts;
@@ -42,7 +42,7 @@ use crate::error::Result;
 use crate::layout::{Layout, Lpn, Psa};
 use crate::oob;
 use crate::recovery::Resolved;
-use crate::schemes::{BackgroundWorker, Placer, RecoverInput, Scheme, SchemeKind};
+use crate::schemes::{BackgroundWorker, CleanOpen, Placer, RecoverInput, Scheme, SchemeKind};
 
 /// The page scheme's state.
 pub struct PageScheme {
@@ -140,8 +140,8 @@ impl Scheme for PageScheme {
         &self.map
     }
 
-    fn after_recovery(&self, core: &Core, partly_programmed: &[BlockAddr]) -> Result<()> {
-        let resumed = self.resume_frontiers(core, partly_programmed);
+    fn after_recovery(&self, core: &Core, clean: Option<&CleanOpen<'_>>) -> Result<()> {
+        let resumed = self.resume_frontiers(core, clean.map_or(&[], |c| c.partly_programmed));
         let steps = self.restore_headroom(core, &resumed);
         if steps > 0 {
             tracing::info!("open: {steps} GC steps gave every bank a block for writers again");

@@ -490,6 +490,7 @@ mod tests {
             lpns: 8,
             blocks: Vec::new(),
             trims: Vec::new(),
+            scheme_state: Vec::new(),
         }
     }
 

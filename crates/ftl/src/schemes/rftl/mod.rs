@@ -13,6 +13,7 @@
 //! | `steps` | a step's copies and erases, the end of a job, compaction |
 //! | `place` | where a host page goes, and the step it carries |
 //! | `recover` | roles rebuilt after an open |
+//! | `saved` | jobs under way, kept across a clean close |
 //!
 //! # Mapping
 //! A *logical block* is `slots_per_block` consecutive logical pages; its pages live only in
@@ -50,8 +51,10 @@
 //! Data slots carry (logical page, sequence number) and copies keep the sequence number, so
 //! recovery resolves versions with the page scheme's rules; roles are then derived from where
 //! the current versions are (`recover.rs`), and a logical block left in a shape the rules do
-//! not allow (a job half done) is compacted at open. Trim records go to journal blocks, and
-//! slots a trim unmapped stay valid until its record is on flash, as with every scheme.
+//! not allow (a job half done) is compacted at open. A clean open instead takes the jobs
+//! under way back from the checkpoint (`saved.rs`), once they check out against the medium.
+//! Trim records go to journal blocks, and slots a trim unmapped stay valid until its record
+//! is on flash, as with every scheme.
 //!
 //! # Not done
 //! Static wear levelling (allocation takes the least-worn free block: dynamic only), and the
@@ -61,12 +64,13 @@ mod budget;
 mod lbn;
 mod place;
 mod recover;
+mod saved;
 mod steps;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use nand_model::{BlockAddr, PageAddr};
+use nand_model::PageAddr;
 use parking_lot::Mutex;
 
 pub use self::budget::StepBudget;
@@ -79,7 +83,7 @@ use crate::schemes::block_ops::{self, Journal};
 use crate::schemes::hybrid::banks::BankPlan;
 use crate::schemes::hybrid::locks::LbnLocks;
 use crate::schemes::page::map::PageMap;
-use crate::schemes::{Placer, Scheme, SchemeKind};
+use crate::schemes::{CleanOpen, Placer, Scheme, SchemeKind};
 use crate::stats::{LatencyHistogram, RtStats};
 
 /// Counters of the partial GC.
@@ -92,6 +96,8 @@ struct RtCounters {
     folds: AtomicU64,
     shifts: AtomicU64,
     compactions: AtomicU64,
+    /// Jobs a clean open took back from the checkpoint (`saved.rs`).
+    jobs_resumed: AtomicU64,
     /// Most steps one job took (at most `k_fold` for a fold, `k_shift` for a shift).
     max_job_steps: AtomicU64,
     /// From a step's start to the submission of its last operation (erases are not waited
@@ -161,6 +167,79 @@ impl RftlScheme {
         block_ops::block_state(core, self.layout, b)
     }
 
+    /// The rules one logical block's state keeps (Lemma 4.2, Theorem 4.1), whatever the
+    /// medium: checked by `check` and on a state a clean open takes back (`saved.rs`).
+    /// `budget_holds`: false on a device that turned read-only (it stops mid-job or without
+    /// a next buffer, so the budget's rules no longer apply).
+    fn lbn_rules(&self, lbn: u32, st: &LbnState, budget_holds: bool) -> Result<(), String> {
+        let ppb = self.layout.pages_per_block;
+        let blocks = st.blocks();
+        if blocks.len() > 3 {
+            return Err(format!(
+                "logical block {lbn} holds {} blocks: {st:?}",
+                blocks.len()
+            ));
+        }
+        for blk in [st.primary, st.buffer, st.replacement]
+            .into_iter()
+            .flatten()
+        {
+            if blk.next > ppb {
+                return Err(format!("logical block {lbn}: {blk:?} is past its end"));
+            }
+        }
+        let k = &self.budget;
+        match &st.job {
+            None => {
+                if st.replacement.is_some() {
+                    return Err(format!("logical block {lbn}: a replacement without a job"));
+                }
+                // Theorem 4.1: when the host starts filling the buffer, a fold must fit in
+                // what is left of it.
+                if let Some(b) = st.buffer.filter(|_| budget_holds) {
+                    if b.free(ppb) < k.k_fold {
+                        return Err(format!(
+                            "logical block {lbn}: no job and a buffer with {} free pages (a fold needs {}): {st:?}",
+                            b.free(ppb),
+                            k.k_fold
+                        ));
+                    }
+                }
+            }
+            Some(j) => {
+                if st.dest(j.dest).is_none() {
+                    return Err(format!(
+                        "logical block {lbn}: a job without its destination: {st:?}"
+                    ));
+                }
+                if j.steps > 0 && j.sources.iter().any(|(_, lim)| lim.is_none()) {
+                    return Err(format!(
+                        "logical block {lbn}: a source unfixed after a step: {st:?}"
+                    ));
+                }
+                let over = match j.kind {
+                    // Every step of a fold is followed by a host page into the buffer, which
+                    // had `k_fold` free pages when the fold started: what is left covers the
+                    // steps to come.
+                    lbn::JobKind::Fold => {
+                        j.steps > k.k_fold
+                            || st.buffer.is_none_or(|b| b.free(ppb) + j.steps < k.k_fold)
+                    }
+                    lbn::JobKind::Shift => j.steps > k.k_shift,
+                    // Run to its end at once: never seen between operations.
+                    lbn::JobKind::Compact => true,
+                };
+                if over && budget_holds {
+                    return Err(format!(
+                        "logical block {lbn}: a job past its budget (k_fold {}, k_shift {}): {st:?}",
+                        k.k_fold, k.k_shift
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn set_block_state(&self, core: &Core, b: BlockIdx, state: BlockState) {
         block_ops::set_block_state(core, self.layout, b, state);
     }
@@ -189,26 +268,38 @@ impl Scheme for RftlScheme {
         Journal::reclaim(&self.journal, core, self.layout, &self.map);
     }
 
-    fn after_recovery(&self, core: &Core, _partly_programmed: &[BlockAddr]) -> Result<()> {
-        self.rebuild_roles(core)
+    fn after_recovery(&self, core: &Core, clean: Option<&CleanOpen<'_>>) -> Result<()> {
+        self.rebuild_roles(core, clean.map_or(&[], |c| c.scheme_state))
+    }
+
+    /// The logical blocks with a fold or shift under way (`saved.rs`). A state mutex a step
+    /// holds while it waits for the GC gate the checkpoint holds is not waited for: that
+    /// logical block is left out (a clean open then compacts it, as after a crash).
+    fn checkpoint_state(&self) -> Vec<u32> {
+        let jobs: Vec<(u32, LbnState)> = self
+            .state
+            .iter()
+            .enumerate()
+            .filter_map(|(l, m)| {
+                let st = m.try_lock()?;
+                st.job.is_some().then(|| (l as u32, st.clone()))
+            })
+            .collect();
+        saved::encode(&jobs)
     }
 
     fn check(&self, core: &Core, zombies: &[Psa]) -> std::result::Result<(), String> {
         self.map.check(zombies)?;
         let layout = self.layout;
-        let ppb = layout.pages_per_block;
         let states: Vec<LbnState> = self.state.iter().map(|s| s.lock().clone()).collect();
         let mut owner: std::collections::HashMap<BlockIdx, u32> = Default::default();
+        // A device that turned read-only stops mid-job or without a next buffer: the
+        // budget's rules no longer apply (the data rules still do).
+        let budget_holds = core.read_only_reason().is_none();
         for (lbn, st) in states.iter().enumerate() {
             let lbn = lbn as u32;
-            let blocks = st.blocks();
-            if blocks.len() > 3 {
-                return Err(format!(
-                    "logical block {lbn} holds {} blocks: {st:?}",
-                    blocks.len()
-                ));
-            }
-            for b in &blocks {
+            self.lbn_rules(lbn, st, budget_holds)?;
+            for b in &st.blocks() {
                 if let Some(o) = owner.insert(*b, lbn) {
                     return Err(format!(
                         "block {} belongs to logical blocks {o} and {lbn}",
@@ -218,66 +309,6 @@ impl Scheme for RftlScheme {
                 let s = self.block_state(core, *b);
                 if !matches!(s, BlockState::Open | BlockState::Full) {
                     return Err(format!("block {} of logical block {lbn} is {s:?}", b.0));
-                }
-            }
-            for blk in [st.primary, st.buffer, st.replacement]
-                .into_iter()
-                .flatten()
-            {
-                if blk.next > ppb {
-                    return Err(format!("logical block {lbn}: {blk:?} is past its end"));
-                }
-            }
-            // A device that turned read-only stops mid-job or without a next buffer: the
-            // budget's rules no longer apply (the data rules above and below still do).
-            let budget_holds = core.read_only_reason().is_none();
-            let k = &self.budget;
-            match &st.job {
-                None => {
-                    if st.replacement.is_some() {
-                        return Err(format!("logical block {lbn}: a replacement without a job"));
-                    }
-                    // Theorem 4.1: when the host starts filling the buffer, a fold must fit in
-                    // what is left of it.
-                    if let Some(b) = st.buffer.filter(|_| budget_holds) {
-                        if b.free(ppb) < self.budget.k_fold {
-                            return Err(format!(
-                                "logical block {lbn}: no job and a buffer with {} free pages (a fold needs {}): {st:?}",
-                                b.free(ppb),
-                                self.budget.k_fold
-                            ));
-                        }
-                    }
-                }
-                Some(j) => {
-                    if st.dest(j.dest).is_none() {
-                        return Err(format!(
-                            "logical block {lbn}: a job without its destination: {st:?}"
-                        ));
-                    }
-                    if j.steps > 0 && j.sources.iter().any(|(_, lim)| lim.is_none()) {
-                        return Err(format!(
-                            "logical block {lbn}: a source unfixed after a step: {st:?}"
-                        ));
-                    }
-                    let over = match j.kind {
-                        // Every step of a fold is followed by a host page into the buffer,
-                        // which had `k_fold` free pages when the fold started: what is left
-                        // covers the steps to come.
-                        lbn::JobKind::Fold => {
-                            j.steps > k.k_fold
-                                || st.buffer.is_none_or(|b| b.free(ppb) + j.steps < k.k_fold)
-                        }
-                        lbn::JobKind::Shift => j.steps > k.k_shift,
-                        // Run to its end at once: never seen between operations.
-                        lbn::JobKind::Compact => true,
-                    };
-                    if over && budget_holds {
-                        return Err(format!(
-                            "logical block {lbn}: a job past its budget (k_fold {}, k_shift {}): {st:?}",
-                            k.k_fold, k.k_shift
-                        ));
-                    }
                 }
             }
         }
@@ -339,6 +370,7 @@ impl Scheme for RftlScheme {
             folds: ld(&c.folds),
             shifts: ld(&c.shifts),
             compactions: ld(&c.compactions),
+            jobs_resumed: ld(&c.jobs_resumed),
             merges: 0,
             queue_len: 0,
             queue_max: 0,

@@ -12,13 +12,15 @@
 //! - blocks with trim records still live are journal blocks; programmed blocks holding
 //!   nothing current are erased.
 //!
-//! A job does not survive a close: the logical blocks with one under way are compacted at
-//! the next open (at most a block's copies each).
+//! A job under way survives a clean close: the checkpoint holds it (`saved.rs`), and the
+//! open takes it back once it checks out against the medium and the map
+//! ([`RftlScheme::take_saved`]). After a crash, or where it does not check out, the logical
+//! block is rebuilt as above (compacted: at most a block's copies).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use super::lbn::{Blk, LbnState};
-use super::RftlScheme;
+use super::lbn::{Blk, JobKind, LbnState};
+use super::{saved, RftlScheme};
 use crate::blocks::BlockState;
 use crate::core::Core;
 use crate::error::Result;
@@ -26,40 +28,62 @@ use crate::layout::{BlockIdx, Lpn};
 use crate::schemes::block_ops::{self, Journal};
 
 impl RftlScheme {
-    pub(super) fn rebuild_roles(&self, core: &Core) -> Result<()> {
+    /// `saved`: the checkpoint's jobs, on a clean open (empty otherwise).
+    pub(super) fn rebuild_roles(&self, core: &Core, saved: &[u32]) -> Result<()> {
         let layout = self.layout;
         let ppb = layout.pages_per_block;
-        // The logical blocks with a current page in each block.
-        let mut lbns_in: BTreeMap<BlockIdx, BTreeSet<u32>> = BTreeMap::new();
-        for l in 0..self.lpns {
-            if let Some(psa) = self.map.get(Lpn(l)) {
-                lbns_in
-                    .entry(layout.block_of(psa))
-                    .or_default()
-                    .insert(self.lbn_of(Lpn(l)));
-            }
-        }
-        let journal = Journal::live_blocks(&self.map, layout);
-        let mut blocks_of: BTreeMap<u32, Vec<BlockIdx>> = BTreeMap::new();
-        let mut mixed: BTreeSet<u32> = BTreeSet::new();
-        for (b, lbns) in &lbns_in {
-            if journal.contains(b) {
-                continue;
-            }
-            if lbns.len() > 1 {
-                mixed.extend(lbns.iter().copied());
-            }
-            for &l in lbns {
-                blocks_of.entry(l).or_default().push(*b);
-            }
-        }
+        let at = self.pages_at();
+        let (blocks_of, mixed, journal) = (&at.blocks_of, &at.mixed, &at.journal);
         let placed = |b: BlockIdx| {
             core.nand
                 .block_state(layout.block_addr(b))
                 .map_or(ppb, |s| s.programmed_pages)
         };
+        // A read-only device steps no job: it keeps the rebuild it always had.
+        let mut saved = match saved::decode(saved, self.lbns) {
+            _ if core.read_only_reason().is_some() => BTreeMap::new(),
+            Some(v) => v.into_iter().collect(),
+            None => {
+                tracing::warn!(
+                    "recovery: the checkpoint's RFTL jobs do not parse; their logical blocks are \
+                     rebuilt as after a crash"
+                );
+                BTreeMap::new()
+            }
+        };
+        // A role block with room is open, else full.
+        let mark_roles = |st: &LbnState| {
+            for blk in [st.primary, st.buffer, st.replacement]
+                .into_iter()
+                .flatten()
+            {
+                let state = if blk.next < ppb {
+                    BlockState::Open
+                } else {
+                    BlockState::Full
+                };
+                self.set_block_state(core, blk.block, state);
+            }
+        };
+        let offered = saved.len();
+        let mut claimed: HashSet<BlockIdx> = HashSet::new();
+        let mut taken = 0u64;
         let mut compact: Vec<(u32, Vec<Blk>)> = Vec::new();
-        for (&lbn, blocks) in &blocks_of {
+        for (&lbn, blocks) in blocks_of {
+            if let Some(st) = saved.remove(&lbn) {
+                match self.take_saved(core, lbn, &st, &at, &claimed) {
+                    Ok(()) => {
+                        mark_roles(&st);
+                        claimed.extend(st.blocks());
+                        *self.state[lbn as usize].lock() = st;
+                        taken += 1;
+                        continue;
+                    }
+                    Err(why) => tracing::debug!(
+                        "recovery: logical block {lbn}'s saved job not taken: {why}"
+                    ),
+                }
+            }
             let blks: Vec<Blk> = blocks
                 .iter()
                 .map(|&b| Blk {
@@ -85,20 +109,21 @@ impl RftlScheme {
                 }
                 _ => compact.push((lbn, blks.clone())),
             }
-            for blk in [st.primary, st.buffer].into_iter().flatten() {
-                let state = if blk.next < ppb {
-                    BlockState::Open
-                } else {
-                    BlockState::Full
-                };
-                self.set_block_state(core, blk.block, state);
-            }
+            mark_roles(&st);
             *self.state[lbn as usize].lock() = st;
         }
         {
             let mut j = self.journal.lock();
             j.open = None;
             j.closed = journal.iter().map(|b| (*b, false)).collect();
+        }
+        self.counters
+            .jobs_resumed
+            .fetch_add(taken, std::sync::atomic::Ordering::Relaxed);
+        if offered > 0 {
+            tracing::info!(
+                "recovery: {taken} of the {offered} RFTL jobs the close left under way taken back"
+            );
         }
         if !compact.is_empty() {
             tracing::info!(
@@ -127,5 +152,242 @@ impl RftlScheme {
             }
         }
         Ok(())
+    }
+
+    /// Where the current pages are, as the map says after recovery.
+    fn pages_at(&self) -> PagesAt {
+        let layout = self.layout;
+        let mut lbns_in: BTreeMap<BlockIdx, BTreeSet<u32>> = BTreeMap::new();
+        for l in 0..self.lpns {
+            if let Some(psa) = self.map.get(Lpn(l)) {
+                lbns_in
+                    .entry(layout.block_of(psa))
+                    .or_default()
+                    .insert(self.lbn_of(Lpn(l)));
+            }
+        }
+        let journal = Journal::live_blocks(&self.map, layout);
+        let mut blocks_of: BTreeMap<u32, Vec<BlockIdx>> = BTreeMap::new();
+        let mut mixed: BTreeSet<u32> = BTreeSet::new();
+        for (b, lbns) in &lbns_in {
+            if journal.contains(b) {
+                continue;
+            }
+            if lbns.len() > 1 {
+                mixed.extend(lbns.iter().copied());
+            }
+            for &l in lbns {
+                blocks_of.entry(l).or_default().push(*b);
+            }
+        }
+        PagesAt {
+            lbns_in,
+            journal,
+            blocks_of,
+            mixed,
+        }
+    }
+
+    /// Whether logical block `lbn`'s saved state `st` may be taken back: it keeps the
+    /// scheme's rules, names only good, programmed blocks that hold no other logical
+    /// block's current pages, no trim journal's and none another taken state has
+    /// (`claimed`), with every role's next page where the medium's block table says, every
+    /// fixed source limit within what is programmed, and every block holding a current page
+    /// of `lbn` among its own. A fold copies into its replacement, a shift into its buffer.
+    fn take_saved(
+        &self,
+        core: &Core,
+        lbn: u32,
+        st: &LbnState,
+        at: &PagesAt,
+        claimed: &HashSet<BlockIdx>,
+    ) -> std::result::Result<(), String> {
+        let layout = self.layout;
+        self.lbn_rules(lbn, st, true)?;
+        if at.mixed.contains(&lbn) {
+            return Err("a block of it holds other logical blocks' pages".into());
+        }
+        let job = st.job.as_ref().ok_or("no job")?;
+        match (job.kind, job.dest) {
+            (JobKind::Fold, super::lbn::Dest::Replacement)
+            | (JobKind::Shift, super::lbn::Dest::Buffer) => {}
+            _ => return Err(format!("a {:?} into its {:?}", job.kind, job.dest)),
+        }
+        let mine = st.blocks();
+        let mut programmed = std::collections::HashMap::new();
+        for &b in &mine {
+            if b.0 >= layout.total_blocks() {
+                return Err(format!("block {} past the device", b.0));
+            }
+            let addr = layout.block_addr(b);
+            if layout.is_reserved(addr) {
+                return Err(format!("block {} is reserved", b.0));
+            }
+            let s = core
+                .nand
+                .block_state(addr)
+                .map_err(|e| format!("block {}: {e}", b.0))?;
+            if s.bad || s.programmed_pages == 0 {
+                return Err(format!("block {} is bad or erased", b.0));
+            }
+            if at.journal.contains(&b) || claimed.contains(&b) {
+                return Err(format!("block {} belongs to another", b.0));
+            }
+            if at
+                .lbns_in
+                .get(&b)
+                .is_some_and(|ls| ls.iter().any(|&l| l != lbn))
+            {
+                return Err(format!("block {} holds another logical block's pages", b.0));
+            }
+            programmed.insert(b, s.programmed_pages);
+        }
+        for blk in [st.primary, st.buffer, st.replacement]
+            .into_iter()
+            .flatten()
+        {
+            if programmed.get(&blk.block) != Some(&blk.next) {
+                return Err(format!(
+                    "{blk:?}: the medium has {:?} pages programmed",
+                    programmed.get(&blk.block)
+                ));
+            }
+        }
+        for (b, lim) in &job.sources {
+            if let Some(l) = lim {
+                if programmed.get(b).is_none_or(|p| l > p) {
+                    return Err(format!("source {} limited past what it holds", b.0));
+                }
+            }
+        }
+        let current = at.blocks_of.get(&lbn).map_or(&[][..], |v| &v[..]);
+        if let Some(b) = current.iter().find(|b| !mine.contains(b)) {
+            return Err(format!(
+                "block {} holds its pages and is not one of its own",
+                b.0
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Where the current pages are after recovery (the map's view), for the rebuild.
+struct PagesAt {
+    /// The logical blocks with a current page in each block.
+    lbns_in: BTreeMap<BlockIdx, BTreeSet<u32>>,
+    /// The blocks holding live trim records (the journal's).
+    journal: HashSet<BlockIdx>,
+    /// Per logical block, the blocks (not the journal's) holding its current pages.
+    blocks_of: BTreeMap<u32, Vec<BlockIdx>>,
+    /// Logical blocks sharing a block with another (RFTL never writes that).
+    mixed: BTreeSet<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::any::Any;
+    use std::sync::Arc;
+
+    use nand_model::TimingMode;
+
+    use super::*;
+    use crate::schemes::SchemeKind;
+    use crate::{Ftl, FtlConfig};
+
+    /// A saved job is taken back only where it agrees with the medium and the map. The
+    /// state a clean close saves is taken; the same state with a role's next page off by
+    /// one, a fold copying into its buffer, a block past the device, a block another taken
+    /// state claimed, or a block holding another logical block's pages is refused.
+    #[test]
+    fn a_saved_job_that_disagrees_with_the_medium_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = FtlConfig {
+            scheme: SchemeKind::Rftl,
+            queues: 1,
+            checkpoint_interval_bytes: 0,
+            ..FtlConfig::default()
+        };
+        // The integration tests' device: a copy well under an erase (RFTL's budget).
+        let mut nand = crate::test_support::small_nand(2, 2, 32);
+        nand.timing = nand_model::Timing {
+            t_read: std::time::Duration::from_micros(25),
+            t_prog: std::time::Duration::from_micros(200),
+            t_erase: std::time::Duration::from_micros(1500),
+            channel_bytes_per_sec: 400_000_000,
+            ..Default::default()
+        };
+        let f = Ftl::create(&dir.path().join("r.img"), &nand, TimingMode::Off, cfg, None)
+            .expect("create");
+        let any: Arc<dyn Any + Send + Sync> = f.core.scheme.clone();
+        let rftl = any.downcast::<RftlScheme>().expect("the rftl scheme");
+        let pages = f.capacity() / 4096;
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let data = vec![7u8; 4096];
+        for l in 0..pages {
+            futures::executor::block_on(f.write(0, l * 4096, &data, false)).expect("write");
+        }
+        let job = |r: &RftlScheme| {
+            r.state.iter().enumerate().find_map(|(l, m)| {
+                let st = m.lock();
+                st.job.is_some().then(|| (l as u32, st.clone()))
+            })
+        };
+        let mut n = 0;
+        while job(&rftl).is_none() {
+            assert!(n < 40 * pages, "no job started");
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            futures::executor::block_on(f.write(0, (x % pages) * 4096, &data, false))
+                .expect("write");
+            n += 1;
+        }
+        f.close().expect("close");
+        let (lbn, st) = job(&rftl).expect("a job");
+        let core = &f.core;
+        let at = rftl.pages_at();
+        let none = HashSet::new();
+        assert_eq!(rftl.take_saved(core, lbn, &st, &at, &none), Ok(()));
+        let refused = |bad: &LbnState, claimed: &HashSet<BlockIdx>, what: &str| {
+            assert!(
+                rftl.take_saved(core, lbn, bad, &at, claimed).is_err(),
+                "{what}: {bad:?} taken"
+            );
+        };
+        let mut bad = st.clone();
+        if let Some(p) = bad.primary.as_mut() {
+            p.next = p.next.saturating_sub(1);
+        }
+        refused(&bad, &none, "the primary's next page off by one");
+        let mut bad = st.clone();
+        if let Some(j) = bad.job.as_mut() {
+            j.dest = match j.dest {
+                super::super::lbn::Dest::Replacement => super::super::lbn::Dest::Buffer,
+                super::super::lbn::Dest::Buffer => super::super::lbn::Dest::Replacement,
+            };
+        }
+        refused(&bad, &none, "the job's destination swapped");
+        let mut bad = st.clone();
+        if let Some(j) = bad.job.as_mut() {
+            j.sources.push((BlockIdx(rftl.layout.total_blocks()), None));
+        }
+        refused(&bad, &none, "a block past the device");
+        refused(
+            &st,
+            &st.blocks().into_iter().take(1).collect(),
+            "a claimed block",
+        );
+        // A block holding another logical block's current pages.
+        let other = at
+            .lbns_in
+            .iter()
+            .find(|(_, ls)| !ls.contains(&lbn))
+            .map(|(b, _)| *b)
+            .expect("another logical block's block");
+        let mut bad = st.clone();
+        if let Some(j) = bad.job.as_mut() {
+            j.erase.push((other, false));
+        }
+        refused(&bad, &none, "another logical block's block");
     }
 }
