@@ -99,6 +99,18 @@ impl BankAlloc {
         Some(b)
     }
 
+    /// Takes free block `block`, marking it open; false if it is not in the free list.
+    /// O(free blocks).
+    pub fn take_free(&mut self, block: u32) -> bool {
+        let before = self.free.len();
+        self.free.retain(|Reverse((_, b))| *b != block);
+        if self.free.len() == before {
+            return false;
+        }
+        self.state[block as usize] = BlockState::Open;
+        true
+    }
+
     /// Takes the least-worn free block, marking it open.
     pub fn pop_free(&mut self) -> Option<u32> {
         let Reverse((_, b)) = self.free.pop()?;

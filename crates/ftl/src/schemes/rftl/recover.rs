@@ -73,6 +73,20 @@ impl RftlScheme {
             if let Some(st) = saved.remove(&lbn) {
                 match self.take_saved(core, lbn, &st, &at, &claimed) {
                     Ok(()) => {
+                        // A role with no page yet (a shift's fresh buffer before its first
+                        // step) is an erased block recovery put in the free list: it is
+                        // this logical block's again.
+                        for blk in [st.primary, st.buffer, st.replacement]
+                            .into_iter()
+                            .flatten()
+                        {
+                            if blk.next == 0 {
+                                let addr = layout.block_addr(blk.block);
+                                let mut a = core.bank(addr.bank.0).alloc.lock();
+                                a.take_free(addr.block);
+                                core.update_free(addr.bank.0, a.free_len());
+                            }
+                        }
                         mark_roles(&st);
                         claimed.extend(st.blocks());
                         *self.state[lbn as usize].lock() = st;
@@ -189,11 +203,12 @@ impl RftlScheme {
     }
 
     /// Whether logical block `lbn`'s saved state `st` may be taken back: it keeps the
-    /// scheme's rules, names only good, programmed blocks that hold no other logical
-    /// block's current pages, no trim journal's and none another taken state has
-    /// (`claimed`), with every role's next page where the medium's block table says, every
-    /// fixed source limit within what is programmed, and every block holding a current page
-    /// of `lbn` among its own. A fold copies into its replacement, a shift into its buffer.
+    /// scheme's rules, names only good blocks that hold no other logical block's current
+    /// pages, no trim journal's and none another taken state has (`claimed`), with every
+    /// role's next page where the medium's block table says (a role with no page yet, a
+    /// shift's fresh buffer, is a free block; any other block is programmed), every fixed
+    /// source limit within what is programmed, and every block holding a current page of
+    /// `lbn` among its own. A fold copies into its replacement, a shift into its buffer.
     fn take_saved(
         &self,
         core: &Core,
@@ -227,8 +242,19 @@ impl RftlScheme {
                 .nand
                 .block_state(addr)
                 .map_err(|e| format!("block {}: {e}", b.0))?;
-            if s.bad || s.programmed_pages == 0 {
-                return Err(format!("block {} is bad or erased", b.0));
+            let fresh_role = [st.primary, st.buffer, st.replacement]
+                .into_iter()
+                .flatten()
+                .any(|r| r.block == b && r.next == 0);
+            if s.bad {
+                return Err(format!("block {} is bad", b.0));
+            }
+            if s.programmed_pages == 0
+                && !(fresh_role
+                    && core.bank(addr.bank.0).alloc.lock().state[addr.block as usize]
+                        == BlockState::Free)
+            {
+                return Err(format!("block {} is erased and not a free role block", b.0));
             }
             if at.journal.contains(&b) || claimed.contains(&b) {
                 return Err(format!("block {} belongs to another", b.0));
