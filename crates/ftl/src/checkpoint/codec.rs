@@ -654,4 +654,42 @@ mod tests {
         let e = decode(&encode(&bad), 4096).err().unwrap_or_default();
         assert!(e.contains("checkpoint id"), "{e}");
     }
+
+    /// A version 1 full checkpoint is exactly what its counts say: a trailing word is
+    /// refused, as every earlier build refused it. Version 2 takes trailing words as the
+    /// scheme's state, whole words only.
+    #[test]
+    fn trailing_words_are_scheme_state_only_in_version_2() {
+        let full: Vec<u32> = vec![1; 8];
+        let out = Outgoing {
+            id: 1,
+            sc: 10,
+            prev_sc: 5,
+            lpns: 8,
+            map: MapBody::Full(&full),
+            blocks: &[(1, 2)],
+            trims: &[],
+            scheme_state: &[],
+        };
+        // Appends `extra` to the body, fixing the length and CRC in the header.
+        let with_tail = |b: &[u8], extra: &[u8], version: u32| {
+            let mut v = b.to_vec();
+            v.extend_from_slice(extra);
+            let len = (v.len() - HEADER) as u32;
+            let crc = crc32fast::hash(&v[HEADER..]);
+            v[8..12].copy_from_slice(&version.to_le_bytes());
+            v[56..60].copy_from_slice(&crc.to_le_bytes());
+            v[60..64].copy_from_slice(&len.to_le_bytes());
+            v
+        };
+        let b = encode(&out);
+        assert!(decode(&with_tail(&b, &[], 1), 4096).is_ok());
+        assert!(decode(&with_tail(&b, &7u32.to_le_bytes(), 1), 4096).is_err());
+        let (c, _) = decode(&with_tail(&b, &7u32.to_le_bytes(), 2), 4096).expect("version 2");
+        assert_eq!(c.scheme_state, vec![7]);
+        let (c, _) = decode(&with_tail(&b, &[], 2), 4096).expect("version 2, no state");
+        assert!(c.scheme_state.is_empty());
+        assert!(decode(&with_tail(&b, &[1, 2], 2), 4096).is_err());
+        assert!(decode(&with_tail(&b, &[], 3), 4096).is_err());
+    }
 }

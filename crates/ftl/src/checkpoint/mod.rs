@@ -249,9 +249,10 @@ pub fn read_superblock_copies(nand: &NandDevice) -> Result<(SuperBlock, Superblo
              --force) or delete it",
         ));
     }
-    // The first intact copy. A copy whose checksum matches but whose fields are refused
-    // explains the failure best; then one that fails its checksum (damage); else the image was
-    // never formatted by ftld.
+    // Every copy is read: the first intact one is used, the others counted (a writable open
+    // replaces the damaged ones). With none intact, a copy whose checksum matches but whose
+    // fields are refused explains the failure best; then one that fails its checksum
+    // (damage); else the image was never formatted by ftld.
     let mut refused: Option<String> = None;
     let mut corrupt = 0;
     let mut found: Option<(u32, SuperBlock)> = None;
@@ -276,6 +277,8 @@ pub fn read_superblock_copies(nand: &NandDevice) -> Result<(SuperBlock, Superblo
                 corrupt += 1;
                 continue;
             }
+            // Past a copy already found, only the count of intact copies suffers.
+            Err(_) if found.is_some() => break,
             Err(e) => return Err(e.into()),
         }
         // (A superblock page: the slot count only bounds data pages.)
@@ -591,12 +594,16 @@ impl Core {
             None if self.area_has_bad_block(0) => (1, 0),
             None => (0, 0),
         };
-        let written = if offset == 0 && !full {
-            // The chain's area is full: this delta cannot start a chain. Take a full one.
-            Err(FtlError::Internal("checkpoint area full".into()))
-        } else {
-            self.write_area(area, offset, &out)
-        };
+        if offset == 0 && !full {
+            // The chain's area is full: this delta cannot start a chain. A full one instead;
+            // not a failure (a scheme state in every delta, RFTL's, fills the area sooner).
+            // The dirty chunks taken for this delta are lost: the next one must be full.
+            drop(hold);
+            self.ckpt.lock().force_full = true;
+            drop(_one);
+            return self.checkpoint();
+        }
+        let written = self.write_area(area, offset, &out);
         drop(hold);
         if let Err(e) = written {
             self.counters
@@ -604,10 +611,6 @@ impl Core {
                 .fetch_add(1, Ordering::Relaxed);
             // The dirty chunks taken for this checkpoint are lost: the next one must be full.
             self.ckpt.lock().force_full = true;
-            if !full && offset == 0 {
-                drop(_one);
-                return self.checkpoint();
-            }
             // The area's erase failed and turned a block of it bad (worn out): the other area
             // takes the checkpoint, once (it goes there when an area has a bad block).
             if may_retry

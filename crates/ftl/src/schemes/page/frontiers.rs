@@ -240,13 +240,16 @@ impl PageScheme {
         }
         for (bank, mut pool) in banks {
             pool.sort_unstable();
-            // GC's room first: a bank with no free block (its reserve went into the GC
-            // frontier the close left partly programmed) gets the block with the most room
-            // back as its GC frontier (see `adopt_gc_frontier`).
-            if core.bank(bank).free.load(Ordering::Acquire) < GC_RESERVE && !pool.is_empty() {
-                let (next, block) = pool.remove(0);
-                core.bank(bank).alloc.lock().state[block as usize] = BlockState::Open;
-                self.adopt_gc_frontier(bank, block, next);
+            // GC's room first: a bank with fewer free blocks than the GC reserve (it went into
+            // the GC frontier the close left partly programmed) gets the block with the most
+            // room back as its GC frontier (see `adopt_gc_frontier`).
+            if core.bank(bank).free.load(Ordering::Acquire) < GC_RESERVE {
+                if let Some(&(next, block)) = pool.first() {
+                    if self.adopt_gc_frontier(bank, block, next) {
+                        pool.remove(0);
+                        core.bank(bank).alloc.lock().state[block as usize] = BlockState::Open;
+                    }
+                }
             }
             // Full plane sets first; then each block left as a set of its own.
             let mut sets: Vec<Vec<Frontier>> =

@@ -168,6 +168,15 @@ pub struct BankGc {
     no_block_said: bool,
 }
 
+/// A GC program found no block for its frontier on bank `b` (nor one to rescue its data to):
+/// counted every time, said once per stretch (`said`: `BankGc::no_block_said`).
+fn starved(core: &Core, b: u32, said: &mut bool) {
+    core.counters.gc_starved.fetch_add(1, Ordering::Relaxed);
+    if !std::mem::replace(said, true) {
+        tracing::warn!("bank {b}: no free block for a GC frontier");
+    }
+}
+
 /// What a step achieved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
@@ -302,10 +311,7 @@ impl PageScheme {
                 {
                     match self.copyback_page(core, b, addr, &mut g.frontiers[COLD], &mut g.oob) {
                         Moved::NoBlock => {
-                            core.counters.gc_starved.fetch_add(1, Ordering::Relaxed);
-                            if !std::mem::replace(&mut g.no_block_said, true) {
-                                tracing::warn!("bank {b}: no free block for the GC frontier");
-                            }
+                            starved(core, b, &mut g.no_block_said);
                             // Nothing moved: the page is visited again by the next step.
                             cur.next_page -= 1;
                             return Step::Idle;
@@ -532,19 +538,13 @@ impl PageScheme {
                         }
                         None => {
                             // Victims are chosen to fit: only repeated failures get here.
-                            core.counters.gc_starved.fetch_add(1, Ordering::Relaxed);
-                            if !std::mem::replace(&mut g.no_block_said, true) {
-                                tracing::warn!("bank {b}: no free block for a GC frontier");
-                            }
+                            starved(core, b, &mut g.no_block_said);
                             return false;
                         }
                     }
                 }
                 None => {
-                    core.counters.gc_starved.fetch_add(1, Ordering::Relaxed);
-                    if !std::mem::replace(&mut g.no_block_said, true) {
-                        tracing::warn!("bank {b}: no free block for the GC frontier");
-                    }
+                    starved(core, b, &mut g.no_block_said);
                     return false;
                 }
             };
@@ -1132,11 +1132,14 @@ impl PageScheme {
     /// room on the bank: an outside check saw 'no free block for a GC frontier' step after
     /// step right after clean opens with hot/cold separation, until another bank freed a
     /// block to rescue to.
-    pub(super) fn adopt_gc_frontier(&self, b: u32, block: u32, next: u32) {
+    /// Returns false (nothing done) if the bank's cold GC frontier is taken already.
+    pub(super) fn adopt_gc_frontier(&self, b: u32, block: u32, next: u32) -> bool {
         let mut g = self.gc[b as usize].lock();
-        if g.frontiers[COLD].is_none() {
-            g.frontiers[COLD] = Some((b, Frontier { block, next }));
+        if g.frontiers[COLD].is_some() {
+            return false;
         }
+        g.frontiers[COLD] = Some((b, Frontier { block, next }));
+        true
     }
 
     /// Slots bank `b`'s GC frontiers on the bank can still take without a new block.

@@ -70,13 +70,16 @@ pub struct LbnState {
 }
 
 impl LbnState {
-    /// Every block the logical block holds (its roles and its job's victims), without repeats.
-    pub fn blocks(&self) -> Vec<BlockIdx> {
-        let mut v: Vec<BlockIdx> = [self.primary, self.buffer, self.replacement]
+    /// Its roles that are filled: primary, buffer, replacement.
+    pub fn roles(&self) -> impl Iterator<Item = Blk> {
+        [self.primary, self.buffer, self.replacement]
             .into_iter()
             .flatten()
-            .map(|b| b.block)
-            .collect();
+    }
+
+    /// Every block the logical block holds (its roles and its job's victims), without repeats.
+    pub fn blocks(&self) -> Vec<BlockIdx> {
+        let mut v: Vec<BlockIdx> = self.roles().map(|b| b.block).collect();
         if let Some(j) = &self.job {
             v.extend(j.sources.iter().map(|(b, _)| *b));
             v.extend(j.erase.iter().map(|(b, _)| *b));
@@ -160,9 +163,7 @@ impl LbnState {
         old.sort_unstable();
         old.dedup();
         let placed = |b: BlockIdx| {
-            [self.primary, self.buffer, self.replacement]
-                .into_iter()
-                .flatten()
+            self.roles()
                 .chain(extra.iter().copied())
                 .find(|x| x.block == b)
                 .map_or(ppb, |x| x.next)

@@ -180,10 +180,7 @@ impl RftlScheme {
                 blocks.len()
             ));
         }
-        for blk in [st.primary, st.buffer, st.replacement]
-            .into_iter()
-            .flatten()
-        {
+        for blk in st.roles() {
             if blk.next > ppb {
                 return Err(format!("logical block {lbn}: {blk:?} is past its end"));
             }

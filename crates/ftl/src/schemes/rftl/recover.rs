@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use super::lbn::{Blk, JobKind, LbnState};
+use super::lbn::{Blk, Dest, JobKind, LbnState};
 use super::{saved, RftlScheme};
 use crate::blocks::BlockState;
 use crate::core::Core;
@@ -53,10 +53,7 @@ impl RftlScheme {
         };
         // A role block with room is open, else full.
         let mark_roles = |st: &LbnState| {
-            for blk in [st.primary, st.buffer, st.replacement]
-                .into_iter()
-                .flatten()
-            {
+            for blk in st.roles() {
                 let state = if blk.next < ppb {
                     BlockState::Open
                 } else {
@@ -76,14 +73,13 @@ impl RftlScheme {
                         // A role with no page yet (a shift's fresh buffer before its first
                         // step) is an erased block recovery put in the free list: it is
                         // this logical block's again.
-                        for blk in [st.primary, st.buffer, st.replacement]
-                            .into_iter()
-                            .flatten()
-                        {
+                        for blk in st.roles() {
                             if blk.next == 0 {
                                 let addr = layout.block_addr(blk.block);
                                 let mut a = core.bank(addr.bank.0).alloc.lock();
-                                a.take_free(addr.block);
+                                // (`take_saved` found it free.)
+                                let taken = a.take_free(addr.block);
+                                debug_assert!(taken, "{addr:?} was not free");
                                 core.update_free(addr.bank.0, a.free_len());
                             }
                         }
@@ -222,12 +218,8 @@ impl RftlScheme {
         if at.mixed.contains(&lbn) {
             return Err("a block of it holds other logical blocks' pages".into());
         }
+        job_shape(st)?;
         let job = st.job.as_ref().ok_or("no job")?;
-        match (job.kind, job.dest) {
-            (JobKind::Fold, super::lbn::Dest::Replacement)
-            | (JobKind::Shift, super::lbn::Dest::Buffer) => {}
-            _ => return Err(format!("a {:?} into its {:?}", job.kind, job.dest)),
-        }
         let mine = st.blocks();
         let mut programmed = std::collections::HashMap::new();
         for &b in &mine {
@@ -242,10 +234,7 @@ impl RftlScheme {
                 .nand
                 .block_state(addr)
                 .map_err(|e| format!("block {}: {e}", b.0))?;
-            let fresh_role = [st.primary, st.buffer, st.replacement]
-                .into_iter()
-                .flatten()
-                .any(|r| r.block == b && r.next == 0);
+            let fresh_role = st.roles().any(|r| r.block == b && r.next == 0);
             if s.bad {
                 return Err(format!("block {} is bad", b.0));
             }
@@ -268,10 +257,7 @@ impl RftlScheme {
             }
             programmed.insert(b, s.programmed_pages);
         }
-        for blk in [st.primary, st.buffer, st.replacement]
-            .into_iter()
-            .flatten()
-        {
+        for blk in st.roles() {
             if programmed.get(&blk.block) != Some(&blk.next) {
                 return Err(format!(
                     "{blk:?}: the medium has {:?} pages programmed",
@@ -293,7 +279,62 @@ impl RftlScheme {
                 b.0
             ));
         }
+        // A block the job erases holds no current page the job does not move: its erase
+        // would find it held, and the page would leave its logical block's blocks.
+        let first = lbn * self.spb;
+        for l in first..(first + self.spb).min(self.lpns) {
+            let Some(psa) = self.map.get(Lpn(l)) else {
+                continue;
+            };
+            let (b, page) = (layout.block_of(psa), layout.split(psa).0.page);
+            if job.erase.iter().any(|(e, _)| *e == b) && !job.covers(b, page) {
+                return Err(format!(
+                    "lpn {l} in block {} to erase is not among what the job moves",
+                    b.0
+                ));
+            }
+        }
         Ok(())
+    }
+}
+
+/// A saved job has a shape `lbn.rs` makes, and only that: a fold (`start_fold`) holds a
+/// primary, a buffer and a replacement, copies the primary (up to its next page) and the
+/// buffer's prefix into the replacement and erases the primary; a shift (`end_fold`) holds a
+/// primary and a buffer and no replacement, copies an old buffer that is no role into the
+/// buffer and erases it. Roles are distinct blocks, and nothing is to be retired (only a
+/// compaction retires a block, and it runs to its end at once).
+fn job_shape(st: &LbnState) -> std::result::Result<(), String> {
+    let job = st.job.as_ref().ok_or("no job")?;
+    let roles: Vec<BlockIdx> = st.roles().map(|b| b.block).collect();
+    let mut distinct = roles.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() != roles.len() {
+        return Err("two roles in one block".into());
+    }
+    let ok = match (job.kind, st.primary, st.buffer, st.replacement) {
+        (JobKind::Fold, Some(p), Some(b), Some(_)) => {
+            job.dest == Dest::Replacement
+                && job.sources.len() == 2
+                && job.sources[0] == (p.block, Some(p.next))
+                && job.sources[1].0 == b.block
+                && job.sources[1].1.is_none_or(|l| l <= b.next)
+                && job.erase == [(p.block, false)]
+        }
+        (JobKind::Shift, Some(_), Some(_), None) => {
+            job.dest == Dest::Buffer
+                && job.sources.len() == 1
+                && job.sources[0].1.is_some()
+                && !roles.contains(&job.sources[0].0)
+                && job.erase == [(job.sources[0].0, false)]
+        }
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("not a shape a fold or shift has: {st:?}"))
     }
 }
 
@@ -415,5 +456,27 @@ mod tests {
             j.erase.push((other, false));
         }
         refused(&bad, &none, "another logical block's block");
+        // Shapes no fold or shift has (a forged checkpoint): two roles in one block, a
+        // block to retire, a role to erase, a job without its sources.
+        let mut bad = st.clone();
+        bad.replacement = bad.primary;
+        refused(&bad, &none, "the replacement in the primary's block");
+        let mut bad = st.clone();
+        if let Some(j) = bad.job.as_mut() {
+            for e in &mut j.erase {
+                e.1 = true;
+            }
+        }
+        refused(&bad, &none, "a block to retire");
+        let mut bad = st.clone();
+        if let (Some(j), Some(b)) = (bad.job.as_mut(), st.buffer) {
+            j.erase.push((b.block, false));
+        }
+        refused(&bad, &none, "the buffer to erase");
+        let mut bad = st.clone();
+        if let Some(j) = bad.job.as_mut() {
+            j.sources.clear();
+        }
+        refused(&bad, &none, "no sources");
     }
 }

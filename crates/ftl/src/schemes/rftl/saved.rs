@@ -1,5 +1,6 @@
-//! RFTL's jobs across a clean close. Every checkpoint carries, as the scheme's state, the
-//! logical blocks with a reclaim job under way: their roles and the job. A clean open (nothing
+//! RFTL's jobs across a clean close. Checkpoints carry, as the scheme's state, the logical
+//! blocks with a reclaim job under way: their roles and the job (one a step is holding just
+//! then is left out, and all of them if they would not fit the checkpoint area). A clean open (nothing
 //! programmed after that checkpoint) takes them back, so the jobs go on a step per host page
 //! as before the close; without this, each such logical block was compacted at open (a whole
 //! block's copies: every logical block of a full device has a job under way, and the open

@@ -118,11 +118,7 @@ impl RftlScheme {
         // writer committed them all before the step).
         for (b, lim) in &mut job.sources {
             if lim.is_none() {
-                let placed = [st.primary, st.buffer, st.replacement]
-                    .into_iter()
-                    .flatten()
-                    .find(|x| x.block == *b)
-                    .map_or(ppb, |x| x.next);
+                let placed = st.roles().find(|x| x.block == *b).map_or(ppb, |x| x.next);
                 *lim = Some(placed);
             }
         }
