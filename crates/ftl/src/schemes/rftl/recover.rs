@@ -131,8 +131,15 @@ impl RftlScheme {
             .jobs_resumed
             .fetch_add(taken, std::sync::atomic::Ordering::Relaxed);
         if offered > 0 {
+            // What is left in `saved` are jobs of logical blocks with no current page (trimmed
+            // whole while the job was under way): nothing to take back, and their blocks are
+            // erased below like any block that holds nothing current.
+            let emptied = saved.len();
+            let refused = offered - emptied - taken as usize;
             tracing::info!(
-                "recovery: {taken} of the {offered} RFTL jobs the close left under way taken back"
+                "recovery: {taken} of the {offered} RFTL jobs the close left under way taken \
+                 back ({emptied} of logical blocks trimmed whole, nothing to take back; {refused} that did not \
+                 agree with the medium, rebuilt as after a crash)"
             );
         }
         if !compact.is_empty() {
