@@ -20,6 +20,12 @@ plus the page's own program). So for both: bound = own + erase + 8 copies, and `
 foreground step by step until one has: `foreground` counts those steps, and a write among them
 has no bound (a whole block may have to be cleaned first).
 
+RFTL (`--ftl rftl` on `k9-003`, paper 004's part, 64 MiB exported) gets the same three rows
+with its own bound, `ftl.rt.write_bound_us` (T_erase + transfer + T_prog: one step of its
+partial GC, then the page): in virtual time every write is within it by construction, so its
+rows show what real time and the NBD transport add. Its NBD row also opens on jobs the close
+left under way (a clean open takes them back).
+
 Each run: `--precondition 95` (fill, then random overwrites until GC is in steady state — it
 ends with every bank at its GC reserve, as after a burst), then the writes, back to back.
 The first 2 s are left out of the steady-state figures (background GC restoring its floor
@@ -106,10 +112,11 @@ with open(out, "w") as f:
 """
 
 
-def served(a, preset, policy, capacity, n):
+def served(a, preset, policy, capacity, n, scheme="page"):
     """The NBD run: precondition an image in virtual time, serve it with timing real, send `n`
     FUA writes through nbdsh. Returns ([(start us, latency us)], `ftld stats` JSON, the GC
-    counters' deltas, [(stall start us, length us)] on the writes' clock)."""
+    counters' deltas, [(stall start us, length us)] on the writes' clock). `policy` is the
+    page scheme's GC policy (None for another scheme)."""
     # nbdsh is `python3 -m nbd` with `python3` from PATH, which may not be the Python the
     # bindings were built for (a pyenv one): run it with one that can import them.
     python = next((p for p in (sys.executable, "/usr/bin/python3") if subprocess.run(
@@ -117,16 +124,16 @@ def served(a, preset, policy, capacity, n):
     if python is None:
         raise SystemExit("gc_bound: nbdsh and libnbd's Python bindings are needed for the "
                          "NBD rows (Debian package python3-libnbd)")
-    tag = f"{preset}-{policy}-nbd"
+    tag = f"{preset}-{policy or scheme}-nbd"
     run_dir = a.out / "runs" / tag
     run_dir.mkdir(parents=True)
     image = run_dir / "device.img"
     common.replay(a, f"{tag}-precondition", [
-        "--image", image, "--preset", preset, "--capacity", capacity,
-        "--gc-policy", policy, "--precondition", 95, "--seed", 1, "--queue-depth", 1,
+        "--image", image, "--preset", preset, "--capacity", capacity, "--ftl", scheme,
+        *scheme_options(policy), "--precondition", 95, "--seed", 1, "--queue-depth", 1,
         "--workload", "random,bs=4k,read=0,requests=1"])
     cfg = run_dir / "ftld.toml"
-    cfg.write_text(f'[ftl]\ngc_policy = "{policy}"\n')
+    cfg.write_text(f'[ftl]\ngc_policy = "{policy}"\n' if policy else "")
     sock, ctl = run_dir / "nbd.sock", run_dir / "ctl.sock"
     log = open(run_dir / "serve.log", "w")
     server = subprocess.Popen(
@@ -186,6 +193,11 @@ def served(a, preset, policy, capacity, n):
         image.unlink(missing_ok=True)
 
 
+def scheme_options(policy):
+    """`ftld replay` options for the page scheme's GC `policy` (None: another scheme's own)."""
+    return ["--gc-policy", policy] if policy else []
+
+
 def ftld_stats(a, ctl):
     return json.loads(subprocess.run(
         [a.ftld, "stats", "--control-socket", str(ctl)], capture_output=True, text=True,
@@ -238,6 +250,71 @@ def pct(sorted_vals, p):
     return sorted_vals[min(len(sorted_vals) - 1, int(p / 100 * len(sorted_vals)))]
 
 
+def row(a, preset, scheme, policy, capacity, timing, page, warmup, bounds):
+    """One row: `n` FUA writes at QD 1 after a precondition to 95 %, with `timing` virtual,
+    real (both `ftld replay`) or nbd (`served`). `bounds(rt)` gives (bound, one-step) from the
+    run's `ftl.rt` statistics (None for a scheme without them)."""
+    name = policy or scheme
+    if timing == "nbd":
+        n = 1_500 if a.quick else 20_000
+        timed, ftl, d, stalls = served(a, preset, policy, capacity, n, scheme)
+        bound, one_step = bounds(ftl.get("rt"))
+        lat = sorted(l for start, l in timed if start >= warmup)
+        programs = d["nand_page_programs"] + d["gc_page_programs"]
+        secs = sum(timed[-1]) / 1e6 if timed else 0
+        return {
+            "preset": preset, "policy": name, "timing": timing,
+            "IOPS": len(timed) / secs if secs > 0 else 0.0,
+            "bound us": bound, "one-step us": one_step,
+            **tail_columns(lat, bound),
+            "max all us": max(l for _, l in timed),
+            "server p99.9 us": ftl["latency_write"]["p999_us"],
+            "server max us": ftl["latency_write"]["max_us"],
+            **stall_columns(timed, stalls, warmup, bound),
+            "steps / write": d["gc_steps"] / max(1, n),
+            "foreground": d["foreground_gc"],
+            "WAF": programs * page / max(1, d["host_write_bytes"]),
+        }
+    if timing == "real":
+        n = 1_500 if a.quick else 20_000
+    else:
+        n = 6_000 if a.quick else 100_000
+    tag = f"{preset}-{name}-{timing}"
+    probe = ["--stall-probe"] if timing == "real" else []
+    s, run_dir = common.replay(a, tag, [
+        "--preset", preset, "--capacity", capacity, "--ftl", scheme, *scheme_options(policy),
+        "--timing", timing, "--precondition", 95, "--seed", 1, "--queue-depth", 1, *probe,
+        "--workload", f"random,bs=4k,read=0,fua=1,requests={n}"])
+    timed = []
+    with open(run_dir / "requests.csv") as f:
+        next(f)
+        for line in f:
+            arrival, op, _, _, latency = line.rstrip("\n").split(",")
+            if op == "write":
+                timed.append((float(arrival), float(latency)))
+    gc = s["gc"]
+    bound, one_step = bounds(gc.get("rt"))
+    lat = sorted(l for start, l in timed if start >= warmup)
+    # Virtual time has no host to stall it.
+    stalls = (stall_columns(timed, read_stalls(run_dir), warmup, bound)
+              if timing == "real" else
+              dict.fromkeys(("host stall us", "stalled writes", "max calm us",
+                             "calm / bound"), "-"))
+    return {
+        "preset": preset, "policy": name, "timing": timing,
+        "IOPS": s["write"]["count"] / s["simulated_seconds"],
+        "bound us": bound, "one-step us": one_step,
+        **tail_columns(lat, bound),
+        "max all us": s["write"]["max_us"],
+        "server p99.9 us": pct(lat, 99.9),
+        "server max us": lat[-1] if lat else None,
+        **stalls,
+        "steps / write": gc["steps"] / max(1, s["write"]["count"]),
+        "foreground": gc["foreground"],
+        "WAF": s["waf"],
+    }
+
+
 def main():
     a = common.parse_args("gc_bound", __doc__)
     warmup = QUICK_WARMUP_US if a.quick else WARMUP_US
@@ -251,64 +328,15 @@ def main():
         capacity = "64M" if a.quick else "256M"
         for policy in ("adaptive", "in-path"):
             for timing in ("virtual", "real", "nbd"):
-                if timing == "nbd":
-                    n = 1_500 if a.quick else 20_000
-                    timed, ftl, d, stalls = served(a, preset, policy, capacity, n)
-                    lat = sorted(l for start, l in timed if start >= warmup)
-                    programs = d["nand_page_programs"] + d["gc_page_programs"]
-                    secs = sum(timed[-1]) / 1e6 if timed else 0
-                    rows.append({
-                        "preset": preset, "policy": policy, "timing": timing,
-                        "IOPS": len(timed) / secs if secs > 0 else 0.0,
-                        "bound us": bound, "one-step us": one_step,
-                        **tail_columns(lat, bound),
-                        "max all us": max(l for _, l in timed),
-                        "server p99.9 us": ftl["latency_write"]["p999_us"],
-                        "server max us": ftl["latency_write"]["max_us"],
-                        **stall_columns(timed, stalls, warmup, bound),
-                        "steps / write": d["gc_steps"] / max(1, n),
-                        "foreground": d["foreground_gc"],
-                        "WAF": programs * page / max(1, d["host_write_bytes"]),
-                    })
-                    continue
-                if timing == "real":
-                    n = 1_500 if a.quick else 20_000
-                else:
-                    n = 6_000 if a.quick else 100_000
-                tag = f"{preset}-{policy}-{timing}"
-                probe = ["--stall-probe"] if timing == "real" else []
-                s, run_dir = common.replay(a, tag, [
-                    "--preset", preset, "--capacity", capacity,
-                    "--gc-policy", policy, "--timing", timing, "--precondition", 95,
-                    "--seed", 1, "--queue-depth", 1, *probe, "--workload",
-                    f"random,bs=4k,read=0,fua=1,requests={n}"])
-                timed = []
-                with open(run_dir / "requests.csv") as f:
-                    next(f)
-                    for line in f:
-                        arrival, op, _, _, latency = line.rstrip("\n").split(",")
-                        if op == "write":
-                            timed.append((float(arrival), float(latency)))
-                lat = sorted(l for start, l in timed if start >= warmup)
-                # Virtual time has no host to stall it.
-                stalls = (stall_columns(timed, read_stalls(run_dir), warmup, bound)
-                          if timing == "real" else
-                          dict.fromkeys(("host stall us", "stalled writes", "max calm us",
-                                         "calm / bound"), "-"))
-                gc = s["gc"]
-                rows.append({
-                    "preset": preset, "policy": policy, "timing": timing,
-                    "IOPS": s["write"]["count"] / s["simulated_seconds"],
-                    "bound us": bound, "one-step us": one_step,
-                    **tail_columns(lat, bound),
-                    "max all us": s["write"]["max_us"],
-                    "server p99.9 us": pct(lat, 99.9),
-                    "server max us": lat[-1] if lat else None,
-                    **stalls,
-                    "steps / write": gc["steps"] / max(1, s["write"]["count"]),
-                    "foreground": gc["foreground"],
-                    "WAF": s["waf"],
-                })
+                rows.append(row(a, preset, "page", policy, capacity, timing, page, warmup,
+                                lambda _: (bound, one_step)))
+    # RFTL (paper 004) on its own part: its bound is one step (an erase, or the copies that fit
+    # in one) then the page's program, as `ftl.rt.write_bound_us` computes it.
+    capacity = "32M" if a.quick else "64M"
+    page = preset_timing(a.ftld, "k9-003")[4]
+    for timing in ("virtual", "real", "nbd"):
+        rows.append(row(a, "k9-003", "rftl", None, capacity, timing, page, warmup,
+                        lambda rt: (rt["write_bound_us"], rt["write_bound_us"])))
     common.write_table(
         a, "FUA write latency at 95 % fill against the per-write GC bound",
         ["preset", "policy", "timing", "IOPS", "bound us", "one-step us", "p99 us", "p99.9 us", "max us",

@@ -311,13 +311,19 @@ fn gc_bound() {
     let t = run("gc_bound.py");
     let t = t.values().next().unwrap();
     let rows = t["rows"].as_array().unwrap();
-    // Two presets x two policies x virtual, real and NBD.
-    assert_eq!(rows.len(), 12);
+    // Two presets x two policies, and RFTL, x virtual, real and NBD.
+    assert_eq!(rows.len(), 15);
     let nbd: Vec<_> = rows
         .iter()
         .filter(|r| r["timing"].as_str() == Some("nbd"))
         .collect();
-    assert_eq!(nbd.len(), 4);
+    assert_eq!(nbd.len(), 5);
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r["policy"].as_str() == Some("rftl"))
+            .count(),
+        3
+    );
     for r in nbd {
         // Every write of the served run reached the daemon and was counted there.
         assert!(r["server max us"].as_f64().unwrap() > 0.0, "{r}");
