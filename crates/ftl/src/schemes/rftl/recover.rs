@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use super::lbn::{Blk, Dest, JobKind, LbnState};
+use super::lbn::{Blk, Dest, Job, JobKind, LbnState};
 use super::{saved, RftlScheme};
 use crate::blocks::BlockState;
 use crate::core::Core;
@@ -221,6 +221,7 @@ impl RftlScheme {
         claimed: &HashSet<BlockIdx>,
     ) -> std::result::Result<(), String> {
         let layout = self.layout;
+        let ppb = layout.pages_per_block;
         self.lbn_rules(lbn, st, true)?;
         if at.mixed.contains(&lbn) {
             return Err("a block of it holds other logical blocks' pages".into());
@@ -288,6 +289,14 @@ impl RftlScheme {
         }
         // A block the job erases holds no current page the job does not move: its erase
         // would find it held, and the page would leave its logical block's blocks.
+        // The sources' limits as the job's first step fixes them, to count what is left.
+        let mut fixed = job.clone();
+        for (b, lim) in &mut fixed.sources {
+            if lim.is_none() {
+                *lim = Some(st.roles().find(|x| x.block == *b).map_or(ppb, |x| x.next));
+            }
+        }
+        let mut left = 0u32;
         let first = lbn * self.spb;
         for l in first..(first + self.spb).min(self.lpns) {
             let Some(psa) = self.map.get(Lpn(l)) else {
@@ -300,6 +309,62 @@ impl RftlScheme {
                     b.0
                 ));
             }
+            left += u32::from(fixed.covers(b, page));
+        }
+        self.budget_left(st, job, left)
+    }
+
+    /// Whether a saved job can end within its budget, as one that never stopped does: a
+    /// fold starts on a full primary, its replacement holds only its copies (at most `beta`
+    /// a step) and a shift's buffer at most those and a host page a step (and the one that
+    /// ended the fold); the `left` slots
+    /// still to move, then the erase, fit in the steps the job has left; the destination has
+    /// room for them; and a shift's buffer still keeps `k_fold` free pages for the next fold
+    /// after the host pages of those steps. A forged count of steps, a destination holding
+    /// pages that are not its copies, or a fold on a primary the host still writes would
+    /// otherwise make a write wait for more than a step, or the job run out of room.
+    fn budget_left(&self, st: &LbnState, job: &Job, left: u32) -> std::result::Result<(), String> {
+        let (ppb, sps) = (self.layout.pages_per_block, self.layout.slots_per_page);
+        let k = &self.budget;
+        let dest = st.dest(job.dest).ok_or("no destination")?;
+        let (budget, most_placed) = match job.kind {
+            JobKind::Fold => {
+                if st.primary.is_none_or(|p| p.next != ppb) {
+                    return Err("a fold on a primary that is not full".into());
+                }
+                (k.k_fold, job.steps.saturating_mul(k.beta))
+            }
+            // The page whose step ended the fold may go to the fresh buffer without a step
+            // of the shift (the replacement it became the primary is full).
+            JobKind::Shift => (
+                k.k_shift,
+                job.steps.saturating_mul(k.beta + 1).saturating_add(1),
+            ),
+            JobKind::Compact => return Err("a compaction".into()),
+        };
+        if dest.next > most_placed {
+            return Err(format!(
+                "its destination holds {} pages after {} steps",
+                dest.next, job.steps
+            ));
+        }
+        let pages = left.div_ceil(sps);
+        let steps_left = pages.div_ceil(k.beta) + job.erase.len() as u32;
+        if job.steps + steps_left > budget {
+            return Err(format!(
+                "{} steps done and {steps_left} to come, past the budget of {budget}",
+                job.steps
+            ));
+        }
+        let room = match job.kind {
+            JobKind::Shift => pages + steps_left + k.k_fold,
+            _ => pages,
+        };
+        if dest.free(ppb) < room {
+            return Err(format!(
+                "its destination has {} free pages, {room} needed",
+                dest.free(ppb)
+            ));
         }
         Ok(())
     }
@@ -485,5 +550,72 @@ mod tests {
             j.sources.clear();
         }
         refused(&bad, &none, "no sources");
+        // The budget left (outside checks forged these with valid CRCs): a job must end
+        // within its steps and its destination's room, as one that never stopped does.
+        let (ppb, k) = (rftl.layout.pages_per_block, rftl.budget);
+        let blk = |b: u32, next: u32| Blk {
+            block: BlockIdx(b),
+            next,
+        };
+        let fold = |primary: u32, buffer: u32, replacement: u32, steps: u32| LbnState {
+            primary: Some(blk(1, primary)),
+            buffer: Some(blk(2, buffer)),
+            replacement: Some(blk(3, replacement)),
+            job: Some(Job {
+                kind: JobKind::Fold,
+                sources: vec![(BlockIdx(1), Some(primary)), (BlockIdx(2), Some(0))],
+                erase: vec![(BlockIdx(1), false)],
+                dest: Dest::Replacement,
+                steps,
+            }),
+        };
+        let shift = |buffer: u32, steps: u32| LbnState {
+            primary: Some(blk(1, ppb)),
+            buffer: Some(blk(2, buffer)),
+            replacement: None,
+            job: Some(Job {
+                kind: JobKind::Shift,
+                sources: vec![(BlockIdx(3), Some(k.k_fold))],
+                erase: vec![(BlockIdx(3), false)],
+                dest: Dest::Buffer,
+                steps,
+            }),
+        };
+        let left = |st: &LbnState, slots: u32| {
+            rftl.budget_left(st, st.job.as_ref().expect("a job"), slots)
+        };
+        let sps = rftl.layout.slots_per_page;
+        let spb = ppb * sps;
+        assert_eq!(left(&fold(ppb, ppb - k.k_fold, 0, 0), spb), Ok(()));
+        let step = 3.min(k.k_fold - 2);
+        let done = step * k.beta;
+        assert_eq!(
+            left(
+                &fold(ppb, ppb - k.k_fold + step, done, step),
+                spb - done * sps
+            ),
+            Ok(())
+        );
+        assert!(
+            left(&fold(ppb - 1, ppb - k.k_fold, 0, 0), spb).is_err(),
+            "a fold on a primary the host still writes"
+        );
+        assert!(
+            left(&fold(ppb, ppb - k.k_fold + step, done + 1, step), 0).is_err(),
+            "a replacement holding more than the steps copied"
+        );
+        assert!(
+            left(&fold(ppb, ppb - 1, 0, k.k_fold - 1), spb).is_err(),
+            "a count of steps that leaves too few for what is left"
+        );
+        assert_eq!(left(&shift(1, 0), k.k_fold - 1), Ok(()));
+        assert!(
+            left(&shift(ppb - 12, 1), 4).is_err(),
+            "a shift whose buffer holds more than its steps placed"
+        );
+        assert!(
+            left(&shift(1, k.k_shift - 1), (k.beta + 1) * sps).is_err(),
+            "a shift with more to copy than its steps left"
+        );
     }
 }
