@@ -17,7 +17,9 @@
 //!   best-scored block also moves with age, so the figure is the last scan's choice's). Each
 //!   victim taken also marks the next banks in turn stale, as many as fit a budget of
 //!   [`REFRESH_BLOCKS`] blocks, so a bank's cost is never older than a few victims. On the
-//!   default device (16 banks of 128 blocks) that is every bank at every victim.
+//!   default device (16 banks of 128 blocks) that is every bank at every victim. A bank whose
+//!   last scan found a victim with no valid slot is passed over in turn: nothing but a change
+//!   of its own can make it cheaper.
 //!
 //! A scan that raced a change (a victim taken from the bank while it ran) leaves the bank stale,
 //! so its possibly out-of-date answers are used at most until the bank's next use.
@@ -79,13 +81,19 @@ impl VictimCosts {
     }
 
     /// A victim was taken from bank `b`: it and the next banks in turn are scanned again at
-    /// their next use.
+    /// their next use. A bank in turn whose last scan found a victim with no valid slot is
+    /// left as it is: host writes cannot make its cost lower, and what can (a victim taken
+    /// from it, a block erased) marks it stale itself. Under sequential overwrites most banks
+    /// hold such a block, and rescanning them was most of the scans.
     pub(crate) fn victim_taken(&self, b: u32) {
         self.touch(b);
         let n = self.answers.len() as u32;
         let from = self.turn.fetch_add(self.per_victim, Ordering::Relaxed);
         for i in 0..self.per_victim {
-            self.touch((from + i) % n);
+            let t = (from + i) % n;
+            if self.answers[t as usize].load(Ordering::Acquire) as u32 != 0 {
+                self.touch(t);
+            }
         }
     }
 
@@ -167,5 +175,18 @@ mod tests {
         );
         // The default device's banks (128 blocks) are all refreshed at every victim.
         assert_eq!(VictimCosts::new(16, 128).per_victim, 16);
+        // A bank whose best victim has no valid slot cannot get cheaper: its turn passes it
+        // over, but a change of its own still makes it scanned again.
+        refresh_all(&c);
+        let r = c.cached(5).err();
+        assert!(r.is_none());
+        c.touch(5);
+        c.store(c.cached(5).expect_err("touched"), 0, false);
+        for _ in 0..8 {
+            c.victim_taken(9);
+            assert!(!refresh_all(&c).contains(&5));
+        }
+        c.touch(5);
+        assert!(c.cached(5).is_err());
     }
 }
