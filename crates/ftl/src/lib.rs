@@ -434,7 +434,21 @@ impl Ftl {
         cfg: FtlConfig,
         access: Access,
     ) -> Result<Ftl> {
+        Ftl::open_prepared(path, timing, cfg, access, |_| {})
+    }
+
+    /// [`Ftl::open_with`], with `prepare` run on the NAND device before the open reads
+    /// anything from it: faults armed there ([`NandDevice::faults`]) reach the open's own
+    /// reads (superblock, checkpoints, recovery's scan) as well as everything after.
+    pub fn open_prepared(
+        path: &Path,
+        timing: TimingMode,
+        cfg: FtlConfig,
+        access: Access,
+        prepare: impl FnOnce(&NandDevice),
+    ) -> Result<Ftl> {
         let nand = NandDevice::open_with(path, None, timing, access)?;
+        prepare(&nand);
         let (sb, copies) = checkpoint::read_superblock_copies(&nand)?;
         let ftl = Ftl::start(nand, sb, cfg, true)?;
         if ftl.core.read_only_reason().is_none() {
@@ -562,7 +576,12 @@ impl Ftl {
                 RecoveryReport::default()
             }
             true => {
-                let found = checkpoint::load_newest(&core.nand, &layout, scheme.map_sink());
+                let found = checkpoint::load_newest(
+                    &core.nand,
+                    &layout,
+                    core.cfg.read_retries,
+                    scheme.map_sink(),
+                );
                 let fallback = found.as_ref().is_none_or(|l| l.fallback);
                 let report = core.recover(found.as_ref().map(|l| &l.snap), fallback)?;
                 if let Some(l) = found {

@@ -245,3 +245,89 @@ fn writes_follow_each_banks_usable_blocks() {
     );
     ftl.check_invariants().unwrap();
 }
+
+/// A read that needs a retry (the model's random read fault: the page's next read is spared)
+/// costs the open nothing: with every read failing once, the checkpoint is still loaded
+/// after a clean close (the open is clean, not a fallback or a full scan) and after a crash
+/// (rolled forward from it), and every page reads back. With no retries allowed
+/// (`read_retries = 0`) the same open cannot read its checkpoint or the pages' spare areas:
+/// it ends read-only, saying so, never with wrong data.
+#[test]
+fn a_read_that_needs_a_retry_costs_the_open_no_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.img");
+    let mut cfg = small_cfg(GcPolicy::Adaptive);
+    cfg.checkpoint_interval_bytes = 0;
+    let ftl = create(&path, &small_nand(4096, 64), cfg.clone());
+    let pages = ftl.capacity() / 4096 / 2;
+    block_on(async {
+        for l in 0..pages {
+            ftl.write(0, l * 4096, &stamped(l, 1), false).await.unwrap();
+        }
+    });
+    ftl.close().unwrap();
+    drop(ftl);
+    let every_read_fails_once = |nand: &ftl::nand_model::NandDevice| {
+        nand.faults().set_random(
+            FaultRates {
+                read: 1.0,
+                ..FaultRates::default()
+            },
+            7,
+        )
+    };
+    let open = |cfg: &ftl::FtlConfig| {
+        ftl::Ftl::open_prepared(
+            &path,
+            ftl::nand_model::TimingMode::Off,
+            cfg.clone(),
+            ftl::Access::ReadWrite,
+            every_read_fails_once,
+        )
+        .expect("open")
+    };
+    let verify = |ftl: &ftl::Ftl, tag_of: &dyn Fn(u64) -> u64| {
+        block_on(async {
+            let mut buf = vec![0u8; 4096];
+            for l in 0..pages {
+                ftl.read(l * 4096, &mut buf).await.unwrap();
+                assert_eq!(check_stamp(l, &buf), Some(tag_of(l)), "page {l}");
+            }
+        })
+    };
+    let ftl = open(&cfg);
+    let r = ftl.recovery();
+    assert_eq!(r.mode, ftl::RecoveryMode::Clean, "{r:?}");
+    assert!(!r.checkpoint_fallback, "{r:?}");
+    assert!(ftl.nand().stats().injected.read > 0);
+    verify(&ftl, &|_| 1);
+    // Half the pages rewritten, then a crash: the open rolls forward from the checkpoint.
+    ftl.nand().faults().set_random(FaultRates::default(), 0);
+    block_on(async {
+        for l in (0..pages).step_by(2) {
+            ftl.write(0, l * 4096, &stamped(l, 2), false).await.unwrap();
+        }
+        ftl.flush().await.unwrap();
+    });
+    ftl.simulate_power_loss();
+    let crashed = dir.path().join("crashed.img");
+    std::fs::copy(&path, &crashed).unwrap();
+    let ftl = open(&cfg);
+    let r = ftl.recovery();
+    assert_eq!(r.mode, ftl::RecoveryMode::RollForward, "{r:?}");
+    assert!(!r.checkpoint_fallback, "{r:?}");
+    assert_eq!(r.unreadable_pages, 0, "{r:?}");
+    assert!(ftl.read_only_reason().is_none());
+    verify(&ftl, &|l| if l % 2 == 0 { 2 } else { 1 });
+    ftl.close().unwrap();
+    drop(ftl);
+    // No retry allowed: the same crashed image cannot be read back as it was.
+    std::fs::copy(&crashed, &path).unwrap();
+    let ftl = open(&ftl::FtlConfig {
+        read_retries: 0,
+        ..cfg.clone()
+    });
+    assert_ne!(ftl.recovery().mode, ftl::RecoveryMode::RollForward);
+    let why = ftl.read_only_reason().expect("read-only");
+    assert!(why.contains("cannot be read"), "{why}");
+}

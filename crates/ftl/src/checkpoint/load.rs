@@ -24,6 +24,7 @@ use crate::oob::{self, PageOob};
 pub(super) fn header_at(
     nand: &NandDevice,
     layout: &Layout,
+    retries: u32,
     area: u32,
     offset: u64,
 ) -> Option<(u64, u32)> {
@@ -31,7 +32,14 @@ pub(super) fn header_at(
         return None;
     }
     let mut oob_buf = vec![0u8; layout.oob_size as usize];
-    read_ckpt_page(nand, layout.ckpt_page(area, offset), &mut [], &mut oob_buf).ok()?;
+    read_ckpt_page(
+        nand,
+        retries,
+        layout.ckpt_page(area, offset),
+        &mut [],
+        &mut oob_buf,
+    )
+    .ok()?;
     match oob::decode(&oob_buf, layout.slots_per_page)? {
         PageOob::Checkpoint {
             id,
@@ -68,12 +76,14 @@ impl BodySource for Pages {
 fn load_at(
     nand: &NandDevice,
     layout: &Layout,
+    retries: u32,
     area: u32,
     offset: u64,
     want_full: bool,
     map: MapOut<'_>,
 ) -> Result<(Checkpoint, u64), String> {
-    let (id, count) = header_at(nand, layout, area, offset).ok_or("no checkpoint header")?;
+    let (id, count) =
+        header_at(nand, layout, retries, area, offset).ok_or("no checkpoint header")?;
     let count = u64::from(count);
     if count == 0 || offset + count > layout.ckpt_area_pages() {
         return Err(format!("checkpoint claims {count} pages"));
@@ -91,7 +101,8 @@ fn load_at(
                 while i < count {
                     let mut page = vec![0u8; layout.page_size as usize];
                     let at = (area, offset, id, count, i);
-                    let got = read_page(nand, layout, at, &mut page, &mut oob_buf).map(|()| page);
+                    let got = read_page(nand, layout, retries, at, &mut page, &mut oob_buf)
+                        .map(|()| page);
                     let failed = got.is_err();
                     // The decoder hung up (it failed or is done): stop.
                     if tx.send(got).is_err() || failed {
@@ -134,12 +145,19 @@ fn load_at(
 fn read_page(
     nand: &NandDevice,
     layout: &Layout,
+    retries: u32,
     (area, offset, id, count, i): (u32, u64, u64, u64, u64),
     page: &mut [u8],
     oob_buf: &mut [u8],
 ) -> Result<(), String> {
-    read_ckpt_page(nand, layout.ckpt_page(area, offset + i), page, oob_buf)
-        .map_err(|e| e.to_string())?;
+    read_ckpt_page(
+        nand,
+        retries,
+        layout.ckpt_page(area, offset + i),
+        page,
+        oob_buf,
+    )
+    .map_err(|e| e.to_string())?;
     match oob::decode(oob_buf, layout.slots_per_page) {
         Some(PageOob::Checkpoint {
             id: pid,
@@ -164,9 +182,13 @@ fn read_page(
 /// a block does, `NandDevice::peek_of_bad`, costing no modelled time) lets the open roll
 /// forward from it instead of scanning every page (a full scan cannot see trims older than
 /// the checkpoints). What such a block holds is checked as any checkpoint page is (ids,
-/// indexes, CRCs); a torn or damaged page fails the chain as usual.
+/// indexes, CRCs); a torn or damaged page fails the chain as usual. An uncorrectable read is
+/// tried again up to `retries` times (`[ftl] read_retries`, as recovery's scan and host reads
+/// do): a read that needs a retry must not cost a checkpoint, and with it, perhaps, the only
+/// state recovery can trust.
 fn read_ckpt_page(
     nand: &NandDevice,
+    retries: u32,
     addr: nand_model::PageAddr,
     page: &mut [u8],
     oob_buf: &mut [u8],
@@ -178,8 +200,17 @@ fn read_ckpt_page(
             false => Err(nand_model::NandError::BadBlock { block: addr.block }),
         };
     }
-    nand.read(addr, 0, page, Some(oob_buf))?.wait();
-    Ok(())
+    let mut attempt = 0;
+    loop {
+        match nand.read(addr, 0, page, Some(oob_buf)) {
+            Ok(done) => {
+                done.wait();
+                return Ok(());
+            }
+            Err(nand_model::NandError::Uncorrectable { .. }) if attempt < retries => attempt += 1,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// A checkpoint chain loaded from one area: its full checkpoint with every valid delta applied.
@@ -199,19 +230,20 @@ pub(crate) struct Loaded {
 fn load_chain(
     nand: &NandDevice,
     layout: &Layout,
+    retries: u32,
     area: u32,
     sink: &dyn MapSink,
 ) -> Result<Loaded, String> {
-    let (mut snap, count) = load_at(nand, layout, area, 0, true, MapOut::Sink(sink))?;
+    let (mut snap, count) = load_at(nand, layout, retries, area, 0, true, MapOut::Sink(sink))?;
     let mut next = count;
     let mut chain_len = 1;
     let mut fallback = false;
-    while let Some((id, _)) = header_at(nand, layout, area, next) {
+    while let Some((id, _)) = header_at(nand, layout, retries, area, next) {
         if id <= snap.id {
             break;
         }
         // Check the whole delta before any of it reaches the table.
-        match load_at(nand, layout, area, next, false, MapOut::Skip) {
+        match load_at(nand, layout, retries, area, next, false, MapOut::Skip) {
             Ok((delta, _)) if delta.lpns != snap.lpns => {
                 tracing::warn!(
                     "checkpoint area {area}: delta {id} maps {} pages, its chain {}",
@@ -225,7 +257,7 @@ fn load_chain(
                 // A page that read well a moment ago and fails now leaves the table half
                 // updated: the whole chain is unusable then.
                 let (delta, count) =
-                    load_at(nand, layout, area, next, false, MapOut::Sink(sink))
+                    load_at(nand, layout, retries, area, next, false, MapOut::Sink(sink))
                         .map_err(|e| format!("delta {id} failed on its second reading: {e}"))?;
                 snap = delta;
                 next += count;
@@ -249,19 +281,20 @@ fn load_chain(
 
 /// Finds the newest usable checkpoint and loads its map into `sink`: the chain of the area
 /// whose full checkpoint is newest, else the other area's chain (a fallback). With none, the
-/// sink is left all unmapped.
+/// sink is left all unmapped. `retries`: an uncorrectable read is tried again so many times.
 pub(crate) fn load_newest(
     nand: &NandDevice,
     layout: &Layout,
+    retries: u32,
     sink: &dyn MapSink,
 ) -> Option<Loaded> {
     let mut areas: Vec<(u64, u32)> = (0..2)
-        .filter_map(|a| header_at(nand, layout, a, 0).map(|(id, _)| (id, a)))
+        .filter_map(|a| header_at(nand, layout, retries, a, 0).map(|(id, _)| (id, a)))
         .collect();
     areas.sort_by(|a, b| b.cmp(a));
     let mut skipped = false;
     for (_, area) in areas {
-        match load_chain(nand, layout, area, sink) {
+        match load_chain(nand, layout, retries, area, sink) {
             Ok(l) if !current_beside(nand, layout, &l) => {
                 tracing::warn!(
                     "checkpoint area {area} has a bad block and the other area was erased \

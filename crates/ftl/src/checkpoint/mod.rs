@@ -1070,7 +1070,11 @@ fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> 
     let sb = read_superblock(&nand)?;
     let layout = Layout::new(nand.geometry(), sb.ckpt_blocks);
     let loaded = checkpoints
-        .then(|| load_newest(&nand, &layout, &load::Discard(sb.lpns)))
+        // (No faults are armed on an inspection's device: the default retries are moot.)
+        .then(|| {
+            let retries = crate::FtlConfig::default().read_retries;
+            load_newest(&nand, &layout, retries, &load::Discard(sb.lpns))
+        })
         .flatten();
     let (mut emin, mut emax, mut esum, mut bad, mut after) = (u32::MAX, 0u32, 0u64, 0u32, 0u64);
     let (mut data_blocks, mut good_data_blocks, mut ckpt_emax) = (0u64, 0u64, 0u32);
