@@ -40,6 +40,9 @@
 //! tls_certificates = "pki"   # server-cert.pem, server-key.pem, ca-cert.pem
 //! tls_verify_peer = true     # clients need a certificate signed by ca-cert.pem
 //!
+//! [faults]                   # random medium faults (`faults.rs`)
+//! read = 1e-3                # program, erase, read: probabilities per operation
+//!
 //! [ublk]
 //! id = 0                     # /dev/ublkb0; re-attached if left in recovery state
 //! queues = 2                 # hardware queues [default: the CPU count]
@@ -57,6 +60,7 @@ use nand_model::{TimerMode, TimingMode};
 use serde::Deserialize;
 
 use crate::cli::{Frontend, ImageArgs, InterconnectKind, ServeArgs, DEFAULT_IMAGE};
+pub use crate::faults::{FaultPlan, FaultsFileConfig};
 pub use crate::nand_options::NandFileConfig;
 use crate::units::{parse_listen, parse_size};
 use crate::UsageError;
@@ -83,6 +87,7 @@ pub struct FileConfig {
     pub ftl: Option<FtlConfig>,
     pub nbd: Option<NbdFileConfig>,
     pub ublk: Option<UblkFileConfig>,
+    pub faults: Option<FaultsFileConfig>,
     /// `[ftl] scheme` was written (`FtlConfig` fills absent keys with defaults, and only an
     /// explicit scheme may contradict an existing image).
     #[serde(skip)]
@@ -240,6 +245,8 @@ pub struct ImageSettings {
     pub log_blocks: Option<u32>,
     /// Allocate the whole image file once it is open ([`nand_model::NandDevice::preallocate`]).
     pub preallocate: bool,
+    /// The `[faults]` table's random medium faults, armed when the image is opened or created.
+    pub faults: Option<FaultPlan>,
 }
 
 /// Everything `ftld serve` runs with, after merging.
@@ -395,6 +402,10 @@ pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<Imag
             Some((k, c))
         }
     };
+    let faults = match &file.faults {
+        Some(f) => f.resolve(&file.origin())?,
+        None => None,
+    };
     let nand = nand.cloned().unwrap_or_default();
     // Checked against a neutral device now, so a bad table fails before anything is opened;
     // against the real preset or image when it is used.
@@ -421,6 +432,7 @@ pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<Imag
             .map(|f| f.log_blocks),
         ftl,
         preallocate: args.preallocate || file.preallocate.unwrap_or(false),
+        faults,
     })
 }
 

@@ -309,7 +309,11 @@ pub fn create(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ft
     );
     match Ftl::create(path, &nand, timing, settings.ftl.clone(), export)
         .and_then(|f| preallocate(f, settings))
-    {
+        .inspect(|f| {
+            if let Some(plan) = &settings.faults {
+                plan.arm(f.nand());
+            }
+        }) {
         Ok(f) => Ok(f),
         Err(e) => {
             // Leave a file that someone else made (or is making) alone.
@@ -388,9 +392,14 @@ pub fn open(settings: &ImageSettings, timing: TimingMode, access: Access) -> any
     check_interconnect(&info, settings.interconnect)?;
     check_nand_table(&info, &settings.nand)?;
     check_format_settings(&info, settings)?;
-    Ftl::open_with(path, timing, settings.ftl.clone(), access)
-        .and_then(|f| preallocate(f, settings))
-        .map_err(|e| describe(e, path))
+    // Faults are armed before the open reads anything: its own reads meet them too.
+    Ftl::open_prepared(path, timing, settings.ftl.clone(), access, |nand| {
+        if let Some(plan) = &settings.faults {
+            plan.arm(nand);
+        }
+    })
+    .and_then(|f| preallocate(f, settings))
+    .map_err(|e| describe(e, path))
 }
 
 /// `--preallocate`: allocates the whole image file now (see `NandDevice::preallocate`). On
@@ -448,6 +457,7 @@ pub fn open_or_create(
                 // Made sparse: `preallocate` is ignored for a read-only device.
                 let plain = ImageSettings {
                     preallocate: false,
+                    faults: None,
                     ..settings.clone()
                 };
                 create(&plain, TimingMode::Off)?

@@ -48,6 +48,7 @@ mod backend;
 mod cli;
 mod config;
 mod control;
+mod faults;
 mod format;
 mod image;
 mod info;

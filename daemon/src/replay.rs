@@ -179,6 +179,9 @@ fn replay_image(
         );
     }
     let mut settings = config::resolve_image(&args.image, &file)?;
+    // Armed once preconditioning is done (below): the aged state is the same with or without
+    // them, and only the replayed requests meet them.
+    let faults = settings.faults.take();
     if let Some(p) = args.gc_policy {
         settings.ftl.gc_policy = p;
     }
@@ -275,6 +278,10 @@ fn replay_image(
     } else {
         None
     };
+    if let Some(plan) = &faults {
+        plan.arm(ftl.nand());
+    }
+    cfg_json["faults"] = serde_json::to_value(faults)?;
     let stats = ftl.stats();
     cfg_json["image"] = if scratch.is_some() {
         serde_json::Value::Null
@@ -562,6 +569,19 @@ fn report(args: &ReplayArgs, summary: &Summary) -> anyhow::Result<()> {
     // A read of a page that holds nothing takes no NAND time: a read-heavy run on a fresh
     // device measures RAM, which a researcher should know before reading its latencies.
     if let Some(n) = &summary.nand {
+        let f = n.injected;
+        if f.program + f.erase + f.read > 0 {
+            out!(
+                "  faults injected: {} program, {} erase, {} read; {} read retries, {} reads \
+                 uncorrectable, {} blocks gone bad",
+                f.program,
+                f.erase,
+                f.read,
+                n.read_retries,
+                n.uncorrectable_reads,
+                n.grown_bad_blocks
+            );
+        }
         let pages = summary.read.bytes.div_ceil(4096);
         if pages > 0 && n.unwritten_page_reads * 10 > pages {
             out!(

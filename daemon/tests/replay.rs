@@ -1314,3 +1314,75 @@ fn a_virtual_replay_does_not_depend_on_the_machine_s_cpus() {
     let presets = |one_cpu| String::from_utf8(run(one_cpu, &["presets"]).stdout).unwrap();
     assert_eq!(presets(false), presets(true), "ftld presets");
 }
+
+/// `[faults]`: random medium faults armed after preconditioning. The same seed gives the same
+/// faults and the same figures (virtual time); the aged state before them is the faultless
+/// one; reads that need a retry are retried and reach the host as good data; with no retries
+/// allowed, they reach it as errors, counted and named.
+#[test]
+fn a_failing_medium_replays_the_same_faults_from_the_same_seed() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let faults = conf(
+        "faults.toml",
+        "[faults]\nprogram = 2e-4\nerase = 2e-3\nread = 0.01\nseed = 5\n",
+    );
+    let no_retry = conf(
+        "no-retry.toml",
+        "[ftl]\nread_retries = 0\n[faults]\nread = 0.01\nseed = 5\n",
+    );
+    let none = conf("none.toml", "");
+    let run = |config: &str| {
+        let o = ftld(&[
+            "--config",
+            config,
+            "--preset",
+            "slc-small-004",
+            "--capacity",
+            "32M",
+            "--workload",
+            "random,requests=30000,read=30",
+            "--precondition",
+            "80",
+            "--seed",
+            "3",
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        let mut s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        for wall in ["wall_seconds", "requests_per_second", "nand_ops_per_second"] {
+            s.as_object_mut().unwrap().remove(wall);
+        }
+        s["config"]["precondition"]
+            .as_object_mut()
+            .unwrap()
+            .remove("wall_seconds");
+        s
+    };
+    let a = run(&faults);
+    assert_eq!(a, run(&faults), "the same seed, the same run");
+    let n = &a["nand"];
+    assert!(n["injected"]["read"].as_u64() > Some(0), "{n}");
+    assert!(n["injected"]["program"].as_u64() > Some(0), "{n}");
+    assert!(n["read_retries"].as_u64() > Some(0), "{n}");
+    assert!(n["grown_bad_blocks"].as_u64() > Some(0), "{n}");
+    assert_eq!(n["uncorrectable_reads"], 0, "{n}");
+    assert_eq!(a["errors"], 0, "{a}");
+    assert_eq!(a["config"]["faults"]["seed"], 5, "{a}");
+    // Preconditioning met no fault: its figures are the faultless run's.
+    let clean = run(&none);
+    assert_eq!(
+        a["config"]["precondition"], clean["config"]["precondition"],
+        "{a}"
+    );
+    assert_eq!(clean["nand"]["injected"]["read"], 0);
+    assert!(clean["config"]["faults"].is_null());
+    let b = run(&no_retry);
+    assert!(b["errors"].as_u64() > Some(0), "{b}");
+    assert_eq!(b["errors"], b["nand"]["uncorrectable_reads"], "{b}");
+    let first = b["first_error"].as_str().unwrap_or_default();
+    assert!(first.contains("uncorrectable read"), "{b}");
+}

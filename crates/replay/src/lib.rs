@@ -299,17 +299,29 @@ pub struct NandOps {
     /// 4 KiB pages the host read that held no data (never written, trimmed): zeroes from RAM,
     /// no NAND read, no time (`ftl.unwritten_page_reads` of `ftld stats`).
     pub unwritten_page_reads: u64,
+    /// Faults the NAND model injected (`ftld replay` with a `[faults]` table), and what the
+    /// FTL made of them: reads tried again, reads that failed every retry (an error to the
+    /// host, or GC's), and blocks that went bad (a failed program or erase).
+    pub injected: ftl::nand_model::FaultCounts,
+    pub read_retries: u64,
+    pub uncorrectable_reads: u64,
+    pub grown_bad_blocks: u64,
 }
 
 fn nand_ops(ftl: &Ftl) -> NandOps {
     let t = ftl.nand().stats().totals;
+    let s = ftl.stats();
     NandOps {
         reads: t.reads,
         programs: t.programs,
         erases: t.erases,
         copybacks: t.copybacks,
         total: (t.reads + t.programs + t.erases).saturating_sub(t.copybacks),
-        unwritten_page_reads: ftl.stats().unwritten_page_reads,
+        unwritten_page_reads: s.unwritten_page_reads,
+        injected: ftl.nand().stats().injected,
+        read_retries: s.read_retries,
+        uncorrectable_reads: s.uncorrectable_reads,
+        grown_bad_blocks: s.bad_blocks,
     }
 }
 
@@ -416,6 +428,16 @@ impl Before {
             copybacks: n.copybacks - self.nand.copybacks,
             total: n.total - self.nand.total,
             unwritten_page_reads: n.unwritten_page_reads - self.nand.unwritten_page_reads,
+            injected: ftl::nand_model::FaultCounts {
+                program: n.injected.program - self.nand.injected.program,
+                erase: n.injected.erase - self.nand.injected.erase,
+                read: n.injected.read - self.nand.injected.read,
+            },
+            read_retries: n.read_retries - self.nand.read_retries,
+            uncorrectable_reads: n.uncorrectable_reads - self.nand.uncorrectable_reads,
+            grown_bad_blocks: n
+                .grown_bad_blocks
+                .saturating_sub(self.nand.grown_bad_blocks),
         };
         (minus(&gc_counts(&ftl.stats()), &self.gc), nand)
     }
