@@ -579,7 +579,10 @@ impl Ftl {
                 let found = checkpoint::load_newest(
                     &core.nand,
                     &layout,
-                    core.cfg.read_retries,
+                    checkpoint::Retries {
+                        max: core.cfg.read_retries,
+                        count: &core.counters.read_retries,
+                    },
                     scheme.map_sink(),
                 );
                 let fallback = found.as_ref().is_none_or(|l| l.fallback);

@@ -770,7 +770,13 @@ impl Core {
                     }
                     return true;
                 }
-                Err(nand_model::NandError::Uncorrectable { .. }) => continue,
+                Err(nand_model::NandError::Uncorrectable { .. }) => {
+                    // Every failed attempt counts, as the host's and GC's reads count theirs.
+                    self.counters
+                        .read_retries
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    continue;
+                }
                 Err(e) => {
                     tracing::warn!("recovery read of {addr:?} failed: {e}");
                     return false;

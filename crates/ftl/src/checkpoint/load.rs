@@ -12,6 +12,8 @@
 //! fallback). Any failure of the full checkpoint clears the table before the other area's
 //! chain is tried.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crossbeam_channel::{bounded, Receiver};
 
 use nand_model::NandDevice;
@@ -24,7 +26,7 @@ use crate::oob::{self, PageOob};
 pub(super) fn header_at(
     nand: &NandDevice,
     layout: &Layout,
-    retries: u32,
+    retries: Retries<'_>,
     area: u32,
     offset: u64,
 ) -> Option<(u64, u32)> {
@@ -76,7 +78,7 @@ impl BodySource for Pages {
 fn load_at(
     nand: &NandDevice,
     layout: &Layout,
-    retries: u32,
+    retries: Retries<'_>,
     area: u32,
     offset: u64,
     want_full: bool,
@@ -145,7 +147,7 @@ fn load_at(
 fn read_page(
     nand: &NandDevice,
     layout: &Layout,
-    retries: u32,
+    retries: Retries<'_>,
     (area, offset, id, count, i): (u32, u64, u64, u64, u64),
     page: &mut [u8],
     oob_buf: &mut [u8],
@@ -188,7 +190,7 @@ fn read_page(
 /// state recovery can trust.
 fn read_ckpt_page(
     nand: &NandDevice,
-    retries: u32,
+    retries: Retries<'_>,
     addr: nand_model::PageAddr,
     page: &mut [u8],
     oob_buf: &mut [u8],
@@ -207,10 +209,21 @@ fn read_ckpt_page(
                 done.wait();
                 return Ok(());
             }
-            Err(nand_model::NandError::Uncorrectable { .. }) if attempt < retries => attempt += 1,
+            Err(nand_model::NandError::Uncorrectable { .. }) if attempt < retries.max => {
+                attempt += 1;
+                retries.count.fetch_add(1, Ordering::Relaxed);
+            }
             Err(e) => return Err(e),
         }
     }
+}
+
+/// How often a checkpoint read that is uncorrectable is tried again (`[ftl] read_retries`),
+/// and where the retries are counted (`ftl.read_retries`).
+#[derive(Clone, Copy)]
+pub(crate) struct Retries<'a> {
+    pub max: u32,
+    pub count: &'a AtomicU64,
 }
 
 /// A checkpoint chain loaded from one area: its full checkpoint with every valid delta applied.
@@ -230,7 +243,7 @@ pub(crate) struct Loaded {
 fn load_chain(
     nand: &NandDevice,
     layout: &Layout,
-    retries: u32,
+    retries: Retries<'_>,
     area: u32,
     sink: &dyn MapSink,
 ) -> Result<Loaded, String> {
@@ -281,11 +294,11 @@ fn load_chain(
 
 /// Finds the newest usable checkpoint and loads its map into `sink`: the chain of the area
 /// whose full checkpoint is newest, else the other area's chain (a fallback). With none, the
-/// sink is left all unmapped. `retries`: an uncorrectable read is tried again so many times.
+/// sink is left all unmapped. An uncorrectable read is tried again as `retries` says.
 pub(crate) fn load_newest(
     nand: &NandDevice,
     layout: &Layout,
-    retries: u32,
+    retries: Retries<'_>,
     sink: &dyn MapSink,
 ) -> Option<Loaded> {
     let mut areas: Vec<(u64, u32)> = (0..2)

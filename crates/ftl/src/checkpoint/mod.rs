@@ -35,7 +35,7 @@ mod load;
 
 use codec::HEADER;
 pub(crate) use codec::{decode, Checkpoint, MapImage, MapSink, MapSource};
-pub(crate) use load::{load_newest, written_before};
+pub(crate) use load::{load_newest, written_before, Retries};
 
 const SUPER_MAGIC: &[u8; 8] = b"FTLDSUPR";
 /// The superblock's format version.
@@ -1072,7 +1072,11 @@ fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> 
     let loaded = checkpoints
         // (No faults are armed on an inspection's device: the default retries are moot.)
         .then(|| {
-            let retries = crate::FtlConfig::default().read_retries;
+            let count = std::sync::atomic::AtomicU64::new(0);
+            let retries = load::Retries {
+                max: crate::FtlConfig::default().read_retries,
+                count: &count,
+            };
             load_newest(&nand, &layout, retries, &load::Discard(sb.lpns))
         })
         .flatten();
