@@ -14,9 +14,11 @@
 //! uncorrectable read models a read that needs a retry, so with `[ftl] read_retries = 0` it
 //! reaches the host as an I/O error. `ftld serve` arms them before the open reads anything, so
 //! the open's own reads (superblock, checkpoints, recovery's scan) meet them too; `ftld replay`
-//! after preconditioning, so the aged state is the same with or without them and only the
-//! replayed requests meet them (in virtual time, the same seed gives the same faults). `ftld
-//! stats` counts what fired under `nand.injected`; a replay's summary under `faults`.
+//! after preconditioning, so the aged state is the same with or without them, and from then on
+//! everything meets them: the replayed requests, GC, and the close's checkpoint (with
+//! `--image`, blocks gone bad stay bad in the image). In virtual time the same seed gives the
+//! same faults. `ftld format` arms none. `ftld stats` counts what fired under `nand.injected`;
+//! a replay's summary under `nand`.
 
 use nand_model::{FaultRates, NandDevice};
 use serde::{Deserialize, Serialize};

@@ -15,7 +15,9 @@ use crate::UsageError;
 /// Runs `ftld format`.
 pub fn run(args: &FormatArgs) -> anyhow::Result<()> {
     let file = FileConfig::load_opt(args.image.config.as_deref())?;
-    let s = config::resolve_image(&args.image, &file)?;
+    let mut s = config::resolve_image(&args.image, &file)?;
+    // `[faults]` are for serving and replaying: a new image starts with no block gone bad.
+    s.faults = None;
     let path = &s.path;
     match fs::symlink_metadata(path) {
         Ok(m) if m.is_dir() => {

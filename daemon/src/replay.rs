@@ -180,7 +180,7 @@ fn replay_image(
     }
     let mut settings = config::resolve_image(&args.image, &file)?;
     // Armed once preconditioning is done (below): the aged state is the same with or without
-    // them, and only the replayed requests meet them.
+    // them; from then on the requests, GC and the close meet them.
     let faults = settings.faults.take();
     if let Some(p) = args.gc_policy {
         settings.ftl.gc_policy = p;

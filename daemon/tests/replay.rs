@@ -1382,7 +1382,11 @@ fn a_failing_medium_replays_the_same_faults_from_the_same_seed() {
     assert!(clean["config"]["faults"].is_null());
     let b = run(&no_retry);
     assert!(b["errors"].as_u64() > Some(0), "{b}");
-    assert_eq!(b["errors"], b["nand"]["uncorrectable_reads"], "{b}");
+    // (GC's reads that fail every retry are uncorrectable too, not host errors.)
+    assert!(
+        b["errors"].as_u64() <= b["nand"]["uncorrectable_reads"].as_u64(),
+        "{b}"
+    );
     let first = b["first_error"].as_str().unwrap_or_default();
     assert!(first.contains("uncorrectable read"), "{b}");
 }

@@ -209,9 +209,14 @@ fn read_ckpt_page(
                 done.wait();
                 return Ok(());
             }
-            Err(nand_model::NandError::Uncorrectable { .. }) if attempt < retries.max => {
-                attempt += 1;
+            Err(e @ nand_model::NandError::Uncorrectable { .. }) => {
+                // Every failed attempt counts, the last one too, as the host's, GC's and
+                // recovery's reads count theirs.
                 retries.count.fetch_add(1, Ordering::Relaxed);
+                if attempt == retries.max {
+                    return Err(e);
+                }
+                attempt += 1;
             }
             Err(e) => return Err(e),
         }

@@ -350,7 +350,7 @@ impl RftlScheme {
         }
         let pages = left.div_ceil(sps);
         let steps_left = pages.div_ceil(k.beta) + job.erase.len() as u32;
-        if job.steps + steps_left > budget {
+        if job.steps.saturating_add(steps_left) > budget {
             return Err(format!(
                 "{} steps done and {steps_left} to come, past the budget of {budget}",
                 job.steps
@@ -584,6 +584,11 @@ mod tests {
         let left = |st: &LbnState, slots: u32| {
             rftl.budget_left(st, st.job.as_ref().expect("a job"), slots)
         };
+        // Refused, and for the reason named.
+        let refused_for = |st: &LbnState, slots: u32, why: &str| {
+            let e = left(st, slots).expect_err(why);
+            assert!(e.contains(why), "{e}: not for '{why}'");
+        };
         let sps = rftl.layout.slots_per_page;
         let spb = ppb * sps;
         assert_eq!(left(&fold(ppb, ppb - k.k_fold, 0, 0), spb), Ok(()));
@@ -596,26 +601,29 @@ mod tests {
             ),
             Ok(())
         );
-        assert!(
-            left(&fold(ppb - 1, ppb - k.k_fold, 0, 0), spb).is_err(),
-            "a fold on a primary the host still writes"
+        // A fold on a primary the host still writes.
+        refused_for(
+            &fold(ppb - 1, ppb - k.k_fold, 0, 0),
+            spb,
+            "a primary that is not full",
         );
-        assert!(
-            left(&fold(ppb, ppb - k.k_fold + step, done + 1, step), 0).is_err(),
-            "a replacement holding more than the steps copied"
+        // A replacement holding more than the steps copied.
+        refused_for(
+            &fold(ppb, ppb - k.k_fold + step, done + 1, step),
+            0,
+            &format!("holds {} pages after {step} steps", done + 1),
         );
-        assert!(
-            left(&fold(ppb, ppb - 1, 0, k.k_fold - 1), spb).is_err(),
-            "a count of steps that leaves too few for what is left"
-        );
+        // A count of steps that leaves too few for what is left.
+        refused_for(&fold(ppb, ppb - 1, 0, k.k_fold - 1), spb, "past the budget");
         assert_eq!(left(&shift(1, 0), k.k_fold - 1), Ok(()));
-        assert!(
-            left(&shift(ppb - 12, 1), 4).is_err(),
-            "a shift whose buffer holds more than its steps placed"
-        );
-        assert!(
-            left(&shift(1, k.k_shift - 1), (k.beta + 1) * sps).is_err(),
-            "a shift with more to copy than its steps left"
+        // A shift whose buffer holds more than its steps (and the page that ended the fold)
+        // placed.
+        refused_for(&shift(2, 0), 0, "holds 2 pages after 0 steps");
+        // A shift with more to copy than its steps left.
+        refused_for(
+            &shift(1, k.k_shift - 1),
+            (k.beta + 1) * sps,
+            "past the budget",
         );
     }
 }
