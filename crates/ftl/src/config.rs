@@ -144,7 +144,9 @@ pub struct FtlConfig {
     pub checkpoint_interval_bytes: u64,
     /// Sealed NAND pages a queue may have waiting for its writer before writes wait.
     pub max_pending_pages: usize,
-    /// Read retries on an uncorrectable read before the error reaches the host.
+    /// Read retries on an uncorrectable read before the error reaches the host. The FTL's own
+    /// reads (GC and merge copies, the open's checkpoint reads and scan) retry at least 3
+    /// times whatever this says (`Core::own_read_retries`).
     pub read_retries: u32,
     /// Log blocks of the hybrid schemes (`bast`, `fast`; format time only). 0: 3 % of the
     /// device's usable blocks.

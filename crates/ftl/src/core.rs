@@ -51,6 +51,10 @@ pub const GC_RESERVE: u32 = 1;
 pub const OPENED_READ_ONLY: &str = "the image was opened read-only";
 
 /// Everything the FTL's threads share.
+/// Fewest retries of an uncorrectable read the FTL's own reads make, whatever `[ftl]
+/// read_retries` says (see [`Core::own_read_retries`]).
+pub(crate) const OWN_READ_RETRIES: u32 = 3;
+
 pub struct Core {
     pub nand: NandDevice,
     pub layout: Layout,
@@ -583,6 +587,17 @@ impl Core {
             self.check_spares();
         }
         (!went_bad, done)
+    }
+
+    /// How often the FTL's own reads (GC's and merges' copies, the open's checkpoint reads and
+    /// scan) try an uncorrectable read again: `[ftl] read_retries`, but never fewer than
+    /// [`OWN_READ_RETRIES`]. The setting bounds what a host read may cost before its error;
+    /// the FTL's own reads are what every later host read of the device depends on (a copy
+    /// given up is a page lost for good, a checkpoint or spare area given up at open is the
+    /// whole device read-only for damage), so a read that only needed a retry must not cost
+    /// them.
+    pub(crate) fn own_read_retries(&self) -> u32 {
+        self.cfg.read_retries.max(OWN_READ_RETRIES)
     }
 
     /// Usable blocks (not bad, not reserved) across the device.

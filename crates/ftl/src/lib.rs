@@ -580,7 +580,7 @@ impl Ftl {
                     &core.nand,
                     &layout,
                     checkpoint::Retries {
-                        max: core.cfg.read_retries,
+                        max: core.own_read_retries(),
                         count: &core.counters.read_retries,
                     },
                     scheme.map_sink(),

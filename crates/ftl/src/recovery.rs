@@ -297,6 +297,10 @@ impl Core {
         if let Some(damage) = self.damage(ckpt.is_none(), &resolved, shrunk) {
             self.set_read_only(damage);
         }
+        // A device whose spare blocks ran out (it turned read-only for that before the stop)
+        // stays read-only, saying why: opened writable, it would clean and wear more blocks
+        // and turn read-only again a moment later.
+        self.check_spares();
         // Lost pages are damage (the device is read-only now), so the set never changes.
         let _ = self
             .lost
@@ -757,7 +761,7 @@ impl Core {
     }
 
     fn read_retrying(&self, addr: PageAddr, off: u32, data: &mut [u8], oob_buf: &mut [u8]) -> bool {
-        for _ in 0..=self.cfg.read_retries {
+        for _ in 0..=self.own_read_retries() {
             match self.nand.read(addr, off, data, Some(oob_buf)) {
                 Ok(c) => {
                     // The data is read at submission. With timing virtual the scan keeps the

@@ -206,6 +206,24 @@ fn wear_out(scheme: SchemeKind) {
             Err(FtlError::ReadOnly(_))
         ));
     });
+    // Worn out stays worn out: the next open is read-only too, with the reason (a writable
+    // open would clean and wear more blocks, then turn read-only again).
+    let why = s.read_only.clone().unwrap_or_default();
+    ftl.close().unwrap();
+    drop(ftl);
+    let ftl = open(&path, cfg);
+    let again = ftl.read_only_reason().unwrap_or_default();
+    if why.contains("spare blocks exhausted") {
+        assert!(
+            again.contains("spare blocks exhausted"),
+            "{scheme}: {again}"
+        );
+    } else {
+        assert!(
+            !again.is_empty(),
+            "{scheme}: read-only for '{why}', writable after a reopen"
+        );
+    }
 }
 
 /// Placement follows each bank's capacity: after half of bank 0's blocks went bad, bank 0
@@ -250,8 +268,8 @@ fn writes_follow_each_banks_usable_blocks() {
 /// costs the open nothing: with every read failing once, the checkpoint is still loaded
 /// after a clean close (the open is clean, not a fallback or a full scan) and after a crash
 /// (rolled forward from it), and every page reads back. With no retries allowed
-/// (`read_retries = 0`) the same open cannot read its checkpoint or the pages' spare areas:
-/// it ends read-only, saying so, never with wrong data.
+/// for host reads (`read_retries = 0`) the open's own reads still retry, and a host read that
+/// fails is an error, never wrong data.
 #[test]
 fn a_read_that_needs_a_retry_costs_the_open_no_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
@@ -325,13 +343,20 @@ fn a_read_that_needs_a_retry_costs_the_open_no_checkpoint() {
     verify(&ftl, &|l| if l % 2 == 0 { 2 } else { 1 });
     ftl.close().unwrap();
     drop(ftl);
-    // No retry allowed: the same crashed image cannot be read back as it was.
+    // No retry allowed for host reads: the open's own reads still retry (a checkpoint or
+    // spare area given up would cost the device), so it rolls forward as before, and a host
+    // read that fails once is an error, never zeroes or an older version as good data.
     std::fs::copy(&crashed, &path).unwrap();
     let ftl = open(&ftl::FtlConfig {
         read_retries: 0,
         ..cfg.clone()
     });
-    assert_ne!(ftl.recovery().mode, ftl::RecoveryMode::RollForward);
-    let why = ftl.read_only_reason().expect("read-only");
-    assert!(why.contains("cannot be read"), "{why}");
+    let r = ftl.recovery();
+    assert_eq!(r.mode, ftl::RecoveryMode::RollForward, "{r:?}");
+    assert!(ftl.read_only_reason().is_none());
+    let mut buf = vec![0u8; 4096];
+    assert!(matches!(
+        block_on(ftl.read(0, &mut buf)),
+        Err(ftl::FtlError::Uncorrectable { .. })
+    ));
 }

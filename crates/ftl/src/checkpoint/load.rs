@@ -185,9 +185,9 @@ fn read_page(
 /// forward from it instead of scanning every page (a full scan cannot see trims older than
 /// the checkpoints). What such a block holds is checked as any checkpoint page is (ids,
 /// indexes, CRCs); a torn or damaged page fails the chain as usual. An uncorrectable read is
-/// tried again up to `retries` times (`[ftl] read_retries`, as recovery's scan and host reads
-/// do): a read that needs a retry must not cost a checkpoint, and with it, perhaps, the only
-/// state recovery can trust.
+/// tried again up to `retries` times (`Core::own_read_retries`, as recovery's scan does): a
+/// read that needs a retry must not cost a checkpoint, and with it, perhaps, the only state
+/// recovery can trust.
 fn read_ckpt_page(
     nand: &NandDevice,
     retries: Retries<'_>,
@@ -223,8 +223,8 @@ fn read_ckpt_page(
     }
 }
 
-/// How often a checkpoint read that is uncorrectable is tried again (`[ftl] read_retries`),
-/// and where the retries are counted (`ftl.read_retries`).
+/// How often a checkpoint read that is uncorrectable is tried again
+/// (`Core::own_read_retries`), and where the retries are counted (`ftl.read_retries`).
 #[derive(Clone, Copy)]
 pub(crate) struct Retries<'a> {
     pub max: u32,

@@ -622,6 +622,23 @@ impl Core {
                 drop(_one);
                 return self.checkpoint_with(held, false);
             }
+            // A page's program failed (the medium, not wear: the block stays good): the
+            // checkpoint is written again, once, as a full one (a delta's chain area then
+            // goes unused; the area of a full one is erased and written over). The last good
+            // checkpoint is not in the area written over, so a second failure loses nothing
+            // recovery needs.
+            if may_retry
+                && matches!(
+                    &e,
+                    FtlError::Nand(nand_model::NandError::ProgramFailed { .. })
+                )
+            {
+                tracing::warn!(
+                    "checkpoint: a program failed in area {area} ({e}); writing it again"
+                );
+                drop(_one);
+                return self.checkpoint_with(held, false);
+            }
             if let Some(why) = self.checkpoint_areas_worn() {
                 self.set_read_only(why.clone());
                 return Err(FtlError::ReadOnly(why));
@@ -867,6 +884,41 @@ pub fn maintenance(core: std::sync::Arc<Core>) {
 mod tests {
     use super::*;
 
+    /// A page of the close's checkpoint whose program fails (the medium, once) costs neither
+    /// the stop nor the next clean open: the checkpoint is written again. Both areas' first
+    /// page fail, so whichever area the close writes meets it.
+    #[test]
+    fn a_failed_checkpoint_program_is_written_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.img");
+        let nand = crate::test_support::small_nand(2, 2, 32);
+        let cfg = crate::FtlConfig {
+            queues: 1,
+            checkpoint_interval_bytes: 0,
+            ..crate::FtlConfig::default()
+        };
+        let f = crate::Ftl::create(&path, &nand, nand_model::TimingMode::Off, cfg.clone(), None)
+            .expect("create");
+        let data = vec![5u8; 4096];
+        for l in 0..64u64 {
+            futures::executor::block_on(f.write(0, l * 4096, &data, false)).expect("write");
+        }
+        let layout = f.core.layout;
+        for area in 0..2 {
+            f.nand().faults().fail_program_at(layout.ckpt_page(area, 0));
+        }
+        f.close()
+            .expect("the stop survives a failed checkpoint program");
+        assert!(f.nand().stats().injected.program >= 1);
+        drop(f);
+        let f = crate::Ftl::open(&path, nand_model::TimingMode::Off, cfg).expect("open");
+        let r = f.recovery();
+        assert_eq!(r.mode, crate::RecoveryMode::Clean, "{r:?}");
+        let mut buf = vec![0u8; 4096];
+        futures::executor::block_on(f.read(63 * 4096, &mut buf)).expect("read");
+        assert_eq!(buf, data);
+    }
+
     /// A superblock whose CRC is good but whose fields are out of range (a scheme this build
     /// does not know, zero or absurd queue counts, sizes past the device, NaN) is refused,
     /// naming the image and the field; scheme 0 (what images made before schemes existed hold)
@@ -1074,7 +1126,7 @@ fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> 
         .then(|| {
             let count = std::sync::atomic::AtomicU64::new(0);
             let retries = load::Retries {
-                max: crate::FtlConfig::default().read_retries,
+                max: crate::core::OWN_READ_RETRIES,
                 count: &count,
             };
             load_newest(&nand, &layout, retries, &load::Discard(sb.lpns))

@@ -189,7 +189,7 @@ pub(crate) fn read_for_copy(
     let (page, slot) = layout.split(src);
     let mut oob_buf = vec![0u8; oob::slot_entry_len(slot)];
     let mut entry = None;
-    for _ in 0..=core.cfg.read_retries {
+    for _ in 0..=core.own_read_retries() {
         match core
             .nand
             .read(page, slot * LOGICAL_PAGE as u32, buf, Some(&mut oob_buf))
@@ -400,7 +400,17 @@ pub(crate) fn release_emptied(
 ) -> Released {
     let mut rounds = 0;
     while map.valid_bits(b) != 0 {
-        if core.read_only_reason().is_some() || rounds == 8 {
+        if core.read_only_reason().is_some() {
+            // Expected on a read-only device: the trim records that would free the slots
+            // cannot be written any more (the device said why when it turned read-only).
+            tracing::debug!(
+                "block {}: {} slots still held after its pages moved (read-only); left unerased",
+                b.0,
+                map.valid_bits(b)
+            );
+            return Released::Held;
+        }
+        if rounds == 8 {
             tracing::error!(
                 "block {}: {} slots still held after its pages moved; left unerased",
                 b.0,

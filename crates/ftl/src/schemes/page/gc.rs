@@ -376,7 +376,7 @@ impl PageScheme {
         let mut bad_slots = 0;
         // Whether the buffers hold the page as last read (for a salvage of its slot entries).
         let mut read_ok = false;
-        for _ in 0..=core.cfg.read_retries {
+        for _ in 0..=core.own_read_retries() {
             match core.nand.read(addr, 0, buf, Some(oob)) {
                 Ok(c) => {
                     c.wait();
