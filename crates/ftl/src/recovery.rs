@@ -299,8 +299,18 @@ impl Core {
         }
         // A device whose spare blocks ran out (it turned read-only for that before the stop)
         // stays read-only, saying why: opened writable, it would clean and wear more blocks
-        // and turn read-only again a moment later.
-        self.check_spares();
+        // and turn read-only again a moment later. Only once blocks went bad: a device with
+        // none has the spare its format gave it, whatever running policy (hot/cold, planes)
+        // this open asks more of.
+        let went_bad = self.banks.iter().any(|bank| {
+            bank.alloc
+                .lock()
+                .state
+                .contains(&crate::blocks::BlockState::Bad)
+        });
+        if went_bad {
+            self.check_spares();
+        }
         // Lost pages are damage (the device is read-only now), so the set never changes.
         let _ = self
             .lost
