@@ -625,8 +625,9 @@ impl Core {
             // A page's program failed (the medium, not wear: the block stays good): the
             // checkpoint is written again, once, as a full one (a delta's chain area then
             // goes unused; the area of a full one is erased and written over). The last good
-            // checkpoint is not in the area written over, so a second failure loses nothing
-            // recovery needs.
+            // checkpoint is not in the area written over (unless the other area wore out, when
+            // every full checkpoint goes over the last one, as above), so a second failure
+            // loses nothing recovery needs.
             if may_retry
                 && matches!(
                     &e,
