@@ -57,7 +57,10 @@
 //! recovery resolves versions with the page scheme's rules; the data blocks are then the
 //! blocks whose current slots are all one logical block's, and every other block with
 //! current slots is a buffer block (`recover.rs`). A merge does not survive a close: its
-//! logical block is queued again at open. Trim records go to journal blocks.
+//! logical block is queued again at open. The queue is rebuilt in the order its logical
+//! blocks' oldest buffered pages were written, so that an open goes on with the round where
+//! it was; a host page carries a second step while the buffer is over its budget (what a
+//! crash's lost merge and partly written blocks leave). Trim records go to journal blocks.
 //!
 //! # Not done
 //! Static wear levelling (allocation takes the least-worn free block).
@@ -152,7 +155,8 @@ pub struct GftlScheme {
     work: AtomicBool,
     /// Whether the write buffer's size guarantee applies: not after an open that found
     /// buffer blocks (a merge cut short leaves its old block or its destination to the buffer,
-    /// and a crash the open block partly written) until the queue has once drained.
+    /// and a crash the open block partly written) until the queue has once drained, or every
+    /// logical block the open queued was merged and the buffer is back within its budget.
     bound_applies: AtomicBool,
     journal: Mutex<Journal>,
     plan: BankPlan,
@@ -428,6 +432,27 @@ impl Scheme for GftlScheme {
             let s = self.block_state(core, *b);
             if !matches!(s, BlockState::Open | BlockState::Full) {
                 return Err(format!("block {} ({who}) is {s:?}", b.0));
+            }
+        }
+        // And the other way round: a programmed block no role holds is never written, merged
+        // or erased again (lost to the device for good).
+        {
+            let j = self.journal.lock();
+            for b in 0..layout.total_blocks() {
+                let b = BlockIdx(b);
+                let s = self.block_state(core, b);
+                let journal =
+                    j.open.is_some_and(|(o, _)| o == b) || j.closed.iter().any(|(c, _)| *c == b);
+                if matches!(s, BlockState::Open | BlockState::Full)
+                    && !journal
+                    && !owner.contains_key(&b)
+                {
+                    return Err(format!(
+                        "block {} is {s:?} ({} valid slots) but no role holds it",
+                        b.0,
+                        self.map.valid_bits(b)
+                    ));
+                }
             }
         }
         for l in 0..self.lpns {

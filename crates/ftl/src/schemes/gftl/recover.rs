@@ -9,21 +9,44 @@
 //!   any order, so that is a state GFTL could have reached;
 //! - every other block with current slots is a **buffer** block (full: a partly written one
 //!   is not appended to any more), and the logical blocks with a current page outside their
-//!   data block are **queued** for a merge, in logical-block order;
+//!   data block are **queued** for a merge, in the order their oldest such page was written,
+//!   as the queue had them before the close (below);
 //! - blocks with trim records still live are journal blocks; programmed blocks holding
 //!   nothing current are erased.
 //!
 //! A merge does not survive a close: its logical block has pages outside its data block
 //! (the old data block, or the destination), so it is queued again.
+//!
+//! # The queue's order
+//! The write buffer's pages are superseded within a window of host writes only because the
+//! queue is first in, first out (`budget.rs`). Rebuilt in logical-block order, every open
+//! would start the round again from logical block 0: with crashes closer together than one
+//! round, the last logical blocks were never merged, their buffer blocks never emptied, and
+//! each open's new buffer blocks came on top until no free block was left (found from
+//! outside: kill -9 every few MiB on a 64 MiB device, read-only after five opens). So the
+//! buffer blocks are ranked by age, the sequence number of the first data slot the OOB
+//! area of their first pages names (a few OOB reads per buffer block; a copy keeps its
+//! sequence number, so a merge's block ranks first), and a logical block is queued by its
+//! oldest page outside its data block: (its block's rank, its page). The order is only
+//! fairness: a value read wrong costs a merge's place in the queue, never data. Until the
+//! logical blocks queued at open are merged, the buffer may hold more than its budget (the
+//! open found it full and the merge under way lost); a host page then carries a second step
+//! (`steps.rs`) so that the excess drains.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::Ordering;
 
 use super::GftlScheme;
 use crate::blocks::BlockState;
 use crate::core::Core;
 use crate::error::Result;
 use crate::layout::{BlockIdx, Lpn};
+use crate::oob;
 use crate::schemes::block_ops::{self, Blk, Journal};
+
+/// Pages of a buffer block whose OOB area is read for its age (the first with a data slot
+/// names it; more only where a read fails or the first pages hold padding alone).
+const FIRST_PAGES_READ: u32 = 4;
 
 /// What the current slots of a block say about its role.
 #[derive(Default)]
@@ -88,10 +111,22 @@ impl GftlScheme {
             self.set_role(b, super::Role::Data);
             self.state[lbn as usize].lock().data = Some(d);
         }
+        // The buffer blocks, oldest first.
+        let mut buffer: Vec<(u64, BlockIdx)> = seen
+            .keys()
+            .filter(|b| !data_blocks.contains(b))
+            .map(|b| (self.first_seq(core, *b), *b))
+            .collect();
+        buffer.sort_unstable();
+        let rank: std::collections::HashMap<BlockIdx, usize> = buffer
+            .iter()
+            .enumerate()
+            .map(|(i, (_, b))| (*b, i))
+            .collect();
         {
             let mut pool = self.pool.lock();
             *pool = Default::default();
-            for b in seen.keys().filter(|b| !data_blocks.contains(b)) {
+            for (_, b) in &buffer {
                 self.set_block_state(core, *b, BlockState::Full);
                 self.set_role(*b, super::Role::Buffer);
                 pool.closed.push_back((*b, false));
@@ -101,11 +136,39 @@ impl GftlScheme {
             self.bound_applies
                 .store(pool.held == 0, std::sync::atomic::Ordering::Relaxed);
         }
-        for lbn in 0..self.lbns {
-            let d = self.state[lbn as usize].lock().data.map(|d| d.block);
-            if self.has_pages_outside(lbn, d) {
-                self.enqueue(lbn);
+        // Each logical block by its oldest page outside its data block.
+        let mut oldest: BTreeMap<u32, (usize, u32)> = BTreeMap::new();
+        for l in 0..self.lpns {
+            let Some(psa) = self.map.get(Lpn(l)) else {
+                continue;
+            };
+            let b = layout.block_of(psa);
+            let lbn = self.lbn_of(Lpn(l));
+            if data.get(&lbn).is_some_and(|(d, _)| *d == b) {
+                continue;
             }
+            let Some(r) = rank.get(&b) else {
+                continue;
+            };
+            let key = (*r, layout.split(psa).0.page);
+            let e = oldest.entry(lbn).or_insert(key);
+            *e = (*e).min(key);
+        }
+        let mut queued: Vec<(usize, u32, u32)> = oldest
+            .into_iter()
+            .map(|(lbn, (r, p))| (r, p, lbn))
+            .collect();
+        queued.sort_unstable();
+        {
+            let mut gc = self.gc.lock();
+            gc.from_open = vec![false; self.lbns as usize];
+            gc.from_open_left = queued.len() as u32;
+            for (_, _, lbn) in &queued {
+                gc.from_open[*lbn as usize] = true;
+            }
+        }
+        for (_, _, lbn) in queued {
+            self.enqueue(lbn);
         }
         {
             let mut j = self.journal.lock();
@@ -137,5 +200,44 @@ impl GftlScheme {
             }
         }
         Ok(())
+    }
+
+    /// The sequence number of the first data slot named in the OOB area of block `b`'s first
+    /// pages (`u64::MAX` if none reads: the block then ranks last). For the queue's order
+    /// only (module docs).
+    fn first_seq(&self, core: &Core, b: BlockIdx) -> u64 {
+        let layout = self.layout;
+        let sps = layout.slots_per_page;
+        let len = oob::slot_entry_len(sps - 1).min(super::MAX_ENTRIES_LEN);
+        let mut entries = [0u8; super::MAX_ENTRIES_LEN];
+        let top = core
+            .nand
+            .block_state(layout.block_addr(b))
+            .map_or(0, |s| s.programmed_pages)
+            .min(FIRST_PAGES_READ);
+        for page in 0..top {
+            let addr = self.addr(b, page);
+            let mut read = false;
+            for _ in 0..=core.own_read_retries() {
+                let mut reads = [(addr, 0u32, &mut [][..], Some(&mut entries[..len]))];
+                if core.nand.read_planes(&mut reads).is_ok() {
+                    read = true;
+                    break;
+                }
+                core.counters.read_retries.fetch_add(1, Ordering::Relaxed);
+            }
+            if !read {
+                continue;
+            }
+            let first = (0..sps)
+                .filter_map(|i| oob::slot_entry(&entries[..len], i))
+                .filter(|m| m.kind == oob::SlotKind::Data)
+                .map(|m| m.seq)
+                .min();
+            if let Some(seq) = first {
+                return seq;
+            }
+        }
+        u64::MAX
     }
 }

@@ -81,28 +81,49 @@ impl GftlScheme {
                 None => return,
             },
         };
-        let t0 = core.now_ns();
-        // A merge's start or end without an operation is followed by the next piece of work;
-        // every round but the last makes no NAND operation or ends a merge.
-        for _ in 0..4 {
-            match self.step_piece(core, &mut gc, who) {
-                Did::Op => {
-                    core.counters.gc_steps.fetch_add(1, Ordering::Relaxed);
-                    self.counters.step_latency.record(core.since(t0));
-                    break;
-                }
-                Did::Bookkeeping => continue,
-                Did::Idle => break,
+        // A writer's page carries a second step while the buffer holds more blocks than its
+        // budget: only after an open that found it so (`recover.rs`) or a failed program, when
+        // the bound does not apply; without it the excess never drains and crashes in quick
+        // succession run the device out of free blocks.
+        let steps = match who {
+            StepFor::Write if self.pool.lock().held > self.budget.buffer_blocks => 2,
+            _ => 1,
+        };
+        for _ in 0..steps {
+            if !self.one_step(core, &mut gc, who) {
+                break;
             }
         }
         let other = gc.merge.is_some() || !gc.erasable.is_empty();
         let q = self.queue.lock();
         self.work.store(other || q.len() > 0, Ordering::Release);
-        if !other && q.len() == 0 {
-            // Every logical block's pages are in its data block and every emptied block is
-            // erased: whatever an open found in the buffer is gone.
+        // Every logical block's pages are in its data block and every emptied block is
+        // erased, or every logical block the open queued was merged since (every buffer
+        // block it found is emptied) and the buffer is back within its budget: whatever an
+        // open found in the buffer is gone.
+        if (!other && q.len() == 0)
+            || (gc.from_open_left == 0 && self.pool.lock().held <= self.budget.buffer_blocks)
+        {
             self.bound_applies.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// One step: pieces of work until one makes a NAND operation (a merge's start or end
+    /// without an operation is followed by the next piece). Whether it made one.
+    fn one_step(&self, core: &Core, gc: &mut GcState, who: StepFor) -> bool {
+        let t0 = core.now_ns();
+        for _ in 0..4 {
+            match self.step_piece(core, gc, who) {
+                Did::Op => {
+                    core.counters.gc_steps.fetch_add(1, Ordering::Relaxed);
+                    self.counters.step_latency.record(core.since(t0));
+                    return true;
+                }
+                Did::Bookkeeping => continue,
+                Did::Idle => return false,
+            }
+        }
+        false
     }
 
     /// Whether block `b` can be erased now without waiting (a reader's step): nothing current
@@ -280,6 +301,11 @@ impl GftlScheme {
         self.counters.merges.fetch_add(1, Ordering::Relaxed);
         st.data = Some(merge.dest);
         st.merging = false;
+        if let Some(q) = gc.from_open.get_mut(merge.lbn as usize) {
+            if std::mem::take(q) {
+                gc.from_open_left -= 1;
+            }
+        }
         if self.has_pages_outside(merge.lbn, Some(merge.dest.block)) {
             self.enqueue(merge.lbn);
         }
