@@ -138,6 +138,11 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     // the run is whole.
     match (signals.received(), &summary.stopped_early) {
         (Some(signo), Some(_)) => Err(crate::Interrupted(signo).into()),
+        // The device turned read-only, or the target failed: the figures until then are
+        // written, and the command still fails.
+        (None, Some(why)) => Err(anyhow::anyhow!(
+            "{why} (the replay stopped there; the figures of the requests before it are written)"
+        )),
         _ => Ok(()),
     }
 }

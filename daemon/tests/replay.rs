@@ -1389,4 +1389,48 @@ fn a_failing_medium_replays_the_same_faults_from_the_same_seed() {
     );
     let first = b["first_error"].as_str().unwrap_or_default();
     assert!(first.contains("uncorrectable read"), "{b}");
+    // A medium that wears out under the replay: the device turns read-only, the command
+    // fails naming why, and the figures of the requests before it are written all the same.
+    let worn = conf(
+        "worn.toml",
+        "[faults]\nprogram = 1e-3\nerase = 0.05\nseed = 5\n",
+    );
+    let out = dir.path().join("worn");
+    let o = ftld(&[
+        "--config",
+        &worn,
+        "--preset",
+        "slc-small-004",
+        "--capacity",
+        "32M",
+        "--workload",
+        "random,requests=200000,read=30",
+        "--precondition",
+        "80",
+        "--seed",
+        "3",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("turned read-only at request") && err.contains("figures"),
+        "{}",
+        text(&o)
+    );
+    let w: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let why = w["stopped_early"].as_str().unwrap_or_default();
+    assert!(why.contains("read-only"), "{w}");
+    let requests = w["requests"].as_u64().unwrap();
+    assert!(requests > 0 && requests < 200_000, "{w}");
+    assert!(w["errors"].as_u64() >= Some(1), "{w}");
+    assert!(w["nand"]["grown_bad_blocks"].as_u64() > Some(0), "{w}");
+    let csv = std::fs::read_to_string(out.join("requests.csv")).unwrap();
+    assert_eq!(
+        csv.lines().count() as u64,
+        requests + 1,
+        "a header and a line a request"
+    );
 }

@@ -304,15 +304,24 @@ impl<'a> Driver<'a> {
             Op::Trim => ready(ftl.trim(q, r.offset, r.len, r.fua), r.op)?,
         };
         if let Err(e) = result {
+            // Counted: the summary reports `errors` (an uncorrectable read, say) and the first
+            // one. Fatal only where the device turned read-only.
+            self.errors += 1;
             if let Some(reason) = ftl.read_only_reason() {
+                self.first_error.get_or_insert_with(|| {
+                    format!(
+                        "request {} ({} of {} bytes at {}): {e}",
+                        self.issued,
+                        r.op.name(),
+                        r.len,
+                        r.offset
+                    )
+                });
                 return Err(ReplayError::ReadOnly {
                     request: self.issued,
                     reason,
                 });
             }
-            // Counted, not fatal: the summary reports `errors` (an uncorrectable read, say)
-            // and the first one.
-            self.errors += 1;
             if self.first_error.is_none() {
                 // Numbered as `ReplayError::ReadOnly` numbers its request.
                 self.first_error = Some(format!(

@@ -201,8 +201,9 @@ pub struct Summary {
     pub errors: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
-    /// Why the replay ended before the trace or workload did (`stop` of the config: a signal);
-    /// the figures are those of the requests replayed until then.
+    /// Why the replay ended before the trace or workload did (`stop` of the config: a signal;
+    /// the device turned read-only; a fatal target error such as a lost connection); the
+    /// figures are those of the requests replayed until then.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped_early: Option<String>,
     /// Real timing, open loop: how late requests were sent.
@@ -468,6 +469,8 @@ struct Outcome {
     adjusted: Adjusted,
     errors: u64,
     first_error: Option<String>,
+    /// What ended the replay before its last request (not a signal: `cfg.stop`).
+    stopped: Option<String>,
     dispatch: Option<Dispatch>,
     host_stalls: Option<HostStalls>,
 }
@@ -514,10 +517,11 @@ fn finish(
         adjusted: outcome.adjusted,
         errors: outcome.errors,
         first_error: outcome.first_error,
-        stopped_early: cfg
-            .stop
-            .as_ref()
-            .and_then(|s| s.cut_short().map(str::to_owned)),
+        stopped_early: outcome.stopped.or_else(|| {
+            cfg.stop
+                .as_ref()
+                .and_then(|s| s.cut_short().map(str::to_owned))
+        }),
         dispatch: outcome.dispatch,
         host_stalls: outcome.host_stalls,
         requests_per_second: requests as f64 / wall_seconds.max(1e-9),
@@ -547,11 +551,17 @@ pub fn replay(
     let (mut rec, csv) = recorder(cfg, ftl)?;
     let before = Before::of(ftl);
     let mut driver = Driver::new(ftl, cfg.driver.clone())?;
-    driver.run(
+    // A device that turns read-only ends the replay, and the figures of the requests before
+    // it are written all the same: they are what a researcher measuring wear-out wants most.
+    let stopped = match driver.run(
         until_stopped(requests, cfg.stop.as_deref()),
         &mut rec,
         progress,
-    )?;
+    ) {
+        Ok(()) => None,
+        Err(e @ ReplayError::ReadOnly { .. }) => Some(e.to_string()),
+        Err(e) => return Err(e),
+    };
     // What the host wrote is all on flash before WAF is read (as fio's `end_fsync`): the
     // writes still buffered would otherwise count as host bytes without their programs, and a
     // short replay showed a WAF below 1 (0.9992 for 20 000 random 4 KiB writes, 0.92 with 8
@@ -568,6 +578,7 @@ pub fn replay(
         adjusted: driver.adjusted.clone(),
         errors: driver.errors,
         first_error,
+        stopped,
         dispatch: None,
         host_stalls: None,
     };
@@ -630,6 +641,7 @@ pub fn replay_real(
         first_error: o
             .first_error
             .or_else(|| drained.map(|e| format!("the final drain of the write buffers: {e}"))),
+        stopped: o.fatal,
         dispatch: o.dispatch,
         host_stalls: stalls.as_ref().map(HostStalls::of),
     };
@@ -796,7 +808,10 @@ pub fn precondition_real(
             &mut |_| {},
             None,
         )
-        .map(drop)
+        .and_then(|o| match o.fatal {
+            Some(reason) => Err(ReplayError::Target(reason)),
+            None => Ok(()),
+        })
     };
     let mut report = PreconditionReport::new(percent);
     if span >= 128 << 10 {

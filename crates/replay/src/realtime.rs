@@ -60,6 +60,9 @@ pub struct RealOutcome {
     /// The replay's time 0 (what `requests.csv`'s arrival times count from) on
     /// `CLOCK_MONOTONIC`, in ns: where a [`nand_model::StallReport`]'s stalls fall.
     pub origin_ns: u64,
+    /// The target error that ended the replay early (the device turned read-only, the
+    /// connection was lost): no request was sent after it; those before it are recorded.
+    pub fatal: Option<String>,
 }
 
 /// A request handed to a worker.
@@ -308,10 +311,8 @@ pub fn run(
         outcome.adjusted = adjusted;
         outcome.dispatch = dispatch;
         outcome.origin_ns = origin_ns;
-        match fatal {
-            Some(reason) => Err(ReplayError::Target(reason)),
-            None => Ok(outcome),
-        }
+        outcome.fatal = fatal;
+        Ok(outcome)
     })
 }
 
