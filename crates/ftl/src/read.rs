@@ -209,7 +209,10 @@ impl Core {
                     }
                 } else {
                     let psa = match self.source(lpn, 0, dst) {
-                        Source::Flash(psa) => psa,
+                        Source::Flash(psa) => {
+                            self.scheme.search_on_flash(self, lpn, psa);
+                            psa
+                        }
                         Source::Served => continue,
                         Source::Unwritten => {
                             unwritten += 1;
@@ -280,7 +283,8 @@ impl Core {
     }
 
     /// Serves logical page `lpn` from the overlay or as zeroes into `dst` (from byte `off` of
-    /// the page), or says where on flash it is, with its block pinned.
+    /// the page), or says where on flash it is, with its block pinned (the caller runs the
+    /// scheme's search of the medium, `Scheme::search_on_flash`, where a first read does).
     fn source(&self, lpn: Lpn, off: usize, dst: &mut [u8]) -> Source {
         let st = self.cache.lock(lpn);
         if let Some(b) = st.overlay.get(&lpn.0) {
@@ -296,7 +300,6 @@ impl Core {
         };
         self.pins.pin(self.layout.block_of(psa));
         drop(st);
-        self.scheme.search_on_flash(self, lpn, psa);
         Source::Flash(psa)
     }
 
@@ -459,6 +462,11 @@ impl Core {
         let retries = self.cfg.read_retries;
         let partial = dst.len() != LOGICAL_PAGE;
         let mut scratch = [0u8; LOGICAL_PAGE];
+        // Where the scheme last searched the medium for the page (GFTL's OOB search of a data
+        // block): a retry of the same slot reads its page again without searching again, as
+        // a controller that found the page retries its read. (A group read that failed
+        // searched already; a page that moved since is read once without a search.)
+        let mut searched = None;
         // With `first > retries` (a group read failed and no retry is allowed) the failure is
         // counted already: nothing is read.
         for attempt in first..=retries {
@@ -471,6 +479,11 @@ impl Core {
                 Source::Lost => return Err(FtlError::Lost { lpn: lpn.0 }),
                 Source::Flash(psa) => psa,
             };
+            let group_searched = attempt == first && first > 0;
+            if !group_searched && searched != Some(psa) {
+                self.scheme.search_on_flash(self, lpn, psa);
+            }
+            searched = Some(psa);
             let blk = self.layout.block_of(psa);
             let (page, slot) = self.layout.split(psa);
             let mut entry = [0u8; MAX_ENTRIES_LEN];
