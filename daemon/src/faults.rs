@@ -7,7 +7,7 @@
 //! program = 1e-4   # probability that a program fails (the block is retired)
 //! erase = 1e-3     # probability that an erase fails (the block is marked bad)
 //! read = 1e-3      # probability that a read is uncorrectable (its retry succeeds)
-//! seed = 7         # the faults' random sequence [default: 1]
+//! seed = 7         # the faults' random sequence, 0 to 2^63 - 1 (a TOML integer) [default: 1]
 //! ```
 //!
 //! Each probability applies to every operation of its kind (`nand_model::FaultRates`); an

@@ -95,15 +95,15 @@ impl GftlScheme {
             }
         }
         let other = gc.merge.is_some() || !gc.erasable.is_empty();
+        // (`pool` and `queue` are leaves: one at a time.)
+        let within = self.pool.lock().held <= self.budget.buffer_blocks;
         let q = self.queue.lock();
         self.work.store(other || q.len() > 0, Ordering::Release);
         // Every logical block's pages are in its data block and every emptied block is
         // erased, or every logical block the open queued was merged since (every buffer
         // block it found is emptied) and the buffer is back within its budget: whatever an
         // open found in the buffer is gone.
-        if (!other && q.len() == 0)
-            || (gc.from_open_left == 0 && self.pool.lock().held <= self.budget.buffer_blocks)
-        {
+        if (!other && q.len() == 0) || (gc.from_open_left == 0 && within) {
             self.bound_applies.store(true, Ordering::Relaxed);
         }
     }
