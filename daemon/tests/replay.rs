@@ -1433,4 +1433,34 @@ fn a_failing_medium_replays_the_same_faults_from_the_same_seed() {
         requests + 1,
         "a header and a line a request"
     );
+    // The same in real time, closed loop (a second or so: the medium wears out fast).
+    let out = dir.path().join("worn-real");
+    let o = ftld(&[
+        "--config",
+        &worn,
+        "--preset",
+        "slc-small-004",
+        "--capacity",
+        "32M",
+        "--workload",
+        "random,requests=200000,read=30",
+        "--precondition",
+        "80",
+        "--seed",
+        "3",
+        "--timing",
+        "real",
+        "--queue-depth",
+        "8",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let w: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let why = w["stopped_early"].as_str().unwrap_or_default();
+    assert!(why.contains("read-only") && why.contains("request "), "{w}");
+    assert!(w["errors"].as_u64() >= Some(1), "{w}");
+    let requests = w["requests"].as_u64().unwrap();
+    assert!(requests > 0 && requests < 200_000, "{w}");
 }

@@ -480,6 +480,11 @@ fn record(
     let mut take = |d: Done, out: &mut RealOutcome, fatal: &mut Option<String>| {
         match d.error {
             Some(TargetError::Fatal(m)) => {
+                // A failed request (counted, not recorded: as in virtual time), and the first
+                // one ends the replay, numbered as virtual time numbers it.
+                out.errors += 1;
+                let m = format!("request {}: {m}", d.seq);
+                out.first_error.get_or_insert_with(|| m.clone());
                 fatal.get_or_insert(m);
                 return;
             }
