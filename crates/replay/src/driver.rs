@@ -104,6 +104,8 @@ pub enum ReplayError {
     Ftl(#[from] FtlError),
     #[error("the device turned read-only at request {request}: {reason}")]
     ReadOnly { request: u64, reason: String },
+    #[error("request {request} failed on a device read-only since its open: {reason}")]
+    ReadOnlyFromOpen { request: u64, reason: String },
     #[error("a {op} request would block in virtual time (an FTL future was not ready on its first poll): a bug")]
     WouldBlock { op: &'static str },
     #[error("the target: {0}")]
@@ -135,6 +137,9 @@ pub(crate) fn settle(ftl: &Ftl) -> Result<(), ReplayError> {
 /// Feeds requests to an FTL in virtual time.
 pub struct Driver<'a> {
     ftl: &'a Ftl,
+    /// The device was read-only before the first request (an image that opened so): a
+    /// request that fails for it did not turn it read-only.
+    read_only_at_start: bool,
     opts: DriverOptions,
     capacity: u64,
     queues: usize,
@@ -176,6 +181,7 @@ impl<'a> Driver<'a> {
             start_ns,
             issued: 0,
             chooser: QueueChooser::new(ftl.queues()),
+            read_only_at_start: ftl.read_only_reason().is_some(),
         })
     }
 
@@ -317,9 +323,16 @@ impl<'a> Driver<'a> {
                         r.offset
                     )
                 });
-                return Err(ReplayError::ReadOnly {
-                    request: self.issued,
-                    reason,
+                return Err(if self.read_only_at_start {
+                    ReplayError::ReadOnlyFromOpen {
+                        request: self.issued,
+                        reason,
+                    }
+                } else {
+                    ReplayError::ReadOnly {
+                        request: self.issued,
+                        reason,
+                    }
                 });
             }
             if self.first_error.is_none() {

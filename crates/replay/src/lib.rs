@@ -559,7 +559,9 @@ pub fn replay(
         progress,
     ) {
         Ok(()) => None,
-        Err(e @ ReplayError::ReadOnly { .. }) => Some(e.to_string()),
+        Err(e @ (ReplayError::ReadOnly { .. } | ReplayError::ReadOnlyFromOpen { .. })) => {
+            Some(e.to_string())
+        }
         Err(e) => return Err(e),
     };
     // What the host wrote is all on flash before WAF is read (as fio's `end_fsync`): the

@@ -113,6 +113,13 @@ impl GftlScheme {
     fn one_step(&self, core: &Core, gc: &mut GcState, who: StepFor) -> bool {
         let t0 = core.now_ns();
         for _ in 0..4 {
+            // A piece may have turned the device read-only (a copy's program failed and no
+            // block is left for a new destination): nothing more is written, neither the rest
+            // of this step nor a second one (the next copy went into the block just retired,
+            // and the next open took the unreadable page for damage).
+            if core.is_read_only() {
+                return false;
+            }
             match self.step_piece(core, gc, who) {
                 Did::Op => {
                     core.counters.gc_steps.fetch_add(1, Ordering::Relaxed);
