@@ -102,6 +102,8 @@ impl SlotRun {
 /// A slot of a group read to read again on its own.
 struct Again {
     lpn: Lpn,
+    /// Where the group read it (and the scheme searched for it).
+    psa: Psa,
     /// Where its bytes go in the request's buffer.
     pos: usize,
     /// What the group's attempt was for this slot.
@@ -204,7 +206,7 @@ impl Core {
             {
                 let dst = &mut buf[pos..pos + len];
                 if len < LOGICAL_PAGE {
-                    if let Some(c) = self.read_lpn(lpn, in_page, dst, 0, &mut unwritten)? {
+                    if let Some(c) = self.read_lpn(lpn, in_page, dst, 0, None, &mut unwritten)? {
                         pending.push(c);
                     }
                 } else {
@@ -363,6 +365,7 @@ impl Core {
                         if !intact(entry, slot, lpn, &buf[pos..pos + LOGICAL_PAGE]) {
                             again.push(Again {
                                 lpn,
+                                psa: self.layout.psa(run.page, slot),
                                 pos,
                                 attempt: GroupAttempt::FailedCheck(run.page, slot),
                             });
@@ -378,6 +381,7 @@ impl Core {
                     for i in 0..run.slots {
                         again.push(Again {
                             lpn: Lpn(run.first_lpn.0 + i),
+                            psa: self.layout.psa(run.page, run.first_slot + i),
                             pos: run.pos + i as usize * LOGICAL_PAGE,
                             attempt: if run.page == failed {
                                 GroupAttempt::Unreadable(failed)
@@ -418,7 +422,7 @@ impl Core {
             };
             let dst = &mut buf[a.pos..a.pos + LOGICAL_PAGE];
             // (A slot on flash a moment ago: one trimmed since is not a read of nothing.)
-            if let Some(c) = self.read_lpn(a.lpn, 0, dst, first, &mut 0)? {
+            if let Some(c) = self.read_lpn(a.lpn, 0, dst, first, Some(a.psa), &mut 0)? {
                 pending.push(c);
             }
         }
@@ -446,27 +450,28 @@ impl Core {
     }
 
     /// Fills `dst` from logical page `lpn` starting at byte `off`, on its own, attempts
-    /// `first..=read_retries` (a read that already failed in a group starts at 1); returns the
-    /// NAND completion to wait for, if the data came from flash. A partial read needs the whole
-    /// slot to check it; a whole one is read in place. A partial write to a page that cannot be
-    /// read fails the same way (its read-modify-write cannot read the page); a whole 4 KiB
-    /// write or a trim replaces it.
+    /// `first..=read_retries` (a read that already failed in a group starts at 1; `searched`:
+    /// where that group read it); returns the NAND completion to wait for, if the data came
+    /// from flash. A partial read needs the whole slot to check it; a whole one is read in
+    /// place. A partial write to a page that cannot be read fails the same way (its
+    /// read-modify-write cannot read the page); a whole 4 KiB write or a trim replaces it.
     fn read_lpn(
         &self,
         lpn: Lpn,
         off: usize,
         dst: &mut [u8],
         first: u32,
+        searched: Option<Psa>,
         unwritten: &mut u64,
     ) -> Result<Option<Completion>> {
         let retries = self.cfg.read_retries;
         let partial = dst.len() != LOGICAL_PAGE;
         let mut scratch = [0u8; LOGICAL_PAGE];
         // Where the scheme last searched the medium for the page (GFTL's OOB search of a data
-        // block): a retry of the same slot reads its page again without searching again, as
-        // a controller that found the page retries its read. (A group read that failed
-        // searched already; a page that moved since is read once without a search.)
-        let mut searched = None;
+        // block; `searched`: where a group read that failed searched): a retry of the same
+        // slot reads its page again without searching again, as a controller that found the
+        // page retries its read; a page that moved since is searched for where it is now.
+        let mut searched = searched;
         // With `first > retries` (a group read failed and no retry is allowed) the failure is
         // counted already: nothing is read.
         for attempt in first..=retries {
@@ -479,8 +484,7 @@ impl Core {
                 Source::Lost => return Err(FtlError::Lost { lpn: lpn.0 }),
                 Source::Flash(psa) => psa,
             };
-            let group_searched = attempt == first && first > 0;
-            if !group_searched && searched != Some(psa) {
+            if searched != Some(psa) {
                 self.scheme.search_on_flash(self, lpn, psa);
             }
             searched = Some(psa);

@@ -311,9 +311,11 @@ impl<'a> Driver<'a> {
         };
         if let Err(e) = result {
             // Counted: the summary reports `errors` (an uncorrectable read, say) and the first
-            // one. Fatal only where the device turned read-only.
+            // one. Fatal only where the device refused it for being read-only (an uncorrectable
+            // read on a read-only device is the request's error, as on any other).
             self.errors += 1;
-            if let Some(reason) = ftl.read_only_reason() {
+            let refused = matches!(e, FtlError::ReadOnly(_) | FtlError::NoSpace(_));
+            if let Some(reason) = ftl.read_only_reason().filter(|_| refused) {
                 self.first_error.get_or_insert_with(|| {
                     format!(
                         "request {} ({} of {} bytes at {}): {e}",

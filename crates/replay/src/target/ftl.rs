@@ -9,18 +9,31 @@ use super::{Target, TargetError};
 /// An FTL in this process.
 pub struct FtlTarget<'a> {
     ftl: &'a Ftl,
+    /// The device was read-only before the first request (an image that opened so).
+    read_only_at_start: bool,
 }
 
 impl<'a> FtlTarget<'a> {
     /// Drives `ftl` (best opened with timing `real`; with `off` every request is instant).
     pub fn new(ftl: &'a Ftl) -> FtlTarget<'a> {
-        FtlTarget { ftl }
+        FtlTarget {
+            ftl,
+            read_only_at_start: ftl.read_only_reason().is_some(),
+        }
     }
 
+    /// A request refused because the device is read-only ends the replay; any other error
+    /// (an uncorrectable read, even on a read-only device) is the request's.
     fn error(&self, e: ftl::FtlError) -> TargetError {
-        match self.ftl.read_only_reason() {
-            Some(reason) => TargetError::Fatal(format!("the device turned read-only: {reason}")),
-            None => TargetError::Request(e.to_string()),
+        match e {
+            ftl::FtlError::ReadOnly(reason) | ftl::FtlError::NoSpace(reason) => {
+                TargetError::Fatal(if self.read_only_at_start {
+                    format!("failed on a device read-only since its open: {reason}")
+                } else {
+                    format!("the device turned read-only: {reason}")
+                })
+            }
+            e => TargetError::Request(e.to_string()),
         }
     }
 }

@@ -155,8 +155,7 @@ pub struct GftlScheme {
     work: AtomicBool,
     /// Whether the write buffer's size guarantee applies: not after an open that found
     /// buffer blocks (a merge cut short leaves its old block or its destination to the buffer,
-    /// and a crash the open block partly written) until the queue has once drained, or every
-    /// logical block the open queued was merged and the buffer is back within its budget.
+    /// and a crash the open block partly written) until the queue has once drained.
     bound_applies: AtomicBool,
     journal: Mutex<Journal>,
     plan: BankPlan,
@@ -435,8 +434,9 @@ impl Scheme for GftlScheme {
             }
         }
         // And the other way round: a programmed block no role holds is never written, merged
-        // or erased again (lost to the device for good).
-        {
+        // or erased again (lost to the device for good). Not on a read-only device: it erases
+        // nothing, so an emptied block stays programmed with no role.
+        if core.read_only_reason().is_none() {
             let j = self.journal.lock();
             for b in 0..layout.total_blocks() {
                 let b = BlockIdx(b);

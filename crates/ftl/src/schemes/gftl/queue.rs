@@ -125,10 +125,6 @@ pub struct GcState {
     pub merge: Option<Merge>,
     /// Emptied buffer blocks waiting for an erase step (before any other work).
     pub erasable: VecDeque<(BlockIdx, bool)>,
-    /// The logical blocks the last open queued (pages in the buffer it found) and not merged
-    /// since, and how many: once none is left, every buffer block the open found is emptied.
-    pub from_open: Vec<bool>,
-    pub from_open_left: u32,
 }
 
 #[cfg(test)]

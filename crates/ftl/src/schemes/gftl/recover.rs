@@ -28,10 +28,10 @@
 //! area of their first pages names (a few OOB reads per buffer block; a copy keeps its
 //! sequence number, so a merge's block ranks first), and a logical block is queued by its
 //! oldest page outside its data block: (its block's rank, its page). The order is only
-//! fairness: a value read wrong costs a merge's place in the queue, never data. Until the
-//! logical blocks queued at open are merged, the buffer may hold more than its budget (the
-//! open found it full and the merge under way lost); a host page then carries a second step
-//! (`steps.rs`) so that the excess drains.
+//! fairness: a value read wrong costs a merge's place in the queue, never data. After an
+//! open the buffer may hold more than its budget (the open found it full, and the merge under
+//! way is lost); a host page then carries a second step (`steps.rs`) so that the excess
+//! drains.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -159,14 +159,6 @@ impl GftlScheme {
             .map(|(lbn, (r, p))| (r, p, lbn))
             .collect();
         queued.sort_unstable();
-        {
-            let mut gc = self.gc.lock();
-            gc.from_open = vec![false; self.lbns as usize];
-            gc.from_open_left = queued.len() as u32;
-            for (_, _, lbn) in &queued {
-                gc.from_open[*lbn as usize] = true;
-            }
-        }
         for (_, _, lbn) in queued {
             self.enqueue(lbn);
         }

@@ -95,15 +95,14 @@ impl GftlScheme {
             }
         }
         let other = gc.merge.is_some() || !gc.erasable.is_empty();
-        // (`pool` and `queue` are leaves: one at a time.)
-        let within = self.pool.lock().held <= self.budget.buffer_blocks;
         let q = self.queue.lock();
         self.work.store(other || q.len() > 0, Ordering::Release);
-        // Every logical block's pages are in its data block and every emptied block is
-        // erased, or every logical block the open queued was merged since (every buffer
-        // block it found is emptied) and the buffer is back within its budget: whatever an
-        // open found in the buffer is gone.
-        if (!other && q.len() == 0) || (gc.from_open_left == 0 && within) {
+        if !other && q.len() == 0 {
+            // Every logical block's pages are in its data block and every emptied block is
+            // erased: whatever an open found in the buffer is gone. (Not sooner: once the
+            // logical blocks the open queued are merged, pages written meanwhile may still
+            // have waited behind the erases of the blocks it found, longer than the budget
+            // allows for.)
             self.bound_applies.store(true, Ordering::Relaxed);
         }
     }
@@ -308,11 +307,6 @@ impl GftlScheme {
         self.counters.merges.fetch_add(1, Ordering::Relaxed);
         st.data = Some(merge.dest);
         st.merging = false;
-        if let Some(q) = gc.from_open.get_mut(merge.lbn as usize) {
-            if std::mem::take(q) {
-                gc.from_open_left -= 1;
-            }
-        }
         if self.has_pages_outside(merge.lbn, Some(merge.dest.block)) {
             self.enqueue(merge.lbn);
         }
