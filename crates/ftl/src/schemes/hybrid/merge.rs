@@ -353,8 +353,13 @@ impl HybridScheme {
         {
             return;
         }
-        // Under the lock: nothing of `lbn` is in flight, and no merge runs on it.
-        if let (None, Some(old)) = (self.logs.lock().owned(lbn), self.data_block(lbn)) {
+        // Under the lock: nothing of `lbn` is in flight, and no merge runs on it, and no log
+        // block can become its (a writer takes the lock to place a page). The logs' guard must
+        // go before `gc_gate`: in the `if let` below it would live to the block's end, and
+        // the invariant check (which holds `gc_gate` exclusive and then takes `logs`) hung
+        // against this wear-levelling move in CI.
+        let has_log = self.logs.lock().owned(lbn).is_some();
+        if let (false, Some(old)) = (has_log, self.data_block(lbn)) {
             let _gc = core.gc_gate.read();
             let worn = young.saturating_add(spread / 2);
             let dst = (0..layout.banks).find_map(|b| {
