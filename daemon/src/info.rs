@@ -157,10 +157,31 @@ pub fn render(info: &ImageInfo) -> String {
             "bad blocks",
             format!("{} of {}", info.bad_blocks, info.total_blocks),
         ),
+        ("spare blocks", spare(info)),
         ("last checkpoint", checkpoint),
         ("last shutdown", shutdown),
     ];
     rows.iter().map(|(k, v)| format!("{k:<18} {v}\n")).collect()
+}
+
+/// The usable blocks against what the scheme needs: how many more may go bad, or that the
+/// device opens read-only.
+fn spare(info: &ImageInfo) -> String {
+    let usable = info.usable_blocks;
+    match info.blocks_needed {
+        None => format!("{usable} usable"),
+        Some(need) if usable >= need => format!(
+            "{usable} usable, {need} needed by {} with the default settings: {} more may go bad \
+             before the device turns read-only",
+            info.ftl,
+            usable - need
+        ),
+        Some(need) => format!(
+            "{usable} usable, {need} needed by {} with the default settings: spare blocks \
+             exhausted, the device opens read-only",
+            info.ftl
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -188,7 +209,27 @@ mod tests {
             checkpoint_erase_max: 0,
             bad_blocks: 0,
             total_blocks: 16,
+            usable_blocks: 12,
+            blocks_needed: Some(10),
         }
+    }
+
+    #[test]
+    fn the_spare_line_says_how_many_more_blocks_may_go_bad() {
+        let r = render(&info(Some(3), true, 0));
+        assert!(
+            r.contains("12 usable, 10 needed by page with the default settings: 2 more may go bad"),
+            "{r}"
+        );
+        let worn = ImageInfo {
+            usable_blocks: 9,
+            ..info(Some(3), true, 0)
+        };
+        let r = render(&worn);
+        assert!(
+            r.contains("spare blocks exhausted, the device opens read-only"),
+            "{r}"
+        );
     }
 
     #[test]

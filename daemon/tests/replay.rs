@@ -1319,6 +1319,76 @@ fn a_virtual_replay_does_not_depend_on_the_machine_s_cpus() {
 /// faults and the same figures (virtual time); the aged state before them is the faultless
 /// one; reads that need a retry are retried and reach the host as good data; with no retries
 /// allowed, they reach it as errors, counted and named.
+/// A replay that wears an image out leaves it read-only for good: `ftld info` shows the usable
+/// blocks under what the scheme needs and says the device opens read-only, and the next
+/// replay on it, without faults, fails at its first write saying why.
+#[test]
+fn a_worn_out_image_says_so_in_info_and_opens_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let worn = dir.path().join("worn.toml");
+    std::fs::write(&worn, "[faults]\nprogram = 1e-3\nerase = 0.05\nseed = 5\n").unwrap();
+    for scheme in ["gftl", "page"] {
+        let image = dir.path().join(format!("{scheme}.img"));
+        let image = image.to_str().unwrap();
+        let o = ftld(&[
+            "--config",
+            worn.to_str().unwrap(),
+            "--image",
+            image,
+            "--ftl",
+            scheme,
+            "--preset",
+            "slc-small-004",
+            "--capacity",
+            "16M",
+            "--workload",
+            "random,requests=200000,read=30",
+            "--seed",
+            "3",
+        ]);
+        assert_eq!(o.status.code(), Some(1), "{scheme}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("spare blocks exhausted"),
+            "{scheme}: {}",
+            text(&o)
+        );
+        let info = Command::new(FTLD)
+            .args(["info", "--json", image])
+            .output()
+            .unwrap();
+        assert!(info.status.success(), "{}", text(&info));
+        let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+        let usable = info["usable_blocks"].as_u64().unwrap();
+        let needed = info["blocks_needed"].as_u64().unwrap();
+        assert!(usable < needed, "{scheme}: {info:#}");
+        let shown = Command::new(FTLD).args(["info", image]).output().unwrap();
+        let shown = String::from_utf8_lossy(&shown.stdout);
+        assert!(
+            shown.contains(&format!(
+                "{usable} usable, {needed} needed by {scheme} with the default settings: spare blocks exhausted, the device opens read-only"
+            )),
+            "{shown}"
+        );
+        let o = ftld(&[
+            "--image",
+            image,
+            "--workload",
+            "random,requests=1000,read=0",
+            "--seed",
+            "3",
+        ]);
+        assert_eq!(o.status.code(), Some(1), "{scheme}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(
+                "request 0 failed on a device read-only since its open: spare blocks exhausted"
+            ),
+            "{scheme}: {}",
+            text(&o)
+        );
+    }
+}
+
 #[test]
 fn a_failing_medium_replays_the_same_faults_from_the_same_seed() {
     let dir = tempfile::tempdir().unwrap();

@@ -60,6 +60,9 @@ pub struct Core {
     pub layout: Layout,
     pub cfg: FtlConfig,
     pub lpns: u32,
+    /// The usable blocks the scheme needs (`SchemeKind::blocks_needed`, fixed at open):
+    /// fewer, and the device is read-only (`check_spares`).
+    pub blocks_needed: u64,
     /// Logical pages per unit a NAND page must not mix (the scheme's `seal_unit`; 0: any mix).
     pub seal_unit: u32,
     /// The write cache's index: overlay of buffered pages, stripe locks.
@@ -127,6 +130,7 @@ impl Core {
         layout: Layout,
         cfg: FtlConfig,
         lpns: u32,
+        blocks_needed: u64,
         scheme: Arc<dyn Scheme>,
         banks: Vec<Bank>,
         queues: Vec<QueueState>,
@@ -143,6 +147,7 @@ impl Core {
             layout,
             cfg,
             lpns,
+            blocks_needed,
             banks,
             queues,
             seq: AtomicU64::new(seq),
@@ -614,25 +619,10 @@ impl Core {
             .sum()
     }
 
-    /// After a block went bad: if the spare blocks are gone, the device turns read-only.
-    /// Needed: the blocks the exported pages fill, and per bank every open block (the host's
-    /// one per plane — each data queue's writer's with frontiers `per-queue` —, the trim
-    /// queue's one, GC's frontier one) and the GC reserve.
+    /// At open and after a block went bad: if the spare blocks are gone (fewer usable blocks
+    /// than the scheme needs, `Scheme::blocks_needed`), the device turns read-only.
     pub fn check_spares(&self) {
-        let planes = u64::from(self.nand.config().planes.max(1));
-        // `cfg.queues` is the data queues this FTL runs (capped at open).
-        // Host write frontiers and GC frontiers (two of each with the page scheme's hot/cold
-        // separation), and the trim journal's block.
-        let temps = if self.cfg.scheme == crate::schemes::SchemeKind::Page
-            && self.cfg.separation == crate::config::Separation::HotCold
-        {
-            2
-        } else {
-            1
-        };
-        let open = temps * (crate::frontier_owners(&self.cfg) * planes + 1) + 1;
-        let needed = (self.lpns as u64).div_ceil(self.layout.slots_per_block() as u64)
-            + self.layout.banks as u64 * (open + GC_RESERVE as u64);
+        let needed = self.blocks_needed;
         let usable = self.usable_blocks();
         if usable < needed {
             self.set_read_only(format!(

@@ -524,6 +524,10 @@ impl Ftl {
         let scheme = sb
             .scheme
             .build(layout, sb.lpns, sb.log_blocks, plan, &cfg, nand.config())?;
+        let blocks_needed = sb
+            .scheme
+            .blocks_needed(nand.config(), sb.lpns, sb.log_blocks, &cfg)
+            .map_err(|e| FtlError::Config(format!("scheme {}: {e}", sb.scheme)))?;
         let mut txs = Vec::new();
         let mut rxs = Vec::new();
         for q in 0..cfg.queues + 1 {
@@ -549,6 +553,7 @@ impl Ftl {
             layout,
             cfg,
             sb.lpns,
+            blocks_needed,
             scheme.clone(),
             banks,
             txs,

@@ -325,6 +325,11 @@ pub struct FtlStats {
     /// Bad blocks on the device now (marked at format, in earlier runs or in this one, the
     /// superblock's and checkpoint areas' included), as `ftld info` counts them.
     pub bad_blocks: u64,
+    /// Good blocks outside the superblock and checkpoint areas, and the usable blocks the
+    /// scheme needs with this open's settings (`SchemeKind::blocks_needed`): once the first
+    /// falls below the second, the device is read-only ("spare blocks exhausted").
+    pub usable_blocks: u64,
+    pub blocks_needed: u64,
     pub checkpoints: u64,
     pub checkpoint_failures: u64,
     /// Checkpoints that were incremental (changed map chunks only).
@@ -464,6 +469,8 @@ impl Core {
             gc_starved: ld(&c.gc_starved),
             retired_blocks: ld(&c.retired_blocks),
             bad_blocks: device_bad,
+            usable_blocks: usable,
+            blocks_needed: self.blocks_needed,
             checkpoints: ld(&c.checkpoints),
             checkpoint_failures: ld(&c.checkpoint_failures),
             checkpoint_deltas: ld(&c.checkpoint_deltas),

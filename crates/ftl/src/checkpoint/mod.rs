@@ -1114,6 +1114,13 @@ pub struct ImageInfo {
     /// Bad blocks of the whole device, reserved ones included.
     pub bad_blocks: u32,
     pub total_blocks: u32,
+    /// Good blocks outside the superblock and checkpoint areas.
+    pub usable_blocks: u64,
+    /// The usable blocks the scheme needs with the default serving settings
+    /// ([`crate::SchemeKind::blocks_needed`]; the page scheme's need grows with frontiers
+    /// `per-queue` and hot/cold separation): fewer, and an open is read-only. `None` where the
+    /// scheme cannot run on this device at all.
+    pub blocks_needed: Option<u64>,
 }
 
 /// Reads an image's superblock, checkpoints and block states without modifying it: opened
@@ -1179,6 +1186,14 @@ fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> 
         after += st.programmed_pages.saturating_sub(from) as u64;
     }
     let checkpoint_id = loaded.as_ref().map(|l| l.snap.id);
+    let defaults = crate::FtlConfig {
+        scheme: sb.scheme,
+        ..Default::default()
+    };
+    let blocks_needed = sb
+        .scheme
+        .blocks_needed(nand.config(), sb.lpns, sb.log_blocks, &defaults)
+        .ok();
     Ok(ImageInfo {
         path: path.to_path_buf(),
         ftl: sb.scheme,
@@ -1201,5 +1216,7 @@ fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> 
         checkpoint_erase_max: ckpt_emax,
         bad_blocks: bad,
         total_blocks: total,
+        usable_blocks: good_data_blocks,
+        blocks_needed,
     })
 }

@@ -165,6 +165,57 @@ impl SchemeKind {
         }
     }
 
+    /// The usable blocks (neither bad nor reserved) the scheme needs to go on writing
+    /// whatever the host writes, on `nand` with `lpns` exported pages and `log_blocks` log
+    /// blocks, served with `cfg`. Fewer, and the device turns read-only ("spare blocks
+    /// exhausted"): when a block goes bad and at every open (`Core::check_spares`). So a
+    /// worn-out device turns read-only where the scheme's own rules run out of blocks, and
+    /// stays so across opens, rather than taking writes until a reclaim finds no free block in
+    /// the middle of its work. Fails only where the scheme cannot run on `nand` at all (gftl's
+    /// budget).
+    pub fn blocks_needed(
+        self,
+        nand: &nand_model::NandConfig,
+        lpns: u32,
+        log_blocks: u32,
+        cfg: &crate::config::FtlConfig,
+    ) -> std::result::Result<u64, String> {
+        let g = &nand.geometry;
+        let spb =
+            u64::from(g.pages_per_block) * u64::from(g.page_size) / crate::LOGICAL_PAGE as u64;
+        let banks = u64::from(g.channels) * u64::from(g.banks_per_channel);
+        let lbns = u64::from(lpns).div_ceil(spb.max(1));
+        let reserve = banks * u64::from(crate::core::GC_RESERVE);
+        // Every block-mapped scheme keeps an open journal block for trim records.
+        let journal = 1;
+        Ok(match self {
+            // The blocks the exported pages fill, and per bank every open block (the host's
+            // one per plane — each data queue's writer's with frontiers `per-queue` —, the
+            // trim queue's one, GC's frontier one; two of each host and GC frontier with
+            // hot/cold separation) and the GC reserve.
+            SchemeKind::Page => {
+                let planes = u64::from(nand.planes.max(1));
+                let temps = match cfg.separation {
+                    crate::config::Separation::HotCold => 2,
+                    _ => 1,
+                };
+                let open = temps * (crate::frontier_owners(cfg) * planes + 1) + 1;
+                lbns + banks * open + reserve
+            }
+            // A data block per logical block, the log pool and every bank's GC reserve (a new
+            // log block leaves it to the merges' destinations).
+            SchemeKind::Bast | SchemeKind::Fast => lbns + u64::from(log_blocks) + reserve + journal,
+            // BAST with a replacement block for every logical block.
+            SchemeKind::Nftl => 2 * lbns + reserve + journal,
+            // Primary, buffer and replacement (Lemma 4.2): the step bound holds only while a
+            // job always finds its next block.
+            SchemeKind::Rftl => 3 * lbns + journal,
+            // A data block each, the write buffer the budget sizes and the merge's new data
+            // block: with fewer, the buffer may fill before the queue's round empties it.
+            SchemeKind::Gftl => gftl::GcBudget::of(nand, lbns)?.blocks_needed(lbns) + journal,
+        })
+    }
+
     /// Physical blocks a logical block may hold at once, for schemes that map whole blocks
     /// to logical blocks without a shared log pool (0: not such a scheme).
     pub fn blocks_per_logical_block(self) -> u64 {
