@@ -168,6 +168,11 @@ pub fn render(info: &ImageInfo) -> String {
 /// device opens read-only.
 fn spare(info: &ImageInfo) -> String {
     let usable = info.usable_blocks;
+    if info.checkpoint_area_worn {
+        return format!(
+            "{usable} usable; a checkpoint area has a bad block: the device opens read-only"
+        );
+    }
     match info.blocks_needed {
         None => format!("{usable} usable"),
         Some(need) if usable >= need => format!(
@@ -207,6 +212,7 @@ mod tests {
             erase_avg: 0.0,
             erase_max: 0,
             checkpoint_erase_max: 0,
+            checkpoint_area_worn: false,
             bad_blocks: 0,
             total_blocks: 16,
             usable_blocks: 12,
@@ -228,6 +234,15 @@ mod tests {
         let r = render(&worn);
         assert!(
             r.contains("spare blocks exhausted, the device opens read-only"),
+            "{r}"
+        );
+        let worn = ImageInfo {
+            checkpoint_area_worn: true,
+            ..info(Some(3), true, 0)
+        };
+        let r = render(&worn);
+        assert!(
+            r.contains("a checkpoint area has a bad block: the device opens read-only"),
             "{r}"
         );
     }

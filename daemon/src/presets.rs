@@ -40,6 +40,9 @@ pub fn scale_for_capacity(
     let row = u64::from(g.banks()) * g.block_bytes();
     let mut raw = capacity;
     let mut last_blocks = 0;
+    // Why the last geometry tried could not be formatted at all (a log block count outside
+    // what it allows, say): said if no size helps.
+    let mut refused = None;
     loop {
         let cfg = base.scaled_to(raw);
         let max = match ftl::plan_format(&cfg, ftl, None) {
@@ -48,12 +51,18 @@ pub fn scale_for_capacity(
             Err(e @ ftl::FtlError::OutOfMemory { .. }) => {
                 return Err(UsageError(format!("capacity {}: {e}", format_size(capacity))).into())
             }
-            Err(_) => 0,
+            Err(e) => {
+                refused = Some(e);
+                0
+            }
         };
         if max >= capacity {
             return Ok(cfg);
         }
         if cfg.geometry.blocks_per_bank == last_blocks {
+            if let (0, Some(e)) = (max, refused) {
+                return Err(UsageError(format!("capacity {}: {e}", format_size(capacity))).into());
+            }
             return Err(UsageError(format!(
                 "capacity {} is more than this preset's geometry can address (at most {})",
                 format_size(capacity),

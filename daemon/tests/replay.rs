@@ -1315,10 +1315,6 @@ fn a_virtual_replay_does_not_depend_on_the_machine_s_cpus() {
     assert_eq!(presets(false), presets(true), "ftld presets");
 }
 
-/// `[faults]`: random medium faults armed after preconditioning. The same seed gives the same
-/// faults and the same figures (virtual time); the aged state before them is the faultless
-/// one; reads that need a retry are retried and reach the host as good data; with no retries
-/// allowed, they reach it as errors, counted and named.
 /// A replay that wears an image out leaves it read-only for good: `ftld info` shows the usable
 /// blocks under what the scheme needs and says the device opens read-only, and the next
 /// replay on it, without faults, fails at its first write saying why.
@@ -1389,6 +1385,10 @@ fn a_worn_out_image_says_so_in_info_and_opens_read_only() {
     }
 }
 
+/// `[faults]`: random medium faults armed after preconditioning. The same seed gives the same
+/// faults and the same figures (virtual time); the aged state before them is the faultless
+/// one; reads that need a retry are retried and reach the host as good data; with no retries
+/// allowed, they reach it as errors, counted and named.
 #[test]
 fn a_failing_medium_replays_the_same_faults_from_the_same_seed() {
     let dir = tempfile::tempdir().unwrap();

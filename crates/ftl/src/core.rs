@@ -502,6 +502,9 @@ impl Core {
     }
 
     /// Retires a block after a program failure: GC moves its data out and marks it bad.
+    /// (It counts as usable until then: the mark is not persisted, and an open would count it
+    /// again, so a check that left it out could turn the device read-only and the next open
+    /// writable.)
     pub fn retire_block(&self, b: u32, block: u32) {
         let mut a = self.bank(b).alloc.lock();
         a.state[block as usize] = BlockState::Retiring;
@@ -620,7 +623,7 @@ impl Core {
     }
 
     /// At open and after a block went bad: if the spare blocks are gone (fewer usable blocks
-    /// than the scheme needs, `Scheme::blocks_needed`), the device turns read-only.
+    /// than the scheme needs, `SchemeKind::blocks_needed`), the device turns read-only.
     pub fn check_spares(&self) {
         let needed = self.blocks_needed;
         let usable = self.usable_blocks();

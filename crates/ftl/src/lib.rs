@@ -94,7 +94,11 @@
 //!
 //! **Read-only.** A device is read-only when opened so ([`Access::ReadOnly`]: the NAND model
 //! maps the image `PROT_READ` and refuses every changing operation) or when it turns so (damage
-//! recovery found, spares or checkpoint areas worn out, a full file system). It stays so for
+//! recovery found, spares or checkpoint areas worn out, a full file system). Spares are worn
+//! out when the usable blocks fall below what the scheme needs to keep writing whatever the
+//! host does (`SchemeKind::blocks_needed`), checked when a block goes bad and at every open
+//! of a device with bad blocks, so a worn-out device opens read-only again; checkpoint areas
+//! are worn out once either has a bad block (`Core::checkpoint_areas_worn`). It stays so for
 //! the run, and then nothing changes the medium: no program, erase (a retirement after a
 //! failed program excepted, on a device that turned read-only while running), GC round, merge
 //! or checkpoint. A device read-only since its open acknowledged no write, so its flushes
@@ -940,9 +944,9 @@ impl Ftl {
             self.core.flush_all_blocking();
             // Nothing else runs now: written from the live map, without a copy.
             match self.core.checkpoint_held() {
-                // The checkpoint areas wore out at this checkpoint (the device turned
-                // read-only, the log said why): everything acknowledged is on flash, and the
-                // next open finds it by a scan.
+                // A checkpoint area wore out at this checkpoint (the device turned read-only,
+                // the log said why): everything acknowledged is on flash, and the next open
+                // rolls forward from the last checkpoint to it.
                 Err(FtlError::ReadOnly(_)) => Ok(()),
                 r => r,
             }

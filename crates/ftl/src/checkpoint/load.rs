@@ -179,8 +179,9 @@ fn read_page(
 
 /// Reads a checkpoint page (`page` from its first byte, and its OOB), of a block marked bad
 /// too. A checkpoint area's block turns bad when its erase fails (worn out), which leaves
-/// what it held as it was (`NandDevice::erase`): the chain written there last is still the
-/// device's newest state once both areas wore out, and reading it (as a controller salvaging
+/// what it held as it was (`NandDevice::erase`): the chain written there last may still be
+/// the device's newest state once an area wore out (the device then writes no checkpoint;
+/// images of versions before 2026-11-30 went on until both had), and reading it (as a controller salvaging
 /// a block does, `NandDevice::peek_of_bad`, costing no modelled time) lets the open roll
 /// forward from it instead of scanning every page (a full scan cannot see trims older than
 /// the checkpoints). What such a block holds is checked as any checkpoint page is (ids,
@@ -339,11 +340,14 @@ pub(crate) fn load_newest(
 /// Whether chain `l` may be the device's newest state as far as its area tells. A chain in an
 /// area without a bad block always may (the two areas alternate: a fallback to it is one
 /// generation old, and trim records are dropped only once two checkpoints cover them). An
-/// area with a bad block is skipped by the writer from then on, so its chain may be any
-/// number of checkpoints old; it is used only if the other area's blocks were not erased
-/// since it was written (their erase counts are those its last element recorded): then no
-/// full checkpoint came after it (both areas worn out: the other area's failed erase left
-/// its counts).
+/// area with a bad block was skipped by the writer of versions before 2026-11-30, which went
+/// on in the other area, so its chain may be any number of checkpoints old; it is used only
+/// if the other area's blocks were not erased since it was written (their erase counts are
+/// those its last element recorded): then no full checkpoint came after it (both areas worn
+/// out: the other area's failed erase left its counts). Stricter than the writer needs now
+/// (an area that goes bad ends the checkpoints, so its chain is one generation old): a
+/// device whose other area's chain is unreadable then scans, read-only, instead of falling
+/// back to it. Rare (two faults), and safe.
 fn current_beside(nand: &NandDevice, layout: &Layout, l: &Loaded) -> bool {
     let addrs = |area: u32| layout.ckpt_area_addrs(area);
     let bad = |addr| nand.block_state(addr).map_or(true, |st| st.bad);

@@ -470,40 +470,40 @@ impl SuperBlock {
                 },
             );
         }
-        // A hybrid scheme maps whole blocks: the data blocks, the log blocks and a free block
-        // per bank for merges must fit in the usable blocks.
+        // A hybrid scheme maps whole blocks: the data blocks, the log blocks and the working
+        // room (`schemes::working_room`) must fit in the usable blocks.
         if self.scheme.has_log_blocks() {
             let lbns = u64::from(self.lpns).div_ceil(u64::from(layout.slots_per_block()));
             let usable =
                 u64::from(layout.total_blocks()) - 1 - 2 * banks * u64::from(self.ckpt_blocks);
-            let need = lbns + u64::from(self.log_blocks) + 2 * banks + 2;
+            let room = crate::schemes::working_room(banks);
+            let need = lbns + u64::from(self.log_blocks) + room;
             if need > usable {
                 return bad(
                     "lpns",
                     self.lpns.to_string(),
                     format!(
-                        "{lbns} data blocks, {} log blocks and {} spare need {need} blocks, the device has {usable}",
+                        "{lbns} data blocks, {} log blocks and {room} spare need {need} blocks, the device has {usable}",
                         self.log_blocks,
-                        2 * banks + 2
                     ),
                 );
             }
         }
         // A scheme with several blocks per logical block (rftl: three) needs them all, and
-        // a free block per bank for its journal and compactions.
+        // the working room.
         let per_lbn = self.scheme.blocks_per_logical_block();
         if per_lbn > 0 {
             let lbns = u64::from(self.lpns).div_ceil(u64::from(layout.slots_per_block()));
             let usable =
                 u64::from(layout.total_blocks()) - 1 - 2 * banks * u64::from(self.ckpt_blocks);
-            let need = per_lbn * lbns + 2 * banks + 2;
+            let room = crate::schemes::working_room(banks);
+            let need = per_lbn * lbns + room;
             if need > usable {
                 return bad(
                     "lpns",
                     self.lpns.to_string(),
                     format!(
-                        "{lbns} logical blocks of {per_lbn} blocks each and {} spare need {need} blocks, the device has {usable}",
-                        2 * banks + 2
+                        "{lbns} logical blocks of {per_lbn} blocks each and {room} spare need {need} blocks, the device has {usable}",
                     ),
                 );
             }
@@ -526,10 +526,14 @@ impl Core {
         self.checkpoint_with(true, CHECKPOINT_RETRIES)
     }
 
-    /// `retries`: how many more times a checkpoint that failed may be written again (a full
-    /// one whose area went bad goes to the other area; one whose page program failed is
-    /// written again).
+    /// `retries`: how many more times a checkpoint whose page program failed may be written
+    /// again. One whose area's erase failed is not: the device turns read-only
+    /// ([`Self::checkpoint_areas_worn`]).
     fn checkpoint_with(&self, held: bool, retries: u32) -> Result<()> {
+        if let Some(why) = self.checkpoint_areas_worn() {
+            self.set_read_only(why.clone());
+            return Err(FtlError::ReadOnly(why));
+        }
         let _one = self.ckpt_lock.lock();
         let frozen = self.gate.freeze();
         self.flush_all_blocking();
@@ -594,12 +598,8 @@ impl Core {
             Some(a) if !full && st.next_offset + pages <= self.layout.ckpt_area_pages() => {
                 (a, st.next_offset)
             }
-            // A checkpoint area with a bad block is not remapped: write over the other one then
-            // (a crash during that write leaves no checkpoint, and recovery does a full scan).
-            Some(a) if self.area_has_bad_block(1 - a) => (a, 0),
+            // (Neither area has a bad block: checked above.)
             Some(a) => (1 - a, 0),
-            // No checkpoint loaded: the first area without a bad block.
-            None if self.area_has_bad_block(0) => (1, 0),
             None => (0, 0),
         };
         if offset == 0 && !full {
@@ -619,24 +619,15 @@ impl Core {
                 .fetch_add(1, Ordering::Relaxed);
             // The dirty chunks taken for this checkpoint are lost: the next one must be full.
             self.ckpt.lock().force_full = true;
-            // The area's erase failed and turned a block of it bad (worn out): the other area
-            // takes the checkpoint (it goes there when an area has a bad block).
-            if retries > 0
-                && offset == 0
-                && self.area_has_bad_block(area)
-                && !self.area_has_bad_block(1 - area)
-            {
-                tracing::warn!("checkpoint area {area} went bad ({e}); writing the other one");
-                drop(_one);
-                return self.checkpoint_with(held, retries - 1);
-            }
+            // The area's erase failed and turned a block of it bad (worn out): read-only below,
+            // the last checkpoint kept in the other area.
             // A page's program failed (the medium, not wear: the block stays good): the
             // checkpoint is written again, up to `CHECKPOINT_RETRIES` times, as a full one (a
             // delta's chain area then goes unused; the area of a full one is erased and
-            // written over). The last good checkpoint is not in the area written over (unless
-            // the other area wore out, when every full checkpoint goes over the last one, as
-            // above), so another failure loses nothing recovery needs.
+            // written over). The last good checkpoint is not in the area written over, so
+            // another failure loses nothing recovery needs.
             if retries > 0
+                && self.checkpoint_areas_worn().is_none()
                 && matches!(
                     &e,
                     FtlError::Nand(nand_model::NandError::ProgramFailed { .. })
@@ -679,32 +670,33 @@ impl Core {
         Ok(())
     }
 
-    /// Why no checkpoint can be written any more, if none can: both checkpoint areas have a
-    /// bad block (their erases failed, at the endurance or before). The device is then
-    /// read-only (an SSD whose metadata blocks wore out is), and every open rolls forward from
-    /// the last chain the worn areas hold (`load::read_ckpt_page`).
+    /// Why no checkpoint can be written any more, if none can: a checkpoint area has a bad
+    /// block (an erase failed, at the endurance or before). Areas are not remapped, so the
+    /// only place left for a checkpoint would be the other area, which holds the last one:
+    /// writing over it loses the device's state if its erase fails on one of its blocks (the
+    /// others are erased by then, and the chain with them) or the machine crashes before the
+    /// new one is whole; the open would then find no checkpoint and call the device damaged
+    /// (a full scan cannot see trims older than the checkpoints). Until 2026-11-30 the writer
+    /// did so, and a close that met two failed erases left a device with its data intact
+    /// called damaged. The device is read-only instead (an SSD whose metadata blocks wore out
+    /// is), and every open rolls forward from the last chain (`load::read_ckpt_page` reads a
+    /// worn area's too).
     pub(crate) fn checkpoint_areas_worn(&self) -> Option<String> {
-        if !(self.area_has_bad_block(0) && self.area_has_bad_block(1)) {
-            return None;
-        }
-        let first = (0..2)
-            .flat_map(|area| self.layout.ckpt_area_addrs(area))
-            .filter_map(|addr| Some((addr, self.nand.block_state(addr).ok()?)))
-            .find(|(_, s)| s.bad);
-        let erases = first.map_or_else(String::new, |(addr, s)| {
-            format!(" (first: {addr}, after {} erases)", s.erase_count)
-        });
+        let (area, addr, erases) = (0..2u32)
+            .flat_map(|area| {
+                self.layout
+                    .ckpt_area_addrs(area)
+                    .map(move |addr| (area, addr))
+            })
+            .filter_map(|(area, addr)| Some((area, addr, self.nand.block_state(addr).ok()?)))
+            .find(|(_, _, s)| s.bad)
+            .map(|(area, addr, s)| (area, addr, s.erase_count))?;
         Some(format!(
-            "the checkpoint areas wore out: both have a bad block{erases} (endurance {}), so no \
-             checkpoint can be written any more; what is on flash stays readable",
+            "checkpoint area {area} wore out: its block {addr} went bad after {erases} erases \
+             (endurance {}), and writing over the other area could lose the last checkpoint: \
+             no checkpoint is written any more; what is on flash stays readable",
             self.nand.config().endurance
         ))
-    }
-
-    fn area_has_bad_block(&self, area: u32) -> bool {
-        self.layout
-            .ckpt_area_addrs(area)
-            .any(|addr| self.nand.block_state(addr).map_or(true, |s| s.bad))
     }
 
     /// Programs a checkpoint, encoded page by page, at page `offset` of `area`; a full
@@ -1109,8 +1101,11 @@ pub struct ImageInfo {
     pub erase_avg: f64,
     pub erase_max: u32,
     /// The highest erase count in the checkpoint areas (erased once per full checkpoint: they
-    /// wear at their own pace, and the device turns read-only when both have a bad block).
+    /// wear at their own pace, and the device turns read-only once either has a bad block).
     pub checkpoint_erase_max: u32,
+    /// A checkpoint area has a bad block: the device opens read-only
+    /// (`Core::checkpoint_areas_worn`).
+    pub checkpoint_area_worn: bool,
     /// Bad blocks of the whole device, reserved ones included.
     pub bad_blocks: u32,
     pub total_blocks: u32,
@@ -1161,6 +1156,7 @@ fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> 
         .flatten();
     let (mut emin, mut emax, mut esum, mut bad, mut after) = (u32::MAX, 0u32, 0u64, 0u32, 0u64);
     let (mut data_blocks, mut good_data_blocks, mut ckpt_emax) = (0u64, 0u64, 0u32);
+    let mut ckpt_worn = false;
     let total = layout.total_blocks();
     for b in 0..total {
         let addr = layout.block_addr(crate::layout::BlockIdx(b));
@@ -1171,6 +1167,7 @@ fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> 
         if layout.is_reserved(addr) {
             if addr != layout.superblock() {
                 ckpt_emax = ckpt_emax.max(st.erase_count);
+                ckpt_worn |= st.bad;
             }
             continue;
         }
@@ -1214,6 +1211,7 @@ fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> 
         erase_avg: esum as f64 / data_blocks.max(1) as f64,
         erase_max: emax,
         checkpoint_erase_max: ckpt_emax,
+        checkpoint_area_worn: ckpt_worn,
         bad_blocks: bad,
         total_blocks: total,
         usable_blocks: good_data_blocks,

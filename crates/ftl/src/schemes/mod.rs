@@ -185,14 +185,15 @@ impl SchemeKind {
             u64::from(g.pages_per_block) * u64::from(g.page_size) / crate::LOGICAL_PAGE as u64;
         let banks = u64::from(g.channels) * u64::from(g.banks_per_channel);
         let lbns = u64::from(lpns).div_ceil(spb.max(1));
-        let reserve = banks * u64::from(crate::core::GC_RESERVE);
-        // Every block-mapped scheme keeps an open journal block for trim records.
-        let journal = 1;
+        let room = working_room(banks);
         Ok(match self {
             // The blocks the exported pages fill, and per bank every open block (the host's
             // one per plane — each data queue's writer's with frontiers `per-queue` —, the
             // trim queue's one, GC's frontier one; two of each host and GC frontier with
-            // hot/cold separation) and the GC reserve.
+            // hot/cold separation), the GC reserve, and two blocks' worth of garbage for GC
+            // to reclaim: with less, a bank's GC frontier may fill with no victim that fits
+            // its room and no free block for another ("nothing to reclaim"; a device worn
+            // down to the bare count did so in one run in three of `faults.rs`' wear-out).
             SchemeKind::Page => {
                 let planes = u64::from(nand.planes.max(1));
                 let temps = match cfg.separation {
@@ -200,19 +201,18 @@ impl SchemeKind {
                     _ => 1,
                 };
                 let open = temps * (crate::frontier_owners(cfg) * planes + 1) + 1;
-                lbns + banks * open + reserve
+                lbns + banks * open + banks * u64::from(crate::core::GC_RESERVE) + 2 * banks
             }
-            // A data block per logical block, the log pool and every bank's GC reserve (a new
-            // log block leaves it to the merges' destinations).
-            SchemeKind::Bast | SchemeKind::Fast => lbns + u64::from(log_blocks) + reserve + journal,
+            // A data block per logical block and the log pool.
+            SchemeKind::Bast | SchemeKind::Fast => lbns + u64::from(log_blocks) + room,
             // BAST with a replacement block for every logical block.
-            SchemeKind::Nftl => 2 * lbns + reserve + journal,
+            SchemeKind::Nftl => 2 * lbns + room,
             // Primary, buffer and replacement (Lemma 4.2): the step bound holds only while a
             // job always finds its next block.
-            SchemeKind::Rftl => 3 * lbns + journal,
+            SchemeKind::Rftl => 3 * lbns + room,
             // A data block each, the write buffer the budget sizes and the merge's new data
             // block: with fewer, the buffer may fill before the queue's round empties it.
-            SchemeKind::Gftl => gftl::GcBudget::of(nand, lbns)?.blocks_needed(lbns) + journal,
+            SchemeKind::Gftl => gftl::GcBudget::of(nand, lbns)?.blocks_needed(lbns) + room,
         })
     }
 
@@ -312,6 +312,17 @@ impl std::str::FromStr for SchemeKind {
                 format!("unknown FTL scheme {s:?} (known: {})", names.join(", "))
             })
     }
+}
+
+/// The blocks a block-mapped scheme (every scheme but `page`) needs on top of its logical
+/// blocks' own, on a device of `banks` banks: a destination per bank for the merges or
+/// compactions in flight (one per writer, never more than the banks' worth the format keeps;
+/// the hybrids' new log blocks leave a GC reserve block per bank to them), the trim journal's
+/// open block and the full ones waiting for two checkpoints before they are erased, and a
+/// block whose program failed until it is emptied. Every image's format leaves at least this
+/// (`plan_format`'s frontier room is `banks * 6` or more), and its superblock check asks for it.
+pub(crate) fn working_room(banks: u64) -> u64 {
+    2 * banks + 2
 }
 
 /// What a clean open (the checkpoint describes every programmed page) hands a scheme's
