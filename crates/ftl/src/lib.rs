@@ -530,7 +530,7 @@ impl Ftl {
             .build(layout, sb.lpns, sb.log_blocks, plan, &cfg, nand.config())?;
         let blocks_needed = sb
             .scheme
-            .blocks_needed(nand.config(), sb.lpns, sb.log_blocks, &cfg)
+            .blocks_needed(nand.config(), &layout, sb.lpns, sb.log_blocks, &cfg)
             .map_err(|e| FtlError::Config(format!("scheme {}: {e}", sb.scheme)))?;
         let mut txs = Vec::new();
         let mut rxs = Vec::new();

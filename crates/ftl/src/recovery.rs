@@ -310,18 +310,20 @@ impl Core {
         });
         if went_bad {
             self.check_spares();
-        } else if self.usable_blocks() < self.blocks_needed {
-            // Settings that ask for more open blocks than the format set aside (page's
-            // frontiers `per-queue` with many queues and hot/cold separation): writable, but
-            // the first bad block will turn it read-only. Said now, not then.
-            tracing::warn!(
-                "these settings need {} usable blocks and the image has {}: the device turns \
-                 read-only at its first bad block (format it with more over-provisioning, or \
-                 serve it with fewer write frontiers: frontiers = \"per-bank\", no hot/cold \
-                 separation)",
-                self.blocks_needed,
-                self.usable_blocks()
-            );
+        } else {
+            let usable = self.usable_blocks();
+            if usable < self.blocks_needed {
+                // Settings that ask for more open blocks than the format set aside (page's
+                // frontiers `per-queue` with many queues and hot/cold separation): writable,
+                // but the first bad block will turn it read-only. Said now, not then.
+                tracing::warn!(
+                    "these settings need {} usable blocks and the image has {usable}: the \
+                     device turns read-only at its first bad block (format it with more \
+                     over-provisioning, or serve it with fewer write frontiers: frontiers = \
+                     \"per-bank\", no hot/cold separation)",
+                    self.blocks_needed
+                );
+            }
         }
         // Lost pages are damage (the device is read-only now), so the set never changes.
         let _ = self
@@ -405,8 +407,7 @@ impl Core {
             // A crash leaves no usable checkpoint while the image's first is being written
             // (then no trim record was ever dropped), or (versions before 2026-11-30) while the
             // one checkpoint area left after the other went bad was rewritten. Once two were
-            // written, records older
-            // than both are dropped, which only a checkpoint makes safe. An area is erased
+            // written, records older than both are dropped, which only a checkpoint makes safe. An area is erased
             // only to be written again, so an erased one held a checkpoint before the one
             // it was erased for: two, even when the crash left none of their pages.
             let (newest, areas) = crate::checkpoint::written_before(&self.nand, &self.layout);

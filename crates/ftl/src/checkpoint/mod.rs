@@ -1189,7 +1189,7 @@ fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> 
     };
     let blocks_needed = sb
         .scheme
-        .blocks_needed(nand.config(), sb.lpns, sb.log_blocks, &defaults)
+        .blocks_needed(nand.config(), &layout, sb.lpns, sb.log_blocks, &defaults)
         .ok();
     Ok(ImageInfo {
         path: path.to_path_buf(),

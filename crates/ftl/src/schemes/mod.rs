@@ -166,25 +166,24 @@ impl SchemeKind {
     }
 
     /// The usable blocks (neither bad nor reserved) the scheme needs to go on writing
-    /// whatever the host writes, on `nand` with `lpns` exported pages and `log_blocks` log
-    /// blocks, served with `cfg`. Fewer, and the device turns read-only ("spare blocks
-    /// exhausted"): when a block goes bad and at every open (`Core::check_spares`). So a
+    /// whatever the host writes, on `nand` laid out as `layout`, with `lpns` exported pages
+    /// and `log_blocks` log blocks, served with `cfg`. Fewer, and the device turns read-only
+    /// ("spare blocks exhausted"): when a block goes bad and at every open of a device with
+    /// bad blocks (`Core::check_spares`). So a
     /// worn-out device turns read-only where the scheme's own rules run out of blocks, and
     /// stays so across opens, rather than taking writes until a reclaim finds no free block in
     /// the middle of its work. Fails only where the scheme cannot run on `nand` at all (gftl's
     /// budget).
-    pub fn blocks_needed(
+    pub(crate) fn blocks_needed(
         self,
         nand: &nand_model::NandConfig,
+        layout: &Layout,
         lpns: u32,
         log_blocks: u32,
         cfg: &crate::config::FtlConfig,
     ) -> std::result::Result<u64, String> {
-        let g = &nand.geometry;
-        let spb =
-            u64::from(g.pages_per_block) * u64::from(g.page_size) / crate::LOGICAL_PAGE as u64;
-        let banks = u64::from(g.channels) * u64::from(g.banks_per_channel);
-        let lbns = u64::from(lpns).div_ceil(spb.max(1));
+        let banks = u64::from(layout.banks);
+        let lbns = u64::from(lpns).div_ceil(u64::from(layout.slots_per_block()));
         let room = working_room(banks);
         Ok(match self {
             // The blocks the exported pages fill, and per bank every open block (the host's
