@@ -645,7 +645,15 @@ fn flushed_data_survives_kill9_on_a_failing_medium() {
     );
     assert_eq!(s["ftl"]["uncorrectable_reads"], 0, "{:#}", s["ftl"]);
     assert_eq!(s["ftl"]["nand_violations"], 0, "{:#}", s["ftl"]);
-    assert!(s["ftl"]["read_only"].is_null(), "{:#}", s["ftl"]);
+    // Read-only only for a checkpoint area's failed erase: at 5e-3 an area's erase (16
+    // blocks) fails ~8 % of the time, and since 2026-11-30 one bad area ends checkpoints
+    // (`Core::checkpoint_areas_worn`), keeping the last one; the data checks above hold.
+    let why = s["ftl"]["read_only"].as_str().unwrap_or_default();
+    assert!(
+        why.is_empty() || why.starts_with("checkpoint area"),
+        "{:#}",
+        s["ftl"]
+    );
 }
 
 fn kill9_rounds_with(scheme: &str, rounds: u64, opts: DaemonOpts, plan: WriterPlan) -> Daemon {
