@@ -374,6 +374,11 @@ pub struct InfoArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// A configuration file whose `[ftl]` settings (frontiers, queues, separation) the
+    /// "spare blocks" line counts the need for, as `ftld serve --config` would run the image
+    /// [default: the default settings].
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
 }
 
 /// `ftld stats`.

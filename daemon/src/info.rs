@@ -8,8 +8,15 @@ use crate::image;
 use crate::units::format_size;
 
 /// Prints the description of the image at `path`, as text or JSON.
-pub fn run(path: &Path, json: bool) -> anyhow::Result<()> {
-    let info = image::inspect(path)?;
+pub fn run(path: &Path, json: bool, config: Option<&Path>) -> anyhow::Result<()> {
+    let mut info = image::inspect(path)?;
+    if let Some(c) = config {
+        let file = crate::config::FileConfig::load(c)?;
+        let ftl = file.ftl.clone().unwrap_or_default();
+        ftl::check_running_policy(&ftl)
+            .map_err(|e| crate::UsageError(format!("{}: [ftl] {e}", file.origin())))?;
+        info.need_with(&ftl, format!("the settings of {}", c.display()));
+    }
     if json {
         out!("{}", serde_json::to_string_pretty(&info)?);
     } else {
@@ -155,7 +162,13 @@ pub fn render(info: &ImageInfo) -> String {
         ),
         (
             "bad blocks",
-            format!("{} of {}", info.bad_blocks, info.total_blocks),
+            match info.checkpoint_bad_blocks {
+                0 => format!("{} of {}", info.bad_blocks, info.total_blocks),
+                n => format!(
+                    "{} of {} ({n} in the checkpoint areas, whose pages skip them)",
+                    info.bad_blocks, info.total_blocks
+                ),
+            },
         ),
         ("spare blocks", spare(info)),
         ("last checkpoint", checkpoint),
@@ -170,21 +183,23 @@ fn spare(info: &ImageInfo) -> String {
     let usable = info.usable_blocks;
     if info.checkpoint_area_worn {
         return format!(
-            "{usable} usable; a checkpoint area has a bad block: the device opens read-only"
+            "{usable} usable; a checkpoint area lost too many blocks to hold a checkpoint: the \
+             device opens read-only"
         );
     }
     match info.blocks_needed {
         None => format!("{usable} usable"),
         Some(need) if usable >= need => format!(
-            "{usable} usable, {need} needed by {} with the default settings: {} more may go bad \
-             before the device turns read-only",
+            "{usable} usable, {need} needed by {} with {}: {} more may go bad before the \
+             device turns read-only",
             info.ftl,
+            info.need_settings,
             usable - need
         ),
         Some(need) => format!(
-            "{usable} usable, {need} needed by {} with the default settings: spare blocks \
-             exhausted, the device opens read-only",
-            info.ftl
+            "{usable} usable, {need} needed by {} with {}: spare blocks exhausted, the device \
+             opens read-only",
+            info.ftl, info.need_settings
         ),
     }
 }
@@ -213,10 +228,12 @@ mod tests {
             erase_max: 0,
             checkpoint_erase_max: 0,
             checkpoint_area_worn: false,
+            checkpoint_bad_blocks: 0,
             bad_blocks: 0,
             total_blocks: 16,
             usable_blocks: 12,
             blocks_needed: Some(10),
+            need_settings: "the default settings".into(),
         }
     }
 
@@ -242,7 +259,18 @@ mod tests {
         };
         let r = render(&worn);
         assert!(
-            r.contains("a checkpoint area has a bad block: the device opens read-only"),
+            r.contains("a checkpoint area lost too many blocks to hold a checkpoint: the device opens read-only"),
+            "{r}"
+        );
+        assert!(r.contains("bad blocks         0 of 16\n"), "{r}");
+        let skipped = ImageInfo {
+            bad_blocks: 3,
+            checkpoint_bad_blocks: 2,
+            ..info(Some(3), true, 0)
+        };
+        let r = render(&skipped);
+        assert!(
+            r.contains("3 of 16 (2 in the checkpoint areas, whose pages skip them)"),
             "{r}"
         );
     }

@@ -116,7 +116,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Serve(a) => serve::run(a),
         Command::Format(a) => format::run(a),
-        Command::Info(a) => info::run(&a.image, a.json),
+        Command::Info(a) => info::run(&a.image, a.json, a.config.as_deref()),
         Command::Stats(a) => stats(a),
         Command::Presets(a) => presets::print(a.json),
         Command::Replay(a) => replay::run(a),

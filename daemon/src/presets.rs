@@ -36,6 +36,18 @@ pub fn scale_for_capacity(
         .map_err(|e| UsageError(format!("scheme {} on this device: {e}", ftl.scheme)))?;
     // A format the tunables refuse would read as "too small" below.
     ftl::check_running_policy(ftl).map_err(|e| UsageError(e.to_string()))?;
+    // Logical pages are numbered in 32 bits (the map's entries, the OOB's page numbers): no
+    // geometry exports more, and growing one towards it would end in a memory refusal
+    // naming a smaller device.
+    let max_pages = u64::from(u32::MAX);
+    if capacity / ftl::LOGICAL_PAGE as u64 > max_pages {
+        return Err(UsageError(format!(
+            "capacity {} is more than ftld can export: logical pages of 4 KiB are numbered in \
+             32 bits (at most {max_pages} pages: 16 TiB less 4 KiB)",
+            format_size(capacity),
+        ))
+        .into());
+    }
     let g = base.geometry;
     let row = u64::from(g.banks()) * g.block_bytes();
     let mut raw = capacity;
@@ -48,8 +60,14 @@ pub fn scale_for_capacity(
         let max = match ftl::plan_format(&cfg, ftl, None) {
             Ok(p) => p.max_export_bytes,
             // Not a matter of size: more blocks would need more memory still.
+            // The geometry tried exports less than asked (the first is the asked raw size,
+            // over-provisioning and reserves off it): the asked one needs more still.
             Err(e @ ftl::FtlError::OutOfMemory { .. }) => {
-                return Err(UsageError(format!("capacity {}: {e}", format_size(capacity))).into())
+                return Err(UsageError(format!(
+                    "capacity {}: more RAM than this process can get; already {e}",
+                    format_size(capacity)
+                ))
+                .into())
             }
             Err(e) => {
                 refused = Some(e);
@@ -214,6 +232,32 @@ mod tests {
                 assert!(plan.max_export_bytes >= cap, "{} {cap}", p.name);
                 assert_eq!(cfg.geometry.page_size, p.config.geometry.page_size);
             }
+        }
+    }
+
+    /// Capacities past the 32-bit logical page numbers are refused as such (they were refused
+    /// for memory, naming a smaller device's page count), on every preset; the largest
+    /// addressable one is not refused for its size.
+    #[test]
+    fn capacities_past_32_bit_page_numbers_say_so() {
+        let ftl = FtlConfig::default();
+        for p in nand_model::presets() {
+            for cap in [16u64 << 40, 17 << 40, 8000 << 40] {
+                let e = scale_for_capacity(&p.config, &ftl, cap)
+                    .unwrap_err()
+                    .to_string();
+                assert!(
+                    e.contains("more than ftld can export")
+                        && e.contains("at most 4294967295 pages"),
+                    "{} {cap}: {e}",
+                    p.name
+                );
+            }
+            let e = scale_for_capacity(&p.config, &ftl, (16 << 40) - 4096)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(!e.contains("more than ftld can export"), "{}: {e}", p.name);
         }
     }
 

@@ -126,10 +126,15 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
                 "stopped; the image was opened read-only and is unchanged"
             )
         }
+        Some(why) if ftl.read_only_since_open() => info!(
+            millis,
+            "stopped; the device was read-only since its open ({why}): nothing was written, \
+             and the next open recovers as this one did"
+        ),
         Some(why) => info!(
             millis,
-            "stopped; the device was read-only ({why}): no checkpoint was written, and the \
-             next open recovers as this one did"
+            "stopped; the device turned read-only ({why}): no checkpoint was written, and the \
+             next open rolls forward from the last one over what was written since"
         ),
     }
     Ok(())

@@ -774,6 +774,72 @@ fn info_on_a_missing_image_names_it() {
     assert!(err.contains("/nonexistent/x.img"), "{err}");
 }
 
+/// A page image formatted with hot/cold separation keeps that room out of its exported space
+/// (the format counts the second temperature), and `ftld info --config` counts the need for
+/// the settings it will be served with: more than for the default settings, still with slack
+/// (a fresh 32 MiB image needed 192 blocks of its 175 before 2026-12-01). A bad `[ftl]` value
+/// in that file is a usage error naming it.
+#[test]
+fn info_counts_the_need_for_the_settings_given_and_hot_cold_images_have_slack() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("hc.img");
+    let conf = dir.path().join("hc.toml");
+    std::fs::write(&conf, "[ftl]\nseparation = \"hot-cold\"\n").expect("config");
+    run_ok(
+        Command::new(FTLD)
+            .args(["format", "--capacity", "32M", "--config"])
+            .arg(&conf)
+            .arg("--image")
+            .arg(&img),
+    );
+    let default = info_json(&img);
+    assert_eq!(
+        default["need_settings"], "the default settings",
+        "{default:#}"
+    );
+    let out = run_ok(
+        Command::new(FTLD)
+            .args(["info", "--json", "--config"])
+            .arg(&conf)
+            .arg(&img),
+    );
+    let hc: Value = serde_json::from_str(&out).expect("info JSON");
+    let (usable, need, need_default) = (
+        hc["usable_blocks"].as_u64().expect("usable"),
+        hc["blocks_needed"].as_u64().expect("need"),
+        default["blocks_needed"].as_u64().expect("need"),
+    );
+    assert!(need > need_default, "{hc:#}\n{default:#}");
+    assert!(usable >= need + 8, "{hc:#}");
+    let text = run_ok(
+        Command::new(FTLD)
+            .arg("info")
+            .arg("--config")
+            .arg(&conf)
+            .arg(&img),
+    );
+    assert!(
+        text.contains(&format!(
+            "{usable} usable, {need} needed by page with the settings of {}: {} more may go bad",
+            conf.display(),
+            usable - need
+        )),
+        "{text}"
+    );
+    std::fs::write(&conf, "[ftl]\nhot_window = 0.0\n").expect("config");
+    let (code, err) = run_to_exit(
+        Command::new(FTLD)
+            .args(["info", "--config"])
+            .arg(&conf)
+            .arg(&img),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("hot_window") && err.contains("hc.toml"),
+        "{err}"
+    );
+}
+
 /// Two-plane banks served with timing real: 128 KiB writes through NBD go out largely as
 /// multi-plane programs (`ftld stats`), read back largely as multi-plane reads, and survive a
 /// kill -9 after the flush.
@@ -1121,6 +1187,14 @@ fn fills_up(scheme: &str) {
         log()
     );
     assert!(!log().contains("panicked"), "{}", log());
+    // The stop says what the next open does: the device turned read-only while serving, so
+    // it rolls forward from the last checkpoint (none was written at the stop).
+    assert!(
+        log().contains("the device turned read-only (")
+            && log().contains("next open rolls forward from the last one"),
+        "{scheme}:\n{}",
+        log()
+    );
 
     // Room again: no block went bad, and the flushed writes read back.
     run_ok(
@@ -1178,8 +1252,9 @@ fn a_device_too_large_for_the_memory_left_is_refused() {
     );
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("capacity 512 GiB: a device exporting")
-            && err.contains("needs about")
+        err.contains(
+            "capacity 512 GiB: more RAM than this process can get; already a device exporting"
+        ) && err.contains("needs about")
             && err.contains("this process can still get"),
         "{err}"
     );

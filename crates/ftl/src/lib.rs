@@ -98,7 +98,8 @@
 //! out when the usable blocks fall below what the scheme needs to keep writing whatever the
 //! host does (`SchemeKind::blocks_needed`), checked when a block goes bad and at every open
 //! of a device with bad blocks, so a worn-out device opens read-only again; checkpoint areas
-//! are worn out once either has a bad block (`Core::checkpoint_areas_worn`). It stays so for
+//! are worn out once either lost so many blocks that it cannot hold a full checkpoint (an
+//! area's pages skip its bad blocks, `checkpoint/area.rs`; `Core::checkpoint_areas_worn`). It stays so for
 //! the run, and then nothing changes the medium: no program, erase (a retirement after a
 //! failed program excepted, on a device that turned read-only while running), GC round, merge
 //! or checkpoint. A device read-only since its open acknowledged no write, so its flushes
@@ -309,8 +310,10 @@ pub fn plan_format(
     // count: before a87d13b (2026-11-27) the same command made a smaller device, with more
     // spare, on a machine with more CPUs. With frontiers `per-queue` every queue's writer owns
     // a set on each bank, and the reserve grows with the queues the image is formatted for.
-    let planes = u64::from(nand.planes.max(1));
-    let frontier = banks * (frontier_owners(cfg) * planes + 5);
+    // Since 2026-12-01 hot/cold separation counts too (`schemes::page_room_per_bank`: the
+    // page scheme's need); before, a page image formatted for it needed more blocks than it
+    // had, fresh, and turned read-only at its first bad block.
+    let frontier = banks * schemes::page_room_per_bank(nand, cfg);
     let usable = total.saturating_sub(reserved);
     if usable <= frontier + banks {
         return bad(format!(
@@ -604,8 +607,9 @@ impl Ftl {
                         next_offset: l.next_offset,
                         chain_len: l.chain_len,
                         // After a roll-forward the map differs from the chain in unknown
-                        // chunks; after a fallback pages past the chain may be programmed.
-                        force_full: report.mode != RecoveryMode::Clean,
+                        // chunks; after a fallback pages past the chain may be programmed; a
+                        // chain read over an area's bad blocks takes no delta (`Loaded`).
+                        force_full: report.mode != RecoveryMode::Clean || l.whole_map,
                     };
                 }
                 tracing::info!(
@@ -754,6 +758,12 @@ impl Ftl {
     /// The image was opened read-only ([`Ftl::open_with`]).
     pub fn opened_read_only(&self) -> bool {
         self.core.opened_read_only()
+    }
+
+    /// The device was read-only when its open returned (opened so, or recovery found damage
+    /// or worn-out spares or checkpoint areas): it wrote nothing since.
+    pub fn read_only_since_open(&self) -> bool {
+        self.core.read_only_at_open.load(Ordering::Acquire)
     }
 
     /// Reads `buf.len()` bytes at `offset` (both multiples of 512).
@@ -1021,9 +1031,9 @@ impl Ftl {
         let Some(area) = self.core.ckpt.lock().last_area else {
             return Vec::new();
         };
-        let l = self.core.layout;
-        (0..l.ckpt_area_pages())
-            .map(|i| l.ckpt_page(area, i))
+        let map = checkpoint::AreaMap::of_device(&self.core.nand, &self.core.layout, area);
+        (0..map.pages())
+            .map(|i| map.page(i))
             .filter(|p| {
                 self.core
                     .nand

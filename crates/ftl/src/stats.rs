@@ -50,6 +50,7 @@ pub struct Counters {
     pub hot_pages: AtomicU64,
     /// Pages whose program failed (each one's block is retired).
     pub program_failures: AtomicU64,
+    /// Erases that failed (the block turned bad), the checkpoint areas' included.
     pub erase_failures: AtomicU64,
     pub read_retries: AtomicU64,
     pub uncorrectable: AtomicU64,
@@ -310,6 +311,7 @@ pub struct FtlStats {
     pub waf_limit_greedy: Option<f64>,
     /// Pages whose program failed (each one's block is retired).
     pub program_failures: u64,
+    /// Erases that failed (the block turned bad), the checkpoint areas' included.
     pub erase_failures: u64,
     pub read_retries: u64,
     pub uncorrectable_reads: u64,

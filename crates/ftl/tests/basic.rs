@@ -139,6 +139,58 @@ fn idle_flush_programs_a_partly_filled_page() {
     }
 }
 
+/// A page image formatted with the settings it is served with (hot/cold separation, frontiers
+/// per queue, both) has its over-provisioning as spare beyond what the scheme needs: until
+/// 2026-12-01 the format did not count hot/cold's second temperature, and such an image needed
+/// more blocks than it had, fresh (175 usable, 192 needed at 32 MiB), turning read-only at its
+/// first bad block. The default format is unchanged by the fix.
+#[test]
+fn a_fresh_page_image_has_spare_beyond_its_need_with_the_settings_it_was_formatted_for() {
+    use ftl::{Frontiers, Separation};
+    let dir = tempfile::tempdir().unwrap();
+    let mut nand = small_nand(4096, 256);
+    let default_export = ftl::plan_format(&nand, &small_cfg(GcPolicy::Parallel), None)
+        .unwrap()
+        .max_export_bytes;
+    for planes in [1, 2] {
+        nand.planes = planes;
+        for (separation, frontiers, queues) in [
+            (Separation::None, Frontiers::PerBank, 2),
+            (Separation::HotCold, Frontiers::PerBank, 2),
+            (Separation::None, Frontiers::PerQueue, 8),
+            (Separation::HotCold, Frontiers::PerQueue, 8),
+        ] {
+            let cfg = FtlConfig {
+                separation,
+                frontiers,
+                queues,
+                ..small_cfg(GcPolicy::Parallel)
+            };
+            let what = format!("{planes} plane(s), {separation:?}, {frontiers:?} x {queues}");
+            let path = dir
+                .path()
+                .join(format!("{planes}-{separation:?}-{frontiers:?}.img"));
+            let ftl = create(&path, &nand, cfg.clone());
+            let st = ftl.stats();
+            // 10 % over-provisioning of the 850-990 blocks left for data.
+            assert!(
+                st.usable_blocks >= st.blocks_needed + 40,
+                "{what}: {} usable, {} needed",
+                st.usable_blocks,
+                st.blocks_needed
+            );
+            ftl.close().unwrap();
+        }
+    }
+    nand.planes = 1;
+    assert_eq!(
+        ftl::plan_format(&nand, &small_cfg(GcPolicy::Parallel), None)
+            .unwrap()
+            .max_export_bytes,
+        default_export
+    );
+}
+
 /// With frontiers shared per bank (the default) a new image's size does not depend on the
 /// queue count, which defaults to the CPU count: the same command made a smaller device with
 /// more spare on a machine with more CPUs. Such an image is served with any number of queues.

@@ -892,18 +892,37 @@ fn worn_out_checkpoint_areas_turn_the_device_read_only() {
     }
 }
 
-/// A checkpoint area whose erase fails turns the device read-only at once, keeping the last
-/// checkpoint in the other area: writing over that one (what the writer did until
-/// 2026-11-30) loses it when its own erase fails too or a crash cuts the rewrite, and the open
-/// then found no checkpoint and called a device with its data intact damaged. Here the
-/// second erase fails as well, had it been tried: the next opens roll forward from the other
-/// area's chain, read-only for the worn area, and a trim only that chain knows of stays.
+/// Every block of checkpoint area `area` (`heads`: `Ftl::checkpoint_area_heads`; area 0 starts
+/// at block 1, area 1 after it).
+fn area_blocks(
+    heads: &[ftl::nand_model::PageAddr; 2],
+    nand: &ftl::nand_model::NandConfig,
+    area: usize,
+) -> Vec<ftl::nand_model::BlockAddr> {
+    let (first, ckpt_blocks) = (heads[area].block.block, heads[1].block.block - 1);
+    (0..nand.geometry.banks())
+        .flat_map(|bank| {
+            (first..first + ckpt_blocks).map(move |block| ftl::nand_model::BlockAddr {
+                bank: ftl::nand_model::BankId(bank),
+                block,
+            })
+        })
+        .collect()
+}
+
+/// A checkpoint area whose erase fails on a block goes on without it: the area's pages skip
+/// the bad block, checkpoints (full ones and the deltas after them) keep coming in both areas,
+/// and the chain written around the bad block is what the next opens read, after a clean
+/// close and after a crash, with a trim only the checkpoints know of kept. (From 2026-11-30 to
+/// 2026-12-01 the first bad block of an area ended the checkpoints and the device turned
+/// read-only; before, the writer went on in the other area alone.)
 #[test]
-fn a_checkpoint_area_that_goes_bad_keeps_the_other_areas_checkpoint() {
+fn a_checkpoint_area_goes_on_around_a_bad_block() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("old.img");
+    let path = dir.path().join("bad.img");
     let cfg = small_cfg(GcPolicy::Adaptive);
-    let nand = small_nand(4096, 24);
+    // Several map chunks (deltas, not only full checkpoints) and areas of two rows.
+    let nand = small_nand(4096, 256);
     let ftl = create(&path, &nand, cfg.clone());
     write_pages(&ftl, 0..60, 1);
     // A trim, then checkpoints enough that its record is dropped: only checkpoints know of it.
@@ -912,11 +931,104 @@ fn a_checkpoint_area_that_goes_bad_keeps_the_other_areas_checkpoint() {
         write_pages(&ftl, j..j + 1, 2);
         ftl.checkpoint().unwrap();
     }
-    // The next erase of either area's first block fails (an area's erase erases its other
-    // blocks before or after it, as a real one block by block would).
+    // The next erase of each area's first block fails.
     let heads = ftl.checkpoint_area_heads();
     for h in &heads {
         ftl.nand().faults().fail_erase_at(h.block);
+    }
+    let bad = |ftl: &Ftl| {
+        heads
+            .iter()
+            .filter(|h| ftl.nand().block_state(h.block).unwrap().bad)
+            .count()
+    };
+    let mut tags = vec![2u64; 8];
+    let mut i = 0u64;
+    let mut after_both = 0;
+    // Until both areas lost their block and each was written whole again since.
+    while after_both < 80 {
+        let p = (i % 8) as usize;
+        tags[p] += 1;
+        write_pages(&ftl, p as u64..p as u64 + 1, tags[p]);
+        ftl.checkpoint().unwrap();
+        after_both += u32::from(bad(&ftl) == 2);
+        i += 1;
+        assert!(
+            i < 2000,
+            "the areas' erases did not fail: {} bad",
+            bad(&ftl)
+        );
+    }
+    assert_eq!(ftl.read_only_reason(), None);
+    // No program or read of a bad block (the model counts them as the FTL breaking a rule).
+    let st = ftl.stats();
+    assert_eq!(st.nand_violations, 0);
+    assert!(st.checkpoint_deltas > 0, "{st:?}");
+    ftl.close().unwrap();
+    drop(ftl);
+    let info = ftl::inspect(&path).unwrap();
+    assert_eq!(
+        (info.checkpoint_bad_blocks, info.checkpoint_area_worn),
+        (2, false)
+    );
+    for round in 0..2 {
+        let ftl = open(&path, cfg.clone());
+        assert_eq!(ftl.recovery().mode, RecoveryMode::Clean, "round {round}");
+        assert_eq!(ftl.read_only_reason(), None, "round {round}");
+        verify_zeroes(&ftl, 40..60);
+        verify_tags(&ftl, &tags);
+        verify_pages(&ftl, 8..40, 1);
+        // Writes and a checkpoint (a delta on the chain read), then a crash: the next open
+        // rolls forward from that chain.
+        tags[round] += 1;
+        write_pages(&ftl, round as u64..round as u64 + 1, tags[round]);
+        ftl.checkpoint().unwrap();
+        write_pages(&ftl, 20..30, 7 + round as u64);
+        block_on(ftl.flush()).unwrap();
+        ftl.simulate_power_loss();
+        let ftl = open(&path, cfg.clone());
+        assert_eq!(
+            ftl.recovery().mode,
+            RecoveryMode::RollForward,
+            "round {round}"
+        );
+        assert_eq!(ftl.read_only_reason(), None, "round {round}");
+        verify_zeroes(&ftl, 40..60);
+        verify_tags(&ftl, &tags);
+        verify_pages(&ftl, 20..30, 7 + round as u64);
+        ftl.check_invariants().unwrap();
+        // Back to what the loop above left, for the next round.
+        write_pages(&ftl, 20..30, 1);
+        ftl.close().unwrap();
+    }
+}
+
+/// A checkpoint area that loses so many blocks that a full checkpoint no longer fits turns
+/// the device read-only, keeping the last checkpoint in the other area (writing over that one
+/// loses it when its own erase fails too or a crash cuts the rewrite, and the open then finds
+/// no checkpoint and calls a device with its data intact damaged). The next opens roll forward
+/// from the other area's chain, read-only for the worn area, and a trim only that chain knows
+/// of stays.
+#[test]
+fn a_checkpoint_area_too_worn_for_a_checkpoint_keeps_the_other_areas() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("worn.img");
+    let cfg = small_cfg(GcPolicy::Adaptive);
+    let nand = small_nand(4096, 24);
+    let ftl = create(&path, &nand, cfg.clone());
+    write_pages(&ftl, 0..60, 1);
+    block_on(ftl.trim(0, 40 * 4096, 20 * 4096, false)).unwrap();
+    for j in 0..8u64 {
+        write_pages(&ftl, j..j + 1, 2);
+        ftl.checkpoint().unwrap();
+    }
+    // The next erase of every block of both areas fails: an area loses the blocks a full
+    // checkpoint erases (those that held one), and goes on while the rest holds a full one.
+    let heads = ftl.checkpoint_area_heads();
+    for area in 0..2 {
+        for b in area_blocks(&heads, &nand, area) {
+            ftl.nand().faults().fail_erase_at(b);
+        }
     }
     let mut i = 0u64;
     let why = loop {
@@ -933,13 +1045,12 @@ fn a_checkpoint_area_that_goes_bad_keeps_the_other_areas_checkpoint() {
         why.contains("checkpoint area") && why.contains("wore out"),
         "{why}"
     );
-    let bad = heads
-        .iter()
-        .filter(|h| ftl.nand().block_state(h.block).unwrap().bad)
-        .count();
-    assert_eq!(bad, 1, "the other area was not erased");
+    assert!(block_on(ftl.write(0, 0, &stamped(0, 9), false)).is_err());
     ftl.close().expect("a worn device closes");
     drop(ftl);
+    let info = ftl::inspect(&path).unwrap();
+    assert!(info.checkpoint_area_worn, "{info:?}");
+    assert!(info.checkpoint_bad_blocks > 0, "{info:?}");
     for _ in 0..2 {
         let ftl = open(&path, cfg.clone());
         assert_eq!(ftl.recovery().mode, RecoveryMode::RollForward);
@@ -948,6 +1059,59 @@ fn a_checkpoint_area_that_goes_bad_keeps_the_other_areas_checkpoint() {
         verify_zeroes(&ftl, 40..60);
         verify_pages(&ftl, 8..40, 1);
         ftl.close().unwrap();
+    }
+}
+
+/// Images of versions before 2026-11-30: after an area's erase failed, the writer went on in
+/// the other area, and when that one's erase failed too both kept their chains, the newest in
+/// an area with a bad block, written over every block. That chain is read so (the block's
+/// contents kept), taken since the other area was not erased after it, and the device, whose
+/// areas each lost one block, goes on: its next checkpoint is a full one in the other area
+/// around its bad block (no delta is appended to a chain laid out over a bad block), which the
+/// next open reads.
+#[test]
+fn an_old_chain_over_a_bad_block_is_read_and_the_next_checkpoint_skips_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old2.img");
+    let cfg = small_cfg(GcPolicy::Adaptive);
+    let nand = small_nand(4096, 24);
+    let ftl = create(&path, &nand, cfg.clone());
+    write_pages(&ftl, 0..60, 1);
+    block_on(ftl.trim(0, 40 * 4096, 20 * 4096, false)).unwrap();
+    for j in 0..6u64 {
+        write_pages(&ftl, j..j + 1, 2);
+        ftl.checkpoint().unwrap();
+    }
+    let heads = ftl.checkpoint_area_heads();
+    ftl.close().unwrap();
+    drop(ftl);
+    // Both areas' first blocks marked bad with what they hold (an erase that fails keeps it).
+    for h in &heads {
+        set_bad_flag(&path, h.block, true);
+    }
+    let mut tag = 1;
+    for round in 0..2 {
+        let ftl = open(&path, cfg.clone());
+        assert_ne!(ftl.recovery().mode, RecoveryMode::FullScan, "round {round}");
+        assert_eq!(ftl.read_only_reason(), None, "round {round}");
+        verify_zeroes(&ftl, 40..60);
+        verify_pages(&ftl, 0..6, 2);
+        verify_pages(&ftl, 6..8, tag);
+        verify_pages(&ftl, 8..40, 1);
+        tag = 3 + round;
+        write_pages(&ftl, 6..7, 3 + round);
+        ftl.checkpoint().unwrap();
+        write_pages(&ftl, 7..8, 3 + round);
+        ftl.checkpoint().unwrap();
+        assert_eq!(ftl.stats().nand_violations, 0, "round {round}");
+        ftl.close().unwrap();
+        drop(ftl);
+        let ftl = open(&path, cfg.clone());
+        assert_eq!(ftl.recovery().mode, RecoveryMode::Clean, "round {round}");
+        verify_pages(&ftl, 6..8, 3 + round);
+        verify_zeroes(&ftl, 40..60);
+        ftl.close().unwrap();
+        // Round 1 starts from this version's chains around the bad blocks.
     }
 }
 
@@ -1038,64 +1202,78 @@ fn a_damaged_superblock_copy_is_survived_and_all_copies_damaged_are_called_damag
 /// Images of versions before 2026-11-30: after an area went bad, the writer went on in the
 /// other area, so the bad area's chain could be any number of checkpoints old while trim
 /// records it does not know of were dropped. A crash that leaves the other area without a
-/// checkpoint (erased, not yet written) must not make the old chain the device's state: it is
-/// refused (the other area was erased since it was written), and the open scans, read-only,
-/// saying trimmed data may come back. The state is made by hand here (area 0 marked bad with
-/// its chain kept, area 1 erased in the block table), as the writer no longer makes it.
+/// checkpoint (erased, not yet written) must not make an old chain the device's state: one
+/// the other area took two full checkpoints after (its blocks erased twice since) is refused,
+/// and the open scans, read-only, saying trimmed data may come back; one it took one full
+/// checkpoint after (the crash cut that one) is one generation old, as any fallback to the
+/// other area is, and is taken. The state is made by hand here (area 0 marked bad with its
+/// chain kept, area 1 erased in the block table), as the writer no longer makes it.
 #[test]
 fn an_old_chain_in_a_bad_area_is_not_taken_for_the_newest() {
     use ftl::nand_model::{BankId, BlockAddr};
     use std::os::unix::fs::FileExt;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("old.img");
-    let cfg = small_cfg(GcPolicy::Adaptive);
-    let nand = small_nand(4096, 24);
-    let ftl = create(&path, &nand, cfg.clone());
-    write_pages(&ftl, 0..60, 1);
-    for j in 0..4u64 {
-        write_pages(&ftl, j..j + 1, 1);
-        ftl.checkpoint().unwrap();
-    }
-    let heads = ftl.checkpoint_area_heads();
-    ftl.close().unwrap();
-    drop(ftl);
-    set_bad_flag(&path, heads[0].block, true);
-    // A crash during area 1's next full rewrite: erased (one more erase each), nothing written.
-    let (first, ckpt_blocks) = (heads[1].block.block, heads[1].block.block - 1);
-    for bank in 0..nand.geometry.banks() {
-        for block in first..first + ckpt_blocks {
-            let b = BlockAddr {
-                bank: BankId(bank),
-                block,
-            };
-            set_programmed_pages(&path, b, 0);
-            let at = ftl::nand_model::block_entry_offset(&path, b).unwrap();
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&path)
-                .unwrap();
-            let mut e = [0u8; 4];
-            f.read_exact_at(&mut e, at).unwrap();
-            f.write_all_at(&(u32::from_le_bytes(e) + 1).to_le_bytes(), at)
-                .unwrap();
+    for (extra_erases, taken) in [(1, false), (0, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.img");
+        let cfg = small_cfg(GcPolicy::Adaptive);
+        let nand = small_nand(4096, 24);
+        let ftl = create(&path, &nand, cfg.clone());
+        write_pages(&ftl, 0..60, 1);
+        // Every checkpoint of this small map is a full one: area 0 takes the fifth, area 1
+        // (erased for it) the close's.
+        for j in 0..4u64 {
+            write_pages(&ftl, j..j + 1, 1);
+            ftl.checkpoint().unwrap();
         }
+        assert_eq!(ftl.stats().checkpoint_deltas, 0);
+        let heads = ftl.checkpoint_area_heads();
+        ftl.close().unwrap();
+        drop(ftl);
+        set_bad_flag(&path, heads[0].block, true);
+        // Area 1's chain gone (a crash during its rewrite), with `extra_erases` more erases
+        // of its blocks (another full rewrite).
+        let (first, ckpt_blocks) = (heads[1].block.block, heads[1].block.block - 1);
+        for bank in 0..nand.geometry.banks() {
+            for block in first..first + ckpt_blocks {
+                let b = BlockAddr {
+                    bank: BankId(bank),
+                    block,
+                };
+                set_programmed_pages(&path, b, 0);
+                let at = ftl::nand_model::block_entry_offset(&path, b).unwrap();
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&path)
+                    .unwrap();
+                let mut e = [0u8; 4];
+                f.read_exact_at(&mut e, at).unwrap();
+                f.write_all_at(&(u32::from_le_bytes(e) + extra_erases).to_le_bytes(), at)
+                    .unwrap();
+            }
+        }
+        let ftl = open(&path, cfg);
+        if taken {
+            assert_ne!(ftl.recovery().mode, RecoveryMode::FullScan);
+            assert_eq!(ftl.read_only_reason(), None);
+        } else {
+            assert_eq!(ftl.recovery().mode, RecoveryMode::FullScan);
+            let why = ftl
+                .read_only_reason()
+                .expect("read-only: trims may be lost");
+            assert!(why.contains("no checkpoint is usable"), "{why}");
+        }
+        verify_pages(&ftl, 0..60, 1);
     }
-    let ftl = open(&path, cfg);
-    assert_eq!(ftl.recovery().mode, RecoveryMode::FullScan);
-    let why = ftl
-        .read_only_reason()
-        .expect("read-only: trims may be lost");
-    assert!(why.contains("no checkpoint is usable"), "{why}");
-    verify_pages(&ftl, 0..60, 1);
 }
 
-/// No checkpoint to load and checkpoint area 0 with a bad block: the open scans and is
-/// read-only for the worn area (no checkpoint is written: `checkpoint_areas_worn`), every
-/// page reads back, and so again at the next open. (Once, the open picked area 0, failed at
-/// its bad block and retried it until the stack overflowed; later it wrote into area 1.)
+/// No checkpoint to load and checkpoint area 0 with a bad block: the open scans, every page
+/// reads back, and the checkpoint it writes goes into area 0 around the bad block; the next
+/// open reads it. (Once, the open picked area 0, failed at its bad block and retried it until
+/// the stack overflowed; later it wrote into area 1; from 2026-11-30 to 2026-12-01 it opened
+/// read-only for the bad block.)
 #[test]
-fn an_open_with_no_checkpoint_and_a_bad_first_area_scans_read_only() {
+fn an_open_with_no_checkpoint_and_a_bad_first_area_checkpoints_around_it() {
     use ftl::nand_model::{BankId, BlockAddr};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.img");
@@ -1106,8 +1284,7 @@ fn an_open_with_no_checkpoint_and_a_bad_first_area_scans_read_only() {
     let heads = ftl.checkpoint_area_heads();
     ftl.close().unwrap();
     drop(ftl);
-    // Area 0's first block bad and empty (a bad block's checkpoint pages are read otherwise:
-    // a worn area keeps what it held), area 1 erased in the block table: no checkpoint is
+    // Area 0's first block bad and empty, area 1 erased in the block table: no checkpoint is
     // left to load (or to call this damage).
     set_programmed_pages(&path, heads[0].block, 0);
     set_bad_flag(&path, heads[0].block, true);
@@ -1124,17 +1301,26 @@ fn an_open_with_no_checkpoint_and_a_bad_first_area_scans_read_only() {
             );
         }
     }
-    for _ in 0..2 {
-        let ftl = open(&path, cfg.clone());
-        assert_eq!(ftl.recovery().mode, RecoveryMode::FullScan);
-        let why = ftl.read_only_reason().unwrap_or_default();
-        assert!(
-            why.contains("checkpoint area 0 wore out") && !why.contains("damage"),
-            "{why}"
-        );
-        verify_pages(&ftl, 0..50, 1);
-        ftl.close().unwrap();
-    }
+    let ftl = open(&path, cfg.clone());
+    assert_eq!(ftl.recovery().mode, RecoveryMode::FullScan);
+    assert_eq!(ftl.read_only_reason(), None);
+    verify_pages(&ftl, 0..50, 1);
+    let pages = ftl.newest_checkpoint_pages();
+    let area0 = area_blocks(&heads, &nand, 0);
+    assert!(
+        !pages.is_empty() && pages.iter().all(|p| area0.contains(&p.block)),
+        "the open's checkpoint is not in area 0: {pages:?}"
+    );
+    assert_eq!(ftl.stats().nand_violations, 0);
+    write_pages(&ftl, 10..20, 2);
+    ftl.close().unwrap();
+    drop(ftl);
+    let ftl = open(&path, cfg.clone());
+    assert_eq!(ftl.recovery().mode, RecoveryMode::Clean);
+    assert_eq!(ftl.read_only_reason(), None);
+    verify_pages(&ftl, 0..10, 1);
+    verify_pages(&ftl, 10..20, 2);
+    verify_pages(&ftl, 20..50, 1);
 }
 
 /// A clean close leaves each bank's host frontier partly programmed; the next open resumes

@@ -1,10 +1,10 @@
 //! Finding and reading the newest usable checkpoint chain, streaming its map into the
 //! scheme's live table.
 //!
-//! A checkpoint's pages are read bank-parallel (page `i` of an area lives on bank
-//! `i % banks`): a reader thread per bank reads its pages in order, checks each page's OOB
+//! A checkpoint's pages are read bank-parallel (the area's map, `area.rs`, says which bank
+//! holds page `i`): a reader thread per bank reads its pages in order, checks each page's OOB
 //! (checkpoint id, index, count, CRC) and hands it over through a small bounded channel; the
-//! decoder takes page `i` from bank `i % banks`. At most a few pages per bank are in RAM.
+//! decoder takes page `i` from its bank's. At most a few pages per bank are in RAM.
 //!
 //! A chain is its full checkpoint, then the deltas appended after it. The full one is decoded
 //! straight into the table; a delta is first checked (read and decoded without storing) and
@@ -18,30 +18,24 @@ use crossbeam_channel::{bounded, Receiver};
 
 use nand_model::NandDevice;
 
+use super::area::AreaMap;
 use super::codec::{decode_body, BodySource, Checkpoint, Header, MapOut, MapSink, HEADER};
 use crate::layout::Layout;
 use crate::oob::{self, PageOob};
 
-/// Reads the header OOB of the checkpoint starting at page `offset` of `area`.
+/// Reads the header OOB of the checkpoint starting at page `offset` of `map`'s area.
 pub(super) fn header_at(
     nand: &NandDevice,
     layout: &Layout,
     retries: Retries<'_>,
-    area: u32,
+    map: &AreaMap,
     offset: u64,
 ) -> Option<(u64, u32)> {
-    if offset >= layout.ckpt_area_pages() {
+    if offset >= map.pages() {
         return None;
     }
     let mut oob_buf = vec![0u8; layout.oob_size as usize];
-    read_ckpt_page(
-        nand,
-        retries,
-        layout.ckpt_page(area, offset),
-        &mut [],
-        &mut oob_buf,
-    )
-    .ok()?;
+    read_ckpt_page(nand, retries, map.page(offset), &mut [], &mut oob_buf).ok()?;
     match oob::decode(&oob_buf, layout.slots_per_page)? {
         PageOob::Checkpoint {
             id,
@@ -53,33 +47,42 @@ pub(super) fn header_at(
     }
 }
 
+/// A bank's reader's channel: each page in turn, or why it could not be read.
+type PageRx = Receiver<Result<Vec<u8>, String>>;
+
 /// The pages of one checkpoint, in order, from the per-bank reader threads.
-struct Pages {
-    rx: Vec<Receiver<Result<Vec<u8>, String>>>,
+struct Pages<'m> {
+    /// Each bank's reader's channel (`None`: no page of this checkpoint on the bank).
+    rx: Vec<Option<PageRx>>,
+    area: &'m AreaMap,
+    offset: u64,
     next: u64,
     count: u64,
 }
 
-impl BodySource for Pages {
+impl BodySource for Pages<'_> {
     fn next_piece(&mut self) -> Result<Vec<u8>, String> {
         if self.next >= self.count {
             return Err("checkpoint body longer than its pages".into());
         }
-        let bank = (self.next % self.rx.len() as u64) as usize;
+        let bank = self.area.bank_of(self.offset + self.next) as usize;
         self.next += 1;
-        self.rx[bank]
+        self.rx
+            .get(bank)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| "checkpoint reader missing".to_string())?
             .recv()
             .map_err(|_| "checkpoint reader stopped".to_string())?
     }
 }
 
-/// Reads and decodes the checkpoint at page `offset` of `area`, sending its map where `map`
-/// says. Returns it with its page count.
+/// Reads and decodes the checkpoint at page `offset` of `area`'s map, sending its map where
+/// `map` says. Returns it with its page count.
 fn load_at(
     nand: &NandDevice,
     layout: &Layout,
     retries: Retries<'_>,
-    area: u32,
+    area: &AreaMap,
     offset: u64,
     want_full: bool,
     map: MapOut<'_>,
@@ -87,20 +90,27 @@ fn load_at(
     let (id, count) =
         header_at(nand, layout, retries, area, offset).ok_or("no checkpoint header")?;
     let count = u64::from(count);
-    if count == 0 || offset + count > layout.ckpt_area_pages() {
+    if count == 0 || !area.fits(offset, count) {
         return Err(format!("checkpoint claims {count} pages"));
     }
-    let banks = u64::from(layout.banks).min(count);
+    // Which pages each bank's reader reads, in order.
+    let mut per_bank = vec![Vec::new(); layout.banks as usize];
+    for i in 0..count {
+        per_bank[area.bank_of(offset + i) as usize].push(i);
+    }
     std::thread::scope(|s| {
         let mut rx = Vec::new();
-        for bank in 0..banks {
+        for indexes in per_bank {
+            if indexes.is_empty() {
+                rx.push(None);
+                continue;
+            }
             // Two pages ahead per bank keep every bank busy while the decoder works.
             let (tx, r) = bounded(2);
-            rx.push(r);
+            rx.push(Some(r));
             s.spawn(move || {
                 let mut oob_buf = vec![0u8; layout.oob_size as usize];
-                let mut i = bank;
-                while i < count {
+                for i in indexes {
                     let mut page = vec![0u8; layout.page_size as usize];
                     let at = (area, offset, id, count, i);
                     let got = read_page(nand, layout, retries, at, &mut page, &mut oob_buf)
@@ -110,11 +120,16 @@ fn load_at(
                     if tx.send(got).is_err() || failed {
                         return;
                     }
-                    i += banks;
                 }
             });
         }
-        let mut pages = Pages { rx, next: 0, count };
+        let mut pages = Pages {
+            rx,
+            area,
+            offset,
+            next: 0,
+            count,
+        };
         let result = (|| {
             let mut first = pages.next_piece()?;
             let h = Header::decode(&first)?;
@@ -142,24 +157,18 @@ fn load_at(
     })
 }
 
-/// Reads page `i` of the checkpoint `id` of `count` pages at page `offset` of `area`, and
-/// checks its OOB.
+/// Reads page `i` of the checkpoint `id` of `count` pages at page `offset` of `area`'s map,
+/// and checks its OOB.
 fn read_page(
     nand: &NandDevice,
     layout: &Layout,
     retries: Retries<'_>,
-    (area, offset, id, count, i): (u32, u64, u64, u64, u64),
+    (area, offset, id, count, i): (&AreaMap, u64, u64, u64, u64),
     page: &mut [u8],
     oob_buf: &mut [u8],
 ) -> Result<(), String> {
-    read_ckpt_page(
-        nand,
-        retries,
-        layout.ckpt_page(area, offset + i),
-        page,
-        oob_buf,
-    )
-    .map_err(|e| e.to_string())?;
+    read_ckpt_page(nand, retries, area.page(offset + i), page, oob_buf)
+        .map_err(|e| e.to_string())?;
     match oob::decode(oob_buf, layout.slots_per_page) {
         Some(PageOob::Checkpoint {
             id: pid,
@@ -178,17 +187,17 @@ fn read_page(
 }
 
 /// Reads a checkpoint page (`page` from its first byte, and its OOB), of a block marked bad
-/// too. A checkpoint area's block turns bad when its erase fails (worn out), which leaves
-/// what it held as it was (`NandDevice::erase`): the chain written there last may still be
-/// the device's newest state once an area wore out (the device then writes no checkpoint;
-/// images of versions before 2026-11-30 went on until both had), and reading it (as a controller salvaging
-/// a block does, `NandDevice::peek_of_bad`, costing no modelled time) lets the open roll
-/// forward from it instead of scanning every page (a full scan cannot see trims older than
-/// the checkpoints). What such a block holds is checked as any checkpoint page is (ids,
-/// indexes, CRCs); a torn or damaged page fails the chain as usual. An uncorrectable read is
-/// tried again up to `retries` times (`Core::own_read_retries`, as recovery's scan does): a
-/// read that needs a retry must not cost a checkpoint, and with it, perhaps, the only state
-/// recovery can trust.
+/// too. Only a chain read over every block of its area (`AreaMap::whole`: images of versions
+/// before 2026-12-01) meets one: such a writer went on with checkpoints after an area's block
+/// turned bad (its erase failed, which leaves what the block held as it was,
+/// `NandDevice::erase`), so the chain written there last could still be the device's newest
+/// state, and reading it (as a controller salvaging a block does, `NandDevice::peek_of_bad`,
+/// costing no modelled time) lets the open roll forward from it instead of scanning every page
+/// (a full scan cannot see trims older than the checkpoints). What such a block holds is
+/// checked as any checkpoint page is (ids, indexes, CRCs); a torn or damaged page fails the
+/// chain as usual. An uncorrectable read is tried again up to `retries` times
+/// (`Core::own_read_retries`, as recovery's scan does): a read that needs a retry must not
+/// cost a checkpoint, and with it, perhaps, the only state recovery can trust.
 fn read_ckpt_page(
     nand: &NandDevice,
     retries: Retries<'_>,
@@ -237,6 +246,11 @@ pub(crate) struct Loaded {
     /// The state as of the chain's last valid element (its map is in the sink).
     pub snap: Checkpoint,
     pub area: u32,
+    /// The chain was read over every block of an area that has bad blocks (a writer before
+    /// 2026-12-01 wrote it before a block went bad): the writer's map of the area skips those
+    /// blocks, so no delta may be appended to it; the next checkpoint is a full one in the
+    /// other area.
+    pub whole_map: bool,
     /// First free page of the area after the chain.
     pub next_offset: u64,
     /// Checkpoints in the chain (1 = just the full one).
@@ -245,12 +259,12 @@ pub(crate) struct Loaded {
     pub fallback: bool,
 }
 
-/// Loads the chain of `area` into `sink`: its full checkpoint, then the deltas after it.
+/// Loads the chain of `area`'s map into `sink`: its full checkpoint, then the deltas after it.
 fn load_chain(
     nand: &NandDevice,
     layout: &Layout,
     retries: Retries<'_>,
-    area: u32,
+    area: &AreaMap,
     sink: &dyn MapSink,
 ) -> Result<Loaded, String> {
     let (mut snap, count) = load_at(nand, layout, retries, area, 0, true, MapOut::Sink(sink))?;
@@ -265,7 +279,8 @@ fn load_chain(
         match load_at(nand, layout, retries, area, next, false, MapOut::Skip) {
             Ok((delta, _)) if delta.lpns != snap.lpns => {
                 tracing::warn!(
-                    "checkpoint area {area}: delta {id} maps {} pages, its chain {}",
+                    "checkpoint area {}: delta {id} maps {} pages, its chain {}",
+                    area.area,
                     delta.lpns,
                     snap.lpns
                 );
@@ -283,7 +298,7 @@ fn load_chain(
                 chain_len += 1;
             }
             Err(e) => {
-                tracing::warn!("checkpoint area {area}: delta {id} unusable: {e}");
+                tracing::warn!("checkpoint area {}: delta {id} unusable: {e}", area.area);
                 fallback = true;
                 break;
             }
@@ -291,7 +306,8 @@ fn load_chain(
     }
     Ok(Loaded {
         snap,
-        area,
+        area: area.area,
+        whole_map: false,
         next_offset: next,
         chain_len,
         fallback,
@@ -301,20 +317,41 @@ fn load_chain(
 /// Finds the newest usable checkpoint and loads its map into `sink`: the chain of the area
 /// whose full checkpoint is newest, else the other area's chain (a fallback). With none, the
 /// sink is left all unmapped. An uncorrectable read is tried again as `retries` says.
+///
+/// An area with bad blocks is read with its map (`AreaMap::of_device`, where this version
+/// writes) and, for images of versions before 2026-12-01, over every block
+/// (`AreaMap::whole`): a chain read that way must pass [`current_beside`].
 pub(crate) fn load_newest(
     nand: &NandDevice,
     layout: &Layout,
     retries: Retries<'_>,
     sink: &dyn MapSink,
 ) -> Option<Loaded> {
-    let mut areas: Vec<(u64, u32)> = (0..2)
-        .filter_map(|a| header_at(nand, layout, retries, a, 0).map(|(id, _)| (id, a)))
+    let mut maps = Vec::new();
+    for area in 0..2 {
+        let map = AreaMap::of_device(nand, layout, area);
+        if map.bad_blocks() > 0 {
+            maps.push((AreaMap::whole(layout, area), true));
+        }
+        maps.push((map, false));
+    }
+    let mut chains: Vec<(u64, &AreaMap, bool)> = maps
+        .iter()
+        .filter_map(|(m, whole)| {
+            header_at(nand, layout, retries, m, 0).map(|(id, _)| (id, m, *whole))
+        })
         .collect();
-    areas.sort_by(|a, b| b.cmp(a));
+    // Newest first; of one id read both ways (pages a bad block holds count in either),
+    // this version's map first.
+    chains.sort_by(|a, b| b.0.cmp(&a.0).then(a.2.cmp(&b.2)));
+    // A newer chain failed (read either way: a chain read over every block after its own
+    // area's map failed may be a truncated read of a chain this version wrote, so it counts
+    // as a fallback too, and recovery looks past it).
     let mut skipped = false;
-    for (_, area) in areas {
-        match load_chain(nand, layout, retries, area, sink) {
-            Ok(l) if !current_beside(nand, layout, &l) => {
+    for (_, map, whole) in chains {
+        let area = map.area;
+        match load_chain(nand, layout, retries, map, sink) {
+            Ok(l) if whole && !current_beside(nand, layout, &l) => {
                 tracing::warn!(
                     "checkpoint area {area} has a bad block and the other area was erased \
                      since its chain was written: the chain is older than checkpoints that \
@@ -325,10 +362,13 @@ pub(crate) fn load_newest(
             }
             Ok(mut l) => {
                 l.fallback |= skipped;
+                l.whole_map = whole;
                 return Some(l);
             }
             Err(e) => {
-                tracing::warn!("checkpoint area {area} unusable: {e}");
+                if !whole {
+                    tracing::warn!("checkpoint area {area} unusable: {e}");
+                }
                 sink.clear();
                 skipped = true;
             }
@@ -337,28 +377,25 @@ pub(crate) fn load_newest(
     None
 }
 
-/// Whether chain `l` may be the device's newest state as far as its area tells. A chain in an
-/// area without a bad block always may (the two areas alternate: a fallback to it is one
-/// generation old, and trim records are dropped only once two checkpoints cover them). An
-/// area with a bad block was skipped by the writer of versions before 2026-11-30, which went
-/// on in the other area, so its chain may be any number of checkpoints old; it is used only
-/// if the other area's blocks were not erased since it was written (their erase counts are
-/// those its last element recorded): then no full checkpoint came after it (both areas worn
-/// out: the other area's failed erase left its counts). Stricter than the writer needs now
-/// (an area that goes bad ends the checkpoints, so its chain is one generation old): a
-/// device whose other area's chain is unreadable then scans, read-only, instead of falling
-/// back to it. Rare (two faults), and safe.
+/// Whether chain `l`, read over every block of its area (`AreaMap::whole`), may be the
+/// device's newest state or one generation older, as a fallback to the other area always
+/// may be. An area with a bad block was skipped by the writer of versions before 2026-11-30,
+/// which went on in the other area, so its chain may be any number of checkpoints old; it is
+/// used only if no block of the other area was erased more than once since it was written
+/// (their erase counts against those its last element recorded): an area is erased once
+/// for each full checkpoint it takes, so at most one came after it. Once: the crash that cut
+/// that one short (or this version's first checkpoint after reading such a chain, which goes
+/// to the other area), or the other area's failed erase (both areas worn out under the old
+/// writer). (A chain this version writes into an area with bad blocks is read with the
+/// area's map and is at most one generation old: areas alternate, and an area's blocks go
+/// bad only when it is erased for a new chain.)
 fn current_beside(nand: &NandDevice, layout: &Layout, l: &Loaded) -> bool {
     let addrs = |area: u32| layout.ckpt_area_addrs(area);
-    let bad = |addr| nand.block_state(addr).map_or(true, |st| st.bad);
-    if !addrs(l.area).any(bad) {
-        return true;
-    }
     addrs(1 - l.area).all(|addr| {
         let recorded = l.snap.blocks.get(layout.block_idx(addr).0 as usize);
         matches!(
             (recorded, nand.block_state(addr)),
-            (Some(&(e, _)), Ok(st)) if e == st.erase_count
+            (Some(&(e, _)), Ok(st)) if st.erase_count <= e.saturating_add(1)
         )
     })
 }

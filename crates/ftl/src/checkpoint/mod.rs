@@ -8,7 +8,8 @@
 //! CRC in the OOB, so a torn or corrupt checkpoint is detected and the other one is used.
 //!
 //! The payload format is in `codec.rs` (encoded and decoded as a stream), finding and reading
-//! the newest chain in `load.rs`. A *full* checkpoint holds the whole map; a *delta* only the map
+//! the newest chain in `load.rs`, where an area's pages are (its bad blocks left out) in
+//! `area.rs`. A *full* checkpoint holds the whole map; a *delta* only the map
 //! chunks changed since the previous one, appended after it in the same area (a chain).
 //!
 //! Memory: a periodic checkpoint copies the map (host writes go on while its pages are
@@ -30,9 +31,11 @@ use crate::error::{FtlError, Result};
 use crate::layout::Layout;
 use crate::oob::{self, PageOob};
 
+mod area;
 mod codec;
 mod load;
 
+pub(crate) use area::AreaMap;
 use codec::HEADER;
 pub(crate) use codec::{decode, Checkpoint, MapImage, MapSink, MapSource};
 pub(crate) use load::{load_newest, written_before, Retries};
@@ -580,10 +583,14 @@ impl Core {
             trims: &trims,
             scheme_state: &scheme_state,
         };
-        let area_bytes = self.layout.ckpt_area_pages() * u64::from(self.layout.page_size);
+        // Where each area's pages are (its bad blocks left out): unchanged until the area is
+        // erased (`area.rs`).
+        let maps = [0, 1].map(|a| AreaMap::of_device(&self.nand, &self.layout, a));
+        let area_bytes = maps[0].pages().min(maps[1].pages()) * u64::from(self.layout.page_size);
         if !scheme_state.is_empty() && out.encoded_len() as u64 > area_bytes {
-            // An area holds a full checkpoint without it (the format checked): the state is
-            // only an open's shortcut, so a checkpoint goes without it rather than fail.
+            // An area holds a full checkpoint without it (the format checked, and an area
+            // that lost blocks is worn out below that): the state is only an open's
+            // shortcut, so a checkpoint goes without it rather than fail.
             tracing::debug!(
                 "checkpoint: the scheme's state ({} bytes) left out: the area holds {area_bytes}",
                 4 * scheme_state.len()
@@ -595,10 +602,8 @@ impl Core {
             .store(0, Ordering::Relaxed);
         let pages = out.encoded_len().div_ceil(self.layout.page_size as usize) as u64;
         let (area, offset) = match st.last_area {
-            Some(a) if !full && st.next_offset + pages <= self.layout.ckpt_area_pages() => {
-                (a, st.next_offset)
-            }
-            // (Neither area has a bad block: checked above.)
+            Some(a) if !full && maps[a as usize].fits(st.next_offset, pages) => (a, st.next_offset),
+            // (Neither area is worn out: checked above.)
             Some(a) => (1 - a, 0),
             None => (0, 0),
         };
@@ -619,22 +624,26 @@ impl Core {
                 .fetch_add(1, Ordering::Relaxed);
             // The dirty chunks taken for this checkpoint are lost: the next one must be full.
             self.ckpt.lock().force_full = true;
-            // The area's erase failed and turned a block of it bad (worn out): read-only below,
-            // the last checkpoint kept in the other area.
+            // The area's erases that failed left so few good blocks that the checkpoint does
+            // not fit (worn out): read-only below, the last checkpoint kept in the other area.
             // A page's program failed (the medium, not wear: the block stays good): the
             // checkpoint is written again, up to `CHECKPOINT_RETRIES` times, as a full one (a
             // delta's chain area then goes unused; the area of a full one is erased and
             // written over). The last good checkpoint is not in the area written over, so
-            // another failure loses nothing recovery needs.
+            // another failure loses nothing recovery needs. So too one whose area lost blocks
+            // to failed erases and no longer holds this checkpoint, though it is not worn out
+            // (the scheme's state, planned for the area as it was, is left out next time).
+            let shrunk = AreaMap::of_device(&self.nand, &self.layout, area) != maps[area as usize];
             if retries > 0
                 && self.checkpoint_areas_worn().is_none()
-                && matches!(
-                    &e,
-                    FtlError::Nand(nand_model::NandError::ProgramFailed { .. })
-                )
+                && (shrunk
+                    || matches!(
+                        &e,
+                        FtlError::Nand(nand_model::NandError::ProgramFailed { .. })
+                    ))
             {
                 tracing::warn!(
-                    "checkpoint: a program failed in area {area} ({e}); writing it again ({retries} more tries)"
+                    "checkpoint: {e} (area {area}); writing it again ({retries} more tries)"
                 );
                 drop(_one);
                 return self.checkpoint_with(held, retries - 1);
@@ -670,63 +679,83 @@ impl Core {
         Ok(())
     }
 
-    /// Why no checkpoint can be written any more, if none can: a checkpoint area has a bad
-    /// block (an erase failed, at the endurance or before). Areas are not remapped, so the
-    /// only place left for a checkpoint would be the other area, which holds the last one:
-    /// writing over it loses the device's state if its erase fails on one of its blocks (the
-    /// others are erased by then, and the chain with them) or the machine crashes before the
-    /// new one is whole; the open would then find no checkpoint and call the device damaged
-    /// (a full scan cannot see trims older than the checkpoints). Until 2026-11-30 the writer
-    /// did so, and a close that met two failed erases left a device with its data intact
-    /// called damaged. The device is read-only instead (an SSD whose metadata blocks wore out
-    /// is), and every open rolls forward from the last chain (`load::read_ckpt_page` reads a
-    /// worn area's too).
+    /// Why no checkpoint can be written any more, if none can: a checkpoint area lost so many
+    /// blocks (their erases failed, at the endurance or before) that its good pages cannot hold
+    /// a full checkpoint with room for trim records (`area::full_pages`). An area with fewer
+    /// bad blocks goes on, its pages striped over the good ones (`area.rs`), as an SSD retires
+    /// a bad block of its metadata region. Until 2026-12-01 the first bad block ended the
+    /// checkpoints; until 2026-11-30 the writer then went on in the other area alone.
+    ///
+    /// A worn area is not written again: the only place left for a checkpoint would be the
+    /// other area, which holds the last one, and writing over it loses the device's state if
+    /// its erase fails on one of its blocks (the others are erased by then, and the chain
+    /// with them) or the machine crashes before the new one is whole; the open would then
+    /// find no checkpoint and call the device damaged (a full scan cannot see trims older
+    /// than the checkpoints). The device is read-only instead (an SSD whose metadata blocks
+    /// wore out is), and every open rolls forward from the last chain.
     pub(crate) fn checkpoint_areas_worn(&self) -> Option<String> {
-        let (area, addr, erases) = (0..2u32)
-            .flat_map(|area| {
-                self.layout
-                    .ckpt_area_addrs(area)
-                    .map(move |addr| (area, addr))
-            })
-            .filter_map(|(area, addr)| Some((area, addr, self.nand.block_state(addr).ok()?)))
-            .find(|(_, _, s)| s.bad)
-            .map(|(area, addr, s)| (area, addr, s.erase_count))?;
-        Some(format!(
-            "checkpoint area {area} wore out: its block {addr} went bad after {erases} erases \
-             (endurance {}), and writing over the other area could lose the last checkpoint: \
-             no checkpoint is written any more; what is on flash stays readable",
-            self.nand.config().endurance
-        ))
+        let need = area::full_pages(&self.layout, self.lpns);
+        (0..2).find_map(|a| {
+            let map = AreaMap::of_device(&self.nand, &self.layout, a);
+            area::worn_out(&self.nand, &self.layout, &map, need)
+        })
     }
 
     /// Programs a checkpoint, encoded page by page, at page `offset` of `area`; a full
     /// checkpoint (offset 0) erases the area first, a delta goes on the still-erased pages
-    /// after the chain.
+    /// after the chain. An erase that fails turns its block bad and the area goes on without
+    /// it (`area.rs`); if the rest cannot hold the checkpoint the error says why
+    /// ([`FtlError::ReadOnly`] when the area is worn out).
     fn write_area(&self, area: u32, offset: u64, out: &codec::Outgoing<'_>) -> Result<()> {
         let layout = &self.layout;
         let ps = layout.page_size as usize;
         let count = out.encoded_len().div_ceil(ps) as u64;
-        if offset + count > layout.ckpt_area_pages() {
-            return Err(FtlError::Internal(format!(
-                "checkpoint needs {count} pages at page {offset}, the area has {}",
-                layout.ckpt_area_pages()
-            )));
+        let too_small = |map: &AreaMap| {
+            // Worn out as `checkpoint_areas_worn` says (the device turns read-only); an area
+            // that holds a full checkpoint but not this one (trim records beyond the room
+            // the format left) is an error of this checkpoint only.
+            match area::worn_out(&self.nand, layout, map, area::full_pages(layout, self.lpns)) {
+                Some(why) => FtlError::ReadOnly(why),
+                None => FtlError::Internal(format!(
+                    "checkpoint needs {count} pages at page {offset}, area {area} has {}",
+                    map.pages()
+                )),
+            }
+        };
+        let mut map = AreaMap::of_device(&self.nand, layout, area);
+        if !map.fits(offset, count) {
+            return Err(too_small(&map));
         }
         let mut pending: Vec<Completion> = Vec::new();
         if offset == 0 {
-            // Erase the area's blocks on all banks (in parallel: the model overlaps them).
+            // Erase the area's good blocks on all banks (in parallel: the model overlaps
+            // them). One whose erase fails is bad now and left out of the area's map.
+            let mut failed = 0;
             for addr in layout.ckpt_area_addrs(area) {
                 let state = self.nand.block_state(addr)?;
-                if state.bad {
-                    return Err(FtlError::Internal(format!(
-                        "checkpoint area {area} has a bad block ({addr:?})"
-                    )));
+                if state.bad || state.programmed_pages == 0 {
+                    continue;
                 }
-                if state.programmed_pages > 0 {
-                    pending.push(self.nand.erase(addr)?);
+                match self.nand.erase(addr) {
+                    Ok(done) => pending.push(done),
+                    Err(e) if e.is_fault() => {
+                        tracing::warn!("checkpoint area {area}: {e}; the area goes on without it");
+                        self.counters.erase_failures.fetch_add(1, Ordering::Relaxed);
+                        failed += 1;
+                    }
+                    Err(e) => {
+                        pending.drain(..).for_each(Completion::wait);
+                        return Err(e.into());
+                    }
                 }
             }
             pending.drain(..).for_each(Completion::wait);
+            if failed > 0 {
+                map = AreaMap::of_device(&self.nand, layout, area);
+                if !map.fits(offset, count) {
+                    return Err(too_small(&map));
+                }
+            }
         }
         let mut page = vec![0u8; ps];
         let mut fill = 0;
@@ -741,11 +770,10 @@ impl Core {
                 count as u32,
                 crc32fast::hash(page),
             );
-            pending.push(self.nand.program(
-                layout.ckpt_page(area, offset + index),
-                page,
-                &oob_buf,
-            )?);
+            pending.push(
+                self.nand
+                    .program(map.page(offset + index), page, &oob_buf)?,
+            );
             // Keep the number of outstanding completions bounded.
             if pending.len() >= 4 * layout.banks as usize {
                 pending
@@ -1101,11 +1129,15 @@ pub struct ImageInfo {
     pub erase_avg: f64,
     pub erase_max: u32,
     /// The highest erase count in the checkpoint areas (erased once per full checkpoint: they
-    /// wear at their own pace, and the device turns read-only once either has a bad block).
+    /// wear at their own pace; the device turns read-only once either cannot hold a
+    /// checkpoint).
     pub checkpoint_erase_max: u32,
-    /// A checkpoint area has a bad block: the device opens read-only
-    /// (`Core::checkpoint_areas_worn`).
+    /// A checkpoint area lost so many blocks that it cannot hold a full checkpoint: the device
+    /// opens read-only (`Core::checkpoint_areas_worn`).
     pub checkpoint_area_worn: bool,
+    /// Bad blocks in the checkpoint areas (left out of their maps while the areas still hold
+    /// a checkpoint).
+    pub checkpoint_bad_blocks: u32,
     /// Bad blocks of the whole device, reserved ones included.
     pub bad_blocks: u32,
     pub total_blocks: u32,
@@ -1116,6 +1148,34 @@ pub struct ImageInfo {
     /// `per-queue` and hot/cold separation): fewer, and an open is read-only. `None` where the
     /// scheme cannot run on this device at all.
     pub blocks_needed: Option<u64>,
+    /// The settings `blocks_needed` is for: "the default settings" unless
+    /// [`ImageInfo::need_with`] set others.
+    pub need_settings: String,
+}
+
+impl ImageInfo {
+    /// Counts [`Self::blocks_needed`] again for the serving settings `cfg` (its `[ftl]`
+    /// frontiers, queues and separation; the scheme stays the image's), described as
+    /// `settings`.
+    pub fn need_with(&mut self, cfg: &crate::FtlConfig, settings: String) {
+        // Only the banks and slots per block of the layout count (not its checkpoint rows).
+        let layout = Layout::new(&self.nand.geometry, 1);
+        let cfg = crate::FtlConfig {
+            scheme: self.ftl,
+            ..cfg.clone()
+        };
+        self.blocks_needed = self
+            .ftl
+            .blocks_needed(
+                &self.nand,
+                &layout,
+                self.logical_pages,
+                self.log_blocks,
+                &cfg,
+            )
+            .ok();
+        self.need_settings = settings;
+    }
 }
 
 /// Reads an image's superblock, checkpoints and block states without modifying it: opened
@@ -1156,7 +1216,11 @@ fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> 
         .flatten();
     let (mut emin, mut emax, mut esum, mut bad, mut after) = (u32::MAX, 0u32, 0u64, 0u32, 0u64);
     let (mut data_blocks, mut good_data_blocks, mut ckpt_emax) = (0u64, 0u64, 0u32);
-    let mut ckpt_worn = false;
+    let mut ckpt_bad = 0u32;
+    let ckpt_worn = (0..2).any(|a| {
+        let map = AreaMap::of_device(&nand, &layout, a);
+        area::worn_out(&nand, &layout, &map, area::full_pages(&layout, sb.lpns)).is_some()
+    });
     let total = layout.total_blocks();
     for b in 0..total {
         let addr = layout.block_addr(crate::layout::BlockIdx(b));
@@ -1167,7 +1231,7 @@ fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> 
         if layout.is_reserved(addr) {
             if addr != layout.superblock() {
                 ckpt_emax = ckpt_emax.max(st.erase_count);
-                ckpt_worn |= st.bad;
+                ckpt_bad += u32::from(st.bad);
             }
             continue;
         }
@@ -1212,9 +1276,11 @@ fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> 
         erase_max: emax,
         checkpoint_erase_max: ckpt_emax,
         checkpoint_area_worn: ckpt_worn,
+        checkpoint_bad_blocks: ckpt_bad,
         bad_blocks: bad,
         total_blocks: total,
         usable_blocks: good_data_blocks,
         blocks_needed,
+        need_settings: "the default settings".into(),
     })
 }

@@ -186,22 +186,9 @@ impl SchemeKind {
         let lbns = u64::from(lpns).div_ceil(u64::from(layout.slots_per_block()));
         let room = working_room(banks);
         Ok(match self {
-            // The blocks the exported pages fill, and per bank every open block (the host's
-            // one per plane — each data queue's writer's with frontiers `per-queue` —, the
-            // trim queue's one, GC's frontier one; two of each host and GC frontier with
-            // hot/cold separation), the GC reserve, and two blocks' worth of garbage for GC
-            // to reclaim: with less, a bank's GC frontier may fill with no victim that fits
-            // its room and no free block for another ("nothing to reclaim"; a device worn
-            // down to the bare count did so in one run in three of `faults.rs`' wear-out).
-            SchemeKind::Page => {
-                let planes = u64::from(nand.planes.max(1));
-                let temps = match cfg.separation {
-                    crate::config::Separation::HotCold => 2,
-                    _ => 1,
-                };
-                let open = temps * (crate::frontier_owners(cfg) * planes + 1) + 1;
-                lbns + banks * open + banks * u64::from(crate::core::GC_RESERVE) + 2 * banks
-            }
+            // The blocks the exported pages fill and each bank's open blocks, reserve and
+            // garbage room.
+            SchemeKind::Page => lbns + banks * page_room_per_bank(nand, cfg),
             // A data block per logical block and the log pool.
             SchemeKind::Bast | SchemeKind::Fast => lbns + u64::from(log_blocks) + room,
             // BAST with a replacement block for every logical block.
@@ -322,6 +309,30 @@ impl std::str::FromStr for SchemeKind {
 /// (`plan_format`'s frontier room is `banks * 6` or more), and its superblock check asks for it.
 pub(crate) fn working_room(banks: u64) -> u64 {
     2 * banks + 2
+}
+
+/// Blocks per bank the page scheme keeps out of its data besides the exported pages' own:
+/// every open block (the host's one per plane, each data queue writer's with frontiers
+/// `per-queue`; the trim queue's one; GC's frontier one; two of each host and GC frontier with
+/// hot/cold separation), the GC reserve, and two blocks' worth of garbage for GC to reclaim
+/// (with less, a bank's GC frontier may fill with no victim that fits its room and no free
+/// block for another: "nothing to reclaim"; a device worn down to the bare count did so in one
+/// run in three of `faults.rs`' wear-out). [`SchemeKind::blocks_needed`] counts it, and the
+/// format keeps it out of the exported space (`plan_format`, for every scheme: with one
+/// temperature and one frontier owner it is the room the hybrids' format always had), so a
+/// fresh image formatted with the settings it is served with has its over-provisioning as
+/// spare for bad blocks.
+pub(crate) fn page_room_per_bank(
+    nand: &nand_model::NandConfig,
+    cfg: &crate::config::FtlConfig,
+) -> u64 {
+    let planes = u64::from(nand.planes.max(1));
+    let temps = match (cfg.scheme, cfg.separation) {
+        (SchemeKind::Page, crate::config::Separation::HotCold) => 2,
+        _ => 1,
+    };
+    let open = temps * (crate::frontier_owners(cfg) * planes + 1) + 1;
+    open + u64::from(crate::core::GC_RESERVE) + 2
 }
 
 /// What a clean open (the checkpoint describes every programmed page) hands a scheme's
