@@ -826,6 +826,22 @@ fn info_counts_the_need_for_the_settings_given_and_hot_cold_images_have_slack() 
         )),
         "{text}"
     );
+    // Frontiers per queue: no more queues own blocks than the format kept them for, as the
+    // open clamps them, so asking for more needs no more.
+    let need_of = |text: String| {
+        std::fs::write(&conf, text).expect("config");
+        let out = run_ok(
+            Command::new(FTLD)
+                .args(["info", "--json", "--config"])
+                .arg(&conf)
+                .arg(&img),
+        );
+        let v: Value = serde_json::from_str(&out).expect("info JSON");
+        v["blocks_needed"].as_u64().expect("need")
+    };
+    let max_queues = hc["max_queues"].as_u64().expect("max_queues");
+    let per_queue = |q: u64| format!("[ftl]\nfrontiers = \"per-queue\"\nqueues = {q}\n");
+    assert_eq!(need_of(per_queue(64)), need_of(per_queue(max_queues)));
     std::fs::write(&conf, "[ftl]\nhot_window = 0.0\n").expect("config");
     let (code, err) = run_to_exit(
         Command::new(FTLD)

@@ -381,12 +381,15 @@ pub(crate) fn load_newest(
 /// device's newest state or one generation older, as a fallback to the other area always
 /// may be. An area with a bad block was skipped by the writer of versions before 2026-11-30,
 /// which went on in the other area, so its chain may be any number of checkpoints old; it is
-/// used only if no block of the other area was erased more than once since it was written
-/// (their erase counts against those its last element recorded): an area is erased once
-/// for each full checkpoint it takes, so at most one came after it. Once: the crash that cut
-/// that one short (or this version's first checkpoint after reading such a chain, which goes
-/// to the other area), or the other area's failed erase (both areas worn out under the old
-/// writer). (A chain this version writes into an area with bad blocks is read with the
+/// used only if the other area took at most one full checkpoint since, which its blocks'
+/// erase counts against those the chain's last element recorded tell: a full checkpoint
+/// erases every block of its area that holds pages. So a block that held pages then may have
+/// one more erase (the crash that cut that one full checkpoint short, or this version's first
+/// checkpoint after reading such a chain, which goes to the other area), one that held none
+/// no more (a full checkpoint wrote it without an erase, and a second would have erased it:
+/// with one more erase allowed there too, a chain two generations old passed, whose trim
+/// records the second had dropped; review). (A failed erase adds none: both areas worn out
+/// under the old writer.) (A chain this version writes into an area with bad blocks is read with the
 /// area's map and is at most one generation old: areas alternate, and an area's blocks go
 /// bad only when it is erased for a new chain.)
 fn current_beside(nand: &NandDevice, layout: &Layout, l: &Loaded) -> bool {
@@ -395,7 +398,7 @@ fn current_beside(nand: &NandDevice, layout: &Layout, l: &Loaded) -> bool {
         let recorded = l.snap.blocks.get(layout.block_idx(addr).0 as usize);
         matches!(
             (recorded, nand.block_state(addr)),
-            (Some(&(e, _)), Ok(st)) if st.erase_count <= e.saturating_add(1)
+            (Some(&(e, p)), Ok(st)) if st.erase_count <= e.saturating_add(u32::from(p > 0))
         )
     })
 }

@@ -1160,10 +1160,14 @@ impl ImageInfo {
     pub fn need_with(&mut self, cfg: &crate::FtlConfig, settings: String) {
         // Only the banks and slots per block of the layout count (not its checkpoint rows).
         let layout = Layout::new(&self.nand.geometry, 1);
-        let cfg = crate::FtlConfig {
+        let mut cfg = crate::FtlConfig {
             scheme: self.ftl,
             ..cfg.clone()
         };
+        // As the open does: no more queues own frontiers than the format kept blocks for.
+        if crate::frontier_owners(&cfg) > u64::from(self.max_queues) {
+            cfg.queues = self.max_queues as usize;
+        }
         self.blocks_needed = self
             .ftl
             .blocks_needed(
