@@ -910,6 +910,51 @@ fn area_blocks(
         .collect()
 }
 
+/// A new image on `nand` with pages 0..40 written (tag 1, then pages 0..`checkpoints` tag 2)
+/// and 40..60 trimmed, then `checkpoints` checkpoints: enough that the trim's record is
+/// dropped, and only the checkpoints know of it.
+fn with_a_trim_only_checkpoints_know(
+    path: &Path,
+    nand: &ftl::nand_model::NandConfig,
+    checkpoints: u64,
+) -> Ftl {
+    let ftl = create(path, nand, small_cfg(GcPolicy::Adaptive));
+    write_pages(&ftl, 0..60, 1);
+    block_on(ftl.trim(0, 40 * 4096, 20 * 4096, false)).unwrap();
+    for j in 0..checkpoints {
+        write_pages(&ftl, j..j + 1, 2);
+        ftl.checkpoint().unwrap();
+    }
+    ftl
+}
+
+/// Empties checkpoint area 1 in the block table of the image at `path`, as a crash right
+/// after its erase leaves it, with `extra_erases` more erases of each of its blocks; returns
+/// the pages its blocks held.
+fn empty_area_1(
+    path: &Path,
+    heads: &[ftl::nand_model::PageAddr; 2],
+    nand: &ftl::nand_model::NandConfig,
+    extra_erases: u32,
+) -> u32 {
+    use std::os::unix::fs::FileExt;
+    let mut held = 0;
+    for b in area_blocks(heads, nand, 1) {
+        held += set_programmed_pages(path, b, 0);
+        let at = ftl::nand_model::block_entry_offset(path, b).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        let mut e = [0u8; 4];
+        f.read_exact_at(&mut e, at).unwrap();
+        f.write_all_at(&(u32::from_le_bytes(e) + extra_erases).to_le_bytes(), at)
+            .unwrap();
+    }
+    held
+}
+
 /// A checkpoint area whose erase fails on a block goes on without it: the area's pages skip
 /// the bad block, checkpoints (full ones and the deltas after them) keep coming in both areas,
 /// and the chain written around the bad block is what the next opens read, after a clean
@@ -923,14 +968,7 @@ fn a_checkpoint_area_goes_on_around_a_bad_block() {
     let cfg = small_cfg(GcPolicy::Adaptive);
     // Several map chunks (deltas, not only full checkpoints) and areas of two rows.
     let nand = small_nand(4096, 256);
-    let ftl = create(&path, &nand, cfg.clone());
-    write_pages(&ftl, 0..60, 1);
-    // A trim, then checkpoints enough that its record is dropped: only checkpoints know of it.
-    block_on(ftl.trim(0, 40 * 4096, 20 * 4096, false)).unwrap();
-    for j in 0..8u64 {
-        write_pages(&ftl, j..j + 1, 2);
-        ftl.checkpoint().unwrap();
-    }
+    let ftl = with_a_trim_only_checkpoints_know(&path, &nand, 8);
     // The next erase of each area's first block fails.
     let heads = ftl.checkpoint_area_heads();
     for h in &heads {
@@ -1015,13 +1053,7 @@ fn a_checkpoint_area_too_worn_for_a_checkpoint_keeps_the_other_areas() {
     let path = dir.path().join("worn.img");
     let cfg = small_cfg(GcPolicy::Adaptive);
     let nand = small_nand(4096, 24);
-    let ftl = create(&path, &nand, cfg.clone());
-    write_pages(&ftl, 0..60, 1);
-    block_on(ftl.trim(0, 40 * 4096, 20 * 4096, false)).unwrap();
-    for j in 0..8u64 {
-        write_pages(&ftl, j..j + 1, 2);
-        ftl.checkpoint().unwrap();
-    }
+    let ftl = with_a_trim_only_checkpoints_know(&path, &nand, 8);
     // The next erase of every block of both areas fails: an area loses the blocks a full
     // checkpoint erases (those that held one), and goes on while the rest holds a full one.
     let heads = ftl.checkpoint_area_heads();
@@ -1075,13 +1107,7 @@ fn an_old_chain_over_a_bad_block_is_read_and_the_next_checkpoint_skips_it() {
     let path = dir.path().join("old2.img");
     let cfg = small_cfg(GcPolicy::Adaptive);
     let nand = small_nand(4096, 24);
-    let ftl = create(&path, &nand, cfg.clone());
-    write_pages(&ftl, 0..60, 1);
-    block_on(ftl.trim(0, 40 * 4096, 20 * 4096, false)).unwrap();
-    for j in 0..6u64 {
-        write_pages(&ftl, j..j + 1, 2);
-        ftl.checkpoint().unwrap();
-    }
+    let ftl = with_a_trim_only_checkpoints_know(&path, &nand, 6);
     let heads = ftl.checkpoint_area_heads();
     ftl.close().unwrap();
     drop(ftl);
@@ -1210,8 +1236,6 @@ fn a_damaged_superblock_copy_is_survived_and_all_copies_damaged_are_called_damag
 /// chain kept, area 1 erased in the block table), as the writer no longer makes it.
 #[test]
 fn an_old_chain_in_a_bad_area_is_not_taken_for_the_newest() {
-    use ftl::nand_model::{BankId, BlockAddr};
-    use std::os::unix::fs::FileExt;
     for (extra_erases, taken) in [(1, false), (0, true)] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("old.img");
@@ -1232,26 +1256,7 @@ fn an_old_chain_in_a_bad_area_is_not_taken_for_the_newest() {
         set_bad_flag(&path, heads[0].block, true);
         // Area 1's chain gone (a crash during its rewrite), with `extra_erases` more erases
         // of its blocks (another full rewrite).
-        let (first, ckpt_blocks) = (heads[1].block.block, heads[1].block.block - 1);
-        for bank in 0..nand.geometry.banks() {
-            for block in first..first + ckpt_blocks {
-                let b = BlockAddr {
-                    bank: BankId(bank),
-                    block,
-                };
-                set_programmed_pages(&path, b, 0);
-                let at = ftl::nand_model::block_entry_offset(&path, b).unwrap();
-                let f = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(&path)
-                    .unwrap();
-                let mut e = [0u8; 4];
-                f.read_exact_at(&mut e, at).unwrap();
-                f.write_all_at(&(u32::from_le_bytes(e) + extra_erases).to_le_bytes(), at)
-                    .unwrap();
-            }
-        }
+        assert!(empty_area_1(&path, &heads, &nand, extra_erases) > 0);
         let ftl = open(&path, cfg);
         if taken {
             assert_ne!(ftl.recovery().mode, RecoveryMode::FullScan);
@@ -1280,26 +1285,11 @@ fn an_old_chain_in_a_bad_area_is_not_taken_for_the_newest() {
         block_on(ftl.flush()).unwrap();
         ftl.simulate_power_loss();
         set_bad_flag(&path, heads[0].block, true);
-        let (first, ckpt_blocks) = (heads[1].block.block, heads[1].block.block - 1);
-        for bank in 0..nand.geometry.banks() {
-            for block in first..first + ckpt_blocks {
-                let b = BlockAddr {
-                    bank: BankId(bank),
-                    block,
-                };
-                assert_eq!(set_programmed_pages(&path, b, 0), 0, "area 1 was written");
-                let at = ftl::nand_model::block_entry_offset(&path, b).unwrap();
-                let f = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(&path)
-                    .unwrap();
-                let mut e = [0u8; 4];
-                f.read_exact_at(&mut e, at).unwrap();
-                f.write_all_at(&(u32::from_le_bytes(e) + erases).to_le_bytes(), at)
-                    .unwrap();
-            }
-        }
+        assert_eq!(
+            empty_area_1(&path, &heads, &nand, erases),
+            0,
+            "area 1 was written"
+        );
         let ftl = open(&path, cfg);
         if taken {
             assert_eq!(ftl.recovery().mode, RecoveryMode::RollForward);
@@ -1320,7 +1310,6 @@ fn an_old_chain_in_a_bad_area_is_not_taken_for_the_newest() {
 /// read-only for the bad block.)
 #[test]
 fn an_open_with_no_checkpoint_and_a_bad_first_area_checkpoints_around_it() {
-    use ftl::nand_model::{BankId, BlockAddr};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.img");
     let cfg = small_cfg(GcPolicy::Adaptive);
@@ -1334,19 +1323,7 @@ fn an_open_with_no_checkpoint_and_a_bad_first_area_checkpoints_around_it() {
     // left to load (or to call this damage).
     set_programmed_pages(&path, heads[0].block, 0);
     set_bad_flag(&path, heads[0].block, true);
-    let (first, ckpt_blocks) = (heads[1].block.block, heads[1].block.block - 1);
-    for bank in 0..nand.geometry.banks() {
-        for block in first..first + ckpt_blocks {
-            set_programmed_pages(
-                &path,
-                BlockAddr {
-                    bank: BankId(bank),
-                    block,
-                },
-                0,
-            );
-        }
-    }
+    empty_area_1(&path, &heads, &nand, 0);
     let ftl = open(&path, cfg.clone());
     assert_eq!(ftl.recovery().mode, RecoveryMode::FullScan);
     assert_eq!(ftl.read_only_reason(), None);
