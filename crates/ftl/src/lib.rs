@@ -248,6 +248,17 @@ pub(crate) fn frontier_owners(cfg: &FtlConfig) -> u64 {
     }
 }
 
+/// No more queues own write frontiers than an image formatted for `max_queues` kept open
+/// blocks for: with frontiers `per-queue`, `cfg.queues` is lowered to it (true if it was).
+/// The open does so, and `ftld info --config` counts the need as the open would run.
+pub(crate) fn clamp_frontier_queues(cfg: &mut FtlConfig, max_queues: u32) -> bool {
+    let over = frontier_owners(cfg) > u64::from(max_queues);
+    if over {
+        cfg.queues = max_queues as usize;
+    }
+    over
+}
+
 /// RAM the FTL needs per exported 4 KiB page at its peak, an open's (the live map is 4.31 B
 /// per page, the open's peak 5.8 B at 64 GiB: `benches/README.md`, open times), rounded up.
 /// Checked against the memory left ([`nand_model::host_memory`]) before the map is allocated.
@@ -498,15 +509,13 @@ impl Ftl {
         // The scheme is the image's (format time only), whatever the configuration says.
         cfg.scheme = sb.scheme;
         // Only queues that own write frontiers need room set aside at format time.
-        let owners = frontier_owners(&cfg);
-        if owners > u64::from(sb.max_queues) {
+        let asked = cfg.queues;
+        if clamp_frontier_queues(&mut cfg, sb.max_queues) {
             tracing::info!(
-                "using {} write queues, not {}: the image's format holds open blocks for at most {} queues with frontiers per-queue",
+                "using {} write queues, not {asked}: the image's format holds open blocks for at most {} queues with frontiers per-queue",
                 sb.max_queues,
-                cfg.queues,
                 sb.max_queues
             );
-            cfg.queues = sb.max_queues as usize;
         }
         // With timing off a program completes at once: a queue's writer then runs on the
         // thread that seals a page instead of costing a thread hand-off per page. With timing

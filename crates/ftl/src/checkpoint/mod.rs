@@ -1164,10 +1164,7 @@ impl ImageInfo {
             scheme: self.ftl,
             ..cfg.clone()
         };
-        // As the open does: no more queues own frontiers than the format kept blocks for.
-        if crate::frontier_owners(&cfg) > u64::from(self.max_queues) {
-            cfg.queues = self.max_queues as usize;
-        }
+        crate::clamp_frontier_queues(&mut cfg, self.max_queues);
         self.blocks_needed = self
             .ftl
             .blocks_needed(
@@ -1251,15 +1248,7 @@ fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> 
         after += st.programmed_pages.saturating_sub(from) as u64;
     }
     let checkpoint_id = loaded.as_ref().map(|l| l.snap.id);
-    let defaults = crate::FtlConfig {
-        scheme: sb.scheme,
-        ..Default::default()
-    };
-    let blocks_needed = sb
-        .scheme
-        .blocks_needed(nand.config(), &layout, sb.lpns, sb.log_blocks, &defaults)
-        .ok();
-    Ok(ImageInfo {
+    let mut info = ImageInfo {
         path: path.to_path_buf(),
         ftl: sb.scheme,
         log_blocks: sb.log_blocks,
@@ -1284,7 +1273,9 @@ fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> 
         bad_blocks: bad,
         total_blocks: total,
         usable_blocks: good_data_blocks,
-        blocks_needed,
-        need_settings: "the default settings".into(),
-    })
+        blocks_needed: None,
+        need_settings: String::new(),
+    };
+    info.need_with(&crate::FtlConfig::default(), "the default settings".into());
+    Ok(info)
 }
