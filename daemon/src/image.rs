@@ -137,8 +137,12 @@ fn refuse_inapplicable_overprovision(
             "[ftl] overprovision = {op} does not apply to scheme {scheme} ({}): drop the \
              setting; `ftld info` shows the spare the scheme keeps",
             match scheme {
-                ftl::SchemeKind::Gftl => "its spare is a write buffer sized from the timing",
-                _ => "a logical block's own blocks are its spare",
+                ftl::SchemeKind::Gftl =>
+                    "its write buffer is sized from the timing, and the format keeps 2 % of the \
+                     blocks as spare for bad ones",
+                _ =>
+                    "a logical block's own blocks are its working space, and the format keeps \
+                      2 % of the blocks as spare for bad ones",
             }
         ))
         .into()),

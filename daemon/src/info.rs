@@ -122,7 +122,8 @@ pub fn render(info: &ImageInfo) -> String {
                     info.overprovision.unwrap_or(0.0) * 100.0,
                     info.spare_factor * 100.0
                 ),
-                // A logical block's own blocks are its spare; the setting does not apply.
+                // A logical block's own blocks are its working space; the setting does not
+                // apply (their spare for bad blocks is `ftl::bad_block_reserve`'s 2 %).
                 n => format!(
                     "{}% (up to {n} blocks for each of {lbns} logical blocks)",
                     (n - 1) * 100,

@@ -97,7 +97,9 @@
 //! recovery found, spares or checkpoint areas worn out, a full file system). Spares are worn
 //! out when the usable blocks fall below what the scheme needs to keep writing whatever the
 //! host does (`SchemeKind::blocks_needed`), checked when a block goes bad and at every open
-//! of a device with bad blocks, so a worn-out device opens read-only again; checkpoint areas
+//! of a device with bad blocks, so a worn-out device opens read-only again (a new image's
+//! spare: its over-provisioning, or for nftl, rftl and gftl 2 % of its blocks,
+//! `bad_block_reserve`); checkpoint areas
 //! are worn out once either lost so many blocks that it cannot hold a full checkpoint (an
 //! area's pages skip its bad blocks, `checkpoint/area.rs`; `Core::checkpoint_areas_worn`). It stays so for
 //! the run, and then nothing changes the medium: no program, erase (a retirement after a
@@ -264,6 +266,23 @@ pub(crate) fn clamp_frontier_queues(cfg: &mut FtlConfig, max_queues: u32) -> boo
 /// Checked against the memory left ([`nand_model::host_memory`]) before the map is allocated.
 pub const MAP_PEAK_BYTES_PER_PAGE: u64 = 6;
 
+/// Blocks a new image of `scheme` keeps out of its exported space, beyond the scheme's own
+/// need, as spare for blocks that go bad over the device's life, of `usable` good blocks: 2 %
+/// of them (NAND datasheets promise at least 98 % valid blocks over a part's life, e.g.
+/// Samsung's K9F1G08 1 004 of 1 024), for the schemes whose spare does not come from
+/// `[ftl] overprovision` (nftl, rftl, gftl: their logical blocks' own blocks are their
+/// working space, so without it the spare was only the format's frontier room left over, a
+/// fixed few blocks a bank). The over-provisioned schemes' spare is their over-provisioning
+/// (7 % by default). An image's spare is what its blocks hold beyond its need, so nothing of
+/// this is stored: images formatted before 2026-12-01 keep their size.
+pub(crate) fn bad_block_reserve(scheme: SchemeKind, usable: u64) -> u64 {
+    if scheme.uses_overprovision() {
+        0
+    } else {
+        usable.div_ceil(50)
+    }
+}
+
 /// Works out the exported size and checkpoint area of a geometry, without touching any file
 /// (and refuses one whose tables and map would not fit in the memory left).
 pub fn plan_format(
@@ -354,13 +373,16 @@ pub fn plan_format(
             "geometry too small: {usable} usable blocks cannot hold {log_blocks} log blocks and {frontier} for write frontiers and GC"
         ));
     }
-    // A logical block of rftl holds up to three blocks, of nftl two: that is its spare, so
-    // `overprovision` does not apply; and rftl's device must give the scheme's bound.
+    // A logical block of rftl holds up to three blocks, of nftl two: that is its working
+    // space, so `overprovision` does not apply; and rftl's device must give the scheme's bound.
+    // Their spare for blocks that go bad is `bad_block_reserve` (before 2026-12-01 only the
+    // frontier room left over: 77 blocks of 65 936 at 8 GiB on k9-003, as of 2 192 at 256 MiB).
     let per_lbn = cfg.scheme.blocks_per_logical_block();
-    let max_lpns = match (usable - frontier).checked_div(per_lbn) {
+    let room = (usable - frontier).saturating_sub(bad_block_reserve(cfg.scheme, usable));
+    let max_lpns = match room.checked_div(per_lbn) {
         // GFTL: a data block per logical block and a write buffer that grows with them.
         _ if cfg.scheme == SchemeKind::Gftl => {
-            match schemes::gftl::GcBudget::max_lbns(nand, usable - frontier) {
+            match schemes::gftl::GcBudget::max_lbns(nand, room) {
                 Ok(lbns) => lbns * spb,
                 Err(e) => return bad(format!("scheme {}: {e}", cfg.scheme)),
             }
