@@ -138,11 +138,11 @@ fn refuse_inapplicable_overprovision(
              setting; `ftld info` shows the spare the scheme keeps",
             match scheme {
                 ftl::SchemeKind::Gftl =>
-                    "its write buffer is sized from the timing, and the format keeps 2 % of the \
-                     blocks as spare for bad ones",
+                    "its write buffer is sized from the timing, and a new image's format keeps \
+                     2 % of the blocks as spare for bad ones",
                 _ =>
-                    "a logical block's own blocks are its working space, and the format keeps \
-                      2 % of the blocks as spare for bad ones",
+                    "a logical block's own blocks are its working space, and a new image's \
+                     format keeps 2 % of the blocks as spare for bad ones",
             }
         ))
         .into()),

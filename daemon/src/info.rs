@@ -106,7 +106,7 @@ pub fn render(info: &ImageInfo) -> String {
         (
             "over-provisioning",
             match info.ftl.blocks_per_logical_block() {
-                // GFTL's spare is its write buffer, sized from the timing.
+                // GFTL's working space is its write buffer, sized from the timing.
                 0 if info.ftl == ftl::SchemeKind::Gftl => {
                     match ftl::schemes::gftl::GcBudget::of(&info.nand, lbns) {
                         Ok(b) => format!(
@@ -123,7 +123,7 @@ pub fn render(info: &ImageInfo) -> String {
                     info.spare_factor * 100.0
                 ),
                 // A logical block's own blocks are its working space; the setting does not
-                // apply (their spare for bad blocks is `ftl::bad_block_reserve`'s 2 %).
+                // apply (their spare for bad blocks is the 2 % a new image's format keeps).
                 n => format!(
                     "{}% (up to {n} blocks for each of {lbns} logical blocks)",
                     (n - 1) * 100,

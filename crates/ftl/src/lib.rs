@@ -378,7 +378,16 @@ pub fn plan_format(
     // Their spare for blocks that go bad is `bad_block_reserve` (before 2026-12-01 only the
     // frontier room left over: 77 blocks of 65 936 at 8 GiB on k9-003, as of 2 192 at 256 MiB).
     let per_lbn = cfg.scheme.blocks_per_logical_block();
-    let room = (usable - frontier).saturating_sub(bad_block_reserve(cfg.scheme, usable));
+    let reserve = bad_block_reserve(cfg.scheme, usable);
+    let room = (usable - frontier).saturating_sub(reserve);
+    if per_lbn > 0 && room < per_lbn {
+        return bad(format!(
+            "geometry too small: {usable} usable blocks, {frontier} needed for write frontiers \
+             and GC and {reserve} kept as spare for bad blocks, leave none of the {per_lbn} \
+             blocks a logical block of scheme {} needs",
+            cfg.scheme
+        ));
+    }
     let max_lpns = match room.checked_div(per_lbn) {
         // GFTL: a data block per logical block and a write buffer that grows with them.
         _ if cfg.scheme == SchemeKind::Gftl => {

@@ -231,6 +231,33 @@ fn a_fresh_block_mapped_image_keeps_two_percent_of_its_blocks_as_spare() {
     }
 }
 
+/// A geometry whose blocks, after the frontier room and the bad-block reserve, hold no logical
+/// block of the scheme is refused as too small, naming the three figures (it said "export
+/// size is zero", a size the user never gave).
+#[test]
+fn a_geometry_with_no_room_for_a_logical_block_is_refused_as_too_small() {
+    // One bank of 20 blocks: 9 usable beside the superblock and checkpoint areas, 6 of
+    // frontier room and 1 of reserve leave 2.
+    let mut nand = small_nand(4096, 20);
+    nand.geometry.channels = 1;
+    nand.geometry.banks_per_channel = 1;
+    let cfg = |scheme| FtlConfig {
+        scheme,
+        ..small_cfg(GcPolicy::Adaptive)
+    };
+    let err = ftl::plan_format(&nand, &cfg(SchemeKind::Rftl), None)
+        .expect_err("rftl's three blocks do not fit")
+        .to_string();
+    assert!(
+        err.contains("geometry too small")
+            && err.contains("kept as spare for bad blocks")
+            && err.contains("the 3 blocks a logical block of scheme rftl needs"),
+        "{err}"
+    );
+    // NFTL's two do.
+    assert!(ftl::plan_format(&nand, &cfg(SchemeKind::Nftl), None).is_ok());
+}
+
 /// With frontiers shared per bank (the default) a new image's size does not depend on the
 /// queue count, which defaults to the CPU count: the same command made a smaller device with
 /// more spare on a machine with more CPUs. Such an image is served with any number of queues.

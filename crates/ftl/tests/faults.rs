@@ -36,10 +36,11 @@ fn random_program_erase_read_faults() {
         // areas' erases meet the faults too (an area goes on around a block whose erase
         // failed, `area.rs`; these areas are 4 blocks, and wear out once 3 went bad: with a
         // checkpoint every 64 KiB one did here, at 0.001 of erases failing). Not for nftl and
-        // rftl, whose spare is a fixed few blocks a bank (their own blocks are their
-        // over-provisioning): with checkpoints in its storm nftl ran out of it in 4 runs of 6
-        // with the other tests beside it ("231 usable blocks left, 232 needed"); the 100
-        // checkpoints after the storm reach their areas' failing blocks all the same.
+        // rftl, whose spare on this 256-block device is 19 blocks (the frontier room and the
+        // 2 % bad-block reserve; their own blocks are their working space): with checkpoints
+        // in its storm nftl ran out of it in 4 runs of 6 with the other tests beside it ("231
+        // usable blocks left, 232 needed", with 15 before the reserve); the 100 checkpoints
+        // after the storm reach their areas' failing blocks all the same.
         cfg.checkpoint_interval_bytes = match scheme.blocks_per_logical_block() {
             0 => 2 << 20,
             _ => 0,

@@ -212,8 +212,9 @@ impl SchemeKind {
         }
     }
 
-    /// Whether `[ftl] overprovision` sizes the scheme's spare. rftl and nftl keep theirs in
-    /// each logical block's own blocks, gftl in a write buffer sized from the timing.
+    /// Whether `[ftl] overprovision` sizes the scheme's spare. rftl and nftl work in each
+    /// logical block's own blocks, gftl in a write buffer sized from the timing; their spare
+    /// for bad blocks is the format's reserve (`bad_block_reserve`).
     pub fn uses_overprovision(self) -> bool {
         matches!(self, SchemeKind::Page | SchemeKind::Bast | SchemeKind::Fast)
     }
