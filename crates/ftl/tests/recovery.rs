@@ -517,8 +517,19 @@ fn foreign_and_unformatted_images_are_refused() {
 /// Sets `block`'s programmed-page count in the image's block table to `n` (damage); returns
 /// the count it had.
 fn set_programmed_pages(path: &Path, block: ftl::nand_model::BlockAddr, n: u32) -> u32 {
+    rewrite_block_entry(path, block, 8, |_| n)
+}
+
+/// Rewrites the u32 at `field` bytes into `block`'s entry of the image's block table (0: the
+/// erase count, 8: the programmed pages) as `new` of the old value; returns the old value.
+fn rewrite_block_entry(
+    path: &Path,
+    block: ftl::nand_model::BlockAddr,
+    field: u64,
+    new: impl FnOnce(u32) -> u32,
+) -> u32 {
     use std::os::unix::fs::FileExt;
-    let at = ftl::nand_model::block_entry_offset(path, block).unwrap() + 8;
+    let at = ftl::nand_model::block_entry_offset(path, block).unwrap() + field;
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -526,8 +537,9 @@ fn set_programmed_pages(path: &Path, block: ftl::nand_model::BlockAddr, n: u32) 
         .unwrap();
     let mut old = [0u8; 4];
     f.read_exact_at(&mut old, at).unwrap();
-    f.write_all_at(&n.to_le_bytes(), at).unwrap();
-    u32::from_le_bytes(old)
+    let old = u32::from_le_bytes(old);
+    f.write_all_at(&new(old).to_le_bytes(), at).unwrap();
+    old
 }
 
 /// A block table that counts fewer programmed pages in a block than the checkpoint recorded,
@@ -938,20 +950,10 @@ fn empty_area_1(
     nand: &ftl::nand_model::NandConfig,
     extra_erases: u32,
 ) -> u32 {
-    use std::os::unix::fs::FileExt;
     let mut held = 0;
     for b in area_blocks(heads, nand, 1) {
         held += set_programmed_pages(path, b, 0);
-        let at = ftl::nand_model::block_entry_offset(path, b).unwrap();
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .unwrap();
-        let mut e = [0u8; 4];
-        f.read_exact_at(&mut e, at).unwrap();
-        f.write_all_at(&(u32::from_le_bytes(e) + extra_erases).to_le_bytes(), at)
-            .unwrap();
+        rewrite_block_entry(path, b, 0, |erases| erases + extra_erases);
     }
     held
 }
