@@ -86,6 +86,11 @@ impl Core {
             }
         }
         drop(gate);
+        // With an inline writer (timing off or virtual) the pages were placed as they were
+        // buffered: if that turned the device read-only (a placement's erase failed and the
+        // spare ran out, say), a page may have been dropped unprogrammed (`Writer::place_group`),
+        // and acknowledging the write would lose it at the stop.
+        self.check_writable()?;
         self.note_written(data.len() as u64);
         if fua {
             self.flush_queue(q).await?;

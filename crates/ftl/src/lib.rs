@@ -105,7 +105,11 @@
 //! the run, and then nothing changes the medium: no program, erase (a retirement after a
 //! failed program excepted, on a device that turned read-only while running), GC round, merge
 //! or checkpoint. A device read-only since its open acknowledged no write, so its flushes
-//! succeed.
+//! succeed. A write during which the device turned read-only fails, even if it was buffered:
+//! with an inline writer (timing off or virtual) its pages were placed before it returns, and
+//! one that met the turn was dropped unprogrammed (`Writer::place_group`). Pages a writer
+//! thread (timing real) still held at the turn were acknowledged and are not programmed: they
+//! read from RAM until the stop, and every flush since fails.
 //!
 //! **Crash consistency of trims.** A trim unmaps at once, but the slots it unmapped stay
 //! counted as valid (GC keeps their blocks) until the trim's record is on flash. Records are
