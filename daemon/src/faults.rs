@@ -16,8 +16,10 @@
 //! the open's own reads (superblock, checkpoints, recovery's scan) meet them too; `ftld replay`
 //! after preconditioning, so the aged state is the same with or without them, and from then on
 //! everything meets them: the replayed requests, GC, and the close's checkpoint (with
-//! `--image`, blocks gone bad stay bad in the image). In virtual time the same seed gives the
-//! same faults. `ftld format` arms none. `ftld stats` counts what fired under `nand.injected`;
+//! `--image`, blocks gone bad stay bad in the image). A program or an erase fails by a draw
+//! from the seed, its address and its block's erase count, whichever thread issues it and
+//! whenever (`nand_model::faults`): with a seed, the same blocks fail at the same cycles from run
+//! to run, in any timing mode; in virtual time the same seed gives the same faults. `ftld format` arms none. `ftld stats` counts what fired under `nand.injected`;
 //! a replay's summary under `nand`.
 
 use nand_model::{FaultRates, NandDevice};

@@ -628,7 +628,7 @@ impl NandDevice {
         let mut failed_mask = 0u32;
         let mut faults = 0;
         for (i, (mut blk, &(addr, parts, oob))) in blks.into_iter().zip(pages).enumerate() {
-            let fault = self.faults.program_fails(addr);
+            let fault = self.faults.program_fails(addr, blk.erase_count);
             // Data and OOB first, the counter last (see BankMem::set_block).
             if fault {
                 st.mem.write_garbage(addr.block.block, addr.page);
@@ -926,7 +926,7 @@ impl NandDevice {
             self.prefault
                 .block_opened(self.geometry().block_index(dst.block));
         }
-        let fault = self.faults.program_fails(dst);
+        let fault = self.faults.program_fails(dst, to.erase_count);
         // Room in the file before anything is stored (see `backing`).
         let full = self.faults.room_refused();
         let room = if programmed && !fault && power != Power::Cut {
@@ -1013,7 +1013,7 @@ impl NandDevice {
                 block,
                 erase_count: blk.erase_count,
             })
-        } else if self.faults.erase_fails(block) {
+        } else if self.faults.erase_fails(block, blk.erase_count) {
             Some(NandError::EraseFailed { block })
         } else {
             None

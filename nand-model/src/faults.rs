@@ -8,6 +8,15 @@
 //! checking or changing anything, as if the controller still ran while the flash had no power:
 //! a crash test then drops the FTL (a power cut of its RAM too) and reopens the image.
 //!
+//! Random faults ([`FaultInjector::set_random`]) of programs and erases are drawn per
+//! operation from the seed, the address and the block's erase count (its program/erase
+//! cycle), not from one sequence shared by every thread: which program or erase fails does
+//! not depend on the order in which threads (host writers, GC workers) reach the device. A
+//! test or an experiment with background GC then sees the same blocks fail at the same
+//! cycles from run to run (only which operations happen may differ). Reads draw from a seeded
+//! sequence: a random read fault is always followed by a successful retry, so their order
+//! changes no outcome.
+//!
 //! Faults model the medium failing, not the caller misbehaving, so they are not counted as
 //! violations. The device asks the injector once per operation, after the flash rules passed.
 //! When nothing is armed the check is a single relaxed atomic load, so the injector costs
@@ -50,7 +59,9 @@ struct Armed {
     program: HashSet<PageAddr>,
     erase: HashSet<BlockAddr>,
     read: HashSet<PageAddr>,
-    random: Option<(FaultRates, SmallRng)>,
+    /// The rates, the seed (for programs and erases, [`keyed_draw`]) and the read
+    /// faults' sequence.
+    random: Option<(FaultRates, u64, SmallRng)>,
     /// Pages whose last read failed at random: their next read is spared, so a retry succeeds
     /// (an uncorrectable read models a read that needs a retry, not lost data).
     read_retry: HashSet<PageAddr>,
@@ -116,11 +127,13 @@ impl FaultInjector {
         });
     }
 
-    /// Every operation fails with the given probability, drawn from a generator seeded with
-    /// `seed`: the same sequence of operations gives the same faults. A read that failed at
-    /// random is never failed at random again on its immediate retry.
+    /// Every operation fails with the given probability. A program or an erase fails by a
+    /// draw from `seed`, its address and its block's erase count (see the module doc: the
+    /// same operation fails whichever thread issues it, whenever); reads draw from a
+    /// generator seeded with `seed` (the same sequence of reads gives the same faults), and
+    /// a read that failed at random is never failed at random again on its immediate retry.
     pub fn set_random(&self, rates: FaultRates, seed: u64) {
-        self.arm(|a| a.random = Some((rates, SmallRng::seed_from_u64(seed))));
+        self.arm(|a| a.random = Some((rates, seed, SmallRng::seed_from_u64(seed))));
     }
 
     /// While `full`, the image's file system acts as full: a program that would store into a
@@ -196,17 +209,38 @@ impl FaultInjector {
         self.armed.store(true, Ordering::Release);
     }
 
-    /// Decides whether this program of `addr` fails (consuming a one-shot fault if one is set).
-    pub(crate) fn program_fails(&self, addr: PageAddr) -> bool {
+    /// Decides whether this program of `addr` fails (consuming a one-shot fault if one is
+    /// set); `cycle` is its block's erase count (a page is programmed once a cycle).
+    pub(crate) fn program_fails(&self, addr: PageAddr, cycle: u32) -> bool {
         self.decide(&self.fired_program, |a| {
-            a.program.remove(&addr) || roll(&mut a.random, |r| r.program)
+            a.program.remove(&addr)
+                || a.random.as_ref().is_some_and(|(rates, seed, _)| {
+                    let key = [
+                        0,
+                        u64::from(addr.block.bank.0),
+                        u64::from(addr.block.block),
+                        u64::from(addr.page),
+                        u64::from(cycle),
+                    ];
+                    fires(rates.program, keyed_draw(*seed, key))
+                })
         })
     }
 
-    /// Decides whether this erase of `block` fails.
-    pub(crate) fn erase_fails(&self, block: BlockAddr) -> bool {
+    /// Decides whether this erase of `block` fails; `cycle` is its erase count before it.
+    pub(crate) fn erase_fails(&self, block: BlockAddr, cycle: u32) -> bool {
         self.decide(&self.fired_erase, |a| {
-            a.erase.remove(&block) || roll(&mut a.random, |r| r.erase)
+            a.erase.remove(&block)
+                || a.random.as_ref().is_some_and(|(rates, seed, _)| {
+                    let key = [
+                        1,
+                        u64::from(block.bank.0),
+                        u64::from(block.block),
+                        0,
+                        u64::from(cycle),
+                    ];
+                    fires(rates.erase, keyed_draw(*seed, key))
+                })
         })
     }
 
@@ -219,7 +253,10 @@ impl FaultInjector {
             if a.read_retry.remove(&addr) {
                 return false;
             }
-            let fail = roll(&mut a.random, |r| r.read);
+            let fail = a
+                .random
+                .as_mut()
+                .is_some_and(|(rates, _, rng)| fires(rates.read, rng.gen::<f64>()));
             if fail {
                 a.read_retry.insert(addr);
             }
@@ -239,15 +276,25 @@ impl FaultInjector {
     }
 }
 
-fn roll(random: &mut Option<(FaultRates, SmallRng)>, pick: impl Fn(&FaultRates) -> f64) -> bool {
-    match random {
-        Some((rates, rng)) => {
-            let p = pick(rates);
-            // gen::<f64>() is in [0, 1): p <= 0 never fires, p >= 1 always does.
-            p > 0.0 && rng.gen::<f64>() < p
-        }
-        None => false,
+/// Whether a fault of probability `p` fires on draw `u` (in [0, 1)): p <= 0 never does,
+/// p >= 1 always does.
+fn fires(p: f64, u: f64) -> bool {
+    p > 0.0 && u < p
+}
+
+/// A uniform draw in [0, 1) determined by `seed` and `key` alone (SplitMix64's finaliser
+/// folded over the key's words: every bit of each word reaches every bit of the result).
+fn keyed_draw(seed: u64, key: [u64; 5]) -> f64 {
+    fn mix(mut z: u64) -> u64 {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
     }
+    let h = key.iter().fold(mix(seed ^ 0x9e37_79b9_7f4a_7c15), |h, &k| {
+        mix(h.wrapping_add(0x9e37_79b9_7f4a_7c15) ^ k)
+    });
+    // The top 53 bits: an f64's mantissa, exactly.
+    (h >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]
@@ -258,11 +305,11 @@ mod tests {
     fn one_shot_fires_once() {
         let f = FaultInjector::default();
         let p = PageAddr::new(0, 1, 2);
-        assert!(!f.program_fails(p));
+        assert!(!f.program_fails(p, 0));
         f.fail_program_at(p);
-        assert!(!f.program_fails(PageAddr::new(0, 1, 3)));
-        assert!(f.program_fails(p));
-        assert!(!f.program_fails(p));
+        assert!(!f.program_fails(PageAddr::new(0, 1, 3), 0));
+        assert!(f.program_fails(p, 0));
+        assert!(!f.program_fails(p, 0));
         assert_eq!(f.injected().program, 1);
     }
 
@@ -279,16 +326,60 @@ mod tests {
                 seed,
             );
             let p = PageAddr::new(0, 0, 0);
-            let programs: Vec<bool> = (0..64).map(|_| f.program_fails(p)).collect();
+            let programs: Vec<bool> = (0..64).map(|c| f.program_fails(p, c)).collect();
             // read rate 1.0: every first read fails, every retry succeeds.
             let reads: Vec<bool> = (0..4).map(|_| f.read_fails(p)).collect();
             assert_eq!(reads, [true, false, true, false]);
-            assert!(!f.erase_fails(p.block));
+            assert!(!f.erase_fails(p.block, 0));
             programs
         };
         assert_eq!(run(7), run(7));
         assert_ne!(run(7), run(8));
         let fails = run(7).iter().filter(|&&b| b).count();
         assert!((5..40).contains(&fails), "{fails}");
+    }
+
+    /// Which programs and erases fail depends on the operation (address and cycle), not on
+    /// the order threads issue them in: the same operations in another order fail the same.
+    #[test]
+    fn random_program_and_erase_faults_do_not_depend_on_the_order() {
+        let rates = FaultRates {
+            program: 0.05,
+            erase: 0.05,
+            read: 0.0,
+        };
+        let ops: Vec<(PageAddr, u32)> = (0..4u32)
+            .flat_map(|bank| (0..8u32).map(move |block| (bank, block)))
+            .flat_map(|(bank, block)| (0..4u32).map(move |c| (PageAddr::new(bank, block, c), c)))
+            .collect();
+        // Each page's program at cycle `c`, then its block's erase ending that cycle.
+        let failing = |order: &mut dyn Iterator<Item = &(PageAddr, u32)>| {
+            let f = FaultInjector::default();
+            f.set_random(rates, 11);
+            let mut failed: Vec<(PageAddr, u32, bool)> = order
+                .flat_map(|&(a, c)| {
+                    [
+                        (a, c, f.program_fails(a, c)),
+                        (a, c, a.page == 0 && f.erase_fails(a.block, c)),
+                    ]
+                })
+                .filter(|x| x.2)
+                .collect();
+            failed.sort_by_key(|(a, c, _)| (a.block.bank.0, a.block.block, a.page, *c));
+            failed
+        };
+        let forward = failing(&mut ops.iter());
+        let backward = failing(&mut ops.iter().rev());
+        assert_eq!(forward, backward);
+        // About 5 % of 128 programs and 32 erases.
+        assert!((2..25).contains(&forward.len()), "{}", forward.len());
+        // Another seed, other faults.
+        let f = FaultInjector::default();
+        f.set_random(rates, 12);
+        let other: Vec<bool> = ops.iter().map(|&(a, c)| f.program_fails(a, c)).collect();
+        let f = FaultInjector::default();
+        f.set_random(rates, 11);
+        let same: Vec<bool> = ops.iter().map(|&(a, c)| f.program_fails(a, c)).collect();
+        assert_ne!(other, same);
     }
 }
