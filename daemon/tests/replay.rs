@@ -694,7 +694,21 @@ fn replay_against_a_served_device_through_nbd() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Killed once the replay is under way (requests served), not after a fixed time a slow
+    // start could outlast (the error would then be the connect's).
+    let served = |d: &e2e::daemon::Daemon| {
+        let s = d.stats();
+        s["ftl"]["host_writes"].as_u64().unwrap_or(0) + s["ftl"]["host_reads"].as_u64().unwrap_or(0)
+    };
+    let before = served(&d);
+    let start = std::time::Instant::now();
+    while served(&d) == before {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the replay never sent a request"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     d.kill9();
     let status = e2e::daemon::wait_timeout(&mut child, std::time::Duration::from_secs(30))
         .expect("the replay hung after its server died");

@@ -233,10 +233,11 @@ fn eight_threads_overlapping_gftl() {
 
 /// A write of part of a page reads the page, edits it and buffers it. A whole-page write or a
 /// trim of the page landing between that read and the buffering must not be undone by the old
-/// bytes around the edit: the edit goes onto the newer version. The read is made slow (100 ms
+/// bytes around the edit: the edit goes onto the newer version. The read is made slow (300 ms
 /// on flash, timing real) so the other request lands inside it. On 4 KiB NAND pages the
-/// overtaking write is on flash by then, and the partial write reads the page again; on
-/// 16 KiB pages it still waits in a buffer, and the edit goes onto it there (no second read).
+/// overtaking write is on flash by then (FUA: not left to a writer thread that a loaded
+/// machine may run late), and the partial write reads the page again; on 16 KiB pages it
+/// still waits in a buffer, and the edit goes onto it there (no second read).
 #[test]
 fn a_partial_write_does_not_undo_a_whole_page_write_or_trim_that_overtook_it() {
     for page_size in [4096, 16384] {
@@ -247,7 +248,7 @@ fn a_partial_write_does_not_undo_a_whole_page_write_or_trim_that_overtook_it() {
 fn partial_write_overtaken(page_size: u32) {
     let dir = tempfile::tempdir().unwrap();
     let mut nand = small_nand(page_size, 16);
-    nand.timing.t_read = std::time::Duration::from_millis(100);
+    nand.timing.t_read = std::time::Duration::from_millis(300);
     let path = dir.path().join("rmw.img");
     let ftl = Arc::new(
         Ftl::create(
@@ -269,7 +270,7 @@ fn partial_write_overtaken(page_size: u32) {
             let (ftl, edit) = (Arc::clone(&ftl), edit.clone());
             std::thread::spawn(move || block_on(ftl.write(0, off + 1024, &edit, false)))
         };
-        // Once the partial write's read of the page is on the medium (100 ms): the other
+        // Once the partial write's read of the page is on the medium (300 ms): the other
         // request.
         while reads() == reads_before {
             std::thread::sleep(std::time::Duration::from_micros(200));
@@ -279,9 +280,14 @@ fn partial_write_overtaken(page_size: u32) {
             vec![0u8; 4096]
         } else {
             let v = stamped(lpn, 2);
-            block_on(ftl.write(1, off, &v, false)).unwrap();
+            block_on(ftl.write(1, off, &v, page_size == 4096)).unwrap();
             v
         };
+        assert!(
+            !partial.is_finished(),
+            "{page_size} B pages, page {lpn}: the partial write's 300 ms read ended before the \
+             other request did (a stalled test thread): nothing overtook it"
+        );
         partial.join().unwrap().unwrap();
         let mut edited = newer.clone();
         edited[1024..1536].copy_from_slice(&edit);

@@ -458,12 +458,18 @@ fn a_flushed_version_superseded_in_ram_survives_a_merge_and_a_power_cut() {
     let v1 = bytes_for(1, PAGE);
     let v2 = bytes_for(2, PAGE);
     block_on(ftl.write(0, x * PAGE as u64, &v1, false)).unwrap();
+    let programs = || ftl.nand().stats().totals.programs;
+    let before = programs();
     let flusher = {
         let ftl = std::sync::Arc::clone(&ftl);
         std::thread::spawn(move || block_on(ftl.flush()))
     };
-    // While v1's page is programmed: v2 goes to the other queue's buffer and stays there.
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    // While v1's page is programmed (100 ms from its start; waiting for the program rather
+    // than a fixed time, which a late flusher thread could miss, and v2 be flushed too): v2
+    // goes to the other queue's buffer and stays there.
+    while programs() == before {
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
     block_on(ftl.write(1, x * PAGE as u64, &v2, false)).unwrap();
     flusher.join().unwrap().unwrap();
     let mut buf = vec![0u8; PAGE];

@@ -792,9 +792,10 @@ async fn shutdown_is_bounded_when_the_client_stops_reading() {
     let started = std::time::Instant::now();
     srv.stop().await.expect("serve_unix result");
     // A grace for the request waiting for buffer budget (from the signal), and one for the
-    // drain and the close (after the backend calls).
+    // drain and the close (after the backend calls): 2 s by design; the bound shows it ends
+    // (not hangs) with room for a loaded machine.
     let took = started.elapsed();
-    assert!(took < grace * 3, "shutdown took {took:?}");
+    assert!(took < grace * 5, "shutdown took {took:?}");
 }
 
 /// A client that stops reading its replies holds the connection's read buffers (up to
@@ -810,12 +811,14 @@ async fn a_client_that_stops_reading_replies_is_disconnected() {
     let srv = TestServer::start(MemBackend::new(SIZE), cfg);
     let (mut idle, _, _) = srv.client(false).await;
     let (mut c, _, _) = srv.client(false).await;
+    // Before the first request: the stall clock cannot start earlier, and sending the 64 may
+    // itself stall on the full socket for a while.
+    let started = std::time::Instant::now();
     // Far more reply data than the socket buffers hold; the client never reads it.
     for _ in 0..64 {
         c.request(NBD_CMD_READ, 0, 0, 1 << 20, &[]).await;
     }
-    let started = std::time::Instant::now();
-    let deadline = started + STEP;
+    let deadline = std::time::Instant::now() + STEP;
     while srv.server.stats().connections_active != 1 {
         assert!(
             std::time::Instant::now() < deadline,
