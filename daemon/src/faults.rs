@@ -7,7 +7,7 @@
 //! program = 1e-4   # probability that a program fails (the block is retired)
 //! erase = 1e-3     # probability that an erase fails (the block is marked bad)
 //! read = 1e-3      # probability that a read is uncorrectable (its retry succeeds)
-//! seed = 7         # the faults' random sequence, 0 to 2^63 - 1 (a TOML integer) [default: 1]
+//! seed = 7         # the faults' seed, 0 to 2^63 - 1 (a TOML integer) [default: 1]
 //! ```
 //!
 //! Each probability applies to every operation of its kind (`nand_model::FaultRates`); an
@@ -18,8 +18,8 @@
 //! everything meets them: the replayed requests, GC, and the close's checkpoint (with
 //! `--image`, blocks gone bad stay bad in the image). A program or an erase fails by a draw
 //! from the seed, its address and its block's erase count, whichever thread issues it and
-//! whenever (`nand_model::faults`): with a seed, the same blocks fail at the same cycles from run
-//! to run, in any timing mode; in virtual time the same seed gives the same faults. `ftld format` arms none. `ftld stats` counts what fired under `nand.injected`;
+//! whenever (`nand_model::faults`): the same seed fails the same blocks at the same cycles
+//! from run to run, in any timing mode; in virtual time it gives the same faults. `ftld format` arms none. `ftld stats` counts what fired under `nand.injected`;
 //! a replay's summary under `nand`.
 
 use nand_model::{FaultRates, NandDevice};
@@ -37,7 +37,7 @@ pub struct FaultsFileConfig {
     pub seed: Option<u64>,
 }
 
-/// Random faults to arm: each probability, and the seed of their sequence.
+/// Random faults to arm: each probability, and their seed.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct FaultPlan {
     pub rates: FaultRates,

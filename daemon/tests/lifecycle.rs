@@ -1154,6 +1154,9 @@ fn fills_up(scheme: &str) {
             .expect("a reply to the write");
         if e != 0 {
             failed = Some(format!("write of block {b}: errno {e}"));
+            // A failed write leaves its range undefined: the block may read as it (its page
+            // programmed before the device turned read-only under it) or as before.
+            unflushed[b as usize].push(gen);
             break;
         }
         written[b as usize] = gen;

@@ -707,6 +707,10 @@ fn replay_against_a_served_device_through_nbd() {
             start.elapsed() < std::time::Duration::from_secs(60),
             "the replay never sent a request"
         );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the replay ended before its server was killed"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     d.kill9();

@@ -14,8 +14,9 @@
 //! not depend on the order in which threads (host writers, GC workers) reach the device. A
 //! test or an experiment with background GC then sees the same blocks fail at the same
 //! cycles from run to run (only which operations happen may differ). Reads draw from a seeded
-//! sequence: a random read fault is always followed by a successful retry, so their order
-//! changes no outcome.
+//! sequence: a random read fault spares the page's next read, so a retry succeeds and the
+//! draws' order changes no outcome, unless another reader (a GC copy) reads the page between
+//! a read's failure and its retry and takes the spare.
 //!
 //! Faults model the medium failing, not the caller misbehaving, so they are not counted as
 //! violations. The device asks the injector once per operation, after the flash rules passed.
@@ -356,16 +357,16 @@ mod tests {
         let failing = |order: &mut dyn Iterator<Item = &(PageAddr, u32)>| {
             let f = FaultInjector::default();
             f.set_random(rates, 11);
-            let mut failed: Vec<(PageAddr, u32, bool)> = order
+            let mut failed: Vec<(&str, PageAddr, u32, bool)> = order
                 .flat_map(|&(a, c)| {
                     [
-                        (a, c, f.program_fails(a, c)),
-                        (a, c, a.page == 0 && f.erase_fails(a.block, c)),
+                        ("program", a, c, f.program_fails(a, c)),
+                        ("erase", a, c, a.page == 0 && f.erase_fails(a.block, c)),
                     ]
                 })
-                .filter(|x| x.2)
+                .filter(|x| x.3)
                 .collect();
-            failed.sort_by_key(|(a, c, _)| (a.block.bank.0, a.block.block, a.page, *c));
+            failed.sort_by_key(|(k, a, c, _)| (*k, a.block.bank.0, a.block.block, a.page, *c));
             failed
         };
         let forward = failing(&mut ops.iter());

@@ -173,13 +173,15 @@
 //!   elsewhere and retire the block. For a multi-plane program `failed_mask` names every page
 //!   that failed (the others were programmed).
 //! - `EraseFailed`: the block is now bad (persisted), contents and counts unchanged.
-//! - `Uncorrectable`: a read fault; one-shot, the same read retried succeeds. The buffers are
-//!   left unspecified.
+//! - `Uncorrectable`: a read fault; one-shot at an address, or random: then the page's next read
+//!   is spared, so the caller's retry succeeds unless another read of the page (a GC copy) came
+//!   between. The buffers are left unspecified.
 //! - `WornOut`: an erase of a block whose `erase_count` reached the endurance; the block is now
 //!   bad (persisted).
 //!
 //! Inject them with [`FaultInjector`] ([`NandDevice::faults`]): one-shot at an address, or random
-//! per-operation rates from a seeded RNG (same operation sequence, same faults), and a
+//! per-operation rates from a seed (a program or an erase fails by its address and its block's
+//! erase count, whichever thread issues it; reads by a seeded sequence), and a
 //! deterministic power cut (`FaultInjector::power_cut_after(n)`): the n-th operation that
 //! changes the medium is torn (a program leaves half its data and a whole OOB), nothing after
 //! it reaches the medium, and a crash test reopens the image to see what survived.

@@ -87,6 +87,10 @@ pub struct Core {
     pub(crate) read_only_at_open: AtomicBool,
     /// The read-only reason is a file system without room for the image (set before the flag).
     read_only_no_space: AtomicBool,
+    /// The read-only reason is wear (spare blocks or a checkpoint area worn out; set before the
+    /// flag): the medium still programs, and a scheme that can may still program what the
+    /// host was told is written ([`Core::programs_acknowledged`]).
+    read_only_worn: AtomicBool,
     /// Set when the writer threads are stopping: nothing more will commit.
     writers_stopping: AtomicBool,
     pub stopping: AtomicBool,
@@ -160,6 +164,7 @@ impl Core {
             lost: std::sync::OnceLock::new(),
             read_only_at_open: AtomicBool::new(false),
             read_only_no_space: AtomicBool::new(false),
+            read_only_worn: AtomicBool::new(false),
             writers_stopping: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             flush_requested: AtomicBool::new(false),
@@ -262,7 +267,23 @@ impl Core {
 
     /// Puts the device in read-only mode for good (until restart), keeping the first reason.
     pub fn set_read_only(&self, reason: String) {
-        self.set_read_only_as(reason, false);
+        self.set_read_only_as(reason, false, false);
+    }
+
+    /// [`Core::set_read_only`] because the device wore out (its spare blocks, or a checkpoint
+    /// area): nothing new is accepted and nothing is erased or cleaned, but the medium still
+    /// programs, so writers may still program the pages already acknowledged
+    /// ([`Core::programs_acknowledged`]).
+    pub(crate) fn set_read_only_worn(&self, reason: String) {
+        self.set_read_only_as(reason, false, true);
+    }
+
+    /// Writers may still program pages the host was told are written: the device turned
+    /// read-only because it wore out (not opened so, not for damage, a full file system or a
+    /// fatal NAND error), and is not stopping for a power cut. Only into erased pages: open
+    /// blocks and free blocks, no erase and no GC (`Placer::programs_after_turn`).
+    pub(crate) fn programs_acknowledged(&self) -> bool {
+        self.read_only_worn.load(Ordering::Acquire) && !self.writers_gone()
     }
 
     /// [`Core::set_read_only`] after the medium operation that failed with `e`: a program the
@@ -275,15 +296,20 @@ impl Core {
             tracing::warn!("{reason}");
             return;
         }
-        self.set_read_only_as(reason, matches!(e, nand_model::NandError::NoSpace { .. }));
+        self.set_read_only_as(
+            reason,
+            matches!(e, nand_model::NandError::NoSpace { .. }),
+            false,
+        );
     }
 
-    fn set_read_only_as(&self, reason: String, no_space: bool) {
+    fn set_read_only_as(&self, reason: String, no_space: bool, worn: bool) {
         let mut r = self.read_only.lock();
         if r.is_none() {
             tracing::error!("device is now read-only: {reason}");
             *r = Some(reason);
             self.read_only_no_space.store(no_space, Ordering::Release);
+            self.read_only_worn.store(worn, Ordering::Release);
             self.read_only_flag.store(true, Ordering::Release);
         }
         drop(r);
@@ -628,7 +654,7 @@ impl Core {
         let needed = self.blocks_needed;
         let usable = self.usable_blocks();
         if usable < needed {
-            self.set_read_only(format!(
+            self.set_read_only_worn(format!(
                 "spare blocks exhausted: {usable} usable blocks left, {needed} needed"
             ));
         }

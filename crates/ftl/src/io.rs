@@ -86,11 +86,15 @@ impl Core {
             }
         }
         drop(gate);
-        // With an inline writer (timing off or virtual) the pages were placed as they were
-        // buffered: if that turned the device read-only (a placement's erase failed and the
-        // spare ran out, say), a page may have been dropped unprogrammed (`Writer::place_group`),
-        // and acknowledging the write would lose it at the stop.
-        self.check_writable()?;
+        // With timing off a sealed page is placed before its write returns: if that turned
+        // the device read-only (a placement's erase failed and the spare ran out, say), the
+        // page was dropped unprogrammed (`Writer::place_group`), and acknowledging the write
+        // would lose it at the stop unannounced. (Pages acknowledged earlier and still
+        // unprogrammed at the turn are programmed after it where the scheme can, or counted
+        // as lost: the design page's "Read-only".)
+        if let Some(e) = self.read_only_error() {
+            return Err(e);
+        }
         self.note_written(data.len() as u64);
         if fua {
             self.flush_queue(q).await?;
@@ -170,6 +174,11 @@ impl Core {
                 self.check_writable()?;
                 unmapped_live |= self.unmap_chunk(tq, start, count);
                 start += count;
+            }
+            // As a write: a record sealed and placed in there that met a read-only turn was
+            // dropped.
+            if let Some(e) = self.read_only_error() {
+                return Err(e);
             }
             // The slots this trim unmapped stay allocated until its record is on flash. Records
             // are batched in the trim queue, which the maintenance thread seals within a tick

@@ -101,15 +101,22 @@
 //! spare: its over-provisioning, or for nftl, rftl and gftl 2 % of its blocks,
 //! `bad_block_reserve`); checkpoint areas
 //! are worn out once either lost so many blocks that it cannot hold a full checkpoint (an
-//! area's pages skip its bad blocks, `checkpoint/area.rs`; `Core::checkpoint_areas_worn`). It stays so for
-//! the run, and then nothing changes the medium: no program, erase (a retirement after a
+//! area's pages skip its bad blocks, `checkpoint/area.rs`; `Core::checkpoint_areas_worn`). It
+//! stays so for the run, and then nothing changes the medium: no erase (a retirement after a
 //! failed program excepted, on a device that turned read-only while running), GC round, merge
-//! or checkpoint. A device read-only since its open acknowledged no write, so its flushes
-//! succeed. A write during which the device turned read-only fails, even if it was buffered:
-//! with an inline writer (timing off or virtual) its pages were placed before it returns, and
-//! one that met the turn was dropped unprogrammed (`Writer::place_group`). Pages a writer
-//! thread (timing real) still held at the turn were acknowledged and are not programmed: they
-//! read from RAM until the stop, and every flush since fails.
+//! or checkpoint, and no program but one kind: a device that wore out (spares or a checkpoint
+//! area; `Core::programs_acknowledged`) still programs, with the page scheme, the pages it had
+//! acknowledged and not yet programmed (a partly filled page of a preset with pages over
+//! 4 KiB, trim records, pages a writer thread or virtual time's inbox held), into erased pages
+//! of its open blocks and then of its free blocks, as they come and at the stop
+//! (`Placer::programs_after_turn`). The next open rolls forward to them. A device read-only
+//! since its open acknowledged no write, so its flushes succeed; one that turned so fails every
+//! flush. A write or trim during which the device turned fails, even if it was buffered: with
+//! timing off a sealed page is placed before its request returns, and one whose placement met
+//! the turn may be unprogrammed. What is acknowledged and cannot be programmed (another read-only
+//! reason, a block-mapped scheme, whose page has one place a merge may have to make, or no
+//! erased page left) reads from RAM until the stop, which counts and logs it
+//! (`pages_dropped_read_only`).
 //!
 //! **Crash consistency of trims.** A trim unmaps at once, but the slots it unmapped stay
 //! counted as valid (GC keeps their blocks) until the trim's record is on flash. Records are
@@ -1005,9 +1012,31 @@ impl Ftl {
                 r => r,
             }
         } else {
+            // Read-only: no checkpoint. What the host was told is written and is still in
+            // RAM (a partly filled page, trim records, pages a writer thread or virtual
+            // time's inbox holds) goes to the writers, which program it if the device wore
+            // out and the scheme can (the next open rolls forward to it), else drop and count
+            // it (`Writer::place_group`), so the stop says what is lost.
+            for q in 0..self.core.queues.len() {
+                self.core.force_seal(q);
+                self.core.sim_wait_durable(q);
+            }
             Ok(())
         };
         self.stop_writers(false);
+        let dropped = self
+            .core
+            .counters
+            .pages_dropped_read_only
+            .load(Ordering::Relaxed);
+        if dropped > 0 {
+            tracing::error!(
+                "{dropped} pages of acknowledged writes or trims were never programmed: the \
+                 device turned read-only ({}) before they were, and they are lost (every flush \
+                 since then failed)",
+                self.core.read_only_reason().unwrap_or_default()
+            );
+        }
         // The image survives the process without this; a clean close also survives the host.
         let synced = self.core.nand.sync().map_err(FtlError::from);
         flushed.and(synced)

@@ -44,6 +44,9 @@ pub struct Counters {
     pub wear_level_moves: AtomicU64,
     /// Partly filled pages programmed by the idle flush (`[ftl] idle_flush_ms`).
     pub idle_flushes: AtomicU64,
+    /// Sealed pages (host data or trim records, acknowledged) a writer dropped unprogrammed
+    /// because the device had turned read-only.
+    pub pages_dropped_read_only: AtomicU64,
     /// Partial-page writes redone because a whole-page write or trim overtook them.
     pub rmw_retries: AtomicU64,
     /// Host pages placed in hot open blocks (`[ftl] separation = "hot-cold"`).
@@ -291,6 +294,11 @@ pub struct FtlStats {
     pub wear_level_moves: u64,
     /// Partly filled pages programmed by the idle flush (`[ftl] idle_flush_ms`).
     pub idle_flushes: u64,
+    /// NAND pages of host data or trim records never programmed because the device turned
+    /// read-only while they waited (in a writer, a partly filled buffer page, the trim queue):
+    /// writes and trims acknowledged before the turn, lost at the stop (every flush since the
+    /// turn failed), and those whose request failed at it. Counted whole by the stop.
+    pub pages_dropped_read_only: u64,
     /// Writes of part of a 4 KiB page redone (on the newer version still in RAM, or on a
     /// fresh read) because a whole-page write or a trim of the page landed between their read
     /// and their buffering.
@@ -457,6 +465,7 @@ impl Core {
             foreground_gc: ld(&c.foreground_gc),
             wear_level_moves: ld(&c.wear_level_moves),
             idle_flushes: ld(&c.idle_flushes),
+            pages_dropped_read_only: ld(&c.pages_dropped_read_only),
             rmw_retries: ld(&c.rmw_retries),
             hot_pages: ld(&c.hot_pages),
             waf: (host_bytes > 0).then(|| nand_bytes as f64 / host_bytes as f64),

@@ -416,15 +416,10 @@ impl Writer {
                 pages.clear();
                 return;
             }
-            if core.read_only_reason().is_some() {
-                // The data stays readable from the overlay until restart; flush reports the
-                // error.
-                let queue = &core.queues[self.q];
-                queue
-                    .committed
-                    .fetch_add(pages.len() as u64, Ordering::AcqRel);
-                queue.progress.notify_all();
-                pages.clear();
+            if core.is_read_only()
+                && !(core.programs_acknowledged() && self.placer.programs_after_turn())
+            {
+                self.drop_read_only(core, pages);
                 return;
             }
             let target = {
@@ -442,8 +437,16 @@ impl Writer {
                     self.commit_done(core, true);
                     continue;
                 }
-                // The loop's top acknowledges.
-                Target::ReadOnly => continue,
+                // Read-only, and (for a placer that programs after the turn) nothing erased
+                // left to place them in. (A power cut, or a placer giving up before the
+                // device turned: the loop's top decides.)
+                Target::ReadOnly => {
+                    if core.writers_gone() || !core.is_read_only() {
+                        continue;
+                    }
+                    self.drop_read_only(core, pages);
+                    return;
+                }
             };
             debug_assert!(addrs.len() <= pages.len(), "more addresses than pages");
             let n = addrs
@@ -540,9 +543,28 @@ impl Writer {
                 }
                 Err(e) => {
                     core.set_read_only_after(&e, format!("program at {:?} failed: {e}", addrs[0]));
+                    // Not again: on a device that had worn out (and still programs what it
+                    // acknowledged) the next program would fail the same way.
+                    self.drop_read_only(core, pages);
+                    return;
                 }
             }
         }
+    }
+
+    /// The device is read-only and `pages` will not be programmed: they count as committed
+    /// (their waiters go on; the data stays readable from the overlay until the stop, and a
+    /// flush reports the error), and as dropped, which the stop reports (`Ftl::close`).
+    fn drop_read_only(&self, core: &Core, pages: &mut Vec<SealedPage>) {
+        core.counters
+            .pages_dropped_read_only
+            .fetch_add(pages.len() as u64, Ordering::Relaxed);
+        let queue = &core.queues[self.q];
+        queue
+            .committed
+            .fetch_add(pages.len() as u64, Ordering::AcqRel);
+        queue.progress.notify_all();
+        pages.clear();
     }
 
     /// When work for `pages` may start on the device: the latest of their seal times and the

@@ -467,7 +467,12 @@ fn a_flushed_version_superseded_in_ram_survives_a_merge_and_a_power_cut() {
     // While v1's page is programmed (100 ms from its start; waiting for the program rather
     // than a fixed time, which a late flusher thread could miss, and v2 be flushed too): v2
     // goes to the other queue's buffer and stays there.
+    let waiting = std::time::Instant::now();
     while programs() == before {
+        assert!(
+            waiting.elapsed() < std::time::Duration::from_secs(60),
+            "the flush never programmed v1's page"
+        );
         std::thread::sleep(std::time::Duration::from_micros(200));
     }
     block_on(ftl.write(1, x * PAGE as u64, &v2, false)).unwrap();

@@ -534,7 +534,7 @@ impl Core {
     /// ([`Self::checkpoint_areas_worn`]).
     fn checkpoint_with(&self, held: bool, retries: u32) -> Result<()> {
         if let Some(why) = self.checkpoint_areas_worn() {
-            self.set_read_only(why.clone());
+            self.set_read_only_worn(why.clone());
             return Err(FtlError::ReadOnly(why));
         }
         let _one = self.ckpt_lock.lock();
@@ -649,7 +649,7 @@ impl Core {
                 return self.checkpoint_with(held, retries - 1);
             }
             if let Some(why) = self.checkpoint_areas_worn() {
-                self.set_read_only(why.clone());
+                self.set_read_only_worn(why.clone());
                 return Err(FtlError::ReadOnly(why));
             }
             return Err(e);

@@ -599,4 +599,14 @@ pub(crate) trait Placer: Send {
     /// will be committed: the writer programs the pages again elsewhere). Whatever the placer
     /// held only until the program was issued may go to other writers.
     fn issued(&mut self, _core: &Core, _addrs: &[PageAddr], _programmed: bool) {}
+
+    /// Whether this placer, on a device that turned read-only because it wore out
+    /// ([`Core::programs_acknowledged`]), still places the pages already acknowledged, into
+    /// erased pages only (its open blocks, then free blocks): no erase, no GC, no merge. A
+    /// placer that says so returns [`Target::ReadOnly`] once nothing erased is left. The
+    /// others drop them (the writer counts them, `pages_dropped_read_only`): a block-mapped
+    /// scheme's page has one place, which a merge may have to make.
+    fn programs_after_turn(&self) -> bool {
+        false
+    }
 }

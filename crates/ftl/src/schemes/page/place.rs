@@ -230,9 +230,19 @@ impl PagePlacer {
         let mut seen = core.progress();
         // Foreground GC steps taken for this page.
         let mut cleaned = 0u32;
+        // Rounds since the device turned read-only (see `last`).
+        let mut after_turn = 0u32;
         loop {
-            if core.read_only_reason().is_some() {
-                return (Target::ReadOnly, false);
+            // Read-only because the device wore out: this page was acknowledged, and goes
+            // where erased pages are left (open blocks, then free blocks, GC's reserve too:
+            // GC never runs again), with no GC step and no erase; none left, it is dropped
+            // (`Placer::programs_after_turn`). Any other read-only reason: dropped now.
+            let last = core.is_read_only();
+            if last {
+                after_turn += 1;
+                if !core.programs_acknowledged() || after_turn > 4 * core.layout.banks {
+                    return (Target::ReadOnly, false);
+                }
             }
             // A page carrying trim records may use GC's reserve, but only once GC found nothing
             // else to reclaim, or a block's worth of foreground steps found no room: the
@@ -240,7 +250,8 @@ impl PagePlacer {
             // waiting for them (a victim they hold is stepped through and then given up).
             // Sooner, the page could take the block a bank's GC frontier needs next (the
             // reserve is one block) and leave that bank with reclaimable space it cannot reach.
-            let use_reserve = has_trims && (stuck > 0 || cleaned >= core.layout.pages_per_block);
+            let use_reserve =
+                last || has_trims && (stuck > 0 || cleaned >= core.layout.pages_per_block);
             // With separation, a page no bank has room for in its own temperature's frontier
             // takes a half-filled one of the other temperature before anyone cleans: free
             // space must not sit stranded in open blocks while the writer waits for GC.
@@ -252,6 +263,9 @@ impl PagePlacer {
                     self.choose_bank(core, use_reserve, !hot).map(|b| (b, !hot))
                 });
             let Some((b, temp)) = chosen else {
+                if last {
+                    return (Target::ReadOnly, false);
+                }
                 // Virtual time: the workers catch up to this writer's time first, as they
                 // clean beside it on a served device (`Core::sim_yield`).
                 if core.sim_yield() {
@@ -276,7 +290,9 @@ impl PagePlacer {
                 }
                 continue;
             };
-            if core.cfg.gc_policy == GcPolicy::InPath {
+            if last {
+                // No cleaning after the turn.
+            } else if core.cfg.gc_policy == GcPolicy::InPath {
                 self.scheme.paced_gc(core, b);
             } else {
                 self.scheme
@@ -333,6 +349,9 @@ impl PagePlacer {
             // its share of the bank's cleaning as the first did.
             for _ in 1..pages {
                 self.placed[b as usize] += 1;
+                if last {
+                    continue;
+                }
                 if core.cfg.gc_policy == GcPolicy::InPath {
                     self.scheme.paced_gc(core, b);
                 } else {
@@ -394,6 +413,12 @@ impl Placer for PagePlacer {
                 parked.park(b, hot, set);
             }
         }
+    }
+
+    /// A page's place is any erased page: after a turn to read-only the pages acknowledged
+    /// still find one in the open and free blocks, without cleaning.
+    fn programs_after_turn(&self) -> bool {
+        true
     }
 
     fn failed(&mut self, core: &Core, _page: &SealedPage, addr: PageAddr) {
