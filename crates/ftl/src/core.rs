@@ -283,7 +283,9 @@ impl Core {
     /// fatal NAND error), and is not stopping for a power cut. Only into erased pages: open
     /// blocks and free blocks, no erase and no GC (`Placer::programs_after_turn`).
     pub(crate) fn programs_acknowledged(&self) -> bool {
-        self.read_only_worn.load(Ordering::Acquire) && !self.writers_gone()
+        self.read_only_worn.load(Ordering::Acquire)
+            && !self.writers_gone()
+            && !self.opened_read_only()
     }
 
     /// [`Core::set_read_only`] after the medium operation that failed with `e`: a program the
@@ -311,6 +313,11 @@ impl Core {
             self.read_only_no_space.store(no_space, Ordering::Release);
             self.read_only_worn.store(worn, Ordering::Release);
             self.read_only_flag.store(true, Ordering::Release);
+        } else if !worn {
+            // The first reason stays the one reported, but a later failure of another kind
+            // (a full file system, a fatal NAND error after a wear turn) ends the programs
+            // the wear allowed: they would fail the same way.
+            self.read_only_worn.store(false, Ordering::Release);
         }
         drop(r);
         for q in &self.queues {

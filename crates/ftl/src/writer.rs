@@ -543,9 +543,15 @@ impl Writer {
                 }
                 Err(e) => {
                     core.set_read_only_after(&e, format!("program at {:?} failed: {e}", addrs[0]));
-                    // Not again: on a device that had worn out (and still programs what it
-                    // acknowledged) the next program would fail the same way.
-                    self.drop_read_only(core, pages);
+                    // Nothing was stored: the addresses go back to the placer (frontier,
+                    // open pages), and the pages are dropped (a turn of another kind ends
+                    // the programs a wear turn allowed, `Core::set_read_only_as`).
+                    self.placer.issued(core, addrs, false);
+                    if core.writers_gone() {
+                        pages.clear();
+                    } else {
+                        self.drop_read_only(core, pages);
+                    }
                     return;
                 }
             }
@@ -555,7 +561,10 @@ impl Writer {
     /// The device is read-only and `pages` will not be programmed: they count as committed
     /// (their waiters go on; the data stays readable from the overlay until the stop, and a
     /// flush reports the error), and as dropped, which the stop reports (`Ftl::close`).
-    fn drop_read_only(&self, core: &Core, pages: &mut Vec<SealedPage>) {
+    fn drop_read_only(&mut self, core: &Core, pages: &mut Vec<SealedPage>) {
+        // Programs still in flight commit first: the queue's committed count may not pass
+        // pages not yet in the map (a flush or a checkpoint waiting on it would count them).
+        self.commit_done(core, true);
         core.counters
             .pages_dropped_read_only
             .fetch_add(pages.len() as u64, Ordering::Relaxed);

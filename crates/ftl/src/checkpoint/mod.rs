@@ -537,6 +537,11 @@ impl Core {
             self.set_read_only_worn(why.clone());
             return Err(FtlError::ReadOnly(why));
         }
+        // A read-only device writes no checkpoint (the design page), even one asked for
+        // before it turned (a close whose flush met the turn, the maintenance tick).
+        if let Some(e) = self.read_only_error() {
+            return Err(e);
+        }
         let _one = self.ckpt_lock.lock();
         let frozen = self.gate.freeze();
         self.flush_all_blocking();

@@ -1384,7 +1384,11 @@ impl BackgroundWorker for GcWorker {
             };
             locked = true;
             while steps < max_steps {
-                if core.stopping.load(Ordering::Acquire) {
+                // A round under way ends at a read-only turn as at the stop: no new round
+                // starts then (`Ftl::start`'s workers), and what the device still programs
+                // after a turn is the host's acknowledged pages, into the erased pages GC
+                // would take.
+                if core.stopping.load(Ordering::Acquire) || core.is_read_only() {
                     return None;
                 }
                 let step = scheme.gc_step(core, b, &mut g, false);

@@ -290,8 +290,10 @@ impl PagePlacer {
                 }
                 continue;
             };
+            // No cleaning after the turn (which may have come inside this round).
+            let last = last || core.is_read_only();
             if last {
-                // No cleaning after the turn.
+                // Nothing to clean for.
             } else if core.cfg.gc_policy == GcPolicy::InPath {
                 self.scheme.paced_gc(core, b);
             } else {
