@@ -926,7 +926,9 @@ impl NandDevice {
             self.prefault
                 .block_opened(self.geometry().block_index(dst.block));
         }
-        let fault = self.faults.program_fails(dst, to.erase_count);
+        // Drawn, not yet counted: a copyback the image has no room for never programmed, so
+        // its fault never happened.
+        let fault = self.faults.program_would_fail(dst, to.erase_count);
         // Room in the file before anything is stored (see `backing`).
         let full = self.faults.room_refused();
         let room = if programmed && !fault && power != Power::Cut {
@@ -941,6 +943,7 @@ impl NandDevice {
         room.map_err(|source| NandError::NoSpace { page: dst, source })?;
         // Data and OOB first, the counter last (see BankMem::set_block).
         if fault {
+            self.faults.program_fault_fired(dst);
             st.mem.write_garbage(dst.block.block, dst.page);
         } else if programmed && power == Power::Cut {
             let mut data = vec![0u8; g.page_size as usize];

@@ -213,19 +213,41 @@ impl FaultInjector {
     /// Decides whether this program of `addr` fails (consuming a one-shot fault if one is
     /// set); `cycle` is its block's erase count (a page is programmed once a cycle).
     pub(crate) fn program_fails(&self, addr: PageAddr, cycle: u32) -> bool {
-        self.decide(&self.fired_program, |a| {
-            a.program.remove(&addr)
-                || a.random.as_ref().is_some_and(|(rates, seed, _)| {
-                    let key = [
-                        0,
-                        u64::from(addr.block.bank.0),
-                        u64::from(addr.block.block),
-                        u64::from(addr.page),
-                        u64::from(cycle),
-                    ];
-                    fires(rates.program, keyed_draw(*seed, key))
-                })
-        })
+        let fails = self.program_would_fail(addr, cycle);
+        if fails {
+            self.program_fault_fired(addr);
+        }
+        fails
+    }
+
+    /// Whether this program of `addr` would fail, consuming and counting nothing: for an
+    /// operation that may still be refused for another reason (a copyback's room in the
+    /// image, which depends on whether it fails) before it programs. The caller holds the
+    /// bank's lock, so no other program of `addr` can take the fault meanwhile; it calls
+    /// [`FaultInjector::program_fault_fired`] once the program goes ahead and fails.
+    pub(crate) fn program_would_fail(&self, addr: PageAddr, cycle: u32) -> bool {
+        if !self.armed.load(Ordering::Acquire) {
+            return false;
+        }
+        let a = self.state.lock();
+        a.program.contains(&addr)
+            || a.random.as_ref().is_some_and(|(rates, seed, _)| {
+                let key = [
+                    0,
+                    u64::from(addr.block.bank.0),
+                    u64::from(addr.block.block),
+                    u64::from(addr.page),
+                    u64::from(cycle),
+                ];
+                fires(rates.program, keyed_draw(*seed, key))
+            })
+    }
+
+    /// The program of `addr` that [`FaultInjector::program_would_fail`] said fails happened:
+    /// takes its one-shot fault (if that was what failed it) and counts it.
+    pub(crate) fn program_fault_fired(&self, addr: PageAddr) {
+        self.state.lock().program.remove(&addr);
+        self.fired_program.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Decides whether this erase of `block` fails; `cycle` is its erase count before it.

@@ -223,6 +223,38 @@ fn read_fault_leaves_the_destination_free_and_program_fault_consumes_it() {
     assert_eq!(dev.violations(), 0);
 }
 
+/// A copyback the image's file system has no room for is refused before it programs: a
+/// program fault armed at its destination has not happened (not counted, still armed), and
+/// fires on the copyback that does program.
+#[test]
+fn a_copyback_refused_for_room_takes_no_program_fault() {
+    let f = Fixture::small();
+    let dev = f.dev();
+    let (src, dst) = (BlockAddr::new(0, 1), BlockAddr::new(0, 4));
+    fill(dev, src, 1);
+    dev.faults().fail_program_at(dst.page(0));
+    dev.faults().refuse_new_room(true);
+    let e = dev.copyback(src.page(0), dst.page(0), None).unwrap_err();
+    assert!(
+        matches!(e, NandError::NoSpace { page, .. } if page == dst.page(0)),
+        "{e}"
+    );
+    assert_eq!(dev.faults().injected().program, 0, "no program happened");
+    assert_eq!(dev.block_state(dst).unwrap().programmed_pages, 0);
+    dev.faults().refuse_new_room(false);
+    let e = dev.copyback(src.page(0), dst.page(0), None).unwrap_err();
+    assert!(
+        matches!(e, NandError::ProgramFailed { page, .. } if page == dst.page(0)),
+        "{e}"
+    );
+    assert_eq!(dev.faults().injected().program, 1);
+    assert_eq!(dev.block_state(dst).unwrap().programmed_pages, 1);
+    // The one-shot fault is spent: the next page copies.
+    dev.copyback(src.page(0), dst.page(1), None).unwrap().wait();
+    assert_eq!(read(dev, dst.page(1)).0, pattern(src.page(0), 1, 4096));
+    assert_eq!(dev.violations(), 0);
+}
+
 #[test]
 fn takes_read_plus_program_time_without_a_data_transfer() {
     let f = Fixture::new(&small_config(), TimingMode::Real);

@@ -543,9 +543,13 @@ impl Writer {
                 }
                 Err(e) => {
                     core.set_read_only_after(&e, format!("program at {:?} failed: {e}", addrs[0]));
-                    // Nothing was stored: the addresses go back to the placer (frontier,
-                    // open pages), and the pages are dropped (a turn of another kind ends
-                    // the programs a wear turn allowed, `Core::set_read_only_as`).
+                    // Nothing was stored: the placer releases what it held for the
+                    // addresses (its open-page count, a lent frontier). Its frontier stays
+                    // past them, so nothing may be programmed after this on the device: a
+                    // turn of another kind ends the programs a wear turn allowed
+                    // (`Core::set_read_only_as`; the test
+                    // `a_full_file_system_after_a_wear_turn_ends_its_programs` sees the
+                    // out-of-order programs without that), and the pages are dropped.
                     self.placer.issued(core, addrs, false);
                     if core.writers_gone() {
                         pages.clear();

@@ -629,6 +629,99 @@ fn a_gftl_device_that_turns_read_only_mid_merge_programs_nothing_more() {
     }
 }
 
+/// After a wear turn (which lets the page scheme program what it had acknowledged), a program
+/// refused for another reason (here the image's file system is full) ends those programs: the
+/// writer drops and counts the rest instead of programming on at addresses past a page never
+/// stored. Every acknowledged write is either on flash (reads back after a reopen) or counted
+/// dropped, and the device saw no program out of order.
+#[test]
+fn a_full_file_system_after_a_wear_turn_ends_its_programs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.img");
+    let mut nand = small_nand(4096, 32);
+    nand.timing.t_prog = std::time::Duration::from_millis(20);
+    let cfg = ftl::FtlConfig {
+        checkpoint_interval_bytes: 0,
+        ..small_cfg(GcPolicy::Adaptive)
+    };
+    let ftl = ftl::Ftl::create(
+        &path,
+        &nand,
+        ftl::nand_model::TimingMode::Real,
+        cfg.clone(),
+        None,
+    )
+    .unwrap();
+    let before = ftl.nand().stats().totals.programs;
+    let n = 64u64;
+    block_on(async {
+        for l in 0..n {
+            ftl.write(0, l * 4096, &stamped(l, 1), false).await.unwrap();
+        }
+    });
+    let [a0, a1] = ftl.checkpoint_area_heads().map(|h| h.block.block);
+    for block in a0..a1 {
+        for bank in 0..4 {
+            ftl.nand()
+                .mark_bad(ftl::nand_model::BlockAddr::new(bank, block))
+                .unwrap();
+        }
+    }
+    let err = ftl.checkpoint().unwrap_err();
+    assert!(err.to_string().contains("wore out"), "{err}");
+    ftl.nand().faults().refuse_new_room(true);
+    // Once a program was refused, room comes back: the programs stay ended (a failure other
+    // than wear means the medium is not to be trusted further).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while ftl.stats().pages_dropped_read_only == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no page dropped: every page was programmed before the file system filled, \
+             and the test proves nothing"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let at_refusal = ftl.nand().stats().totals.programs;
+    ftl.nand().faults().refuse_new_room(false);
+    ftl.close().unwrap();
+    let programmed = ftl.nand().stats().totals.programs - before;
+    let dropped = ftl.stats().pages_dropped_read_only;
+    println!("{programmed} pages programmed, {dropped} dropped");
+    assert_eq!(
+        ftl.nand().stats().totals.programs,
+        at_refusal,
+        "programs went on after the refusal"
+    );
+    assert_eq!(
+        programmed + dropped,
+        n,
+        "every acknowledged page is programmed or counted"
+    );
+    assert_eq!(ftl.nand().violations(), 0, "a program out of page order");
+    drop(ftl);
+    let ftl = ftl::Ftl::open(&path, ftl::nand_model::TimingMode::Off, cfg).unwrap();
+    assert!(ftl.read_only_reason().is_some());
+    let on_flash = block_on(async {
+        let mut buf = vec![0u8; 4096];
+        let mut on_flash = 0;
+        for l in 0..n {
+            ftl.read(l * 4096, &mut buf).await.unwrap();
+            match check_stamp(l, &buf) {
+                Some(1) => on_flash += 1,
+                _ => assert!(
+                    buf.iter().all(|&b| b == 0),
+                    "page {l}: neither the write nor zeroes"
+                ),
+            }
+        }
+        on_flash
+    });
+    assert_eq!(
+        on_flash, programmed,
+        "the pages programmed are the ones that read back"
+    );
+}
+
 /// A device that wears out while a writer thread still holds acknowledged pages (timing real,
 /// slow programs) programs them after the turn, at the stop, into its open and free blocks:
 /// after a clean stop and a reopen every acknowledged write reads back, and nothing was
