@@ -629,15 +629,11 @@ fn a_gftl_device_that_turns_read_only_mid_merge_programs_nothing_more() {
     }
 }
 
-/// After a wear turn (which lets the page scheme program what it had acknowledged), a program
-/// refused for another reason (here the image's file system is full) ends those programs: the
-/// writer drops and counts the rest instead of programming on at addresses past a page never
-/// stored. Every acknowledged write is either on flash (reads back after a reopen) or counted
-/// dropped, and the device saw no program out of order.
-#[test]
-fn a_full_file_system_after_a_wear_turn_ends_its_programs() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("h.img");
+/// A device (timing real, 20 ms programs) that wears out while its writer thread holds
+/// acknowledged pages: 64 writes buffered, then every block of checkpoint area 0 marked bad and
+/// a checkpoint, which turns the device read-only ("wore out"). Returns the FTL, its config,
+/// the pages written, and the NAND's programs before the writes and at the turn.
+fn wear_out_holding_pages(path: &std::path::Path) -> (ftl::Ftl, ftl::FtlConfig, u64, u64, u64) {
     let mut nand = small_nand(4096, 32);
     nand.timing.t_prog = std::time::Duration::from_millis(20);
     let cfg = ftl::FtlConfig {
@@ -645,7 +641,7 @@ fn a_full_file_system_after_a_wear_turn_ends_its_programs() {
         ..small_cfg(GcPolicy::Adaptive)
     };
     let ftl = ftl::Ftl::create(
-        &path,
+        path,
         &nand,
         ftl::nand_model::TimingMode::Real,
         cfg.clone(),
@@ -653,12 +649,17 @@ fn a_full_file_system_after_a_wear_turn_ends_its_programs() {
     )
     .unwrap();
     let before = ftl.nand().stats().totals.programs;
+    // 4 banks x 20 ms a program: 64 pages take ~320 ms to program; the writes return once
+    // buffered.
     let n = 64u64;
     block_on(async {
         for l in 0..n {
             ftl.write(0, l * 4096, &stamped(l, 1), false).await.unwrap();
         }
     });
+    let at_turn = ftl.nand().stats().totals.programs;
+    // Every block of area 0 (its rows on the 4 banks: area 1 starts after them): it holds no
+    // checkpoint now.
     let [a0, a1] = ftl.checkpoint_area_heads().map(|h| h.block.block);
     for block in a0..a1 {
         for bank in 0..4 {
@@ -668,7 +669,21 @@ fn a_full_file_system_after_a_wear_turn_ends_its_programs() {
         }
     }
     let err = ftl.checkpoint().unwrap_err();
+    assert!(matches!(err, FtlError::ReadOnly(_)), "{err}");
     assert!(err.to_string().contains("wore out"), "{err}");
+    (ftl, cfg, n, before, at_turn)
+}
+
+/// After a wear turn (which lets the page scheme program what it had acknowledged), a program
+/// refused for another reason (here the image's file system is full) ends those programs: the
+/// writer drops and counts the rest instead of programming on at addresses past a page never
+/// stored. Every acknowledged write is either on flash (reads back after a reopen) or counted
+/// dropped, and the device saw no program out of order.
+#[test]
+fn a_full_file_system_after_a_wear_turn_ends_its_programs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.img");
+    let (ftl, cfg, n, before, _) = wear_out_holding_pages(&path);
     ftl.nand().faults().refuse_new_room(true);
     // Once a program was refused, room comes back: the programs stay ended (a failure other
     // than wear means the medium is not to be trusted further).
@@ -731,42 +746,7 @@ fn a_full_file_system_after_a_wear_turn_ends_its_programs() {
 fn pages_held_by_a_writer_when_the_device_wears_out_are_programmed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("h.img");
-    let mut nand = small_nand(4096, 32);
-    nand.timing.t_prog = std::time::Duration::from_millis(20);
-    let cfg = ftl::FtlConfig {
-        checkpoint_interval_bytes: 0,
-        ..small_cfg(GcPolicy::Adaptive)
-    };
-    let ftl = ftl::Ftl::create(
-        &path,
-        &nand,
-        ftl::nand_model::TimingMode::Real,
-        cfg.clone(),
-        None,
-    )
-    .unwrap();
-    // 4 banks x 20 ms a program: 64 pages take ~320 ms to program; the writes return once
-    // buffered.
-    let n = 64u64;
-    block_on(async {
-        for l in 0..n {
-            ftl.write(0, l * 4096, &stamped(l, 1), false).await.unwrap();
-        }
-    });
-    let programmed = ftl.nand().stats().totals.programs;
-    // Every block of area 0 (its rows on the 4 banks: area 1 starts after them): it holds no
-    // checkpoint now.
-    let [a0, a1] = ftl.checkpoint_area_heads().map(|h| h.block.block);
-    for block in a0..a1 {
-        for bank in 0..4 {
-            ftl.nand()
-                .mark_bad(ftl::nand_model::BlockAddr::new(bank, block))
-                .unwrap();
-        }
-    }
-    let err = ftl.checkpoint().unwrap_err();
-    assert!(matches!(err, FtlError::ReadOnly(_)), "{err}");
-    assert!(err.to_string().contains("wore out"), "{err}");
+    let (ftl, cfg, n, _, programmed) = wear_out_holding_pages(&path);
     ftl.close().unwrap();
     let s = ftl.stats();
     println!(
