@@ -105,18 +105,21 @@
 //! stays so for the run, and then nothing changes the medium: no erase (a retirement after a
 //! failed program excepted, on a device that turned read-only while running), GC round, merge
 //! or checkpoint, and no program but one kind: a device that wore out (spares or a checkpoint
-//! area; `Core::programs_acknowledged`) still programs, with the page scheme, the pages it had
-//! acknowledged and not yet programmed (a partly filled page of a preset with pages over
-//! 4 KiB, trim records, pages a writer thread or virtual time's inbox held), into erased pages
-//! of its open blocks and then of its free blocks, as they come and at the stop
-//! (`Placer::programs_after_turn`). The next open rolls forward to them. A device read-only
+//! area; `Core::programs_acknowledged`) still programs the pages it had acknowledged and not
+//! yet programmed (a partly filled page of a preset with pages over 4 KiB, trim records, pages
+//! a writer thread or virtual time's inbox held), as they come and at the stop, into erased
+//! pages only (`Placer::programs_after_turn`): the page scheme into its open blocks and then
+//! its free blocks; a block-mapped scheme where its rules put the page without a merge, step,
+//! fold or compaction first (the logical block's own open blocks or logs, a new one from the
+//! free blocks, the journal's: `block_ops::Placing`), and it ends these programs at the first
+//! one that fails (its way back from a failed program erases). The next open rolls forward to
+//! them. A device read-only
 //! since its open acknowledged no write, so its flushes succeed; one that turned so fails every
 //! flush. A write or trim during which the device turned fails, even if it was buffered: with
 //! timing off a sealed page is placed before its request returns, and one whose placement met
 //! the turn may be unprogrammed. What is acknowledged and cannot be programmed (another read-only
-//! reason, a block-mapped scheme, whose page has one place a merge may have to make, or no
-//! erased page left) reads from RAM until the stop, which counts and logs it
-//! (`pages_dropped_read_only`).
+//! reason, or no erased page left where the scheme may put it) reads from RAM until the stop,
+//! which counts and logs it (`pages_dropped_read_only`).
 //!
 //! **Crash consistency of trims.** A trim unmaps at once, but the slots it unmapped stay
 //! counted as valid (GC keeps their blocks) until the trim's record is on flash. Records are

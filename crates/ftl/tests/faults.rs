@@ -216,8 +216,8 @@ fn wear_out_ends_read_only_without_losing_data() {
         wear_out(scheme, Some(rates), 4096);
     }
     // Two slots a page: an acknowledged write may wait in a partly filled page when the
-    // device turns read-only. The page scheme programs it after the turn (at the stop); bast
-    // cannot (its page has one place, which a merge may have to make) and the stop counts it.
+    // device turns read-only. Both program it after the turn (at the stop), the page scheme
+    // into any erased page, bast only where it needs no merge first (the stop counts the rest).
     wear_out(SchemeKind::Page, None, 8192);
     wear_out(SchemeKind::Bast, None, 8192);
 }
@@ -329,7 +329,8 @@ fn wear_out(scheme: SchemeKind, faults: Option<FaultRates>, page_size: u32) {
     // not programmed) must fail, not be acknowledged and then lost at the stop (an outside
     // tester saw exactly that write read as before after a SIGTERM, in every one of 36 runs):
     // nothing is lost. With larger pages, writes acknowledged into a partly filled page at
-    // the turn are programmed after it by the page scheme, and lost and counted by the others.
+    // the turn are programmed after it, by the page scheme into any erased page, by the others
+    // where their rules put the page without a merge first; what is left is lost and counted.
     let lost = block_on(async {
         let mut buf = vec![0u8; 4096];
         let mut lost = 0u64;
@@ -629,15 +630,25 @@ fn a_gftl_device_that_turns_read_only_mid_merge_programs_nothing_more() {
     }
 }
 
-/// A device (timing real, 20 ms programs) that wears out while its writer thread holds
-/// acknowledged pages: 64 writes buffered, then every block of checkpoint area 0 marked bad and
-/// a checkpoint, which turns the device read-only ("wore out"). Returns the FTL, its config,
-/// the pages written, and the NAND's programs before the writes and at the turn.
-fn wear_out_holding_pages(path: &std::path::Path) -> (ftl::Ftl, ftl::FtlConfig, u64, u64, u64) {
+/// A device (timing real, 20 ms programs) of scheme `scheme` that wears out while its writer
+/// thread holds acknowledged pages: 64 writes buffered, then every block of checkpoint area 0
+/// marked bad and a checkpoint, which turns the device read-only ("wore out"). Returns the
+/// FTL, its config, the pages written, and the NAND's programs before the writes and at the
+/// turn.
+fn wear_out_holding_pages(
+    path: &std::path::Path,
+    scheme: SchemeKind,
+) -> (ftl::Ftl, ftl::FtlConfig, u64, u64, u64) {
     let mut nand = small_nand(4096, 32);
     nand.timing.t_prog = std::time::Duration::from_millis(20);
+    // rftl and gftl bound a GC step by an erase, which must fit a page copy.
+    nand.timing.t_erase = std::time::Duration::from_millis(100);
     let cfg = ftl::FtlConfig {
         checkpoint_interval_bytes: 0,
+        scheme,
+        // bast and fast: a log for each of the 8 logical blocks written, and fast's random
+        // logs for the pages it cannot merge into a new sequential log after the turn.
+        log_blocks: 16,
         ..small_cfg(GcPolicy::Adaptive)
     };
     let ftl = ftl::Ftl::create(
@@ -649,8 +660,8 @@ fn wear_out_holding_pages(path: &std::path::Path) -> (ftl::Ftl, ftl::FtlConfig, 
     )
     .unwrap();
     let before = ftl.nand().stats().totals.programs;
-    // 4 banks x 20 ms a program: 64 pages take ~320 ms to program; the writes return once
-    // buffered.
+    // 4 banks x 20 ms a program: 64 pages take ~320 ms to program (a block-mapped scheme's
+    // writer, one page at a time, 1.3 s); the writes return once buffered.
     let n = 64u64;
     block_on(async {
         for l in 0..n {
@@ -669,54 +680,28 @@ fn wear_out_holding_pages(path: &std::path::Path) -> (ftl::Ftl, ftl::FtlConfig, 
         }
     }
     let err = ftl.checkpoint().unwrap_err();
-    assert!(matches!(err, FtlError::ReadOnly(_)), "{err}");
-    assert!(err.to_string().contains("wore out"), "{err}");
+    assert!(matches!(err, FtlError::ReadOnly(_)), "{scheme}: {err}");
+    assert!(err.to_string().contains("wore out"), "{scheme}: {err}");
     (ftl, cfg, n, before, at_turn)
 }
 
-/// After a wear turn (which lets the page scheme program what it had acknowledged), a program
-/// refused for another reason (here the image's file system is full) ends those programs: the
-/// writer drops and counts the rest instead of programming on at addresses past a page never
-/// stored. Every acknowledged write is either on flash (reads back after a reopen) or counted
-/// dropped, and the device saw no program out of order.
-#[test]
-fn a_full_file_system_after_a_wear_turn_ends_its_programs() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("h.img");
-    let (ftl, cfg, n, before, _) = wear_out_holding_pages(&path);
-    ftl.nand().faults().refuse_new_room(true);
-    // Once a program was refused, room comes back: the programs stay ended (a failure other
-    // than wear means the medium is not to be trusted further).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while ftl.stats().pages_dropped_read_only == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no page dropped: every page was programmed before the file system filled, \
-             and the test proves nothing"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-    let at_refusal = ftl.nand().stats().totals.programs;
-    ftl.nand().faults().refuse_new_room(false);
-    ftl.close().unwrap();
-    let programmed = ftl.nand().stats().totals.programs - before;
-    let dropped = ftl.stats().pages_dropped_read_only;
-    println!("{programmed} pages programmed, {dropped} dropped");
-    assert_eq!(
-        ftl.nand().stats().totals.programs,
-        at_refusal,
-        "programs went on after the refusal"
-    );
-    assert_eq!(
-        programmed + dropped,
-        n,
-        "every acknowledged page is programmed or counted"
-    );
-    assert_eq!(ftl.nand().violations(), 0, "a program out of page order");
+/// Reopens the image `ftl` (closed) served, which is read-only, and returns how many of
+/// pages `0..n` read back as written (tag 1); every other one must read as zeroes.
+fn reopen_and_count_written(
+    ftl: ftl::Ftl,
+    path: &std::path::Path,
+    cfg: ftl::FtlConfig,
+    n: u64,
+) -> u64 {
+    let scheme = cfg.scheme;
     drop(ftl);
-    let ftl = ftl::Ftl::open(&path, ftl::nand_model::TimingMode::Off, cfg).unwrap();
-    assert!(ftl.read_only_reason().is_some());
-    let on_flash = block_on(async {
+    let ftl = ftl::Ftl::open(path, ftl::nand_model::TimingMode::Off, cfg).unwrap();
+    let why = ftl.read_only_reason();
+    assert!(
+        why.as_deref().is_some_and(|w| !w.contains("damage")),
+        "{scheme}: {why:?}"
+    );
+    block_on(async {
         let mut buf = vec![0u8; 4096];
         let mut on_flash = 0;
         for l in 0..n {
@@ -725,48 +710,139 @@ fn a_full_file_system_after_a_wear_turn_ends_its_programs() {
                 Some(1) => on_flash += 1,
                 _ => assert!(
                     buf.iter().all(|&b| b == 0),
-                    "page {l}: neither the write nor zeroes"
+                    "{scheme}: page {l}: neither the write nor zeroes"
                 ),
             }
         }
         on_flash
-    });
-    assert_eq!(
-        on_flash, programmed,
-        "the pages programmed are the ones that read back"
-    );
+    })
+}
+
+/// After a wear turn (which lets every scheme program what it had acknowledged), a program
+/// refused for another reason (here the image's file system is full) ends those programs: the
+/// writer drops and counts the rest instead of programming on at addresses past a page never
+/// stored. Every acknowledged write is either on flash (reads back after a reopen) or counted
+/// dropped, and the device saw no program out of order.
+#[test]
+fn a_full_file_system_after_a_wear_turn_ends_its_programs() {
+    for scheme in SchemeKind::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.img");
+        let (ftl, cfg, n, before, _) = wear_out_holding_pages(&path, scheme);
+        ftl.nand().faults().refuse_new_room(true);
+        // Once a program was refused, room comes back: the programs stay ended (a failure
+        // other than wear means the medium is not to be trusted further).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while ftl.stats().pages_dropped_read_only == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{scheme}: no page dropped: every page was programmed before the file system \
+                 filled, and the test proves nothing"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let at_refusal = ftl.nand().stats().totals.programs;
+        ftl.nand().faults().refuse_new_room(false);
+        ftl.close().unwrap();
+        let programmed = ftl.nand().stats().totals.programs - before;
+        let dropped = ftl.stats().pages_dropped_read_only;
+        println!("{scheme}: {programmed} pages programmed, {dropped} dropped");
+        assert_eq!(
+            ftl.nand().stats().totals.programs,
+            at_refusal,
+            "{scheme}: programs went on after the refusal"
+        );
+        assert_eq!(
+            programmed + dropped,
+            n,
+            "{scheme}: every acknowledged page is programmed or counted"
+        );
+        assert_eq!(
+            ftl.nand().violations(),
+            0,
+            "{scheme}: a program out of page order"
+        );
+        let on_flash = reopen_and_count_written(ftl, &path, cfg, n);
+        assert_eq!(
+            on_flash, programmed,
+            "{scheme}: the pages programmed are the ones that read back"
+        );
+    }
 }
 
 /// A device that wears out while a writer thread still holds acknowledged pages (timing real,
-/// slow programs) programs them after the turn, at the stop, into its open and free blocks:
-/// after a clean stop and a reopen every acknowledged write reads back, and nothing was
-/// counted dropped. (Until 2026-12-01 the writer dropped them: they read from RAM until the
-/// stop and as before afterwards.) The wear: a checkpoint area whose blocks all went bad.
+/// slow programs) programs them after the turn, at the stop, where its scheme's rules put them
+/// without moving anything first (the page scheme: its open and free blocks; the block-mapped
+/// ones: the logical block's own blocks and logs, or free blocks): after a clean stop and a
+/// reopen every acknowledged write reads back, and nothing was counted dropped. (Until
+/// 2026-12-01 the writer dropped them, and the block-mapped schemes until 2026-12-02: they
+/// read from RAM until the stop and as before afterwards.) The wear: a checkpoint area whose
+/// blocks all went bad.
 #[test]
 fn pages_held_by_a_writer_when_the_device_wears_out_are_programmed() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("h.img");
-    let (ftl, cfg, n, _, programmed) = wear_out_holding_pages(&path);
-    ftl.close().unwrap();
-    let s = ftl.stats();
-    println!(
-        "{programmed} pages programmed at the turn, {} at the stop, {} dropped",
-        ftl.nand().stats().totals.programs,
-        s.pages_dropped_read_only
-    );
-    assert!(
-        programmed < n,
-        "the writer held no page at the turn: the test proves nothing"
-    );
-    assert_eq!(s.pages_dropped_read_only, 0);
-    drop(ftl);
-    let ftl = ftl::Ftl::open(&path, ftl::nand_model::TimingMode::Off, cfg).unwrap();
-    assert!(ftl.read_only_reason().is_some());
-    block_on(async {
-        let mut buf = vec![0u8; 4096];
-        for l in 0..n {
-            ftl.read(l * 4096, &mut buf).await.unwrap();
-            assert_eq!(check_stamp(l, &buf), Some(1), "page {l}");
+    for scheme in SchemeKind::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.img");
+        let (ftl, cfg, n, before, at_turn) = wear_out_holding_pages(&path, scheme);
+        ftl.close().unwrap();
+        let s = ftl.stats();
+        println!(
+            "{scheme}: {} pages programmed at the turn, {} at the stop, {} dropped",
+            at_turn - before,
+            ftl.nand().stats().totals.programs - before,
+            s.pages_dropped_read_only
+        );
+        assert!(
+            at_turn - before < n,
+            "{scheme}: the writer held no page at the turn: the test proves nothing"
+        );
+        assert_eq!(s.pages_dropped_read_only, 0, "{scheme}");
+        assert_eq!(ftl.nand().violations(), 0, "{scheme}");
+        let on_flash = reopen_and_count_written(ftl, &path, cfg, n);
+        assert_eq!(on_flash, n, "{scheme}: every acknowledged write reads back");
+    }
+}
+
+/// A block-mapped scheme's way back from a failed program (a merge or compaction of the
+/// logical block) moves pages and erases, which a read-only device does not: a program that
+/// fails after a wear turn ends the programs the turn allowed. Here every program fails from
+/// the turn on: exactly one is tried, the rest are counted dropped, and after a reopen the
+/// pages programmed before the turn read back and the others as zeroes.
+#[test]
+fn a_program_failing_after_a_wear_turn_ends_a_block_mapped_schemes_programs() {
+    for scheme in SchemeKind::ALL {
+        if scheme == SchemeKind::Page {
+            // Retires the block and programs the page elsewhere (the design page's
+            // "Read-only").
+            continue;
         }
-    });
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.img");
+        let (ftl, cfg, n, before, _) = wear_out_holding_pages(&path, scheme);
+        ftl.nand().faults().set_random(
+            FaultRates {
+                program: 1.0,
+                ..FaultRates::default()
+            },
+            7,
+        );
+        ftl.close().unwrap();
+        let failed = ftl.nand().faults().injected().program;
+        ftl.nand().faults().clear();
+        let programmed = ftl.nand().stats().totals.programs - before;
+        let dropped = ftl.stats().pages_dropped_read_only;
+        println!("{scheme}: {programmed} pages programmed, {failed} failed, {dropped} dropped");
+        assert_eq!(failed, 1, "{scheme}: programs went on after one failed");
+        assert!(
+            dropped > 0,
+            "{scheme}: nothing dropped: the test proves nothing"
+        );
+        assert_eq!(ftl.nand().violations(), 0, "{scheme}");
+        let on_flash = reopen_and_count_written(ftl, &path, cfg, n);
+        assert_eq!(
+            on_flash + dropped,
+            n,
+            "{scheme}: every acknowledged page reads back or was counted dropped"
+        );
+    }
 }

@@ -19,6 +19,57 @@ use crate::oob::{self, SlotKind, SlotMeta};
 use crate::schemes::page::map::PageMap;
 use crate::schemes::Target;
 
+/// What a block-mapped scheme's placer may do with a page now (the design page's
+/// "Read-only").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Placing {
+    /// Anything its rules ask: steps, merges, folds, new blocks.
+    Free,
+    /// The device wore out ([`Core::programs_acknowledged`]): the page was acknowledged, and
+    /// goes to an erased page its rules would put it in that needs nothing moved first (its
+    /// logical block's own open block, a log with room, the journal's open block, or a free
+    /// block, GC's reserve too: nothing is merged or erased again), or is dropped
+    /// ([`Target::ReadOnly`]; the writer counts it). No step, merge, fold or erase.
+    AfterWearTurn,
+    /// Nothing more: a power cut, or read-only for another reason.
+    Stop,
+}
+
+impl Placing {
+    pub(crate) fn now(core: &Core) -> Placing {
+        if core.writers_gone() {
+            Placing::Stop
+        } else if !core.is_read_only() {
+            Placing::Free
+        } else if core.programs_acknowledged() {
+            Placing::AfterWearTurn
+        } else {
+            Placing::Stop
+        }
+    }
+
+    /// Whether a writer stops waiting for a logical block's lock or placing. (After a wear
+    /// turn it waits on: the holder is a writer programming what it acknowledged, and
+    /// releases the lock at each commit.)
+    pub(crate) fn gave_up(core: &Core) -> bool {
+        Placing::now(core) == Placing::Stop
+    }
+}
+
+/// A program failed on a device already read-only (after a wear turn, or in flight at any
+/// turn): a block-mapped scheme's way back from a failed program, a merge or compaction of the
+/// logical block, moves pages and erases, which a read-only device does not. So the programs a
+/// wear turn allowed end here, and the writer drops and counts the pages not yet programmed.
+/// Returns whether it was so: the caller then only releases what it holds for the page.
+pub(crate) fn failed_on_read_only(core: &Core, addr: PageAddr) -> bool {
+    if !core.is_read_only() {
+        return false;
+    }
+    tracing::warn!("program at {addr:?} failed on the read-only device: no more programs");
+    core.set_read_only(format!("program at {addr:?} failed after the turn"));
+    true
+}
+
 /// The NAND time of a partial GC step's operations on a device (the real-time schemes' unit:
 /// RFTL §4.4, GFTL's partial block cleaning). A copy fills a destination page with the next
 /// current 4 KiB slots, which may come from as many source pages as the page has slots: an
@@ -456,11 +507,13 @@ pub struct Journal {
 impl Journal {
     /// Where the next trim-record page goes: the open journal block's next page (a full one
     /// is closed and a new one taken; trim records free the space they unmap, so they may use
-    /// the merge reserve).
+    /// the merge reserve). After a wear turn too ([`Placing::AfterWearTurn`]: nothing is
+    /// erased either way), until no free block is left.
     pub(crate) fn place(this: &Mutex<Journal>, core: &Core, layout: Layout) -> Target {
         let ppb = layout.pages_per_block;
         loop {
-            if core.read_only_reason().is_some() || core.writers_gone() {
+            let placing = Placing::now(core);
+            if placing == Placing::Stop {
                 return Target::ReadOnly;
             }
             let mut j = this.lock();
@@ -483,6 +536,7 @@ impl Journal {
             drop(j);
             match alloc_near(core, layout, 0, true) {
                 Some(b) => this.lock().open = Some((b, 0)),
+                None if placing == Placing::AfterWearTurn => return Target::ReadOnly,
                 None => {
                     core.set_read_only("no free block for trim records".into());
                 }

@@ -603,9 +603,9 @@ pub(crate) trait Placer: Send {
     /// Whether this placer, on a device that turned read-only because it wore out
     /// ([`Core::programs_acknowledged`]), still places the pages already acknowledged, into
     /// erased pages only (its open blocks, then free blocks): no erase, no GC, no merge. A
-    /// placer that says so returns [`Target::ReadOnly`] once nothing erased is left. The
-    /// others drop them (the writer counts them, `pages_dropped_read_only`): a block-mapped
-    /// scheme's page has one place, which a merge may have to make.
+    /// placer that says so returns [`Target::ReadOnly`] for a page with no erased place left
+    /// (the writer drops and counts it, `pages_dropped_read_only`); the others drop them all.
+    /// Every scheme here says so (the block-mapped ones: `block_ops::Placing`).
     fn programs_after_turn(&self) -> bool {
         false
     }

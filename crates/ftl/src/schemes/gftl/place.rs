@@ -7,6 +7,10 @@
 //! write buffer, which queues its logical block for a merge. A trim-record page goes to the
 //! journal.
 //!
+//! After a wear turn (`Placing::AfterWearTurn`) a page runs no step: it goes where it would
+//! otherwise (a data block taken from the free blocks if it has none, then the buffer's
+//! blocks), until no free page is left there.
+//!
 //! The writer holds the logical block's lock from `target` to `committed` of each page (as
 //! the hybrids do, `hybrid/locks.rs`); a step needs nothing in flight (it may wait for the
 //! lock of the block it merges), so the placer asks the writer to drain first. The write
@@ -21,7 +25,7 @@ use nand_model::PageAddr;
 use super::{GftlScheme, Role};
 use crate::buffer::SealedPage;
 use crate::core::Core;
-use crate::schemes::block_ops::{Blk, Journal, PageShape};
+use crate::schemes::block_ops::{self, Blk, Journal, PageShape, Placing};
 use crate::schemes::hybrid::locks::HeldByWriter;
 use crate::schemes::{Placer, Target};
 
@@ -44,11 +48,6 @@ struct GftlPlacer {
     lent: bool,
 }
 
-/// Whether a writer stops waiting or placing: a power cut, or a read-only device.
-fn gave_up(core: &Core) -> bool {
-    core.writers_gone() || core.read_only_reason().is_some()
-}
-
 impl GftlPlacer {
     fn place(&mut self, core: &Core, shape: &PageShape) -> Target {
         let s = self.scheme.clone();
@@ -61,16 +60,18 @@ impl GftlPlacer {
                     let page = d.take_next(core, s.layout);
                     return Target::Program(s.addr(d.block, page));
                 }
-                None => {
-                    let Some(b) = s.alloc(core, s.plan.home(lbn), "a data block") else {
-                        return Target::ReadOnly;
-                    };
-                    s.set_role(b, Role::Data);
-                    let mut d = Blk::fresh(b);
-                    let page = d.take_next(core, s.layout);
-                    st.data = Some(d);
-                    return Target::Program(s.addr(b, page));
-                }
+                None => match s.alloc(core, s.plan.home(lbn), "a data block") {
+                    Some(b) => {
+                        s.set_role(b, Role::Data);
+                        let mut d = Blk::fresh(b);
+                        let page = d.take_next(core, s.layout);
+                        st.data = Some(d);
+                        return Target::Program(s.addr(b, page));
+                    }
+                    // After a wear turn the buffer's open block may still have room.
+                    None if Placing::now(core) == Placing::AfterWearTurn => {}
+                    None => return Target::ReadOnly,
+                },
                 _ => {}
             }
         }
@@ -87,7 +88,7 @@ impl GftlPlacer {
         let s = self.scheme.clone();
         let ppb = s.layout.pages_per_block;
         loop {
-            if gave_up(core) {
+            if Placing::gave_up(core) {
                 return Target::ReadOnly;
             }
             let mut inflight = s.buffer_inflight.lock();
@@ -152,18 +153,18 @@ impl Placer for GftlPlacer {
         let Some(shape) = PageShape::of(page, s.spb) else {
             return Journal::place(&s.journal, core, s.layout);
         };
-        if !self.stepped && s.has_work() {
+        if !self.stepped && s.has_work() && Placing::now(core) == Placing::Free {
             if self.held.inflight() > 0 {
                 return Target::Drain;
             }
             s.step(core, super::steps::StepFor::Write);
             self.stepped = true;
         }
-        if gave_up(core) {
+        if Placing::gave_up(core) {
             return Target::ReadOnly;
         }
         let lbn = shape.lbn;
-        if !self.held.acquire(&s.locks, lbn, || gave_up(core)) {
+        if !self.held.acquire(&s.locks, lbn, || Placing::gave_up(core)) {
             return Target::Drain;
         }
         let t = self.place(core, &shape);
@@ -185,6 +186,12 @@ impl Placer for GftlPlacer {
         self.give_back();
     }
 
+    /// Into its data block or the buffer's blocks, while they have erased pages (see the
+    /// module's doc).
+    fn programs_after_turn(&self) -> bool {
+        true
+    }
+
     fn committed(&mut self, _core: &Core, page: &SealedPage, addr: PageAddr) {
         let s = self.scheme.clone();
         if let Some(shape) = PageShape::of(page, s.spb) {
@@ -193,9 +200,12 @@ impl Placer for GftlPlacer {
         }
     }
 
-    fn failed(&mut self, _core: &Core, page: &SealedPage, addr: PageAddr) {
+    fn failed(&mut self, core: &Core, page: &SealedPage, addr: PageAddr) {
         let s = self.scheme.clone();
         let b = s.layout.block_idx(addr.block);
+        // What follows moves no page and erases nothing: on a read-only device it only ends
+        // the programs a wear turn allowed.
+        block_ops::failed_on_read_only(core, addr);
         let Some(shape) = PageShape::of(page, s.spb) else {
             Journal::failed(&s.journal, b);
             return;

@@ -55,7 +55,8 @@ impl GftlScheme {
     /// A free block near `bank` (`for_merge`: the GC reserve may be taken).
     pub(super) fn alloc(&self, core: &Core, bank: u32, what: &str) -> Option<BlockIdx> {
         let b = block_ops::alloc_near(core, self.layout, bank, true);
-        if b.is_none() {
+        // After a wear turn only the page asking is dropped (the others may still have room).
+        if b.is_none() && block_ops::Placing::now(core) != block_ops::Placing::AfterWearTurn {
             core.set_read_only(format!("gftl: no free block for {what}"));
         }
         b

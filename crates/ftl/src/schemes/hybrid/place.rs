@@ -15,6 +15,11 @@
 //!
 //! A trim-record page goes to the journal (`block_ops::Journal`).
 //!
+//! After a wear turn (`Placing::AfterWearTurn`) nothing is merged: a page goes where the rules
+//! above put it without a merge first (its own log block or the SW log while they have room,
+//! a new log from the free blocks while the pool has one; under FAST a page that would start a
+//! new SW log while one exists goes to the writer's RW log instead), or is dropped.
+//!
 //! The writer holds the logical block's lock from `target` to `committed` of each page (a
 //! count per logical block: several of its pages may be in flight). See `locks.rs` for the
 //! rule that keeps this free of cycles: before waiting or merging, the placer asks the writer
@@ -31,7 +36,7 @@ use super::{HybridScheme, LogPolicy};
 use crate::buffer::SealedPage;
 use crate::core::Core;
 use crate::layout::BlockIdx;
-use crate::schemes::block_ops::{Journal, PageShape};
+use crate::schemes::block_ops::{self, Journal, PageShape, Placing};
 use crate::schemes::{Placer, Target};
 
 pub(super) fn placer(scheme: Arc<HybridScheme>, q: usize) -> Box<dyn Placer> {
@@ -59,9 +64,9 @@ struct HybridPlacer {
 /// Whether a writer waiting for a logical-block lock stops waiting: after a power cut the
 /// holder is gone; once the device is read-only (a program failed for a reason other than a
 /// medium fault, e.g. a broken rule) the holder may never release it, and nothing will be
-/// programmed anyway.
+/// programmed anyway. After a wear turn it waits on (`Placing::gave_up`).
 fn gave_up(core: &Core) -> bool {
-    core.writers_gone() || core.read_only_reason().is_some()
+    Placing::gave_up(core)
 }
 
 impl HybridPlacer {
@@ -96,15 +101,18 @@ impl HybridPlacer {
     /// A pool entry turned into a new log block. `install` runs under the same lock hold that
     /// gives the entry back, with the block or `None` (no free block: the device may turn
     /// read-only), so `Logs::in_use` never dips between the two and another writer cannot
-    /// take the same entry (the pool would hold `log_limit + 1`).
+    /// take the same entry (the pool would hold `log_limit + 1`). After a wear turn (`turn`)
+    /// the merge reserve may go too (nothing is merged again), and `None` is the caller's to
+    /// act on at once: the page is dropped.
     fn new_log(
         &mut self,
         core: &Core,
         prefer_bank: u32,
+        turn: bool,
         install: impl FnOnce(&mut Logs, Option<BlockIdx>),
     ) -> Option<BlockIdx> {
         let s = &self.scheme;
-        let b = s.alloc_block_near(core, prefer_bank, false);
+        let b = s.alloc_block_near(core, prefer_bank, turn);
         let mut logs = s.logs.lock();
         logs.reserved -= 1;
         install(&mut logs, b);
@@ -114,6 +122,7 @@ impl HybridPlacer {
                 self.no_space_rounds = 0;
                 Some(b)
             }
+            None if turn => None,
             None => {
                 self.no_space_rounds += 1;
                 if self.no_space_rounds > 2000 {
@@ -136,9 +145,11 @@ impl HybridPlacer {
         let s = self.scheme.clone();
         let (lbn, ppb) = (page.lbn, s.layout.pages_per_block);
         loop {
-            if core.read_only_reason().is_some() || core.writers_gone() {
-                return Target::ReadOnly;
-            }
+            let turn = match Placing::now(core) {
+                Placing::Free => false,
+                Placing::AfterWearTurn => true,
+                Placing::Stop => return Target::ReadOnly,
+            };
             let mut logs = s.logs.lock();
             let now = logs.tick();
             if let Some(g) = logs.by_owner.get(&lbn).copied() {
@@ -148,6 +159,9 @@ impl HybridPlacer {
                     return Target::Program(self.addr(g, p));
                 }
                 drop(logs);
+                if turn {
+                    return Target::ReadOnly;
+                }
                 // Full: merge it (its pages must all be committed first).
                 if self.inflight() > 0 {
                     return Target::Drain;
@@ -160,15 +174,21 @@ impl HybridPlacer {
                 drop(logs);
                 let bank = s.log_bank(lbn);
                 let spb = s.spb;
-                self.new_log(core, bank, |logs, b| {
+                let new = self.new_log(core, bank, turn, |logs, b| {
                     if let Some(b) = b {
                         logs.insert(LogBlock::new(b, Some(lbn), spb, now));
                         logs.by_owner.insert(lbn, b);
                     }
                 });
+                if turn && new.is_none() {
+                    return Target::ReadOnly;
+                }
                 continue;
             }
             drop(logs);
+            if turn {
+                return Target::ReadOnly;
+            }
             if self.inflight() > 0 {
                 return Target::Drain;
             }
@@ -183,9 +203,11 @@ impl HybridPlacer {
         let (lbn, ppb, sps) = (page.lbn, s.layout.pages_per_block, s.layout.slots_per_page);
         let starts_block = page.in_order_from(0, s.spb);
         loop {
-            if core.read_only_reason().is_some() || core.writers_gone() {
-                return Target::ReadOnly;
-            }
+            let turn = match Placing::now(core) {
+                Placing::Free => false,
+                Placing::AfterWearTurn => true,
+                Placing::Stop => return Target::ReadOnly,
+            };
             let mut logs = s.logs.lock();
             let now = logs.tick();
             // 1. The page continues the SW log.
@@ -201,8 +223,9 @@ impl HybridPlacer {
                     return Target::Program(self.addr(sw, p));
                 }
             }
-            // 2. Offset 0 of a logical block starts a new SW log; the old one is merged.
-            if starts_block {
+            // 2. Offset 0 of a logical block starts a new SW log; the old one is merged (after
+            // a wear turn, which merges nothing, such a page goes to the RW log instead).
+            if starts_block && !(turn && logs.sw.is_some()) {
                 if let Some(sw) = logs.sw {
                     let owner = logs.blocks.get(&sw).and_then(|lb| lb.owner);
                     drop(logs);
@@ -242,13 +265,16 @@ impl HybridPlacer {
                     logs.sw_opening = true;
                     drop(logs);
                     let spb = s.spb;
-                    self.new_log(core, s.log_bank(lbn), |logs, b| {
+                    let new = self.new_log(core, s.log_bank(lbn), turn, |logs, b| {
                         logs.sw_opening = false;
                         if let Some(b) = b {
                             logs.insert(LogBlock::new(b, Some(lbn), spb, now));
                             logs.sw = Some(b);
                         }
                     });
+                    if turn && new.is_none() {
+                        return Target::ReadOnly;
+                    }
                     continue;
                 }
             } else {
@@ -276,19 +302,24 @@ impl HybridPlacer {
                     let n = s.rw_opened.fetch_add(1, Ordering::Relaxed);
                     let bank = s.plan.random_log_bank(n);
                     let (spb, q) = (s.spb, self.q);
-                    if let Some(b) = self.new_log(core, bank, |logs, b| {
+                    match self.new_log(core, bank, turn, |logs, b| {
                         if let Some(b) = b {
                             let mut lb = LogBlock::new(b, None, spb, now);
                             lb.writer = Some(q);
                             logs.insert(lb);
                         }
                     }) {
-                        self.rw_open = Some(b);
+                        Some(b) => self.rw_open = Some(b),
+                        None if turn => return Target::ReadOnly,
+                        None => {}
                     }
                     continue;
                 }
             }
             drop(logs);
+            if turn {
+                return Target::ReadOnly;
+            }
             if self.inflight() > 0 {
                 return Target::Drain;
             }
@@ -321,6 +352,12 @@ impl Placer for HybridPlacer {
         t
     }
 
+    /// Into a log with room or a new one while the pool has one, no merge (see the module's
+    /// doc).
+    fn programs_after_turn(&self) -> bool {
+        true
+    }
+
     fn committed(&mut self, _core: &Core, page: &SealedPage, _addr: PageAddr) {
         if let Some(shape) = PageShape::of(page, self.scheme.spb) {
             self.done(shape.lbn, true);
@@ -334,8 +371,10 @@ impl Placer for HybridPlacer {
             // A journal block: its records stay live until pruned; it goes bad then.
             // (Counted as retired when `reclaim_journal` marks it bad.)
             Journal::failed(&s.journal, b);
+            block_ops::failed_on_read_only(core, addr);
             return;
         };
+        let ended = block_ops::failed_on_read_only(core, addr);
         // The writer committed everything else: we hold only this page's logical block.
         let mut logs = s.logs.lock();
         let owner = logs.blocks.get(&b).and_then(|lb| lb.owner);
@@ -355,8 +394,9 @@ impl Placer for HybridPlacer {
         drop(logs);
         // A page goes only to its own logical block's log (BAST's, or FAST's SW log, owned by
         // the page's block when the page went there): a full merge moves the log's committed
-        // pages out, and the log goes bad.
-        if owner == Some(shape.lbn) {
+        // pages out, and the log goes bad. Not on a read-only device, which merges nothing:
+        // the programs a wear turn allowed end instead.
+        if owner == Some(shape.lbn) && !ended {
             s.merge_lbn(core, shape.lbn, true);
         }
         self.done(shape.lbn, true);

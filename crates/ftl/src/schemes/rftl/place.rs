@@ -6,6 +6,10 @@
 //! the primary is full. When the host starts on the last `k_fold` free pages of the buffer,
 //! a fold starts, and this page runs its first step. A trim-record page goes to the journal.
 //!
+//! After a wear turn (`Placing::AfterWearTurn`) a page runs no step and starts no fold: it
+//! goes to the primary's or the buffer's next free page (either taken from the free blocks if
+//! the logical block has none yet), or is dropped once both are full.
+//!
 //! The writer holds the logical block's lock from `target` to `committed` of each page (as
 //! the hybrids do, `hybrid/locks.rs`); a step needs none of the logical block's pages in
 //! flight (it moves committed slots), so the placer asks the writer to drain first.
@@ -19,7 +23,7 @@ use super::RftlScheme;
 use crate::buffer::SealedPage;
 use crate::core::Core;
 use crate::oob::SlotKind;
-use crate::schemes::block_ops::Journal;
+use crate::schemes::block_ops::{self, Journal, Placing};
 use crate::schemes::hybrid::locks::HeldByWriter;
 use crate::schemes::{Placer, Target};
 
@@ -34,11 +38,6 @@ pub(super) fn placer(scheme: Arc<RftlScheme>) -> Box<dyn Placer> {
 struct RftlPlacer {
     scheme: Arc<RftlScheme>,
     held: HeldByWriter,
-}
-
-/// Whether a writer stops waiting for a lock or placing: a power cut, or a read-only device.
-fn gave_up(core: &Core) -> bool {
-    core.writers_gone() || core.read_only_reason().is_some()
 }
 
 impl RftlScheme {
@@ -58,10 +57,12 @@ impl RftlPlacer {
         let mut st = s.state[lbn as usize].lock();
         let mut stepped = false;
         loop {
-            if gave_up(core) {
-                return Target::ReadOnly;
-            }
-            if !stepped && st.job.is_some() {
+            let turn = match Placing::now(core) {
+                Placing::Free => false,
+                Placing::AfterWearTurn => true,
+                Placing::Stop => return Target::ReadOnly,
+            };
+            if !turn && !stepped && st.job.is_some() {
                 if self.held.inflight() > 0 {
                     return Target::Drain;
                 }
@@ -88,7 +89,7 @@ impl RftlPlacer {
                 }
             }
             let free = st.buffer.map_or(0, |b| b.free(ppb));
-            if !stepped && st.job.is_none() && free <= k_fold {
+            if !turn && !stepped && st.job.is_none() && free <= k_fold {
                 // Theorem 4.1: the fold starts while the buffer still has a page for every
                 // step it takes; this page runs its first step.
                 if self.held.inflight() > 0 {
@@ -113,6 +114,10 @@ impl RftlPlacer {
                 let page = b.take_next(core, s.layout);
                 return Target::Program(s.addr(b.block, page));
             }
+            if turn {
+                // Both full: room would take a compaction, which erases.
+                return Target::ReadOnly;
+            }
             // Primary and buffer full and no job under way to free them: only after a fault
             // (a failed program compacted the logical block mid-job). Compact it again.
             if self.held.inflight() > 0 {
@@ -131,7 +136,7 @@ impl Placer for RftlPlacer {
         let Some(lbn) = s.lbn_of_page(page) else {
             return Journal::place(&s.journal, core, s.layout);
         };
-        if !self.held.acquire(&s.locks, lbn, || gave_up(core)) {
+        if !self.held.acquire(&s.locks, lbn, || Placing::gave_up(core)) {
             return Target::Drain;
         }
         let t = self.place(core, lbn);
@@ -145,6 +150,11 @@ impl Placer for RftlPlacer {
         t
     }
 
+    /// Into its logical block's erased pages, or a free block (see the module's doc).
+    fn programs_after_turn(&self) -> bool {
+        true
+    }
+
     fn committed(&mut self, _core: &Core, page: &SealedPage, _addr: PageAddr) {
         if let Some(lbn) = self.scheme.lbn_of_page(page) {
             self.held.done(&self.scheme.locks, lbn, true);
@@ -156,8 +166,14 @@ impl Placer for RftlPlacer {
         let b = s.layout.block_idx(addr.block);
         let Some(lbn) = s.lbn_of_page(page) else {
             Journal::failed(&s.journal, b);
+            block_ops::failed_on_read_only(core, addr);
             return;
         };
+        if block_ops::failed_on_read_only(core, addr) {
+            // Compaction moves pages and erases: not on a read-only device.
+            self.held.done(&s.locks, lbn, true);
+            return;
+        }
         // The writer committed every other page first: nothing of `lbn` is in flight but this
         // one, which is not mapped. Its current pages move to a fresh block, the failed one
         // retires; the writer then programs the page again (into the new primary).

@@ -31,7 +31,8 @@ impl RftlScheme {
     /// from: the format keeps three per logical block).
     pub(super) fn alloc(&self, core: &Core, bank: u32) -> Option<BlockIdx> {
         let b = block_ops::alloc_near(core, self.layout, bank, true);
-        if b.is_none() {
+        // After a wear turn only the page asking is dropped (the others may still have room).
+        if b.is_none() && block_ops::Placing::now(core) != block_ops::Placing::AfterWearTurn {
             core.set_read_only(
                 "no free block for a logical block's primary, buffer or replacement".into(),
             );
