@@ -216,10 +216,12 @@ fn wear_out_ends_read_only_without_losing_data() {
         wear_out(scheme, Some(rates), 4096);
     }
     // Two slots a page: an acknowledged write may wait in a partly filled page when the
-    // device turns read-only. Both program it after the turn (at the stop), the page scheme
-    // into any erased page, bast only where it needs no merge first (the stop counts the rest).
-    wear_out(SchemeKind::Page, None, 8192);
-    wear_out(SchemeKind::Bast, None, 8192);
+    // device turns read-only. Every scheme programs it after the turn (at the stop), the page
+    // scheme into any erased page, the others only where it needs no merge first (the stop
+    // counts the rest).
+    for scheme in SchemeKind::ALL {
+        wear_out(scheme, None, 8192);
+    }
 }
 
 /// Writes until the device is read-only, worn by the endurance or by `faults`: it must turn
@@ -295,23 +297,18 @@ fn wear_out(scheme: SchemeKind, faults: Option<FaultRates>, page_size: u32) {
     assert!(s.read_only.is_some());
     assert_eq!(s.nand_violations, 0);
     // Every page still reads as its last flushed value or a later acknowledged one.
-    block_on(async {
-        let mut buf = vec![0u8; 4096];
-        for l in 0..used as usize {
-            ftl.read(l as u64 * 4096, &mut buf).await.unwrap();
-            let t = check_stamp(l as u64, &buf).unwrap_or(0);
-            assert!(
-                t >= durable[l] && t <= acked[l] || (l as u64, t) == failed,
-                "page {l}: tag {t}, durable {}, acked {}",
-                durable[l],
-                acked[l]
-            );
-        }
-        assert!(matches!(
-            ftl.write(0, 0, &[0u8; 4096], false).await,
-            Err(FtlError::ReadOnly(_))
-        ));
-    });
+    let what = format!("{scheme} ({faults:?}, {page_size} B pages)");
+    read_between(
+        &ftl,
+        &durable,
+        &acked,
+        failed,
+        &format!("{what} before the stop"),
+    );
+    assert!(matches!(
+        block_on(ftl.write(0, 0, &[0u8; 4096], false)),
+        Err(FtlError::ReadOnly(_))
+    ));
     // Worn out stays worn out: the next open is read-only too, with the reason (a writable
     // open would clean and wear more blocks, then turn read-only again).
     ftl.close().unwrap();
@@ -331,34 +328,52 @@ fn wear_out(scheme: SchemeKind, faults: Option<FaultRates>, page_size: u32) {
     // nothing is lost. With larger pages, writes acknowledged into a partly filled page at
     // the turn are programmed after it, by the page scheme into any erased page, by the others
     // where their rules put the page without a merge first; what is left is lost and counted.
-    let lost = block_on(async {
+    let lost = read_between(
+        &ftl,
+        &durable,
+        &acked,
+        failed,
+        &format!("{what} after the reopen"),
+    );
+    let slots = u64::from(page_size) / 4096;
+    println!(
+        "{what}: {lost} acknowledged writes lost at the stop, {dropped} pages counted dropped"
+    );
+    assert!(
+        lost <= dropped * slots,
+        "{what}: {lost} lost, {dropped} pages counted dropped"
+    );
+    if page_size == 4096 || scheme == SchemeKind::Page {
+        assert_eq!(lost, 0, "{what}: {dropped} pages dropped");
+    }
+}
+
+/// Reads every page `l` of `durable`/`acked` (the tags last flushed and last acknowledged) and
+/// checks it reads as a tag between the two, or as `failed` (the write that failed: page, tag).
+/// Returns how many read as less than their last acknowledged write (lost).
+fn read_between(
+    ftl: &ftl::Ftl,
+    durable: &[u64],
+    acked: &[u64],
+    failed: (u64, u64),
+    what: &str,
+) -> u64 {
+    block_on(async {
         let mut buf = vec![0u8; 4096];
         let mut lost = 0u64;
-        for l in 0..used as usize {
+        for l in 0..acked.len() {
             ftl.read(l as u64 * 4096, &mut buf).await.unwrap();
             let t = check_stamp(l as u64, &buf).unwrap_or(0);
             assert!(
                 t >= durable[l] && t <= acked[l] || (l as u64, t) == failed,
-                "{scheme} ({faults:?}): page {l} after the reopen: tag {t}, acked {}, durable {}",
-                acked[l],
-                durable[l]
+                "{what}: page {l}: tag {t}, durable {}, acked {}",
+                durable[l],
+                acked[l]
             );
             lost += u64::from(t != acked[l] && (l as u64, t) != failed);
         }
         lost
-    });
-    let slots = u64::from(page_size) / 4096;
-    println!("{scheme} ({faults:?}, {page_size} B pages): {lost} acknowledged writes lost at the stop, {dropped} pages counted dropped");
-    assert!(
-        lost <= dropped * slots,
-        "{scheme} ({faults:?}, {page_size} B pages): {lost} lost, {dropped} pages counted dropped"
-    );
-    if page_size == 4096 || scheme == SchemeKind::Page {
-        assert_eq!(
-            lost, 0,
-            "{scheme} ({faults:?}, {page_size} B pages): {dropped} pages dropped"
-        );
-    }
+    })
 }
 
 /// Placement follows each bank's capacity: after half of bank 0's blocks went bad, bank 0
