@@ -577,8 +577,9 @@ impl Core {
         };
         // A read-only device erases nothing (a rebuild releasing a block that holds nothing
         // current: the hybrid schemes'; opened read-only or damaged): the block stays as it is
-        // on the image, closed here (nothing allocates on a read-only device). A retirement
-        // is still recorded on a device that turned read-only while running.
+        // on the image, closed here (a read-only device allocates only free blocks, which are
+        // erased, for the pages a wear turn lets it program). A retirement is still recorded
+        // on a device that turned read-only while running.
         if self.is_read_only() && (self.opened_read_only() || !(retire || failed_program)) {
             return (false, None);
         }

@@ -646,13 +646,15 @@ fn a_gftl_device_that_turns_read_only_mid_merge_programs_nothing_more() {
 }
 
 /// A device (timing real, 20 ms programs) of scheme `scheme` that wears out while its writer
-/// thread holds acknowledged pages: 64 writes buffered, then every block of checkpoint area 0
-/// marked bad and a checkpoint, which turns the device read-only ("wore out"). Returns the
-/// FTL, its config, the pages written, and the NAND's programs before the writes and at the
-/// turn.
+/// thread holds acknowledged pages: 64 writes buffered (tag `rounds`; with `rounds` 2 after the
+/// same pages written with tag 1 and flushed), then every block of checkpoint area 0 marked
+/// bad and a checkpoint, which turns the device read-only ("wore out"). Returns the FTL, its
+/// config, the pages written, and the NAND's programs before the last round of writes and
+/// just after the turn (at least those programmed at the turn).
 fn wear_out_holding_pages(
     path: &std::path::Path,
     scheme: SchemeKind,
+    rounds: u64,
 ) -> (ftl::Ftl, ftl::FtlConfig, u64, u64, u64) {
     let mut nand = small_nand(4096, 32);
     nand.timing.t_prog = std::time::Duration::from_millis(20);
@@ -674,16 +676,23 @@ fn wear_out_holding_pages(
         None,
     )
     .unwrap();
-    let before = ftl.nand().stats().totals.programs;
     // 4 banks x 20 ms a program: 64 pages take ~320 ms to program (a block-mapped scheme's
     // writer, one page at a time, 1.3 s); the writes return once buffered.
     let n = 64u64;
+    let mut before = 0;
     block_on(async {
-        for l in 0..n {
-            ftl.write(0, l * 4096, &stamped(l, 1), false).await.unwrap();
+        for round in 1..=rounds {
+            if round > 1 {
+                ftl.flush().await.unwrap();
+            }
+            before = ftl.nand().stats().totals.programs;
+            for l in 0..n {
+                ftl.write(0, l * 4096, &stamped(l, round), false)
+                    .await
+                    .unwrap();
+            }
         }
     });
-    let at_turn = ftl.nand().stats().totals.programs;
     // Every block of area 0 (its rows on the 4 banks: area 1 starts after them): it holds no
     // checkpoint now.
     let [a0, a1] = ftl.checkpoint_area_heads().map(|h| h.block.block);
@@ -695,18 +704,21 @@ fn wear_out_holding_pages(
         }
     }
     let err = ftl.checkpoint().unwrap_err();
+    let at_turn = ftl.nand().stats().totals.programs;
     assert!(matches!(err, FtlError::ReadOnly(_)), "{scheme}: {err}");
     assert!(err.to_string().contains("wore out"), "{scheme}: {err}");
     (ftl, cfg, n, before, at_turn)
 }
 
 /// Reopens the image `ftl` (closed) served, which is read-only, and returns how many of
-/// pages `0..n` read back as written (tag 1); every other one must read as zeroes.
+/// pages `0..n` read back as written by the last round (tag `rounds`); every other one must
+/// read as the round before (zeroes before the first).
 fn reopen_and_count_written(
     ftl: ftl::Ftl,
     path: &std::path::Path,
     cfg: ftl::FtlConfig,
     n: u64,
+    rounds: u64,
 ) -> u64 {
     let scheme = cfg.scheme;
     drop(ftl);
@@ -722,10 +734,11 @@ fn reopen_and_count_written(
         for l in 0..n {
             ftl.read(l * 4096, &mut buf).await.unwrap();
             match check_stamp(l, &buf) {
-                Some(1) => on_flash += 1,
-                _ => assert!(
-                    buf.iter().all(|&b| b == 0),
-                    "{scheme}: page {l}: neither the write nor zeroes"
+                Some(t) if t == rounds => on_flash += 1,
+                Some(t) => assert_eq!(t, rounds - 1, "{scheme}: page {l}"),
+                None => assert!(
+                    rounds == 1 && buf.iter().all(|&b| b == 0),
+                    "{scheme}: page {l}: neither a write nor zeroes"
                 ),
             }
         }
@@ -743,7 +756,7 @@ fn a_full_file_system_after_a_wear_turn_ends_its_programs() {
     for scheme in SchemeKind::ALL {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("h.img");
-        let (ftl, cfg, n, before, _) = wear_out_holding_pages(&path, scheme);
+        let (ftl, cfg, n, before, _) = wear_out_holding_pages(&path, scheme, 1);
         ftl.nand().faults().refuse_new_room(true);
         // Once a program was refused, room comes back: the programs stay ended (a failure
         // other than wear means the medium is not to be trusted further).
@@ -777,7 +790,7 @@ fn a_full_file_system_after_a_wear_turn_ends_its_programs() {
             0,
             "{scheme}: a program out of page order"
         );
-        let on_flash = reopen_and_count_written(ftl, &path, cfg, n);
+        let on_flash = reopen_and_count_written(ftl, &path, cfg, n, 1);
         assert_eq!(
             on_flash, programmed,
             "{scheme}: the pages programmed are the ones that read back"
@@ -798,7 +811,8 @@ fn pages_held_by_a_writer_when_the_device_wears_out_are_programmed() {
     for scheme in SchemeKind::ALL {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("h.img");
-        let (ftl, cfg, n, before, at_turn) = wear_out_holding_pages(&path, scheme);
+        let (ftl, cfg, n, before, at_turn) = wear_out_holding_pages(&path, scheme, 1);
+        let erases_at_turn = ftl.nand().stats().totals.erases;
         ftl.close().unwrap();
         let s = ftl.stats();
         println!(
@@ -812,8 +826,18 @@ fn pages_held_by_a_writer_when_the_device_wears_out_are_programmed() {
             "{scheme}: the writer held no page at the turn: the test proves nothing"
         );
         assert_eq!(s.pages_dropped_read_only, 0, "{scheme}");
+        let nand = ftl.nand().stats().totals;
+        assert_eq!(
+            nand.programs - before,
+            n,
+            "{scheme}: a program after the turn that is not a host page (a copy)"
+        );
+        assert_eq!(
+            nand.erases, erases_at_turn,
+            "{scheme}: an erase after the turn"
+        );
         assert_eq!(ftl.nand().violations(), 0, "{scheme}");
-        let on_flash = reopen_and_count_written(ftl, &path, cfg, n);
+        let on_flash = reopen_and_count_written(ftl, &path, cfg, n, 1);
         assert_eq!(on_flash, n, "{scheme}: every acknowledged write reads back");
     }
 }
@@ -833,13 +857,18 @@ fn a_program_failing_after_a_wear_turn_ends_a_block_mapped_schemes_programs() {
         }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("h.img");
-        let (ftl, cfg, n, before, _) = wear_out_holding_pages(&path, scheme);
+        let (ftl, cfg, n, before, _) = wear_out_holding_pages(&path, scheme, 1);
         ftl.nand().faults().set_random(
             FaultRates {
                 program: 1.0,
                 ..FaultRates::default()
             },
             7,
+        );
+        let at_faults = ftl.nand().stats().totals.programs - before;
+        assert!(
+            at_faults < n,
+            "{scheme}: every page was programmed before the faults: the test proves nothing"
         );
         ftl.close().unwrap();
         let failed = ftl.nand().faults().injected().program;
@@ -848,16 +877,62 @@ fn a_program_failing_after_a_wear_turn_ends_a_block_mapped_schemes_programs() {
         let dropped = ftl.stats().pages_dropped_read_only;
         println!("{scheme}: {programmed} pages programmed, {failed} failed, {dropped} dropped");
         assert_eq!(failed, 1, "{scheme}: programs went on after one failed");
-        assert!(
-            dropped > 0,
-            "{scheme}: nothing dropped: the test proves nothing"
-        );
+        assert!(dropped > 0, "{scheme}: the failed page was not dropped");
         assert_eq!(ftl.nand().violations(), 0, "{scheme}");
-        let on_flash = reopen_and_count_written(ftl, &path, cfg, n);
+        let on_flash = reopen_and_count_written(ftl, &path, cfg, n, 1);
         assert_eq!(
             on_flash + dropped,
             n,
             "{scheme}: every acknowledged page reads back or was counted dropped"
         );
+    }
+}
+
+/// Pages held at a wear turn whose place needs a merge, fold or step first (every logical
+/// block written and flushed, then written again: bast's and nftl's logs are full, rftl's
+/// primaries, gftl's data blocks) go where the scheme's rules need nothing moved (rftl's
+/// buffers, gftl's write buffer, fast's random logs) or are dropped and counted: after a
+/// reopen each page reads as its second write or, exactly for the pages counted dropped, its
+/// first. No copy is programmed after the turn and nothing is erased.
+#[test]
+fn pages_held_at_a_wear_turn_that_need_a_merge_are_dropped_and_counted() {
+    for scheme in SchemeKind::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.img");
+        let (ftl, cfg, n, before, at_turn) = wear_out_holding_pages(&path, scheme, 2);
+        let erases_at_turn = ftl.nand().stats().totals.erases;
+        ftl.close().unwrap();
+        let nand = ftl.nand().stats().totals;
+        let dropped = ftl.stats().pages_dropped_read_only;
+        println!(
+            "{scheme}: {} programs by the turn, {} after it, {dropped} pages dropped",
+            at_turn - before,
+            nand.programs - at_turn
+        );
+        assert!(
+            at_turn - before < n,
+            "{scheme}: the writer held no page at the turn: the test proves nothing"
+        );
+        assert_eq!(
+            nand.erases, erases_at_turn,
+            "{scheme}: an erase after the turn"
+        );
+        assert!(
+            nand.programs - at_turn <= n - dropped,
+            "{scheme}: more programs after the turn than pages it kept (copies)"
+        );
+        assert_eq!(ftl.nand().violations(), 0, "{scheme}");
+        let on_flash = reopen_and_count_written(ftl, &path, cfg, n, 2);
+        assert_eq!(
+            on_flash + dropped,
+            n,
+            "{scheme}: every second write reads back or was counted dropped"
+        );
+        if matches!(scheme, SchemeKind::Bast | SchemeKind::Nftl) {
+            assert!(
+                dropped > 0,
+                "{scheme}: full logs took pages without a merge"
+            );
+        }
     }
 }

@@ -202,6 +202,8 @@ impl HybridPlacer {
         let s = self.scheme.clone();
         let (lbn, ppb, sps) = (page.lbn, s.layout.pages_per_block, s.layout.slots_per_page);
         let starts_block = page.in_order_from(0, s.spb);
+        // After a wear turn: no new SW log can be opened (no free block).
+        let mut no_new_sw = false;
         loop {
             let turn = match Placing::now(core) {
                 Placing::Free => false,
@@ -223,9 +225,12 @@ impl HybridPlacer {
                     return Target::Program(self.addr(sw, p));
                 }
             }
-            // 2. Offset 0 of a logical block starts a new SW log; the old one is merged (after
-            // a wear turn, which merges nothing, such a page goes to the RW log instead).
-            if starts_block && !(turn && logs.sw.is_some()) {
+            // 2. Offset 0 of a logical block starts a new SW log; the old one is merged. After
+            // a wear turn, which merges nothing, such a page goes to the RW log instead unless
+            // a new SW log can be opened without one.
+            if starts_block
+                && !(turn && (no_new_sw || logs.sw.is_some() || logs.in_use() >= s.log_limit))
+            {
                 if let Some(sw) = logs.sw {
                     let owner = logs.blocks.get(&sw).and_then(|lb| lb.owner);
                     drop(logs);
@@ -272,9 +277,7 @@ impl HybridPlacer {
                             logs.sw = Some(b);
                         }
                     });
-                    if turn && new.is_none() {
-                        return Target::ReadOnly;
-                    }
+                    no_new_sw = turn && new.is_none();
                     continue;
                 }
             } else {

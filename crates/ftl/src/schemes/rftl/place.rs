@@ -70,7 +70,13 @@ impl RftlPlacer {
                 stepped = true;
                 continue;
             }
+            // After a wear turn a job cut short (a compaction, whose destination is none of
+            // the roles yet) holds the blocks the rules allow: no block is added to them.
+            let may_alloc = !turn || st.job.is_none();
             if st.primary.is_none() {
+                if !may_alloc {
+                    return Target::ReadOnly;
+                }
                 match s.alloc(core, s.plan.home(lbn)) {
                     Some(b) => st.primary = Some(Blk::fresh(b)),
                     None => return Target::ReadOnly,
@@ -81,6 +87,9 @@ impl RftlPlacer {
                 return Target::Program(s.addr(p.block, page));
             }
             if st.buffer.is_none() {
+                if !may_alloc {
+                    return Target::ReadOnly;
+                }
                 let home = s.plan.home(lbn);
                 let primary_bank = st.primary.map(|p| s.bank_of(p.block));
                 match s.alloc(core, s.plan.log_bank(primary_bank, home)) {
