@@ -1226,3 +1226,133 @@ fn flushed_data_survives_kill9_with_trims_partial_writes_and_racing_connections(
         assert!(d.stop().success(), "{}", d.log());
     }
 }
+
+/// A device that wears out under an NBD client (`[faults]` erases failing often enough that
+/// its spare blocks run out within seconds), for every scheme: writes get `EPERM` once it
+/// turns read-only, the SIGTERM stop still exits 0, and the restart serves it read-only with
+/// the reason. Every block reads as its last flushed generation or a later acknowledged one,
+/// and a block short of its last acknowledged write is one the stop counted (it logs the
+/// pages it could not program; the page scheme loses none). On the 16 KiB-page `tlc` preset
+/// (rftl and gftl, whose steps need an erase to fit a copy: `slc-small-004`), acknowledged
+/// writes wait in partly filled pages at the turn, and are programmed after it where the
+/// scheme can.
+#[test]
+fn a_device_that_wears_out_over_nbd_loses_only_what_its_stop_counts() {
+    let seed = seed();
+    for (scheme, preset, slots) in [
+        ("page", "tlc", 4),
+        ("bast", "tlc", 4),
+        ("fast", "tlc", 4),
+        ("nftl", "tlc", 4),
+        ("rftl", "slc-small-004", 1),
+        ("gftl", "slc-small-004", 1),
+    ] {
+        let conf = tempfile::tempdir().expect("tempdir");
+        let conf_file = conf.path().join("ftld.toml");
+        std::fs::write(
+            &conf_file,
+            format!("[faults]\nerase = 0.3\nseed = {seed}\n"),
+        )
+        .expect("config");
+        let mut d = Daemon::start_with(
+            FTLD,
+            DaemonOpts {
+                preset: preset.into(),
+                capacity: "48M".into(),
+                extra: vec![
+                    "--ftl".into(),
+                    scheme.into(),
+                    "--config".into(),
+                    conf_file.display().to_string(),
+                ],
+                ..Default::default()
+            },
+        );
+        let mut c = Client::connect(&d.socket()).expect("connect");
+        let used = c.size / BLOCK as u64 / 2;
+        let (mut acked, mut durable) = (vec![0u64; used as usize], vec![0u64; used as usize]);
+        let mut rng = Rng::new(seed);
+        let mut gen = 0u64;
+        // The write that failed: its block may read as it or as before.
+        let mut failed = None;
+        'writing: while gen < 2_000_000 {
+            for _ in 0..64 {
+                gen += 1;
+                let b = rng.below(used);
+                match c.write(b * BLOCK as u64, &stamped(b, gen)).expect("write") {
+                    0 => acked[b as usize] = gen,
+                    errno => {
+                        assert_eq!(errno, 1, "{scheme}: a write on the worn device: EPERM");
+                        failed = Some((b, gen));
+                        break 'writing;
+                    }
+                }
+            }
+            if c.flush().is_err() {
+                break;
+            }
+            durable.copy_from_slice(&acked);
+        }
+        assert!(gen < 2_000_000, "{scheme}: never wore out");
+        assert!(
+            c.flush().is_err(),
+            "{scheme}: a flush on a device that turned read-only"
+        );
+        c.disconnect();
+        assert!(
+            d.stop().success(),
+            "{scheme}: the stop of a worn device failed"
+        );
+        let log = d.log();
+        assert!(
+            log.contains("device is now read-only: spare blocks exhausted"),
+            "{scheme}: {log}"
+        );
+        // "N pages of acknowledged writes or trims were never programmed".
+        let dropped: u64 = log
+            .lines()
+            .find_map(|l| {
+                let (_, rest) = l.split_once("ERROR ftl: ")?;
+                let (n, _) = rest.split_once(" pages of acknowledged writes")?;
+                n.parse().ok()
+            })
+            .unwrap_or(0);
+        d.restart();
+        let mut c = Client::connect(&d.socket()).expect("connect after the restart");
+        let mut lost = 0;
+        for b in 0..used {
+            let data = c.read(b * BLOCK as u64, BLOCK as u32).expect("read");
+            let got = if data.iter().all(|&x| x == 0) {
+                0
+            } else {
+                parse_stamp(b, &data).unwrap_or_else(|e| panic!("{scheme}: block {b}: {e}"))
+            };
+            let (d_gen, a_gen) = (durable[b as usize], acked[b as usize]);
+            if failed == Some((b, got)) {
+                continue;
+            }
+            assert!(
+                d_gen <= got && got <= a_gen,
+                "{scheme}: block {b} reads generation {got}: flushed {d_gen}, acknowledged {a_gen}"
+            );
+            lost += u64::from(got != a_gen);
+        }
+        c.disconnect();
+        eprintln!(
+            "{scheme} on {preset}: worn out after {gen} writes; {lost} acknowledged writes lost, \
+             {dropped} pages counted never programmed"
+        );
+        assert!(
+            lost <= dropped * slots,
+            "{scheme}: {lost} writes lost, the stop counted {dropped} pages"
+        );
+        if scheme == "page" {
+            assert_eq!(lost, 0, "page: {dropped} pages dropped");
+        }
+        assert!(
+            d.log().contains("read-only"),
+            "{scheme}: the restart does not say it serves read-only"
+        );
+        d.stop();
+    }
+}
