@@ -1275,6 +1275,7 @@ fn a_device_that_wears_out_over_nbd_loses_only_what_its_stop_counts() {
         let mut gen = 0u64;
         // The write that failed: its block may read as it or as before.
         let mut failed = None;
+        let mut worn = false;
         'writing: while gen < 2_000_000 {
             for _ in 0..64 {
                 gen += 1;
@@ -1284,16 +1285,18 @@ fn a_device_that_wears_out_over_nbd_loses_only_what_its_stop_counts() {
                     errno => {
                         assert_eq!(errno, 1, "{scheme}: a write on the worn device: EPERM");
                         failed = Some((b, gen));
+                        worn = true;
                         break 'writing;
                     }
                 }
             }
             if c.flush().is_err() {
+                worn = true;
                 break;
             }
             durable.copy_from_slice(&acked);
         }
-        assert!(gen < 2_000_000, "{scheme}: never wore out");
+        assert!(worn, "{scheme}: never wore out");
         assert!(
             c.flush().is_err(),
             "{scheme}: a flush on a device that turned read-only"
@@ -1308,17 +1311,29 @@ fn a_device_that_wears_out_over_nbd_loses_only_what_its_stop_counts() {
             log.contains("device is now read-only: spare blocks exhausted"),
             "{scheme}: {log}"
         );
-        // "N pages of acknowledged writes or trims were never programmed".
-        let dropped: u64 = log
-            .lines()
-            .find_map(|l| {
-                let (_, rest) = l.split_once("ERROR ftl: ")?;
-                let (n, _) = rest.split_once(" pages of acknowledged writes")?;
-                n.parse().ok()
-            })
-            .unwrap_or(0);
+        // "N pages of acknowledged writes or trims were never programmed" (`Ftl::close`).
+        let dropped: u64 = match log.lines().find(|l| l.contains("were never programmed")) {
+            None => 0,
+            Some(line) => line
+                .split_once("ERROR ftl: ")
+                .and_then(|(_, rest)| rest.split_once(" pages of acknowledged writes"))
+                .and_then(|(n, _)| n.parse().ok())
+                .unwrap_or_else(|| panic!("{scheme}: cannot read the count in {line:?}")),
+        };
+        let log_before = log.len();
         d.restart();
+        let restarted = d.log()[log_before..].to_string();
+        assert!(
+            restarted.contains("read-only"),
+            "{scheme}: the restart does not say it serves read-only: {restarted}"
+        );
         let mut c = Client::connect(&d.socket()).expect("connect after the restart");
+        assert_eq!(
+            c.write(0, &stamped(0, gen + 1))
+                .expect("write after the restart"),
+            1,
+            "{scheme}: a write after the restart of a worn device: EPERM"
+        );
         let mut lost = 0;
         for b in 0..used {
             let data = c.read(b * BLOCK as u64, BLOCK as u32).expect("read");
@@ -1350,9 +1365,8 @@ fn a_device_that_wears_out_over_nbd_loses_only_what_its_stop_counts() {
             assert_eq!(lost, 0, "page: {dropped} pages dropped");
         }
         assert!(
-            d.log().contains("read-only"),
-            "{scheme}: the restart does not say it serves read-only"
+            d.stop().success(),
+            "{scheme}: the stop after the restart failed"
         );
-        d.stop();
     }
 }

@@ -18,7 +18,8 @@
 //! After a wear turn (`Placing::AfterWearTurn`) nothing is merged: a page goes where the rules
 //! above put it without a merge first (its own log block or the SW log while they have room,
 //! a new log from the free blocks while the pool has one; under FAST a page that would start a
-//! new SW log while one exists goes to the writer's RW log instead), or is dropped.
+//! new SW log goes to the writer's RW log instead when one exists, the pool is full or no free
+//! block is left), or is dropped.
 //!
 //! The writer holds the logical block's lock from `target` to `committed` of each page (a
 //! count per logical block: several of its pages may be in flight). See `locks.rs` for the
