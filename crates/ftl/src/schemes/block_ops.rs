@@ -48,9 +48,21 @@ impl Placing {
         }
     }
 
-    /// Whether a writer stops waiting for a logical block's lock or placing. (After a wear
-    /// turn it waits on: the holder is a writer programming what it acknowledged, and
-    /// releases the lock at each commit.)
+    /// Whether the device wore out (`Some(true)`), is writable (`Some(false)`), or takes no
+    /// more programs (`None`: the placer returns [`Target::ReadOnly`]).
+    pub(crate) fn after_turn(core: &Core) -> Option<bool> {
+        match Placing::now(core) {
+            Placing::Free => Some(false),
+            Placing::AfterWearTurn => Some(true),
+            Placing::Stop => None,
+        }
+    }
+
+    /// Whether a writer stops waiting for a logical block's lock or placing: after a power cut
+    /// the holder is gone; once the device is read-only for another reason the holder may
+    /// never release it, and nothing will be programmed anyway. (After a wear turn it waits
+    /// on: the holder is a writer programming what it acknowledged, and releases the lock at
+    /// each commit.)
     pub(crate) fn gave_up(core: &Core) -> bool {
         Placing::now(core) == Placing::Stop
     }

@@ -62,14 +62,6 @@ struct HybridPlacer {
     no_space_rounds: u32,
 }
 
-/// Whether a writer waiting for a logical-block lock stops waiting: after a power cut the
-/// holder is gone; once the device is read-only (a program failed for a reason other than a
-/// medium fault, e.g. a broken rule) the holder may never release it, and nothing will be
-/// programmed anyway. After a wear turn it waits on (`Placing::gave_up`).
-fn gave_up(core: &Core) -> bool {
-    Placing::gave_up(core)
-}
-
 impl HybridPlacer {
     fn inflight(&self) -> u32 {
         self.held.inflight()
@@ -78,7 +70,8 @@ impl HybridPlacer {
     /// Takes `lbn`'s lock; `false`: ask for a drain (waiting for it would hold others), or
     /// the writers are gone (a power cut).
     fn acquire(&mut self, core: &Core, lbn: u32) -> bool {
-        self.held.acquire(&self.scheme.locks, lbn, || gave_up(core))
+        self.held
+            .acquire(&self.scheme.locks, lbn, || Placing::gave_up(core))
     }
 
     /// One program of `lbn` is done (committed, or failed): release the lock after the last.
@@ -92,7 +85,7 @@ impl HybridPlacer {
         let locks = &self.scheme.locks;
         locks.unlock(lbn);
         locks.wait_release();
-        if !locks.lock(lbn, || gave_up(core)) {
+        if !locks.lock(lbn, || Placing::gave_up(core)) {
             // Power cut or read-only: the caller returns at once. The lock is not ours any
             // more, so it must not be released on our behalf.
             self.held.forget(lbn);
@@ -146,10 +139,8 @@ impl HybridPlacer {
         let s = self.scheme.clone();
         let (lbn, ppb) = (page.lbn, s.layout.pages_per_block);
         loop {
-            let turn = match Placing::now(core) {
-                Placing::Free => false,
-                Placing::AfterWearTurn => true,
-                Placing::Stop => return Target::ReadOnly,
+            let Some(turn) = Placing::after_turn(core) else {
+                return Target::ReadOnly;
             };
             let mut logs = s.logs.lock();
             let now = logs.tick();
@@ -206,10 +197,8 @@ impl HybridPlacer {
         // After a wear turn: no new SW log can be opened (no free block).
         let mut no_new_sw = false;
         loop {
-            let turn = match Placing::now(core) {
-                Placing::Free => false,
-                Placing::AfterWearTurn => true,
-                Placing::Stop => return Target::ReadOnly,
+            let Some(turn) = Placing::after_turn(core) else {
+                return Target::ReadOnly;
             };
             let mut logs = s.logs.lock();
             let now = logs.tick();

@@ -57,10 +57,8 @@ impl RftlPlacer {
         let mut st = s.state[lbn as usize].lock();
         let mut stepped = false;
         loop {
-            let turn = match Placing::now(core) {
-                Placing::Free => false,
-                Placing::AfterWearTurn => true,
-                Placing::Stop => return Target::ReadOnly,
+            let Some(turn) = Placing::after_turn(core) else {
+                return Target::ReadOnly;
             };
             if !turn && !stepped && st.job.is_some() {
                 if self.held.inflight() > 0 {
