@@ -6,7 +6,8 @@ Every experiment script takes:
   --ftld PATH    the ftld binary [default: $FTLD, else target/release/ftld, built if missing]
   --out DIR      where results go [default: experiments/results/<experiment>, the stored
                  full-size results; with --quick target/experiments-quick/<experiment>, so a
-                 reduced run does not overwrite them]
+                 reduced run does not overwrite them]. Its earlier results are replaced; a
+                 directory that holds anything else is refused (see MARKER), never emptied
 Only the Python standard library is used (gc_bound.py also runs libnbd's nbdsh, Debian
 python3-libnbd, as an NBD client).
 """
@@ -23,6 +24,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Written into every output directory an experiment makes: a later run may empty a directory
+# that has it (or a default one, which only experiments write), and refuses any other non-empty
+# directory, so `--out .` or `--out ~` never deletes a user's files.
+MARKER = ".ftld-experiment"
+
 
 def parse_args(name, description):
     p = argparse.ArgumentParser(prog=name, description=description)
@@ -32,7 +38,8 @@ def parse_args(name, description):
     a = p.parse_args()
     a.name = name
     a.ftld = find_ftld(a.ftld)
-    if a.out:
+    given = a.out is not None
+    if given:
         a.out = Path(a.out)
     elif a.quick:
         target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
@@ -40,10 +47,28 @@ def parse_args(name, description):
         print(f"{name}: a reduced run: results in {a.out}", file=sys.stderr)
     else:
         a.out = ROOT / "experiments" / "results" / name
-    if a.out.exists():
-        shutil.rmtree(a.out)
-    a.out.mkdir(parents=True)
+    prepare_out(a.out, given)
     return a
+
+
+def prepare_out(out, given):
+    """Makes `out` an empty directory for this run's results. An existing one is emptied only
+    if an experiment wrote it (it has MARKER, or it is a default location and `given` is
+    false); any other non-empty path is refused with an error naming it."""
+    if out.exists() or out.is_symlink():
+        if not out.is_dir() or out.is_symlink():
+            sys.exit(f"--out {out}: exists and is not a directory; name a new or empty directory")
+        entries = sorted(e.name for e in out.iterdir())
+        if entries and given and MARKER not in entries:
+            shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+            sys.exit(
+                f"--out {out}: the directory holds files no experiment wrote ({shown}); "
+                f"name a new or empty directory (an experiment's own output directory, "
+                f"marked by {MARKER}, is replaced)"
+            )
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    (out / MARKER).write_text("results of an ftld experiment script; a rerun replaces them\n")
 
 
 def find_ftld(given):

@@ -416,3 +416,55 @@ fn rftl_table5() {
         "{rows:?}"
     );
 }
+
+/// `--out` names a directory a rerun replaces: one holding anything an experiment did not
+/// write (a user's notes, `--out .`) is refused before any run, and nothing in it is deleted;
+/// an experiment's own earlier output (it has the marker) is replaced.
+#[test]
+fn an_out_directory_with_other_files_is_refused_and_kept() {
+    if !python() {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = tempfile::tempdir().unwrap();
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, "mine").unwrap();
+    let script = root.join("experiments").join("waf_limit.py");
+    let o = Command::new("python3")
+        .arg(&script)
+        .args(["--quick", "--ftld", FTLD, "--out"])
+        .arg(dir.path())
+        .output()
+        .expect("running python3");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "ran into a user's directory: {err}");
+    assert!(
+        err.contains("holds files no experiment wrote (notes.txt)"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "mine");
+    // A file is not a directory to write into.
+    let o = Command::new("python3")
+        .arg(&script)
+        .args(["--quick", "--ftld", FTLD, "--out"])
+        .arg(&notes)
+        .output()
+        .expect("running python3");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is not a directory"));
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "mine");
+    // An experiment's own output directory (marked) is replaced by a rerun.
+    let out = dir.path().join("results");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join(".ftld-experiment"), "").unwrap();
+    std::fs::write(out.join("stale.json"), "").unwrap();
+    let o = Command::new("python3")
+        .arg(&script)
+        .args(["--quick", "--ftld", FTLD, "--out"])
+        .arg(&out)
+        .output()
+        .expect("running python3");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!out.join("stale.json").exists());
+    assert!(out.join("results.json").exists() && out.join(".ftld-experiment").exists());
+}
