@@ -239,7 +239,8 @@ pub enum InterconnectKind {
 /// Options that choose and shape an image (shared by `serve` and `format`).
 #[derive(Args, Debug, Default, Clone)]
 pub struct ImageArgs {
-    /// The image file [default: ./ftld-data/ftld.img].
+    /// The image file [default: ./ftld-data/ftld.img; for `ftld replay` a scratch image,
+    /// removed afterwards].
     #[arg(long, value_name = "PATH")]
     pub image: Option<PathBuf>,
     /// NAND preset for a new image (`ftld presets` lists them) [default: default].

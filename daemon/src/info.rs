@@ -197,6 +197,14 @@ fn spare(info: &ImageInfo) -> String {
             info.need_settings,
             usable - need
         ),
+        // As the open decides: short of the need with no block gone bad yet (settings that
+        // ask for more open blocks than the format set aside), the device is writable until
+        // its first bad block.
+        Some(need) if info.data_bad_blocks == 0 => format!(
+            "{usable} usable, {need} needed by {} with {}: writable, but the device turns \
+             read-only at its first bad block",
+            info.ftl, info.need_settings
+        ),
         Some(need) => format!(
             "{usable} usable, {need} needed by {} with {}: spare blocks exhausted, the device \
              opens read-only",
@@ -233,6 +241,7 @@ mod tests {
             bad_blocks: 0,
             total_blocks: 16,
             usable_blocks: 12,
+            data_bad_blocks: 0,
             blocks_needed: Some(10),
             need_settings: "the default settings".into(),
         }
@@ -247,11 +256,23 @@ mod tests {
         );
         let worn = ImageInfo {
             usable_blocks: 9,
+            data_bad_blocks: 3,
             ..info(Some(3), true, 0)
         };
         let r = render(&worn);
         assert!(
             r.contains("spare blocks exhausted, the device opens read-only"),
+            "{r}"
+        );
+        // Short of the need with no block gone bad: settings that ask for more frontiers
+        // than the format set aside; the open is writable (as `serve` finds).
+        let short = ImageInfo {
+            usable_blocks: 9,
+            ..info(Some(3), true, 0)
+        };
+        let r = render(&short);
+        assert!(
+            r.contains("9 usable, 10 needed by page with the default settings: writable, but the device turns read-only at its first bad block"),
             "{r}"
         );
         let worn = ImageInfo {

@@ -54,10 +54,21 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     // opened or aged: a wrong path or a file of no known format fails at once. A workload is
     // sized where the capacity is known.
     let source = match &args.workload {
-        Some(w) => Source::Workload(
-            w.parse()
-                .map_err(|e| UsageError(format!("--workload {w:?}: {e}")))?,
-        ),
+        Some(w) => {
+            let spec: WorkloadSpec = w
+                .parse()
+                .map_err(|e| UsageError(format!("--workload {w:?}: {e}")))?;
+            // Open loop at a rate and a closed loop of N outstanding contradict each other;
+            // taking either silently would change every figure.
+            if let (Some(iops), Some(n)) = (spec.iops, args.queue_depth) {
+                return Err(UsageError(format!(
+                    "--workload {w:?}: iops={iops} (open loop at that rate) contradicts \
+                     --queue-depth {n} (closed loop): drop one"
+                ))
+                .into());
+            }
+            Source::Workload(spec)
+        }
         None => Source::Trace(open_trace(args)?),
     };
     let timing = match (args.timing, &args.target) {
@@ -183,6 +194,17 @@ fn replay_image(
             timing.name()
         );
     }
+    // The file's `image` is a served device's too: a replay on it would overwrite what that
+    // device holds. Only --image names the image a replay changes.
+    if let (Some(image), None, Some(path)) = (&file.image, &args.image.image, &args.image.config) {
+        note!(
+            "note: {}: image = {} applies to ftld serve; this replay runs on a scratch image \
+             (--image {} replays on that image, and changes it)",
+            path.display(),
+            image.display(),
+            image.display()
+        );
+    }
     let mut settings = config::resolve_image(&args.image, &file)?;
     // Armed once preconditioning is done (below): the aged state is the same with or without
     // them; from then on the requests, GC and the close meet them.
@@ -196,14 +218,14 @@ fn replay_image(
     if timing == ReplayTiming::Virtual && args.image.queues.is_none() && !file.ftl_queues_set {
         settings.ftl.queues = VIRTUAL_QUEUES;
     }
-    if args.power_cut && args.image.image.is_none() && file.image.is_none() {
+    if args.power_cut && args.image.image.is_none() {
         return Err(UsageError(
             "--power-cut leaves an image to recover: it needs --image (a scratch image is removed)"
                 .into(),
         )
         .into());
     }
-    let scratch = if args.image.image.is_none() && file.image.is_none() {
+    let scratch = if args.image.image.is_none() {
         let dir = std::env::temp_dir().join(format!("ftld-replay-{}", std::process::id()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         settings.path = dir.join("scratch.img");
@@ -564,7 +586,7 @@ fn report(args: &ReplayArgs, summary: &Summary) -> anyhow::Result<()> {
         .as_ref()
         .map_or_else(|| "unknown".to_string(), |g| g.erases.to_string());
     out!(
-        "  WAF {waf}, GC erases {erases}, adjusted {:?}, errors {}",
+        "  WAF {waf}, GC erases {erases}, requests adjusted: {}, errors {}",
         summary.adjusted,
         summary.errors
     );

@@ -780,6 +780,51 @@ fn info_on_a_missing_image_names_it() {
 /// (a fresh 32 MiB image needed 192 blocks of its 175 before 2026-12-01). A bad `[ftl]` value
 /// in that file is a usage error naming it.
 #[test]
+fn info_says_settings_short_of_spare_on_a_device_with_no_bad_block_open_writable() {
+    // A 128 MiB default image (formatted for one frontier a bank) served with hot/cold
+    // separation needs a block more than it has: the open is writable and warns that the
+    // first bad block turns it read-only; `info` with those settings says the same.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("d.img");
+    let conf = dir.path().join("hc.toml");
+    std::fs::write(&conf, "[ftl]\nseparation = \"hot-cold\"\n").expect("config");
+    run_ok(
+        Command::new(FTLD)
+            .args(["format", "--capacity", "128M", "--image"])
+            .arg(&img),
+    );
+    let out = run_ok(
+        Command::new(FTLD)
+            .args(["info", "--json", "--config"])
+            .arg(&conf)
+            .arg(&img),
+    );
+    let v: Value = serde_json::from_str(&out).expect("info JSON");
+    let (usable, need) = (
+        v["usable_blocks"].as_u64().expect("usable"),
+        v["blocks_needed"].as_u64().expect("need"),
+    );
+    assert!(usable < need, "the case this test is for: {v:#}");
+    assert_eq!(v["data_bad_blocks"], 0, "{v:#}");
+    let text = run_ok(
+        Command::new(FTLD)
+            .arg("info")
+            .arg("--config")
+            .arg(&conf)
+            .arg(&img),
+    );
+    assert!(
+        text.contains(&format!(
+            "{usable} usable, {need} needed by page with the settings of {}: writable, but the \
+             device turns read-only at its first bad block",
+            conf.display()
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("opens read-only"), "{text}");
+}
+
+#[test]
 fn info_counts_the_need_for_the_settings_given_and_hot_cold_images_have_slack() {
     let dir = tempfile::tempdir().expect("tempdir");
     let img = dir.path().join("hc.img");

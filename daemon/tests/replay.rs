@@ -276,6 +276,13 @@ fn bad_input_gets_a_clear_error() {
             "--queue-depth",
             "4",
         ][..],
+        // Nor does it send at a rate.
+        &[
+            "--workload",
+            "random,requests=10,iops=1000",
+            "--queue-depth",
+            "4",
+        ][..],
     ] {
         let o = ftld(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
@@ -309,6 +316,53 @@ fn bad_input_gets_a_clear_error() {
         assert_ne!(o.status.code(), Some(0), "{}", text(&o));
         assert!(text(&o).contains(why), "{}", text(&o));
     }
+}
+
+/// A served device's config names its image: a replay with that config runs on a scratch
+/// image and says so, and the served image is not changed; `--image` replays on it.
+#[test]
+fn a_served_devices_config_does_not_make_a_replay_overwrite_its_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("disk0.img");
+    let o = Command::new(env!("CARGO_BIN_EXE_ftld"))
+        .args(["format", "--capacity", "64M", "--image"])
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let before = std::fs::read(&image).unwrap();
+    let cfg = dir.path().join("serve.toml");
+    std::fs::write(&cfg, format!("image = {:?}\n", image.to_str().unwrap())).unwrap();
+    let c = cfg.to_str().unwrap();
+    let o = ftld(&["--workload", "random,requests=2000", "--config", c]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("applies to ftld serve; this replay runs on a scratch image"),
+        "{}",
+        text(&o)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["config"]["image"], serde_json::Value::Null, "{v:#}");
+    assert!(
+        std::fs::read(&image).unwrap() == before,
+        "the served image changed"
+    );
+    // Named with --image, the replay runs on it.
+    let i = image.to_str().unwrap();
+    let o = ftld(&[
+        "--workload",
+        "random,requests=2000",
+        "--config",
+        c,
+        "--image",
+        i,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        std::fs::read(&image).unwrap() != before,
+        "--image left the image as it was"
+    );
 }
 
 /// A blktrace of two disks: refused with the devices named, replayed one at a time with

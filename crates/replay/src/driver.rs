@@ -95,6 +95,29 @@ pub struct Adjusted {
     pub empty: u64,
 }
 
+impl std::fmt::Display for Adjusted {
+    /// The non-zero counts, as `wrapped 3, unaligned 12` (`none` if every request was
+    /// replayed as the trace has it).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let counts = [
+            ("wrapped", self.wrapped),
+            ("refused", self.refused),
+            ("unaligned", self.unaligned),
+            ("reordered", self.reordered),
+            ("empty", self.empty),
+        ];
+        let mut any = false;
+        for (name, n) in counts.iter().filter(|(_, n)| *n > 0) {
+            write!(f, "{}{name} {n}", if any { ", " } else { "" })?;
+            any = true;
+        }
+        if !any {
+            f.write_str("none")?;
+        }
+        Ok(())
+    }
+}
+
 /// Why a replay stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {

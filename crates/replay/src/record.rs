@@ -67,19 +67,38 @@ fn hist() -> Histogram<u64> {
     Histogram::new(3).unwrap_or_else(|_| unreachable!("3 significant digits are valid"))
 }
 
-fn summary(h: &Histogram<u64>, bytes: u64) -> OpSummary {
+/// What a histogram rounds, kept exactly: the sum and the largest of the latencies (ns). A
+/// histogram's max is the top of its bucket (up to 0.1 % above the largest value, which made
+/// RFTL's write maximum read as over its bound when it met it exactly), and its mean counts
+/// a latency of 0 as 1 ns.
+#[derive(Clone, Copy, Default)]
+struct Exact {
+    sum: u128,
+    max: u64,
+}
+
+impl Exact {
+    fn add(&mut self, ns: u64) {
+        self.sum += u128::from(ns);
+        self.max = self.max.max(ns);
+    }
+}
+
+fn summary(h: &Histogram<u64>, bytes: u64, exact: Exact) -> OpSummary {
     let us = |ns: u64| ns as f64 / 1000.0;
     if h.is_empty() {
         return OpSummary::default();
     }
+    // Percentiles from the histogram (3 significant digits), never above the true maximum.
+    let at = |q: f64| us(h.value_at_quantile(q).min(exact.max));
     OpSummary {
         count: h.len(),
         bytes,
-        mean_us: h.mean() / 1000.0,
-        p50_us: us(h.value_at_quantile(0.5)),
-        p99_us: us(h.value_at_quantile(0.99)),
-        p999_us: us(h.value_at_quantile(0.999)),
-        max_us: us(h.max()),
+        mean_us: exact.sum as f64 / h.len() as f64 / 1000.0,
+        p50_us: at(0.5),
+        p99_us: at(0.99),
+        p999_us: at(0.999),
+        max_us: us(exact.max),
     }
 }
 
@@ -89,6 +108,7 @@ struct Open {
     read_bytes: u64,
     write_bytes: u64,
     latency_sum: u128,
+    latency_max: u64,
     hist: Histogram<u64>,
     waf_at_start: Option<(u64, u64)>,
 }
@@ -96,6 +116,7 @@ struct Open {
 /// Collects a replay's measurements.
 pub struct Recorder {
     hists: [Histogram<u64>; 4],
+    exact: [Exact; 4],
     bytes: [u64; 4],
     csv: Option<BufWriter<File>>,
     interval_ns: u64,
@@ -143,6 +164,7 @@ impl Recorder {
         };
         Ok(Recorder {
             hists: [hist(), hist(), hist(), hist()],
+            exact: [Exact::default(); 4],
             bytes: [0; 4],
             csv,
             interval_ns: interval_ns.max(1),
@@ -173,6 +195,7 @@ impl Recorder {
         let i = idx(op);
         // `record` only fails for values past the histogram's range, which auto-resize grows.
         let _ = self.hists[i].record(latency.max(1));
+        self.exact[i].add(latency);
         self.bytes[i] += len;
         self.last_done_ns = self.last_done_ns.max(arrival + latency);
         if let Some(w) = &mut self.csv {
@@ -213,6 +236,7 @@ impl Recorder {
                 _ => {}
             }
             o.latency_sum += u128::from(latency);
+            o.latency_max = o.latency_max.max(latency);
             let _ = o.hist.record(latency.max(1));
         }
     }
@@ -233,6 +257,7 @@ impl Recorder {
                 read_bytes: 0,
                 write_bytes: 0,
                 latency_sum: 0,
+                latency_max: 0,
                 hist: hist(),
                 waf_at_start: waf.waf_counters(),
             });
@@ -267,8 +292,8 @@ impl Recorder {
             } else {
                 o.latency_sum as f64 / o.requests as f64 / 1000.0
             },
-            p99_latency_us: o.hist.value_at_quantile(0.99) as f64 / 1000.0,
-            max_latency_us: o.hist.max() as f64 / 1000.0,
+            p99_latency_us: o.hist.value_at_quantile(0.99).min(o.latency_max) as f64 / 1000.0,
+            max_latency_us: o.latency_max as f64 / 1000.0,
             waf: ratio(n1 - n0, h1 - h0),
             cumulative_waf: ratio(n1 - no, h1 - ho),
         });
@@ -288,7 +313,11 @@ impl Recorder {
 
     /// Latency figures of `op`.
     pub fn op_summary(&self, op: Op) -> OpSummary {
-        summary(&self.hists[idx(op)], self.bytes[idx(op)])
+        summary(
+            &self.hists[idx(op)],
+            self.bytes[idx(op)],
+            self.exact[idx(op)],
+        )
     }
 
     /// The latency histogram of `op` (ns), for the CDF plot.
@@ -309,5 +338,36 @@ impl Recorder {
         // Nothing written: no ratio (`null`), not 0.
         let dh = h.checked_sub(h0).filter(|&d| d > 0)?;
         Some(n.saturating_sub(n0) as f64 / dh as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The summary's maximum and mean are the recorded latencies', not the histogram's
+    /// rounding: a latency equal to a bound reads as equal to it (RFTL's write bound), and
+    /// requests that took no time have a mean of 0.
+    #[test]
+    fn the_maximum_and_mean_are_exact() {
+        let mut r = Recorder::new(&NoWaf, None, 1_000_000_000).unwrap();
+        for (i, ns) in [1_000_000, 1_751_563, 900_000].into_iter().enumerate() {
+            r.record(&NoWaf, i as u64 * 10, Op::Write, 0, 4096, ns);
+        }
+        for i in 0..3 {
+            r.record(&NoWaf, 100 + i, Op::Flush, 0, 0, 0);
+        }
+        r.finish(&NoWaf).unwrap();
+        let w = r.op_summary(Op::Write);
+        assert_eq!(w.max_us, 1751.563);
+        assert!(
+            (w.mean_us - 3_651_563.0 / 3.0 / 1000.0).abs() < 1e-9,
+            "{w:?}"
+        );
+        assert!(w.p99_us <= w.max_us && w.p999_us <= w.max_us, "{w:?}");
+        let f = r.op_summary(Op::Flush);
+        assert_eq!((f.count, f.mean_us, f.max_us, f.p50_us), (3, 0.0, 0.0, 0.0));
+        assert_eq!(r.intervals[0].max_latency_us, 1751.563);
+        assert!(r.intervals[0].p99_latency_us <= 1751.563);
     }
 }

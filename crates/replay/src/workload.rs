@@ -196,7 +196,7 @@ impl std::str::FromStr for WorkloadSpec {
                         .map_err(|_| format!("iops={v}: not a rate"))?;
                     // Down to one request in 1000 s (slower would leave a virtual-time run
                     // simulating idle time for days of wall time).
-                    if !(1e-3..1e9).contains(&x) {
+                    if !(1e-3..=1e9).contains(&x) {
                         return Err(format!("iops={v}: out of range (0.001 to 1e9)"));
                     }
                     w.iops = Some(x);
@@ -474,6 +474,9 @@ mod tests {
             "thinktime,think=1ms,every=64,long=100ms,pattern=random",
             "hotcold,hot=80/20,iops=500,arrival=poisson",
             "random,requests=5.3e6,bs=4k",
+            // The ends of the range its error names.
+            "random,iops=1e9",
+            "random,iops=0.001",
         ] {
             ok.parse::<WorkloadSpec>().expect(ok);
         }

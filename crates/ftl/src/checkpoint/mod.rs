@@ -1148,6 +1148,10 @@ pub struct ImageInfo {
     pub total_blocks: u32,
     /// Good blocks outside the superblock and checkpoint areas.
     pub usable_blocks: u64,
+    /// Bad blocks outside the superblock and checkpoint areas. With none, an open whose
+    /// settings need more usable blocks than there are is writable, and turns read-only at the
+    /// first block that goes bad (`Core`'s open check); with some, it opens read-only.
+    pub data_bad_blocks: u64,
     /// The usable blocks the scheme needs with the default serving settings
     /// ([`crate::SchemeKind::blocks_needed`]; the page scheme's need grows with frontiers
     /// `per-queue` and hot/cold separation): fewer, and an open is read-only. `None` where the
@@ -1278,6 +1282,7 @@ fn inspect_with(path: &std::path::Path, checkpoints: bool) -> Result<ImageInfo> 
         bad_blocks: bad,
         total_blocks: total,
         usable_blocks: good_data_blocks,
+        data_bad_blocks: data_blocks - good_data_blocks,
         blocks_needed: None,
         need_settings: String::new(),
     };

@@ -686,14 +686,31 @@ pub(crate) fn parse_decimal_ns(s: &str, ns_per_unit: u64, field: &str) -> Result
 }
 
 pub(crate) fn parse_u64(s: &str, field: &str) -> Result<u64, String> {
-    s.trim()
-        .parse()
-        .map_err(|_| format!("{field} {:?} is not a non-negative integer", s.trim()))
+    let s = s.trim();
+    s.parse().map_err(|e: std::num::ParseIntError| {
+        if *e.kind() == std::num::IntErrorKind::PosOverflow {
+            format!("{field} {s:?} is too large (more than 2^64 - 1)")
+        } else {
+            format!("{field} {s:?} is not a non-negative integer")
+        }
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_integer_past_64_bits_is_called_too_large() {
+        let e = parse_u64(" 99999999999999999999999", "offset").unwrap_err();
+        assert_eq!(
+            e,
+            "offset \"99999999999999999999999\" is too large (more than 2^64 - 1)"
+        );
+        let e = parse_u64("-5", "offset").unwrap_err();
+        assert!(e.contains("is not a non-negative integer"), "{e}");
+        assert_eq!(parse_u64(" 18446744073709551615 ", "offset"), Ok(u64::MAX));
+    }
 
     #[test]
     fn digits_past_the_resolution_are_checked_too() {
