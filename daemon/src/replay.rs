@@ -267,11 +267,14 @@ fn replay_image(
         Some(p) if p > 0.0 => {
             note!("preconditioning {p} % of the device ...");
             let r = ftl_replay::precondition(&ftl, p, args.seed)?;
+            let steady = r.steady_waf.map_or_else(
+                || "none (the span is under 128 KiB: nothing aged)".to_string(),
+                |w| format!("{w:.2}"),
+            );
             note!(
-                "preconditioned: {:.0} MiB filled, {:.0} MiB overwritten, steady WAF {:.2}, {:.1} s simulated in {:.1} s",
+                "preconditioned: {:.0} MiB filled, {:.0} MiB overwritten, steady WAF {steady}, {:.1} s simulated in {:.1} s",
                 r.fill_bytes as f64 / 1048576.0,
                 r.overwrite_bytes as f64 / 1048576.0,
-                r.steady_waf.unwrap_or(0.0),
                 r.simulated_seconds,
                 r.wall_seconds
             );
