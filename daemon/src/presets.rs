@@ -49,6 +49,22 @@ pub fn scale_for_capacity(
         .into());
     }
     let g = base.geometry;
+    // A log block serves one logical block at a time (bast's, fast's sequential log) or holds
+    // pages of several (fast's random logs): more logs than the device has logical blocks is
+    // more log space than data, and the geometry grown to hold them is far larger than what
+    // was asked for (100 000 on 64 MiB of bast made 195 GiB of flash).
+    let logical_blocks = capacity.div_ceil(g.block_bytes().max(1));
+    if ftl.scheme.has_log_blocks() && u64::from(ftl.log_blocks) > logical_blocks {
+        return Err(UsageError(format!(
+            "[ftl] log_blocks {} is more than the {logical_blocks} logical blocks of a {} device \
+             on this preset: more log space than data; {} takes at most {logical_blocks} \
+             here (0: the default, 3 % of the blocks)",
+            ftl.log_blocks,
+            format_size(capacity),
+            ftl.scheme,
+        ))
+        .into());
+    }
     let row = u64::from(g.banks()) * g.block_bytes();
     let mut raw = capacity;
     let mut last_blocks = 0;

@@ -241,6 +241,31 @@ fn a_contradicting_ftl_scheme_is_refused() {
     }
 }
 
+/// More log blocks than the device has logical blocks is refused at format, naming the most it
+/// can take (before, the geometry grew to hold them: 195 GiB of flash for 64 MiB of bast),
+/// and no image is left behind.
+#[test]
+fn log_blocks_beyond_the_logical_blocks_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("b.img");
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, "[ftl]\nlog_blocks = 100000\n").expect("write");
+    let (code, err) = run_to_exit(
+        Command::new(FTLD)
+            .args(["format", "--ftl", "bast", "--capacity", "64M", "--image"])
+            .arg(&img)
+            .arg("--config")
+            .arg(&cfg),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("[ftl] log_blocks 100000 is more than the")
+            && err.contains("logical blocks of a 64 MiB device"),
+        "{err}"
+    );
+    assert!(!img.exists(), "an image was left: {err}");
+}
+
 /// `[ftl] overprovision` and `[ftl] log_blocks` are fixed when an image is formatted: given for
 /// an existing image they must match it, or the start is refused naming the image and both
 /// values (before, they were silently ignored).
