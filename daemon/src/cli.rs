@@ -124,7 +124,7 @@ impl ReplayTiming {
 #[command(group = clap::ArgGroup::new("source").required(true).args(["trace", "workload"]))]
 pub struct ReplayArgs {
     /// The trace file (MSR, UMass/SPC, blkparse text, fio iolog v2/v3, DiskSim ASCII, Alibaba
-    /// or Tencent cloud block traces).
+    /// or Tencent cloud block traces); `-` reads it from standard input.
     #[arg(value_name = "TRACE")]
     pub trace: Option<PathBuf>,
     /// The trace's format [default: guessed from its first line].

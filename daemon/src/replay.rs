@@ -403,8 +403,16 @@ struct OpenTrace {
 /// replayed.
 fn open_trace(args: &ReplayArgs) -> anyhow::Result<OpenTrace> {
     let path = args.trace.clone().context("a trace or --workload")?;
-    let f = File::open(&path).with_context(|| format!("opening trace {}", path.display()))?;
-    let regular = f.metadata().is_ok_and(|m| m.is_file());
+    // `-`: standard input, read once as a pipe is (no counting pass first, even when it is
+    // a file redirected in: that pass opens the trace again by its name).
+    let stdin = path.as_os_str() == "-";
+    let f = if stdin {
+        File::open("/dev/stdin")
+    } else {
+        File::open(&path)
+    }
+    .with_context(|| format!("opening trace {}", path.display()))?;
+    let regular = !stdin && f.metadata().is_ok_and(|m| m.is_file());
     let mut reader = BufReader::with_capacity(1 << 20, f);
     let (format, head) = match &args.format {
         Some(f) => (f.parse::<Format>().map_err(UsageError)?, Vec::new()),

@@ -99,6 +99,43 @@ fn every_trace_format_replays_with_all_outputs() {
     );
 }
 
+/// `-` reads the trace from standard input: from a file redirected in and from a pipe, the
+/// same requests as the file named.
+#[test]
+fn a_trace_on_standard_input() {
+    let named = ftld(&[fixture("msr.csv").to_str().unwrap(), "--capacity", "64M"]);
+    assert!(named.status.success(), "{}", text(&named));
+    let named: serde_json::Value = serde_json::from_slice(&named.stdout).unwrap();
+    let redirected = Command::new(FTLD)
+        .args(["replay", "-", "--capacity", "64M"])
+        .stdin(std::fs::File::open(fixture("msr.csv")).unwrap())
+        .output()
+        .unwrap();
+    assert!(redirected.status.success(), "{}", text(&redirected));
+    let mut child = Command::new(FTLD)
+        .args(["replay", "-", "--capacity", "64M"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(&std::fs::read(fixture("msr.csv")).unwrap())
+            .unwrap();
+    }
+    let piped = child.wait_with_output().unwrap();
+    assert!(piped.status.success(), "{}", text(&piped));
+    for o in [&redirected, &piped] {
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["requests"], named["requests"], "{v:#}");
+        assert_eq!(v["adjusted"], named["adjusted"], "{v:#}");
+        assert_eq!(v["write"]["bytes"], named["write"]["bytes"], "{v:#}");
+    }
+}
+
 #[test]
 fn a_workload_on_a_preconditioned_device() {
     let o = ftld(&[
