@@ -479,7 +479,8 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
         if let Some(t) = n.reply_stall_timeout_s {
             if !(1.0..=86_400.0).contains(&t) {
                 return Err(UsageError(format!(
-                    "[nbd] reply_stall_timeout_s must be from 1 to 86400, not {t}"
+                    "{}: [nbd] reply_stall_timeout_s must be from 1 to 86400, not {t}",
+                    file.origin()
                 ))
                 .into());
             }
@@ -487,7 +488,7 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
         }
     }
     nbd.validate()
-        .map_err(|e| UsageError(format!("[nbd] settings: {e}")))?;
+        .map_err(|e| UsageError(format!("{}: [nbd] {e}", file.origin())))?;
     let tls = resolve_tls(args, file.nbd.as_ref(), &file.origin())?;
     let uf = file.ublk.as_ref();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -506,8 +507,11 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
     };
     if !(1..=64).contains(&ublk.queues) || !(1..=4096).contains(&ublk.depth) {
         return Err(UsageError(format!(
-            "[ublk] queues must be from 1 to 64 and queue_depth from 1 to 4096, not {} and {}",
-            ublk.queues, ublk.depth
+            "ublk queues must be from 1 to 64 and queue depth from 1 to 4096, not {} and {} \
+             (--queues and --queue-depth, or [ublk] queues and queue_depth in the {})",
+            ublk.queues,
+            ublk.depth,
+            file.origin()
         ))
         .into());
     }

@@ -241,6 +241,40 @@ fn a_contradicting_ftl_scheme_is_refused() {
     }
 }
 
+/// A bad `[nbd]` or `[ublk]` value names the config file it is in and what it may be.
+#[test]
+fn bad_nbd_and_ublk_settings_name_the_config_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("n.img");
+    let cfg = dir.path().join("c.toml");
+    for (text, want) in [
+        (
+            "[nbd]\nmax_connections = 0\n",
+            "[nbd] max_connections is too small: at least 1",
+        ),
+        (
+            "[nbd]\nreply_stall_timeout_s = 0\n",
+            "[nbd] reply_stall_timeout_s must be from 1 to 86400, not 0",
+        ),
+        (
+            "[ublk]\nqueues = 0\n",
+            "[ublk] queues and queue_depth in the config file",
+        ),
+    ] {
+        std::fs::write(&cfg, text).expect("write");
+        let (code, err) = run_to_exit(
+            Command::new(FTLD)
+                .args(["serve", "--timing", "off", "--image"])
+                .arg(&img)
+                .arg("--config")
+                .arg(&cfg),
+        );
+        assert_eq!(code, 2, "{text}: {err}");
+        assert!(err.contains(want), "{text}: {err}");
+        assert!(err.contains(&cfg.display().to_string()), "{text}: {err}");
+    }
+}
+
 /// More log blocks than the device has logical blocks is refused at format, naming the most it
 /// can take (before, the geometry grew to hold them: 195 GiB of flash for 64 MiB of bast),
 /// and no image is left behind.

@@ -89,9 +89,9 @@ pub enum ConfigError {
     /// A string exceeds the protocol's 4096-byte limit or contains NUL.
     #[error("{0} must be at most 4096 bytes without NUL")]
     BadString(&'static str),
-    /// A limit is too small to serve anything.
-    #[error("{0} is too small")]
-    TooSmall(&'static str),
+    /// A limit is too small to serve anything (the field, and the least it may be).
+    #[error("{0} is too small: at least {1}")]
+    TooSmall(&'static str, u64),
 }
 
 impl ServerConfig {
@@ -105,16 +105,19 @@ impl ServerConfig {
             return Err(ConfigError::BadString("description"));
         }
         if self.max_connections == 0 {
-            return Err(ConfigError::TooSmall("max_connections"));
+            return Err(ConfigError::TooSmall("max_connections", 1));
         }
         if self.max_inflight_per_connection == 0 {
-            return Err(ConfigError::TooSmall("max_inflight_per_connection"));
+            return Err(ConfigError::TooSmall("max_inflight_per_connection", 1));
         }
         if self.max_inflight_bytes_per_connection < MAX_PAYLOAD as usize {
-            return Err(ConfigError::TooSmall("max_inflight_bytes_per_connection"));
+            return Err(ConfigError::TooSmall(
+                "max_inflight_bytes_per_connection",
+                u64::from(MAX_PAYLOAD),
+            ));
         }
         if self.reply_stall_timeout.is_zero() {
-            return Err(ConfigError::TooSmall("reply_stall_timeout"));
+            return Err(ConfigError::TooSmall("reply_stall_timeout (ns)", 1));
         }
         Ok(())
     }
