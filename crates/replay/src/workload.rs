@@ -311,7 +311,15 @@ impl Workload {
     pub fn new(spec: WorkloadSpec, capacity: u64, seed: u64) -> Result<Workload, String> {
         let span = match spec.span {
             Span::Fraction(f) => (capacity as f64 * f) as u64,
-            Span::Bytes(b) => b.min(capacity),
+            // Cut to the device silently, a span changes the workload's locality and every
+            // figure measured on it without a word.
+            Span::Bytes(b) if b > capacity => {
+                return Err(format!(
+                    "span={b} bytes is more than the device's {capacity} bytes (span=100% is the \
+                     whole device)"
+                ))
+            }
+            Span::Bytes(b) => b,
         };
         let blocks = span / spec.bs;
         if blocks == 0 {
@@ -469,6 +477,14 @@ mod tests {
             let e = err(spec);
             assert!(e.contains(want), "{spec}: {e}");
         }
+        let spec: WorkloadSpec = "random,span=1g".parse().unwrap();
+        let e = Workload::new(spec, 64 << 20, 1).err().expect("refused");
+        assert!(
+            e.contains("span=1073741824 bytes is more than the device's 67108864 bytes"),
+            "{e}"
+        );
+        let spec: WorkloadSpec = "random,span=64m".parse().unwrap();
+        assert!(Workload::new(spec, 64 << 20, 1).is_ok());
         for ok in [
             "periodic,period=10ms,pattern=seq,read=25,fua=1",
             "thinktime,think=1ms,every=64,long=100ms,pattern=random",
