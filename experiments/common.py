@@ -24,9 +24,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Written into every output directory an experiment makes: a later run may empty a directory
-# that has it (or a default one, which only experiments write), and refuses any other non-empty
-# directory, so `--out .` or `--out ~` never deletes a user's files.
+# Written into every output directory an experiment makes, naming the experiment: a later run
+# of the same experiment may empty a directory that has it (or a default one, which only
+# experiments write), and refuses any other non-empty directory, so `--out .` or `--out ~`
+# never deletes a user's files, nor one experiment another's results.
 MARKER = ".ftld-experiment"
 
 
@@ -47,28 +48,34 @@ def parse_args(name, description):
         print(f"{name}: a reduced run: results in {a.out}", file=sys.stderr)
     else:
         a.out = ROOT / "experiments" / "results" / name
-    prepare_out(a.out, given)
+    prepare_out(a.out, given, name)
     return a
 
 
-def prepare_out(out, given):
+def prepare_out(out, given, name):
     """Makes `out` an empty directory for this run's results. An existing one is emptied only
-    if an experiment wrote it (it has MARKER, or it is a default location and `given` is
-    false); any other non-empty path is refused with an error naming it."""
-    if out.exists() or out.is_symlink():
-        if not out.is_dir() or out.is_symlink():
+    if this experiment wrote it (its MARKER names `name`, or it is a default location and
+    `given` is false); any other non-empty path is refused with an error naming it."""
+    if out.is_symlink():
+        sys.exit(f"--out {out}: is a symbolic link; name the directory itself")
+    if out.exists():
+        if not out.is_dir():
             sys.exit(f"--out {out}: exists and is not a directory; name a new or empty directory")
         entries = sorted(e.name for e in out.iterdir())
-        if entries and given and MARKER not in entries:
-            shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        owner = (out / MARKER).read_text().strip() if MARKER in entries else None
+        if entries and given and owner != name:
+            if owner:
+                why = f"it holds the results of {owner}"
+            else:
+                shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+                why = f"the directory holds files no experiment wrote ({shown})"
             sys.exit(
-                f"--out {out}: the directory holds files no experiment wrote ({shown}); "
-                f"name a new or empty directory (an experiment's own output directory, "
-                f"marked by {MARKER}, is replaced)"
+                f"--out {out}: {why}; name a new or empty directory (a rerun of {name} "
+                f"replaces its own output, marked by {MARKER})"
             )
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    (out / MARKER).write_text("results of an ftld experiment script; a rerun replaces them\n")
+    (out / MARKER).write_text(f"{name}\n")
 
 
 def find_ftld(given):

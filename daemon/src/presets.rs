@@ -57,8 +57,8 @@ pub fn scale_for_capacity(
     if ftl.scheme.has_log_blocks() && u64::from(ftl.log_blocks) > logical_blocks {
         return Err(UsageError(format!(
             "[ftl] log_blocks {} is more than the {logical_blocks} logical blocks of a {} device \
-             on this preset: more log space than data; {} takes at most {logical_blocks} \
-             here (0: the default, 3 % of the blocks)",
+             on this preset: more log space than data ({} refuses more than {logical_blocks} \
+             here; 0: the default, 3 % of the blocks)",
             ftl.log_blocks,
             format_size(capacity),
             ftl.scheme,
@@ -91,6 +91,7 @@ pub fn scale_for_capacity(
             }
         };
         if max >= capacity {
+            warn_if_logs_grew(base, ftl, capacity, &cfg);
             return Ok(cfg);
         }
         if cfg.geometry.blocks_per_bank == last_blocks {
@@ -113,6 +114,34 @@ pub fn scale_for_capacity(
             .raw_capacity()
             .checked_add((short + short / 8).max(row))
             .context("capacity overflows")?;
+    }
+}
+
+/// Warns when the log blocks asked for (`[ftl] log_blocks`) made the geometry grow well past
+/// the one the default log pool gets at this capacity: the flash, and with it every spare and
+/// WAF figure, is then the log pool's, not the capacity's.
+fn warn_if_logs_grew(base: &NandConfig, ftl: &FtlConfig, capacity: u64, cfg: &NandConfig) {
+    if ftl.log_blocks == 0 || !ftl.scheme.has_log_blocks() {
+        return;
+    }
+    let default_logs = FtlConfig {
+        log_blocks: 0,
+        ..ftl.clone()
+    };
+    let Ok(plain) = scale_for_capacity(base, &default_logs, capacity) else {
+        return;
+    };
+    let (grown, plain) = (cfg.geometry.raw_capacity(), plain.geometry.raw_capacity());
+    if grown > plain + plain / 4 {
+        tracing::warn!(
+            "[ftl] log_blocks {} needs {} of flash for {} exported, against {} with the \
+             default log pool: the device grew to hold the logs, and its spare and WAF figures \
+             are those of that flash",
+            ftl.log_blocks,
+            format_size(grown),
+            format_size(capacity),
+            format_size(plain)
+        );
     }
 }
 

@@ -267,10 +267,13 @@ fn replay_image(
         Some(p) if p > 0.0 => {
             note!("preconditioning {p} % of the device ...");
             let r = ftl_replay::precondition(&ftl, p, args.seed)?;
-            let steady = r.steady_waf.map_or_else(
-                || "none (the span is under 128 KiB: nothing aged)".to_string(),
-                |w| format!("{w:.2}"),
-            );
+            let steady = match r.steady_waf {
+                None => "none (the span is under 128 KiB: nothing aged)".to_string(),
+                Some(w) if r.steady => format!("{w:.2}"),
+                Some(w) => format!(
+                    "not reached (the last two passes differ by more than 2 %; the last: {w:.2})"
+                ),
+            };
             note!(
                 "preconditioned: {:.0} MiB filled, {:.0} MiB overwritten, steady WAF {steady}, {:.1} s simulated in {:.1} s",
                 r.fill_bytes as f64 / 1048576.0,
@@ -404,10 +407,24 @@ struct OpenTrace {
 fn open_trace(args: &ReplayArgs) -> anyhow::Result<OpenTrace> {
     let path = args.trace.clone().context("a trace or --workload")?;
     // `-`: standard input, read once as a pipe is (no counting pass first, even when it is
-    // a file redirected in: that pass opens the trace again by its name).
+    // a file redirected in: that pass opens the trace again by its name). A duplicate of fd 0,
+    // not /dev/stdin: that cannot be opened on a socket, and reopens a redirected file from
+    // its start.
     let stdin = path.as_os_str() == "-";
     let f = if stdin {
-        File::open("/dev/stdin")
+        if std::io::stdin().is_terminal() {
+            return Err(UsageError(
+                "the trace `-` is standard input, which is a terminal: pipe or redirect a trace \
+                 into it"
+                    .into(),
+            )
+            .into());
+        }
+        use std::os::fd::AsFd;
+        std::io::stdin()
+            .as_fd()
+            .try_clone_to_owned()
+            .map(File::from)
     } else {
         File::open(&path)
     }

@@ -453,10 +453,28 @@ fn an_out_directory_with_other_files_is_refused_and_kept() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("is not a directory"));
     assert_eq!(std::fs::read_to_string(&notes).unwrap(), "mine");
-    // An experiment's own output directory (marked) is replaced by a rerun.
+    // Another experiment's output is not this one's to replace.
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join(".ftld-experiment"), "lftl_gc\n").unwrap();
+    std::fs::write(other.join("results.json"), "{}").unwrap();
+    let o = Command::new("python3")
+        .arg(&script)
+        .args(["--quick", "--ftld", FTLD, "--out"])
+        .arg(&other)
+        .output()
+        .expect("running python3");
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("it holds the results of lftl_gc"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(other.join("results.json").exists());
+    // This experiment's own output directory (marked) is replaced by a rerun.
     let out = dir.path().join("results");
     std::fs::create_dir(&out).unwrap();
-    std::fs::write(out.join(".ftld-experiment"), "").unwrap();
+    std::fs::write(out.join(".ftld-experiment"), "waf_limit\n").unwrap();
     std::fs::write(out.join("stale.json"), "").unwrap();
     let o = Command::new("python3")
         .arg(&script)

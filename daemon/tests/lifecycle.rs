@@ -298,6 +298,35 @@ fn log_blocks_beyond_the_logical_blocks_are_refused() {
         "{err}"
     );
     assert!(!img.exists(), "an image was left: {err}");
+    // The bound exactly (the default preset's 512 KiB blocks: 128 logical blocks in 64 MiB),
+    // for either scheme with a log pool: one more is refused; as many is formatted, with a
+    // warning that the flash grew to hold the logs.
+    for scheme in ["bast", "fast"] {
+        for (n, ok) in [(129, false), (128, true)] {
+            std::fs::write(&cfg, format!("[ftl]\nlog_blocks = {n}\n")).expect("write");
+            let (code, err) = run_to_exit(
+                Command::new(FTLD)
+                    .args(["format", "--force", "--ftl", scheme, "--capacity", "64M", "--image"])
+                    .arg(&img)
+                    .arg("--config")
+                    .arg(&cfg),
+            );
+            if ok {
+                assert_eq!(code, 0, "{scheme} {n}: {err}");
+                assert!(
+                    err.contains(&format!("[ftl] log_blocks {n} needs"))
+                        && err.contains("against"),
+                    "{scheme} {n}: {err}"
+                );
+            } else {
+                assert_eq!(code, 2, "{scheme} {n}: {err}");
+                assert!(
+                    err.contains(&format!("log_blocks {n} is more than the 128 logical blocks")),
+                    "{scheme} {n}: {err}"
+                );
+            }
+        }
+    }
 }
 
 /// `[ftl] overprovision` and `[ftl] log_blocks` are fixed when an image is formatted: given for
@@ -833,16 +862,12 @@ fn info_on_a_missing_image_names_it() {
     assert!(err.contains("/nonexistent/x.img"), "{err}");
 }
 
-/// A page image formatted with hot/cold separation keeps that room out of its exported space
-/// (the format counts the second temperature), and `ftld info --config` counts the need for
-/// the settings it will be served with: more than for the default settings, still with slack
-/// (a fresh 32 MiB image needed 192 blocks of its 175 before 2026-12-01). A bad `[ftl]` value
-/// in that file is a usage error naming it.
+/// A 128 MiB default image (formatted for one frontier a bank) served with hot/cold separation
+/// needs a block more than it has: `info` with those settings says the device opens writable
+/// and turns read-only at its first bad block, and it does open writable (a replay writes to
+/// it with those settings).
 #[test]
 fn info_says_settings_short_of_spare_on_a_device_with_no_bad_block_open_writable() {
-    // A 128 MiB default image (formatted for one frontier a bank) served with hot/cold
-    // separation needs a block more than it has: the open is writable and warns that the
-    // first bad block turns it read-only; `info` with those settings says the same.
     let dir = tempfile::tempdir().expect("tempdir");
     let img = dir.path().join("d.img");
     let conf = dir.path().join("hc.toml");
@@ -881,8 +906,22 @@ fn info_says_settings_short_of_spare_on_a_device_with_no_bad_block_open_writable
         "{text}"
     );
     assert!(!text.contains("opens read-only"), "{text}");
+    let (code, err) = run_to_exit(
+        Command::new(FTLD)
+            .args(["replay", "--workload", "random,requests=2000,read=0", "--image"])
+            .arg(&img)
+            .arg("--config")
+            .arg(&conf),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("turns read-only at its first bad block"), "{err}");
 }
 
+/// A page image formatted with hot/cold separation keeps that room out of its exported space
+/// (the format counts the second temperature), and `ftld info --config` counts the need for
+/// the settings it will be served with: more than for the default settings, still with slack
+/// (a fresh 32 MiB image needed 192 blocks of its 175 before 2026-12-01). A bad `[ftl]` value
+/// in that file is a usage error naming it.
 #[test]
 fn info_counts_the_need_for_the_settings_given_and_hot_cold_images_have_slack() {
     let dir = tempfile::tempdir().expect("tempdir");

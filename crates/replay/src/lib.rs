@@ -704,9 +704,12 @@ pub struct PreconditionReport {
     pub percent: f64,
     pub fill_bytes: u64,
     pub overwrite_bytes: u64,
-    /// WAF of the last overwrite round (the steady state reached); `None` for a target that
-    /// cannot tell.
+    /// WAF of the last pass over the span (the steady state reached, if `steady`); `None` for
+    /// a target that cannot tell, or a span under 128 KiB (nothing aged).
     pub steady_waf: Option<f64>,
+    /// The last two passes agreed within 2 %; false if the rounds ran out first (the WAF
+    /// reported is then the last pass's, not a steady state's).
+    pub steady: bool,
     pub simulated_seconds: f64,
     pub wall_seconds: f64,
 }
@@ -718,6 +721,7 @@ impl PreconditionReport {
             fill_bytes: 0,
             overwrite_bytes: 0,
             steady_waf: None,
+            steady: false,
             simulated_seconds: 0.0,
             wall_seconds: 0.0,
         }
@@ -735,8 +739,9 @@ fn aging_workload(spec: &str, capacity: u64, seed: u64) -> Result<Workload, Repl
 /// of the device sequentially in 128 KiB requests, then overwrites it with uniform random
 /// 4 KiB writes in rounds (an eighth of that span, or a 64th of the raw flash if more) until GC
 /// is in steady state, then flushes. Steady: the WAF of the last pass over the span within 2 %
-/// of the pass before it (at most four passes), counting only rounds that began once the host
-/// had written as many bytes as the device has flash and an earlier round moved data. Before
+/// of the pass before it (at most four passes; `steady` says whether they agreed), counting
+/// only rounds that began once the host had written as many bytes as the device has flash and
+/// an earlier round moved data (or a pass on from there moved none). Before
 /// 2026-12-02 two rounds in a row within 2 % after one pass were "steady": a span of 60 % of a
 /// device with spare to match read 1.00 with GC not started (1.24 measured after), and nftl,
 /// which folds chains in bursts, read 1.00 between two bursts (2.01 measured). The report's
@@ -762,22 +767,31 @@ pub fn precondition(ftl: &Ftl, percent: f64, seed: u64) -> Result<PreconditionRe
         report.fill_bytes = n * (128 << 10);
         let raw = ftl.nand().geometry().raw_capacity();
         let round = (span / 8).max(raw / 64) / 4096;
-        // Rounds per pass over the span: the window two of which must agree. GC that works in
-        // bursts (nftl folds chains a few rounds in every pass) has no steady round, only a
-        // steady pass.
+        // Rounds per pass over the span (8 or 9): the window two of which must agree. GC that
+        // works in bursts (nftl folds chains a few rounds in every pass) has no steady round,
+        // only a steady pass.
         let window = (span / (round * 4096)).max(1) as usize;
         // (host, NAND) bytes of each round that counts.
         let mut counted: Vec<(u64, u64)> = Vec::new();
         // Whether a round so far moved data (WAF over 1): GC (or a merge) has started.
         let mut gc_seen = false;
+        // Rounds since the host had written the device's flash.
+        let mut past_raw = 0usize;
         let ratio = |r: &[(u64, u64)]| {
             let (h, n) = r.iter().fold((0, 0), |(h, n), &(a, b)| (h + a, n + b));
             n as f64 / h.max(1) as f64
         };
-        // Bounded: a round is at least a 64th of the flash and an eighth of the span, so the
-        // flash is written within 64 rounds and four windows are at most 32 rounds.
+        // Bounded: a round is about a 64th of the flash or more, and an eighth of the span or
+        // more, so the flash is written within about 65 rounds, and four windows are at most
+        // 36 rounds more.
         for i in 0..128u64 {
-            let counts = gc_seen && report.fill_bytes + report.overwrite_bytes >= raw;
+            if report.fill_bytes + report.overwrite_bytes >= raw {
+                past_raw += 1;
+            }
+            // Once the flash is written, GC has started if it ever will; a pass on with no
+            // data moved (every victim empty: a small span on a device with much spare) makes
+            // 1.00 the steady figure, and the rounds count from then on too.
+            let counts = past_raw > 0 && (gc_seen || past_raw > window);
             let (h0, n0) = ftl.waf_counters();
             run(
                 format!("random,bs=4k,span={span},requests={round}"),
@@ -797,7 +811,11 @@ pub fn precondition(ftl: &Ftl, percent: f64, seed: u64) -> Result<PreconditionRe
             report.steady_waf = Some(last);
             if n >= 2 * window {
                 let before = ratio(&counted[n - 2 * window..n - window]);
-                if (last - before).abs() <= 0.02 * last.max(before) || n >= 4 * window {
+                if (last - before).abs() <= 0.02 * last.max(before) {
+                    report.steady = true;
+                    break;
+                }
+                if n >= 4 * window {
                     break;
                 }
             }

@@ -575,10 +575,15 @@ fn cfg_with(scheme: ftl::SchemeKind, gc_policy: GcPolicy) -> FtlConfig {
 /// precondition reported as steady before), and nftl folds its chains in bursts a few rounds
 /// apart (it read 1.00 between two). Rounds count only once the host wrote as much as the
 /// device has flash, and two passes must agree: the steady WAF it reports is what a replay
-/// over that span then measures, for either.
+/// over that span then measures, for either. At 5 % GC finds empty victims (no data moved):
+/// a pass on with none moved counts as steady at that figure.
 #[test]
 fn a_partial_precondition_reports_the_steady_waf_a_replay_then_measures() {
-    for scheme in [ftl::SchemeKind::Page, ftl::SchemeKind::Nftl] {
+    for (scheme, pct) in [
+        (ftl::SchemeKind::Page, 50),
+        (ftl::SchemeKind::Nftl, 50),
+        (ftl::SchemeKind::Page, 5),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let preset = ftl::nand_model::preset("default").unwrap();
         let nand = preset.config.scaled_to(160 << 20);
@@ -594,14 +599,14 @@ fn a_partial_precondition_reports_the_steady_waf_a_replay_then_measures() {
             None,
         )
         .unwrap();
-        let r = ftl_replay::precondition(&ftl, 50.0, 1).unwrap();
+        let r = ftl_replay::precondition(&ftl, f64::from(pct), 1).unwrap();
         let steady = r.steady_waf.unwrap();
         let raw = ftl.nand().geometry().raw_capacity();
         assert!(
             r.fill_bytes + r.overwrite_bytes > raw,
             "{scheme}: stopped before the flash was written once: {r:?}, {raw} bytes of flash"
         );
-        let spec: WorkloadSpec = "random,requests=40000,bs=4k,read=0,span=50%"
+        let spec: WorkloadSpec = format!("random,requests=40000,bs=4k,read=0,span={pct}%")
             .parse()
             .unwrap();
         let w = Workload::new(spec, ftl.capacity(), 2).unwrap();
@@ -619,10 +624,13 @@ fn a_partial_precondition_reports_the_steady_waf_a_replay_then_measures() {
         let s = replay(&ftl, w.map(Ok::<Request, TraceError>), &rc, &mut |_| {}).unwrap();
         let measured = s.waf.unwrap();
         eprintln!("{scheme}: precondition {r:?}; measured WAF {measured:.3}");
-        assert!(
-            steady > 1.02,
-            "{scheme}: GC never ran in the precondition: {r:?}"
-        );
+        assert!(r.steady, "{scheme} at {pct} %: two passes never agreed: {r:?}");
+        if pct == 50 {
+            assert!(
+                steady > 1.02,
+                "{scheme}: GC never ran in the precondition: {r:?}"
+            );
+        }
         assert!(
             (steady - measured).abs() <= 0.05 * measured,
             "{scheme}: steady WAF {steady:.3} against {measured:.3} measured after it"
