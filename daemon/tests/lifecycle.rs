@@ -306,7 +306,15 @@ fn log_blocks_beyond_the_logical_blocks_are_refused() {
             std::fs::write(&cfg, format!("[ftl]\nlog_blocks = {n}\n")).expect("write");
             let (code, err) = run_to_exit(
                 Command::new(FTLD)
-                    .args(["format", "--force", "--ftl", scheme, "--capacity", "64M", "--image"])
+                    .args([
+                        "format",
+                        "--force",
+                        "--ftl",
+                        scheme,
+                        "--capacity",
+                        "64M",
+                        "--image",
+                    ])
                     .arg(&img)
                     .arg("--config")
                     .arg(&cfg),
@@ -314,14 +322,15 @@ fn log_blocks_beyond_the_logical_blocks_are_refused() {
             if ok {
                 assert_eq!(code, 0, "{scheme} {n}: {err}");
                 assert!(
-                    err.contains(&format!("[ftl] log_blocks {n} needs"))
-                        && err.contains("against"),
+                    err.contains(&format!("[ftl] log_blocks {n} needs")) && err.contains("against"),
                     "{scheme} {n}: {err}"
                 );
             } else {
                 assert_eq!(code, 2, "{scheme} {n}: {err}");
                 assert!(
-                    err.contains(&format!("log_blocks {n} is more than the 128 logical blocks")),
+                    err.contains(&format!(
+                        "log_blocks {n} is more than the 128 logical blocks"
+                    )),
                     "{scheme} {n}: {err}"
                 );
             }
@@ -908,13 +917,21 @@ fn info_says_settings_short_of_spare_on_a_device_with_no_bad_block_open_writable
     assert!(!text.contains("opens read-only"), "{text}");
     let (code, err) = run_to_exit(
         Command::new(FTLD)
-            .args(["replay", "--workload", "random,requests=2000,read=0", "--image"])
+            .args([
+                "replay",
+                "--workload",
+                "random,requests=2000,read=0",
+                "--image",
+            ])
             .arg(&img)
             .arg("--config")
             .arg(&conf),
     );
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains("turns read-only at its first bad block"), "{err}");
+    assert!(
+        err.contains("turns read-only at its first bad block"),
+        "{err}"
+    );
 }
 
 /// A page image formatted with hot/cold separation keeps that room out of its exported space

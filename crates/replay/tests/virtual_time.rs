@@ -624,7 +624,10 @@ fn a_partial_precondition_reports_the_steady_waf_a_replay_then_measures() {
         let s = replay(&ftl, w.map(Ok::<Request, TraceError>), &rc, &mut |_| {}).unwrap();
         let measured = s.waf.unwrap();
         eprintln!("{scheme}: precondition {r:?}; measured WAF {measured:.3}");
-        assert!(r.steady, "{scheme} at {pct} %: two passes never agreed: {r:?}");
+        assert!(
+            r.steady,
+            "{scheme} at {pct} %: two passes never agreed: {r:?}"
+        );
         if pct == 50 {
             assert!(
                 steady > 1.02,
