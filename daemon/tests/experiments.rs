@@ -430,12 +430,16 @@ fn an_out_directory_with_other_files_is_refused_and_kept() {
     let notes = dir.path().join("notes.txt");
     std::fs::write(&notes, "mine").unwrap();
     let script = root.join("experiments").join("waf_limit.py");
-    let o = Command::new("python3")
-        .arg(&script)
-        .args(["--quick", "--ftld", FTLD, "--out"])
-        .arg(dir.path())
-        .output()
-        .expect("running python3");
+    // The script's quick run with `--out out`.
+    let run_into = |out: &Path| {
+        Command::new("python3")
+            .arg(&script)
+            .args(["--quick", "--ftld", FTLD, "--out"])
+            .arg(out)
+            .output()
+            .expect("running python3")
+    };
+    let o = run_into(dir.path());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "ran into a user's directory: {err}");
     assert!(
@@ -444,12 +448,7 @@ fn an_out_directory_with_other_files_is_refused_and_kept() {
     );
     assert_eq!(std::fs::read_to_string(&notes).unwrap(), "mine");
     // A file is not a directory to write into.
-    let o = Command::new("python3")
-        .arg(&script)
-        .args(["--quick", "--ftld", FTLD, "--out"])
-        .arg(&notes)
-        .output()
-        .expect("running python3");
+    let o = run_into(&notes);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("is not a directory"));
     assert_eq!(std::fs::read_to_string(&notes).unwrap(), "mine");
@@ -458,12 +457,7 @@ fn an_out_directory_with_other_files_is_refused_and_kept() {
     std::fs::create_dir(&other).unwrap();
     std::fs::write(other.join(".ftld-experiment"), "lftl_gc\n").unwrap();
     std::fs::write(other.join("results.json"), "{}").unwrap();
-    let o = Command::new("python3")
-        .arg(&script)
-        .args(["--quick", "--ftld", FTLD, "--out"])
-        .arg(&other)
-        .output()
-        .expect("running python3");
+    let o = run_into(&other);
     assert!(!o.status.success());
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("it holds the results of lftl_gc"),
@@ -476,12 +470,7 @@ fn an_out_directory_with_other_files_is_refused_and_kept() {
     std::fs::create_dir(&out).unwrap();
     std::fs::write(out.join(".ftld-experiment"), "waf_limit\n").unwrap();
     std::fs::write(out.join("stale.json"), "").unwrap();
-    let o = Command::new("python3")
-        .arg(&script)
-        .args(["--quick", "--ftld", FTLD, "--out"])
-        .arg(&out)
-        .output()
-        .expect("running python3");
+    let o = run_into(&out);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(!out.join("stale.json").exists());
     assert!(out.join("results.json").exists() && out.join(".ftld-experiment").exists());
