@@ -285,7 +285,8 @@ pub struct ImageArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     pub image: ImageArgs,
-    /// Whether NAND operations take their modelled time [default: real].
+    /// Whether NAND operations take their modelled time: real or off [default: real]
+    /// (virtual is `ftld replay`'s simulated clock and is refused here).
     #[arg(long, value_enum)]
     pub timing: Option<TimingMode>,
     /// With timing real, how waits for a modelled completion pass the time: sleep (no CPU,

@@ -101,6 +101,9 @@ pub struct FileConfig {
     pub ftl_overprovision_set: bool,
     #[serde(skip)]
     pub ftl_log_blocks_set: bool,
+    /// Every key written in the `[ftl]` table (a setting the image's scheme ignores is named).
+    #[serde(skip)]
+    pub ftl_keys: Vec<String>,
     /// The file this was read from (for messages).
     #[serde(skip)]
     pub path: Option<PathBuf>,
@@ -133,11 +136,41 @@ pub struct NbdFileConfig {
 }
 
 /// A size written as a number of bytes or as a string like `"1G"`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone)]
 pub enum SizeValue {
     Bytes(u64),
     Text(String),
+}
+
+/// By hand rather than `#[serde(untagged)]`, whose error for anything else ("did not match any
+/// variant of untagged enum") names neither the value nor what a size is.
+impl<'de> Deserialize<'de> for SizeValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<SizeValue, D::Error> {
+        struct Size;
+        impl serde::de::Visitor<'_> for Size {
+            type Value = SizeValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a size: a whole number of bytes or a string like \"1G\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<SizeValue, E> {
+                Ok(SizeValue::Bytes(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<SizeValue, E> {
+                u64::try_from(v)
+                    .map(SizeValue::Bytes)
+                    .map_err(|_| E::custom(format!("{v} is negative; a size is 0 or more bytes")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<SizeValue, E> {
+                Err(E::custom(format!(
+                    "{v} is not a whole number of bytes (or write a string like \"512M\")"
+                )))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SizeValue, E> {
+                Ok(SizeValue::Text(v.to_owned()))
+            }
+        }
+        d.deserialize_any(Size)
+    }
 }
 
 impl FileConfig {
@@ -157,6 +190,14 @@ impl FileConfig {
         cfg.ftl_queues_set = ftl_key("queues");
         cfg.ftl_overprovision_set = ftl_key("overprovision");
         cfg.ftl_log_blocks_set = ftl_key("log_blocks");
+        cfg.ftl_keys = table
+            .as_ref()
+            .and_then(|t| {
+                t.get("ftl")?
+                    .as_table()
+                    .map(|f| f.keys().cloned().collect())
+            })
+            .unwrap_or_default();
         cfg.path = Some(path.to_path_buf());
         let base = path.parent().unwrap_or(Path::new("."));
         let certs = cfg.nbd.as_mut().and_then(|n| n.tls_certificates.as_mut());
@@ -243,6 +284,9 @@ pub struct ImageSettings {
     /// an existing image's must match).
     pub overprovision: Option<f64>,
     pub log_blocks: Option<u32>,
+    /// The `[ftl]` keys written in the config file, for naming those the image's scheme
+    /// ignores (`SchemeKind::uses_setting`).
+    pub ftl_keys: Vec<String>,
     /// Allocate the whole image file once it is open ([`nand_model::NandDevice::preallocate`]).
     pub preallocate: bool,
     /// The `[faults]` table's random medium faults, armed when the image is opened or created.
@@ -430,6 +474,7 @@ pub fn resolve_image(args: &ImageArgs, file: &FileConfig) -> anyhow::Result<Imag
             .as_ref()
             .filter(|_| file.ftl_log_blocks_set)
             .map(|f| f.log_blocks),
+        ftl_keys: file.ftl_keys.clone(),
         ftl,
         preallocate: args.preallocate || file.preallocate.unwrap_or(false),
         faults,
@@ -526,10 +571,25 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
         Some(n) => usize::from(n),
         None => default_workers(),
     };
+    // Virtual time is a simulated clock that a replay drives request by request; a served
+    // device has no one to drive it (its waits and GC would run on a clock nothing advances
+    // in step with the host), so it is refused rather than served with meaningless timing.
+    let timing = args.timing.or(file.timing).unwrap_or(TimingMode::Real);
+    if timing == TimingMode::Virtual {
+        let key = match args.timing {
+            Some(_) => "--timing virtual".to_string(),
+            None => format!("{}: timing = \"virtual\"", file.origin()),
+        };
+        return Err(UsageError(format!(
+            "{key}: virtual time is for `ftld replay` (a simulated clock the replay drives); a \
+             served device runs with timing real or off"
+        ))
+        .into());
+    }
     Ok(ServeSettings {
         image,
         workers,
-        timing: args.timing.or(file.timing).unwrap_or(TimingMode::Real),
+        timing,
         timer: args.timer.or(file.timer).unwrap_or_default(),
         idle_poll: args.idle_poll.or(file.idle_poll).unwrap_or(true),
         frontend: args.frontend.or(file.frontend).unwrap_or_default(),
@@ -644,6 +704,19 @@ mod tests {
             parse("capacity = 4096").expect("parses").capacity,
             Some(SizeValue::Bytes(4096))
         ));
+        assert!(matches!(
+            parse("capacity = \"1G\"").expect("parses").capacity,
+            Some(SizeValue::Text(t)) if t == "1G"
+        ));
+        // A value that is no size says so and shows it (not serde's "untagged enum").
+        for (toml, says) in [
+            ("capacity = -64", "-64 is negative"),
+            ("capacity = 1.5", "1.5 is not a whole number of bytes"),
+            ("capacity = true", "a size: a whole number of bytes"),
+        ] {
+            let e = format!("{:#}", parse(toml).expect_err(toml));
+            assert!(e.contains(says) && !e.contains("untagged"), "{toml}: {e}");
+        }
     }
 
     #[test]
@@ -800,6 +873,22 @@ mod tests {
         assert!(err.to_string().contains("workers"), "{err}");
         fs::write(&path, "workers = \"two\"\n").expect("write");
         assert!(resolve_serve(&from_file).is_err());
+        // Virtual time is a replay's: refused for a served device, from the flag or the file.
+        let e = resolve_serve(&ServeArgs {
+            timing: Some(TimingMode::Virtual),
+            ..Default::default()
+        })
+        .expect_err("virtual from the flag")
+        .to_string();
+        assert!(
+            e.contains("--timing virtual") && e.contains("ftld replay"),
+            "{e}"
+        );
+        fs::write(&path, "timing = \"virtual\"\n").expect("write");
+        let e = resolve_serve(&from_file)
+            .expect_err("virtual from the file")
+            .to_string();
+        assert!(e.contains("c.toml: timing = \"virtual\""), "{e}");
     }
 
     #[test]

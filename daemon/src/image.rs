@@ -150,12 +150,39 @@ fn refuse_inapplicable_overprovision(
     }
 }
 
+/// Checks the `[ftl]` settings written explicitly against the scheme the image has (or gets):
+/// format-time settings it does not use are refused (`overprovision`; `log_blocks` other than
+/// 0), running policies it does not use are warned of, so a researcher does not measure a
+/// setting that was silently ignored.
+fn check_scheme_settings(scheme: ftl::SchemeKind, settings: &ImageSettings) -> anyhow::Result<()> {
+    refuse_inapplicable_overprovision(scheme, settings)?;
+    if let Some(n) = settings
+        .log_blocks
+        .filter(|&n| n != 0 && !scheme.has_log_blocks())
+    {
+        return Err(UsageError(format!(
+            "[ftl] log_blocks = {n} does not apply to scheme {scheme} (only bast and fast keep \
+             a pool of log blocks): drop the setting"
+        ))
+        .into());
+    }
+    for key in settings.ftl_keys.iter().filter(|k| !scheme.uses_setting(k)) {
+        if key != "overprovision" && key != "log_blocks" {
+            tracing::warn!(
+                "[ftl] {key} does not apply to scheme {scheme} (image {}): ignored",
+                settings.path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Fails if `[ftl] overprovision` or `[ftl] log_blocks`, written explicitly, contradict the
 /// existing image's (both are fixed when it is formatted).
 pub fn check_format_settings(info: &ImageInfo, settings: &ImageSettings) -> anyhow::Result<()> {
     let path = info.path.display();
     let hint = "a format-time setting; drop it, or recreate the image with `ftld format --force`";
-    refuse_inapplicable_overprovision(info.ftl, settings)?;
+    check_scheme_settings(info.ftl, settings)?;
     if let (Some(op), Some(formatted)) = (settings.overprovision, info.overprovision) {
         if op != formatted {
             return Err(UsageError(format!(
@@ -293,8 +320,17 @@ pub fn plan_new(settings: &ImageSettings) -> anyhow::Result<(NandConfig, Option<
 /// Creates a new image (its directory too). A half-made file is removed on failure.
 pub fn create(settings: &ImageSettings, timing: TimingMode) -> anyhow::Result<Ftl> {
     let path = &settings.path;
-    refuse_inapplicable_overprovision(settings.ftl.scheme, settings)?;
+    check_scheme_settings(settings.ftl.scheme, settings)?;
     let (nand, export) = plan_new(settings)?;
+    if let nand_model::Interconnect::Pmcd { controllers } = nand.interconnect {
+        let banks = nand.geometry.banks();
+        if controllers > banks {
+            tracing::warn!(
+                "pmcd with {controllers} controllers on {banks} banks: at most {banks} are ever \
+                 busy at once, so this device behaves as with {banks}"
+            );
+        }
+    }
     ftl::plan_format(&nand, &settings.ftl, export)
         .map_err(|e| UsageError(format!("cannot format {}: {e}", path.display())))?;
     if let Some(export) = export {

@@ -144,10 +144,15 @@ pub fn render(info: &ImageInfo) -> String {
         ("interconnect", info.nand.interconnect.to_string()),
         (
             "write queues",
-            format!(
-                "any number; at most {} with [ftl] frontiers = \"per-queue\" (open blocks set aside for {})",
-                info.max_queues, info.max_queues
-            ),
+            if info.ftl == ftl::SchemeKind::Page {
+                format!(
+                    "any number; at most {} with [ftl] frontiers = \"per-queue\" (open blocks set aside for {})",
+                    info.max_queues, info.max_queues
+                )
+            } else {
+                // The block-mapped schemes' writers own no blocks: no queue count is short.
+                "any number".to_string()
+            },
         ),
         (
             "wear",

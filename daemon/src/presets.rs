@@ -149,7 +149,36 @@ fn warn_if_logs_grew(base: &NandConfig, ftl: &FtlConfig, capacity: u64, cfg: &Na
 pub fn print(json: bool) -> anyhow::Result<()> {
     let all = nand_model::presets();
     if json {
-        out!("{}", serde_json::to_string_pretty(&all)?);
+        // Each preset as the library has it, plus what the table and notes print: the default
+        // exported size (per scheme: the block-mapped schemes keep other spare) and the schemes
+        // whose guarantees the device supports, with why not for the others.
+        let mut list = Vec::with_capacity(all.len());
+        for p in &all {
+            let mut v = serde_json::to_value(p)?;
+            let mut export = serde_json::Map::new();
+            let mut fits = Vec::new();
+            let mut unfit = serde_json::Map::new();
+            for s in ftl::SchemeKind::ALL {
+                let cfg = FtlConfig {
+                    scheme: s,
+                    ..FtlConfig::default()
+                };
+                if let Ok(pl) = ftl::plan_format(&p.config, &cfg, None) {
+                    export.insert(s.name().into(), pl.max_export_bytes.into());
+                }
+                match s.fits_device(&p.config) {
+                    Ok(()) => fits.push(s.name()),
+                    Err(why) => {
+                        unfit.insert(s.name().into(), why.into());
+                    }
+                }
+            }
+            v["export_bytes"] = export.into();
+            v["schemes"] = fits.into();
+            v["schemes_unfit"] = unfit.into();
+            list.push(v);
+        }
+        out!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(());
     }
     out!(

@@ -50,6 +50,16 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
+    // Before any device is made or aged: a file where the outputs' directory should be would
+    // otherwise fail only at the end, as "File exists".
+    if let Some(out) = args.out.as_ref().filter(|o| o.exists() && !o.is_dir()) {
+        return Err(UsageError(format!(
+            "--out {}: exists and is not a directory (--out names the directory the outputs \
+             are written into)",
+            out.display()
+        ))
+        .into());
+    }
     // Parsed (a workload) or opened and its format found (a trace) before any device is
     // opened or aged: a wrong path or a file of no known format fails at once. A workload is
     // sized where the capacity is known.
@@ -83,6 +93,14 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         (None, Some(_)) => ReplayTiming::Real,
         (None, None) => ReplayTiming::Virtual,
     };
+    if args.stall_probe && timing == ReplayTiming::Virtual {
+        return Err(UsageError(
+            "--stall-probe measures how the host delays a replay on its own clock: a \
+             virtual-time replay has none (add --timing real, or drop --stall-probe)"
+                .into(),
+        )
+        .into());
+    }
     let mut cfg_json = serde_json::json!({
         "timing": timing.name(),
         "queue_depth": args.queue_depth,
@@ -178,13 +196,9 @@ fn replay_image(
     let file = FileConfig::load_opt(args.image.config.as_deref())?;
     // The file's `timing` is a served device's (real or off); a replay's default is virtual
     // time, and silently taking the file's would change every figure.
-    let file_timing = file.timing.map(|t| match t {
-        TimingMode::Off => "off",
-        TimingMode::Real => "real",
-        TimingMode::Virtual => "virtual",
-    });
+    let file_timing = file.timing.map(|t| t.to_string());
     if let (Some(t), None, Some(path)) = (
-        file_timing.filter(|&t| t != timing.name()),
+        file_timing.filter(|t| t != timing.name()),
         args.timing,
         &args.image.config,
     ) {

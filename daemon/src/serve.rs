@@ -316,10 +316,10 @@ fn log_opened(ftl: &Ftl, s: &ServeSettings) {
         capacity = %format_size(ftl.capacity()),
         queues = ftl.queues(),
         gc_policy = s.image.ftl.gc_policy.name(),
-        timing = ?s.timing,
+        timing = %s.timing,
         timer = %s.timer,
         workers = s.workers,
-        recovery = ?r.mode,
+        recovery = %r.mode,
         pages_scanned = r.pages_scanned,
         "image open"
     );

@@ -338,6 +338,91 @@ fn log_blocks_beyond_the_logical_blocks_are_refused() {
     }
 }
 
+/// `[ftl]` settings the image's scheme does not use are named, not dropped silently: a
+/// format-time one (log_blocks on a scheme without a log pool) is refused, running policies
+/// (page-scheme GC settings on a block-mapped scheme, log placement on the page scheme) are
+/// warned of, when the image is made and when it is opened again; more PMCD controllers than
+/// banks are warned of; `info` on a block-mapped image does not describe page frontiers.
+#[test]
+fn settings_a_scheme_does_not_use_are_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("s.img");
+    let cfg = dir.path().join("c.toml");
+    let format = |scheme: &str, toml: &str, extra: &[&str]| {
+        std::fs::write(&cfg, toml).expect("write");
+        run_to_exit(
+            Command::new(FTLD)
+                .args(["format", "--force", "--ftl", scheme, "--capacity", "64M"])
+                .args(extra)
+                .arg("--image")
+                .arg(&img)
+                .arg("--config")
+                .arg(&cfg),
+        )
+    };
+    for scheme in ["page", "nftl", "rftl", "gftl"] {
+        let (code, err) = format(scheme, "[ftl]\nlog_blocks = 8\n", &[]);
+        assert_eq!(code, 2, "{scheme}: {err}");
+        assert!(
+            err.contains(&format!(
+                "[ftl] log_blocks = 8 does not apply to scheme {scheme}"
+            )),
+            "{scheme}: {err}"
+        );
+    }
+    let (code, err) = format(
+        "bast",
+        "[ftl]\nseparation = \"hot-cold\"\nfrontiers = \"per-queue\"\nlog_placement = \"same\"\n",
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    for key in ["separation", "frontiers"] {
+        assert!(
+            err.contains(&format!("[ftl] {key} does not apply to scheme bast")),
+            "{key}: {err}"
+        );
+    }
+    assert!(!err.contains("log_placement does not apply"), "{err}");
+    let info = run_ok(Command::new(FTLD).arg("info").arg(&img));
+    assert!(
+        info.contains("write queues") && !info.contains("per-queue"),
+        "{info}"
+    );
+    // Opened again (the scheme is the image's, the flag says nothing): still named.
+    std::fs::write(&cfg, "[ftl]\nvictim_policy = \"cost-benefit\"\n").expect("write");
+    let (code, err) = run_to_exit(
+        Command::new(FTLD)
+            .args(["replay", "--workload", "seq,requests=10", "--image"])
+            .arg(&img)
+            .arg("--config")
+            .arg(&cfg),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("[ftl] victim_policy does not apply to scheme bast"),
+        "{err}"
+    );
+    let (code, err) = format("page", "[ftl]\nlog_placement = \"spread\"\n", &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("[ftl] log_placement does not apply to scheme page"),
+        "{err}"
+    );
+    let info = run_ok(Command::new(FTLD).arg("info").arg(&img));
+    assert!(info.contains("frontiers = \"per-queue\""), "{info}");
+    // The default preset has 16 banks.
+    let (code, err) = format(
+        "page",
+        "",
+        &["--interconnect", "pmcd", "--controllers", "1000"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("pmcd with 1000 controllers on 16 banks"),
+        "{err}"
+    );
+}
+
 /// `[ftl] overprovision` and `[ftl] log_blocks` are fixed when an image is formatted: given for
 /// an existing image they must match it, or the start is refused naming the image and both
 /// values (before, they were silently ignored).
@@ -1700,6 +1785,28 @@ fn presets_lists_every_preset() {
     assert_eq!(t["t_read_us"], 25, "{t}");
     assert_eq!(t["t_prog_us"], 200, "{t}");
     assert_eq!(t["t_erase_us"], 1500, "{t}");
+    // What the table and notes say is in the JSON too: exported sizes per scheme, and which
+    // schemes' guarantees the device supports (k9-003 fits rftl; the default preset does not).
+    assert!(k9["export_bytes"]["page"].as_u64().unwrap_or(0) > 0, "{k9}");
+    assert!(k9["export_bytes"]["bast"].as_u64().unwrap_or(0) > 0, "{k9}");
+    let names = |p: &Value| -> Vec<String> {
+        p["schemes"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert!(names(k9).contains(&"rftl".to_string()), "{k9}");
+    let default = json
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["name"] == "default"))
+        .expect("default preset");
+    assert!(!names(default).contains(&"rftl".to_string()), "{default}");
+    assert!(names(default).contains(&"page".to_string()), "{default}");
+    assert!(default["schemes_unfit"]["rftl"].is_string(), "{default}");
 }
 
 /// A reader that stops early (`ftld presets --json | head -1`) ends ftld quietly: no panic

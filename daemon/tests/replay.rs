@@ -136,6 +136,37 @@ fn a_trace_on_standard_input() {
     }
 }
 
+/// A request whose trace time is earlier than the first request's (a fio v3 log's second line
+/// before its first) is replayed at the start and counted as reordered, as one earlier than its
+/// predecessor is; in virtual and in real time.
+#[test]
+fn a_request_before_the_first_is_counted_as_reordered() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("early.log");
+    std::fs::write(
+        &log,
+        "fio version 3 iolog\n\
+         500 /dev/nbd0 write 0 4096\n\
+         100 /dev/nbd0 write 4096 4096\n\
+         600 /dev/nbd0 write 8192 4096\n\
+         550 /dev/nbd0 write 12288 4096\n",
+    )
+    .unwrap();
+    for timing in ["virtual", "real"] {
+        let o = ftld(&[
+            log.to_str().unwrap(),
+            "--capacity",
+            "64M",
+            "--timing",
+            timing,
+        ]);
+        assert!(o.status.success(), "{timing}: {}", text(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["requests"], 4, "{timing}: {v:#}");
+        assert_eq!(v["adjusted"]["reordered"], 2, "{timing}: {v:#}");
+    }
+}
+
 #[test]
 fn a_workload_on_a_preconditioned_device() {
     let o = ftld(&[
@@ -320,6 +351,8 @@ fn bad_input_gets_a_clear_error() {
             "--queue-depth",
             "4",
         ][..],
+        // The stall probe measures the host's clock; a virtual-time replay has none.
+        &["--workload", "random,requests=10", "--stall-probe"][..],
     ] {
         let o = ftld(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
@@ -328,6 +361,24 @@ fn bad_input_gets_a_clear_error() {
     let o = ftld(&["/dev/zero", "--capacity", "64M"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("not a text trace"), "{}", text(&o));
+    // --out naming a file: refused before anything runs, naming it; the file is kept.
+    let afile = dir.path().join("afile");
+    std::fs::write(&afile, "mine").unwrap();
+    let o = ftld(&[
+        "--workload",
+        "random,requests=10",
+        "--capacity",
+        "64M",
+        "--out",
+        afile.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("afile: exists and is not a directory"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(std::fs::read_to_string(&afile).unwrap(), "mine");
     // A GC thread count no machine runs; no room for a sealed page (every write would wait
     // for good).
     let cfg = dir.path().join("ftl.toml");

@@ -306,7 +306,25 @@ impl Image {
             .write(true)
             .create_new(true)
             .open(path)
-            .map_err(io_err(path))?;
+            .map_err(|e| match e.kind() {
+                // Here "not found" is the directory (or a file system, like /proc, that takes
+                // no new files), not the image `create` is making.
+                ErrorKind::NotFound => ImageError::Io {
+                    path: path.to_path_buf(),
+                    source: io::Error::new(
+                        ErrorKind::NotFound,
+                        format!(
+                            "cannot be created: its directory {} does not exist or takes no \
+                             new files",
+                            path.parent()
+                                .filter(|p| !p.as_os_str().is_empty())
+                                .unwrap_or(Path::new("."))
+                                .display()
+                        ),
+                    ),
+                },
+                _ => io_err(path)(e),
+            })?;
         let result = Image::init_new(path, config, file);
         if result.is_err() {
             // Don't leave a half-made image behind to block the next attempt. Nothing useful can

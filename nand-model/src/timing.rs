@@ -357,6 +357,17 @@ pub enum TimingMode {
     Virtual,
 }
 
+/// As the command line and config files spell it (`off`, `real`, `virtual`), for logs.
+impl std::fmt::Display for TimingMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TimingMode::Off => "off",
+            TimingMode::Real => "real",
+            TimingMode::Virtual => "virtual",
+        })
+    }
+}
+
 /// Serde for a `Duration` as a number of microseconds (fractional where it has nanoseconds).
 pub mod micros {
     use std::time::Duration;

@@ -43,6 +43,31 @@ fn not_found() {
     assert!(matches!(e, ImageError::NotFound { .. }), "{e}");
 }
 
+/// Creating in a directory that does not exist (or in one that takes no new files, as /proc)
+/// names the directory, not "image ...: not found" (the image is what is being made).
+#[test]
+fn create_in_a_missing_directory_names_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no-such-dir").join("x.img");
+    let e = NandDevice::create(&path, &small_config(), TimingMode::Off).unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, ImageError::Io { .. }), "{text}");
+    assert!(
+        text.contains("cannot be created: its directory")
+            && text.contains("no-such-dir does not exist"),
+        "{text}"
+    );
+    if Path::new("/proc/self").exists() {
+        let e = NandDevice::create(Path::new("/proc/x.img"), &small_config(), TimingMode::Off)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("its directory /proc does not exist or takes no new files"),
+            "{e}"
+        );
+    }
+}
+
 #[test]
 fn create_refuses_to_overwrite() {
     let f = closed_image();

@@ -587,12 +587,12 @@ impl Core {
             // Released twice: a second free-list entry would hand the block to two owners.
             // A check, not a lock: two releases racing each other can both pass it; the owner
             // of a block must make sure only one releases it (a scheme's invariant).
-            tracing::error!("{addr:?} is released but already free; left alone");
+            tracing::error!("{addr} is released but already free; left alone");
             return (false, None);
         }
         let went_bad = if retire || failed_program {
             if let Err(e) = self.nand.mark_bad(addr) {
-                tracing::error!("cannot mark {addr:?} bad: {e}");
+                tracing::error!("cannot mark {addr} bad: {e}");
             }
             true
         } else {
@@ -603,12 +603,12 @@ impl Core {
                     false
                 }
                 Err(e) if e.is_fault() => {
-                    tracing::warn!("erase of {addr:?} failed: {e}; block retired");
+                    tracing::warn!("erase of {addr} failed: {e}; block retired");
                     self.counters.erase_failures.fetch_add(1, Ordering::Relaxed);
                     true
                 }
                 Err(e) => {
-                    self.set_read_only(format!("erase of {addr:?} failed: {e}"));
+                    self.set_read_only(format!("erase of {addr} failed: {e}"));
                     true
                 }
             }

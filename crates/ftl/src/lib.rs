@@ -667,7 +667,7 @@ impl Ftl {
                     };
                 }
                 tracing::info!(
-                    "opened {}: {:?} recovery, {} pages scanned in {:.1} ms",
+                    "opened {}: {} recovery, {} pages scanned in {:.1} ms",
                     core.nand.path().display(),
                     report.mode,
                     report.pages_scanned,

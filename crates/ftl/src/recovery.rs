@@ -47,6 +47,18 @@ pub enum RecoveryMode {
     FullScan,
 }
 
+/// As `ftld stats` spells it (`formatted`, `clean`, `roll-forward`, `full-scan`), for logs.
+impl std::fmt::Display for RecoveryMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RecoveryMode::Formatted => "formatted",
+            RecoveryMode::Clean => "clean",
+            RecoveryMode::RollForward => "roll-forward",
+            RecoveryMode::FullScan => "full-scan",
+        })
+    }
+}
+
 /// What recovery did, for stats and tests.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RecoveryReport {
@@ -806,7 +818,7 @@ impl Core {
                     continue;
                 }
                 Err(e) => {
-                    tracing::warn!("recovery read of {addr:?} failed: {e}");
+                    tracing::warn!("recovery read of {addr} failed: {e}");
                     return false;
                 }
             }

@@ -524,7 +524,7 @@ impl Writer {
                     let failed: Vec<usize> = (0..n).filter(|i| mask & (1 << i) != 0).collect();
                     let failed = if failed.is_empty() { vec![0] } else { failed };
                     for &i in &failed {
-                        tracing::warn!("program failed at {:?}: {e}; retiring the block", addrs[i]);
+                        tracing::warn!("program failed at {}: {e}; retiring the block", addrs[i]);
                     }
                     core.counters
                         .program_failures
@@ -542,7 +542,7 @@ impl Writer {
                     self.placer.issued(core, addrs, false);
                 }
                 Err(e) => {
-                    core.set_read_only_after(&e, format!("program at {:?} failed: {e}", addrs[0]));
+                    core.set_read_only_after(&e, format!("program at {} failed: {e}", addrs[0]));
                     // Nothing was stored: the placer releases what it held for the
                     // addresses (its open-page count, a lent frontier). Its frontier stays
                     // past them, so nothing may be programmed after this on the device: a

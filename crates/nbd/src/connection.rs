@@ -97,6 +97,18 @@ enum End {
     WriterFailed,
 }
 
+/// For the "connection closed" log line.
+impl std::fmt::Display for End {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            End::Disconnect => "the client sent NBD_CMD_DISC",
+            End::Eof => "the client closed the socket",
+            End::Shutdown => "the server is stopping",
+            End::WriterFailed => "sending a reply failed",
+        })
+    }
+}
+
 /// Runs a connection to the end. Never panics on peer input; errors are logged and counted.
 pub(crate) async fn serve_connection<B, R, W>(
     ctx: ConnContext<B>,
@@ -161,7 +173,7 @@ pub(crate) async fn serve_connection<B, R, W>(
         Channel::Tls(r, w) => transmission(&ctx, r, w, params, negotiated, shutdown).await,
     };
     match ended {
-        Ok(end) => info!(conn = id, reason = ?end, "connection closed"),
+        Ok(end) => info!(conn = id, reason = %end, "connection closed"),
         Err(e) => log_protocol_error(&ctx, "transmission", &e),
     }
 }

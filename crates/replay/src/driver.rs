@@ -7,7 +7,7 @@
 //! depth N`): N streams; each sends its next request when its previous one completed (plus the
 //! request's think time), trace times are ignored. Requests are handed to the FTL in arrival
 //! order; a trace time earlier than the previous request's is moved up to it (counted as
-//! `reordered`).
+//! `reordered`, as is one earlier than the trace's first request, replayed at the start).
 //!
 //! **A request** runs whole when it arrives: `Ftl::advance_to(arrival)` first runs the
 //! background work due before then (GC, maintenance: `ftl::sim`), then the request's FTL call
@@ -227,7 +227,7 @@ impl<'a> Driver<'a> {
             .unwrap_or_default();
         for r in requests {
             let r = r?;
-            let arrival = r.arrival;
+            let (arrival, before_first) = (r.arrival, r.before_first);
             let (mut at, stream) = match self.opts.queue_depth {
                 Some(_) => {
                     let Some(Reverse((free, s))) = streams.pop() else {
@@ -252,7 +252,7 @@ impl<'a> Driver<'a> {
             // Fitted to the device: one that is not replayed (empty, or refused past the end)
             // takes no time (its think time still passes) and is counted only as such.
             let fitted = fit(&mut self.adjusted, r, self.capacity, self.opts.out_of_range);
-            if at < prev_arrival {
+            if at < prev_arrival || before_first {
                 if fitted.is_some()
                     && matches!(arrival, Arrival::At(_))
                     && self.opts.queue_depth.is_none()

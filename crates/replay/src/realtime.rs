@@ -424,7 +424,7 @@ fn open_loop(
                     .drain()
                     .saturating_add((d as f64 / opts.speed) as u64),
             };
-            if at < prev_at {
+            if at < prev_at || r.before_first {
                 if matches!(r.arrival, Arrival::At(_)) {
                     adjusted.reordered += 1;
                 }

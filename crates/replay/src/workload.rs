@@ -10,7 +10,8 @@
 //!
 //! Keys every kind takes: `requests=N` (default 100000), `bs=SIZE` (default 4k), `read=PCT`
 //! (share of reads, default 0), `span=PCT%|SIZE` (the part of the device used, from offset 0;
-//! default all of it), `flush_every=N` (a flush after every N writes), `fua=1` (every write is
+//! default all of it), `flush_every=N` (a flush after every N writes, on top of the `requests`:
+//! 50 000 writes with `flush_every=1000` replay 50 000 writes and 50 flushes), `fua=1` (every write is
 //! FUA: complete when durable, as a synchronous write). `random`, `hotcold` and `seq` also take
 //! `iops=N` (open loop at that rate; without it requests are closed loop: each stream sends
 //! the next when its previous one completes, `--queue-depth` streams) and
@@ -404,6 +405,7 @@ impl Iterator for Workload {
                 len: 0,
                 fua: false,
                 queue: None,
+                before_first: false,
             });
         }
         if self.issued >= self.spec.requests {
@@ -429,6 +431,7 @@ impl Iterator for Workload {
             len: self.spec.bs,
             fua: !read && self.spec.fua,
             queue: None,
+            before_first: false,
         })
     }
 }

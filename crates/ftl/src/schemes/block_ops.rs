@@ -77,8 +77,8 @@ pub(crate) fn failed_on_read_only(core: &Core, addr: PageAddr) -> bool {
     if !core.is_read_only() {
         return false;
     }
-    tracing::warn!("program at {addr:?} failed on the read-only device: no more programs");
-    core.set_read_only(format!("program at {addr:?} failed after the turn"));
+    tracing::warn!("program at {addr} failed on the read-only device: no more programs");
+    core.set_read_only(format!("program at {addr} failed after the turn"));
     true
 }
 
@@ -270,7 +270,7 @@ pub(crate) fn read_for_copy(
             }
             Err(NandError::Uncorrectable { .. }) => buf.fill(0),
             Err(e) => {
-                tracing::warn!("copy read of {page:?} failed: {e}");
+                tracing::warn!("copy read of {page} failed: {e}");
                 buf.fill(0);
                 break;
             }
@@ -334,7 +334,7 @@ pub(crate) fn program_copy(
             Ok(())
         }
         Err(e) if e.is_fault() => {
-            tracing::warn!("copy program at {addr:?} failed: {e}; retiring the block");
+            tracing::warn!("copy program at {addr} failed: {e}; retiring the block");
             core.counters
                 .program_failures
                 .fetch_add(1, Ordering::Relaxed);
@@ -344,7 +344,7 @@ pub(crate) fn program_copy(
             Err(CopyFailed)
         }
         Err(e) => {
-            core.set_read_only_after(&e, format!("copy program at {addr:?} failed: {e}"));
+            core.set_read_only_after(&e, format!("copy program at {addr} failed: {e}"));
             Err(CopyFailed)
         }
     }

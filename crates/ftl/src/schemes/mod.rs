@@ -149,6 +149,22 @@ impl SchemeKind {
         matches!(self, SchemeKind::Bast | SchemeKind::Fast)
     }
 
+    /// Whether an `[ftl]` setting (its key in the config file) means anything to this scheme.
+    /// A setting the scheme ignores is named to the user rather than dropped silently: hot/cold
+    /// separation, write frontiers, the victim policy and copyback belong to the page scheme's
+    /// GC; log placement to the block-mapped schemes; log blocks to bast and fast.
+    pub fn uses_setting(self, key: &str) -> bool {
+        match key {
+            "separation" | "frontiers" | "hot_window" | "victim_policy" | "gc_copyback" => {
+                self == SchemeKind::Page
+            }
+            "log_placement" => self != SchemeKind::Page,
+            "log_blocks" => self.has_log_blocks(),
+            "overprovision" => self.uses_overprovision(),
+            _ => true,
+        }
+    }
+
     /// Whether the scheme bounds a host write's reclaim work to one partial GC step (its device
     /// must allow a page copy within an erase's time).
     pub fn is_real_time(self) -> bool {

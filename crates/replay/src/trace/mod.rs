@@ -528,6 +528,7 @@ impl<R: BufRead> TraceReader<R> {
         if let crate::request::Arrival::At(t) = r.arrival {
             let origin = *self.origin.get_or_insert(t);
             r.arrival = crate::request::Arrival::At(t.saturating_sub(origin));
+            r.before_first = t < origin;
         }
         r
     }

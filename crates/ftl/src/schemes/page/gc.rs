@@ -391,7 +391,7 @@ impl PageScheme {
                     continue;
                 }
                 Err(e) => {
-                    tracing::error!("GC read of {addr:?} failed: {e}");
+                    tracing::error!("GC read of {addr} failed: {e}");
                     metas = None;
                     read_ok = false;
                     break;
@@ -464,7 +464,7 @@ impl PageScheme {
             }
             None => {
                 core.count_uncorrectable(addr.block.bank.0);
-                tracing::error!("GC cannot read {addr:?}: its valid data is lost");
+                tracing::error!("GC cannot read {addr}: its valid data is lost");
                 mark_damaged(core, addr);
                 return;
             }
@@ -586,7 +586,7 @@ impl PageScheme {
                     core.retire_block(addr.block.bank.0, addr.block.block);
                 }
                 Err(e) => {
-                    core.set_read_only_after(&e, format!("GC program at {addr:?} failed: {e}"));
+                    core.set_read_only_after(&e, format!("GC program at {addr} failed: {e}"));
                     return false;
                 }
             }
@@ -735,10 +735,7 @@ impl PageScheme {
                     core.retire_block(b, dst.block.block);
                 }
                 Err(e) => {
-                    core.set_read_only_after(
-                        &e,
-                        format!("GC copyback {src:?} -> {dst:?} failed: {e}"),
-                    );
+                    core.set_read_only_after(&e, format!("GC copyback {src} -> {dst} failed: {e}"));
                     return Moved::Failed;
                 }
             }
