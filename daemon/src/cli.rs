@@ -281,13 +281,23 @@ pub struct ImageArgs {
 }
 
 /// `ftld serve`.
+/// `serve --timing`: real or off. Virtual time is a clock a replay drives; a served device has
+/// nothing to drive it (`config::resolve_serve` refuses it from a config file too).
+fn serve_timing() -> impl clap::builder::TypedValueParser<Value = TimingMode> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(["real", "off"]).map(|s| match s.as_str() {
+        "off" => TimingMode::Off,
+        _ => TimingMode::Real,
+    })
+}
+
 #[derive(Args, Debug, Default, Clone)]
 pub struct ServeArgs {
     #[command(flatten)]
     pub image: ImageArgs,
-    /// Whether NAND operations take their modelled time: real or off [default: real]
-    /// (virtual is `ftld replay`'s simulated clock and is refused here).
-    #[arg(long, value_enum)]
+    /// Whether NAND operations take their modelled time [default: real] (`off`: every
+    /// operation completes at once; `ftld replay` has a third, `virtual`).
+    #[arg(long, value_name = "TIMING", value_parser = serve_timing())]
     pub timing: Option<TimingMode>,
     /// With timing real, how waits for a modelled completion pass the time: sleep (no CPU,
     /// late by the kernel's wake-up latency), hybrid (sleep until a learnt margin before, then
@@ -439,6 +449,18 @@ mod tests {
         assert_eq!(a.gc_policy, Some(GcPolicy::InPath));
         assert_eq!(a.nbd_listen, Some("127.0.0.1:10809".parse().expect("addr")));
         assert!(Cli::try_parse_from(["ftld", "serve", "--capacity", "12X"]).is_err());
+        // Virtual time is a replay's: not offered to serve, and refused by it.
+        let e = Cli::try_parse_from(["ftld", "serve", "--timing", "virtual"])
+            .expect_err("virtual refused")
+            .to_string();
+        assert!(e.contains("[possible values: real, off]"), "{e}");
+        let Command::Serve(r) = Cli::try_parse_from(["ftld", "serve", "--timing", "real"])
+            .expect("parses")
+            .command
+        else {
+            panic!("not serve")
+        };
+        assert_eq!(r.timing, Some(TimingMode::Real));
         let Command::Serve(u) = Cli::try_parse_from([
             "ftld",
             "serve",

@@ -162,7 +162,9 @@ impl<'de> Deserialize<'de> for SizeValue {
             }
             fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<SizeValue, E> {
                 Err(E::custom(format!(
-                    "{v} is not a whole number of bytes (or write a string like \"512M\")"
+                    "{v} is read as a fraction (TOML makes a number with a point or an \
+                     exponent a float): a size is a whole number of bytes, written without \
+                     them, or a string like \"512M\""
                 )))
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SizeValue, E> {
@@ -284,8 +286,9 @@ pub struct ImageSettings {
     /// an existing image's must match).
     pub overprovision: Option<f64>,
     pub log_blocks: Option<u32>,
-    /// The `[ftl]` keys written in the config file, for naming those the image's scheme
-    /// ignores (`SchemeKind::uses_setting`).
+    /// The `[ftl]` keys written in the config file, and the flags that set `[ftl]` settings
+    /// (as `--gc-policy`), for naming those the image's scheme ignores
+    /// (`SchemeKind::uses_setting`).
     pub ftl_keys: Vec<String>,
     /// Allocate the whole image file once it is open ([`nand_model::NandDevice::preallocate`]).
     pub preallocate: bool,
@@ -487,9 +490,11 @@ pub fn resolve_serve(args: &ServeArgs) -> anyhow::Result<ServeSettings> {
     let mut image = resolve_image(&args.image, &file)?;
     if let Some(p) = args.gc_policy {
         image.ftl.gc_policy = p;
+        image.ftl_keys.push("--gc-policy".into());
     }
     if let Some(p) = args.log_placement {
         image.ftl.log_placement = p;
+        image.ftl_keys.push("--log-placement".into());
     }
     let nbd_listen = match (args.nbd_listen, &file.nbd_listen) {
         (Some(a), _) => Some(a),
@@ -711,7 +716,8 @@ mod tests {
         // A value that is no size says so and shows it (not serde's "untagged enum").
         for (toml, says) in [
             ("capacity = -64", "-64 is negative"),
-            ("capacity = 1.5", "1.5 is not a whole number of bytes"),
+            ("capacity = 1.5", "1.5 is read as a fraction"),
+            ("capacity = 1e9", "a size is a whole number of bytes"),
             ("capacity = true", "a size: a whole number of bytes"),
         ] {
             let e = format!("{:#}", parse(toml).expect_err(toml));

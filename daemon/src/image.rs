@@ -166,12 +166,14 @@ fn check_scheme_settings(scheme: ftl::SchemeKind, settings: &ImageSettings) -> a
         ))
         .into());
     }
-    for key in settings.ftl_keys.iter().filter(|k| !scheme.uses_setting(k)) {
-        if key != "overprovision" && key != "log_blocks" {
-            tracing::warn!(
-                "[ftl] {key} does not apply to scheme {scheme} (image {}): ignored",
-                settings.path.display()
-            );
+    for key in &settings.ftl_keys {
+        // A flag (`--gc-policy`) names the setting of its `[ftl]` key (`gc_policy`).
+        let (setting, shown) = match key.strip_prefix("--") {
+            Some(flag) => (flag.replace('-', "_"), key.clone()),
+            None => (key.clone(), format!("[ftl] {key}")),
+        };
+        if setting != "overprovision" && setting != "log_blocks" && !scheme.uses_setting(&setting) {
+            tracing::warn!("{shown} does not apply to scheme {scheme}: ignored");
         }
     }
     Ok(())

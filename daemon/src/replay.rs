@@ -50,15 +50,25 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
-    // Before any device is made or aged: a file where the outputs' directory should be would
-    // otherwise fail only at the end, as "File exists".
-    if let Some(out) = args.out.as_ref().filter(|o| o.exists() && !o.is_dir()) {
-        return Err(UsageError(format!(
-            "--out {}: exists and is not a directory (--out names the directory the outputs \
-             are written into)",
-            out.display()
-        ))
-        .into());
+    // Made before any device is made or aged: a path where the outputs' directory cannot be
+    // (a file, a dangling link, /proc) would otherwise fail only at the end, as "File exists",
+    // with the run's figures lost.
+    if let Some(out) = &args.out {
+        let taken = out.symlink_metadata().is_ok() && !out.is_dir();
+        if taken {
+            return Err(UsageError(format!(
+                "--out {}: exists and is not a directory (--out names the directory the \
+                 outputs are written into)",
+                out.display()
+            ))
+            .into());
+        }
+        std::fs::create_dir_all(out).map_err(|e| {
+            UsageError(format!(
+                "--out {}: the outputs' directory cannot be made: {e}",
+                out.display()
+            ))
+        })?;
     }
     // Parsed (a workload) or opened and its format found (a trace) before any device is
     // opened or aged: a wrong path or a file of no known format fails at once. A workload is
@@ -225,9 +235,11 @@ fn replay_image(
     let faults = settings.faults.take();
     if let Some(p) = args.gc_policy {
         settings.ftl.gc_policy = p;
+        settings.ftl_keys.push("--gc-policy".into());
     }
     if let Some(p) = args.log_placement {
         settings.ftl.log_placement = p;
+        settings.ftl_keys.push("--log-placement".into());
     }
     if timing == ReplayTiming::Virtual && args.image.queues.is_none() && !file.ftl_queues_set {
         settings.ftl.queues = VIRTUAL_QUEUES;

@@ -372,11 +372,14 @@ fn settings_a_scheme_does_not_use_are_named() {
     }
     let (code, err) = format(
         "bast",
-        "[ftl]\nseparation = \"hot-cold\"\nfrontiers = \"per-queue\"\nlog_placement = \"same\"\n",
+        "[ftl]\nseparation = \"hot-cold\"\nfrontiers = \"per-queue\"\nlog_placement = \"same\"\n\
+         gc_threads = 4\ngc_free_pool = 9\nwear_level_spread = 50\n",
         &[],
     );
     assert_eq!(code, 0, "{err}");
-    for key in ["separation", "frontiers"] {
+    // (bast's merges level wear: wear_level_spread applies.)
+    assert!(!err.contains("wear_level_spread does not apply"), "{err}");
+    for key in ["separation", "frontiers", "gc_threads", "gc_free_pool"] {
         assert!(
             err.contains(&format!("[ftl] {key} does not apply to scheme bast")),
             "{key}: {err}"
@@ -400,6 +403,34 @@ fn settings_a_scheme_does_not_use_are_named() {
     assert_eq!(code, 0, "{err}");
     assert!(
         err.contains("[ftl] victim_policy does not apply to scheme bast"),
+        "{err}"
+    );
+    // A flag that sets an [ftl] setting is named as the flag.
+    let (code, err) = run_to_exit(
+        Command::new(FTLD)
+            .args([
+                "replay",
+                "--workload",
+                "seq,requests=10",
+                "--gc-policy",
+                "in-path",
+                "--image",
+            ])
+            .arg(&img),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("--gc-policy does not apply to scheme bast"),
+        "{err}"
+    );
+    let (code, err) = format(
+        "gftl",
+        "[ftl]\nwear_level_spread = 7\n",
+        &["--preset", "slc-small-004"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("[ftl] wear_level_spread does not apply to scheme gftl"),
         "{err}"
     );
     let (code, err) = format("page", "[ftl]\nlog_placement = \"spread\"\n", &[]);

@@ -379,6 +379,26 @@ fn bad_input_gets_a_clear_error() {
         text(&o)
     );
     assert_eq!(std::fs::read_to_string(&afile).unwrap(), "mine");
+    // Nor can a directory be made under a file, at a dangling link, or in /proc: refused at
+    // once too, not after the run.
+    let dangling = dir.path().join("dangling");
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+    for (out, says) in [
+        (afile.join("sub"), "cannot be made"),
+        (dangling.clone(), "exists and is not a directory"),
+        (PathBuf::from("/proc/ftld-out"), "cannot be made"),
+    ] {
+        let o = ftld(&[
+            "--workload",
+            "random,requests=10",
+            "--capacity",
+            "64M",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{out:?}: {}", text(&o));
+        assert!(text(&o).contains(says), "{out:?}: {}", text(&o));
+    }
     // A GC thread count no machine runs; no room for a sealed page (every write would wait
     // for good).
     let cfg = dir.path().join("ftl.toml");

@@ -433,7 +433,7 @@ impl Core {
     fn count_failed_check(&self, lpn: Lpn, page: PageAddr, slot: u32, attempt: u32) {
         self.counters.crc_errors.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
-            "lpn {}: the data read from {page:?} slot {slot} fails its check (attempt {} of {})",
+            "lpn {}: the data read from {page} slot {slot} fails its check (attempt {} of {})",
             lpn.0,
             attempt + 1,
             self.cfg.read_retries + 1

@@ -562,7 +562,7 @@ impl Core {
             if m.seq >= MAX_SEQ {
                 // No run numbers 2^62 operations: a hostile or corrupt entry.
                 tracing::warn!(
-                    "{addr:?} slot {i}: sequence number {} is impossible; ignored",
+                    "{addr} slot {i}: sequence number {} is impossible; ignored",
                     m.seq
                 );
                 continue;

@@ -414,7 +414,7 @@ where
                 &*backend, queue, cookie, cmd, payload, &params, &stats, &buffers,
             );
             let reply = CatchUnwind(Box::pin(run)).await.unwrap_or_else(|()| {
-                error!(conn, cookie, ?cmd, "backend panicked");
+                error!(conn, cookie, %cmd, "backend panicked");
                 let err = RequestError::new(Errno::Io, "backend panicked");
                 stats.error(err.errno);
                 error_reply(cookie, &err, structured)

@@ -66,6 +66,32 @@ pub(crate) enum Command {
     BlockStatus { offset: u64, len: u32, one: bool },
 }
 
+/// For logs: the command as the protocol names it, with its range (`NBD_CMD_WRITE 4096+512 fua`).
+impl std::fmt::Display for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let flag = |fua: bool| if fua { " fua" } else { "" };
+        match *self {
+            Command::Read { offset, len } => write!(f, "NBD_CMD_READ {offset}+{len}"),
+            Command::Write { offset, len, fua } => {
+                write!(f, "NBD_CMD_WRITE {offset}+{len}{}", flag(fua))
+            }
+            Command::Flush => f.write_str("NBD_CMD_FLUSH"),
+            Command::Trim { offset, len, fua } => {
+                write!(f, "NBD_CMD_TRIM {offset}+{len}{}", flag(fua))
+            }
+            Command::Cache => f.write_str("NBD_CMD_CACHE"),
+            Command::WriteZeroes { offset, len, fua } => {
+                write!(f, "NBD_CMD_WRITE_ZEROES {offset}+{len}{}", flag(fua))
+            }
+            Command::BlockStatus { offset, len, one } => write!(
+                f,
+                "NBD_CMD_BLOCK_STATUS {offset}+{len}{}",
+                if one { " req_one" } else { "" }
+            ),
+        }
+    }
+}
+
 /// Validates a request header (see the module doc for the order of checks).
 pub(crate) fn validate(h: &RequestHeader, ex: &ExportParams) -> Result<Command, RequestError> {
     let name = command_name(h.kind);
@@ -246,7 +272,7 @@ pub(crate) async fn execute<B: BlockBackend>(
         },
         Err(e) => {
             let err = RequestError::from(e);
-            tracing::warn!(cookie, ?cmd, error = %err.message, "backend error");
+            tracing::warn!(cookie, %cmd, error = %err.message, "backend error");
             stats.error(err.errno);
             error_reply(cookie, &err, ex.structured)
         }
@@ -308,6 +334,38 @@ fn read_reply(cookie: u64, offset: u64, data: Vec<u8>, structured: bool) -> Repl
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Logs name a command as the protocol does, not as Rust's `Debug` prints the enum.
+    #[test]
+    fn commands_print_as_the_protocol_names_them() {
+        let shown = [
+            Command::Read {
+                offset: 0,
+                len: 65536,
+            }
+            .to_string(),
+            Command::Write {
+                offset: 4096,
+                len: 512,
+                fua: true,
+            }
+            .to_string(),
+            Command::BlockStatus {
+                offset: 0,
+                len: 8,
+                one: true,
+            }
+            .to_string(),
+        ];
+        assert_eq!(
+            shown,
+            [
+                "NBD_CMD_READ 0+65536",
+                "NBD_CMD_WRITE 4096+512 fua",
+                "NBD_CMD_BLOCK_STATUS 0+8 req_one"
+            ]
+        );
+    }
 
     const EX: ExportParams = ExportParams {
         size: 1 << 20,

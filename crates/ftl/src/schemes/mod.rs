@@ -151,13 +151,18 @@ impl SchemeKind {
 
     /// Whether an `[ftl]` setting (its key in the config file) means anything to this scheme.
     /// A setting the scheme ignores is named to the user rather than dropped silently: hot/cold
-    /// separation, write frontiers, the victim policy and copyback belong to the page scheme's
-    /// GC; log placement to the block-mapped schemes; log blocks to bast and fast.
+    /// separation, write frontiers and the GC settings (policy, workers, free-block floor and
+    /// pool, victim policy, copyback) belong to the page scheme, whose GC is the only one with
+    /// workers and victims (the block-mapped schemes merge or step inside their writes);
+    /// static wear levelling to the page scheme and the hybrid merges (not rftl's or gftl's
+    /// fixed rotations); log placement to the block-mapped schemes; log blocks to bast and fast.
     pub fn uses_setting(self, key: &str) -> bool {
         match key {
-            "separation" | "frontiers" | "hot_window" | "victim_policy" | "gc_copyback" => {
+            "separation" | "frontiers" | "hot_window" | "victim_policy" | "gc_copyback"
+            | "gc_policy" | "gc_threads" | "gc_soft_free" | "gc_free_pool" => {
                 self == SchemeKind::Page
             }
+            "wear_level_spread" => !self.is_real_time(),
             "log_placement" => self != SchemeKind::Page,
             "log_blocks" => self.has_log_blocks(),
             "overprovision" => self.uses_overprovision(),

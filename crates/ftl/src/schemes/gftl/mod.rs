@@ -253,10 +253,7 @@ impl GftlScheme {
                 core.counters.read_retries.fetch_add(1, Ordering::Relaxed);
             }
             if !read {
-                tracing::debug!(
-                    "gftl: the OOB search for lpn {} cannot read {page:?}",
-                    lpn.0
-                );
+                tracing::debug!("gftl: the OOB search for lpn {} cannot read {page}", lpn.0);
                 return;
             }
             let names = (0..sps).any(|i| {

@@ -449,14 +449,14 @@ impl PageScheme {
                 if salvaged.len() < valid.len() {
                     core.count_uncorrectable(addr.block.bank.0);
                     tracing::error!(
-                        "GC cannot read {addr:?}'s OOB: {} of its {} valid slots are lost",
+                        "GC cannot read {addr}'s OOB: {} of its {} valid slots are lost",
                         valid.len() - salvaged.len(),
                         valid.len()
                     );
                     mark_damaged(core, addr);
                 } else {
                     tracing::warn!(
-                        "GC: {addr:?}'s OOB does not decode (its CRC, or more slots than a \
+                        "GC: {addr}'s OOB does not decode (its CRC, or more slots than a \
                          page has); its slots' entries hold"
                     );
                 }
@@ -478,7 +478,7 @@ impl PageScheme {
                 .fetch_add(bad_slots as u64, Ordering::Relaxed);
             core.count_uncorrectable(addr.block.bank.0);
             tracing::error!(
-                "GC: {bad_slots} slots of {addr:?} fail their check on every read; moved with their original CRC"
+                "GC: {bad_slots} slots of {addr} fail their check on every read; moved with their original CRC"
             );
         }
         for &s in valid {

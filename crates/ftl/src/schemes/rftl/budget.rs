@@ -59,7 +59,8 @@ impl StepBudget {
         let need = 2 * k_fold + k_shift;
         if ppb < need {
             return Err(format!(
-                "a block of {ppb} pages is too small: a step copies {beta} pages, a fold takes {k_fold} steps and a shift {k_shift}, which needs blocks of at least {need} pages"
+                "a block of {ppb} pages is too small: a step copies {beta} page{}, a fold takes {k_fold} steps and a shift {k_shift}, which needs blocks of at least {need} pages",
+                if beta == 1 { "" } else { "s" }
             ));
         }
         Ok(StepBudget {
