@@ -136,7 +136,9 @@ pub fn render(info: &ImageInfo) -> String {
             match bounds {
                 None => "none (not a real-time scheme)".to_string(),
                 Some(Ok((w, r))) => format!(
-                    "a 4 KiB write within {w:.0} us, a read within {r:.0} us (one request at a time)"
+                    "a 4 KiB write within {w:.0} us, a read within {r:.0} us (one request at a time; \
+                     a periodic checkpoint's programs are outside it: [ftl] \
+                     checkpoint_interval_bytes = 0 turns them off)"
                 ),
                 Some(Err(e)) => format!("none: {e}"),
             },
