@@ -280,7 +280,6 @@ pub struct ImageArgs {
     pub config: Option<PathBuf>,
 }
 
-/// `ftld serve`.
 /// `serve --timing`: real or off. Virtual time is a clock a replay drives; a served device has
 /// nothing to drive it (`config::resolve_serve` refuses it from a config file too).
 fn serve_timing() -> impl clap::builder::TypedValueParser<Value = TimingMode> {
@@ -291,6 +290,7 @@ fn serve_timing() -> impl clap::builder::TypedValueParser<Value = TimingMode> {
     })
 }
 
+/// `ftld serve`.
 #[derive(Args, Debug, Default, Clone)]
 pub struct ServeArgs {
     #[command(flatten)]

@@ -58,6 +58,8 @@ pub fn run(args: &FormatArgs) -> anyhow::Result<()> {
                 });
                 return Err(image::describe(e, path));
             }
+            // Settings `create` would refuse are refused while the old image still exists.
+            image::validate_new(&s)?;
             fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

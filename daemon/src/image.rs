@@ -155,6 +155,29 @@ fn refuse_inapplicable_overprovision(
 /// 0), running policies it does not use are warned of, so a researcher does not measure a
 /// setting that was silently ignored.
 fn check_scheme_settings(scheme: ftl::SchemeKind, settings: &ImageSettings) -> anyhow::Result<()> {
+    refuse_scheme_settings(scheme, settings)?;
+    let mut named = Vec::new();
+    for key in &settings.ftl_keys {
+        // A flag (`--gc-policy`) names the setting of its `[ftl]` key (`gc_policy`).
+        let (setting, shown) = match key.strip_prefix("--") {
+            Some(flag) => (flag.replace('-', "_"), key.clone()),
+            None => (key.clone(), format!("[ftl] {key}")),
+        };
+        if setting != "overprovision"
+            && setting != "log_blocks"
+            && !scheme.uses_setting(&setting)
+            && !named.contains(&setting)
+        {
+            tracing::warn!("{shown} does not apply to scheme {scheme}: ignored");
+            // Once per setting (a flag and the file's key set the same one).
+            named.push(setting);
+        }
+    }
+    Ok(())
+}
+
+/// The refusals of [`check_scheme_settings`] alone (no warnings).
+fn refuse_scheme_settings(scheme: ftl::SchemeKind, settings: &ImageSettings) -> anyhow::Result<()> {
     refuse_inapplicable_overprovision(scheme, settings)?;
     if let Some(n) = settings
         .log_blocks
@@ -166,16 +189,17 @@ fn check_scheme_settings(scheme: ftl::SchemeKind, settings: &ImageSettings) -> a
         ))
         .into());
     }
-    for key in &settings.ftl_keys {
-        // A flag (`--gc-policy`) names the setting of its `[ftl]` key (`gc_policy`).
-        let (setting, shown) = match key.strip_prefix("--") {
-            Some(flag) => (flag.replace('-', "_"), key.clone()),
-            None => (key.clone(), format!("[ftl] {key}")),
-        };
-        if setting != "overprovision" && setting != "log_blocks" && !scheme.uses_setting(&setting) {
-            tracing::warn!("{shown} does not apply to scheme {scheme}: ignored");
-        }
-    }
+    Ok(())
+}
+
+/// Everything [`create`] refuses before it makes a file (the settings the scheme does not
+/// take, the device and the format planned), so `ftld format --force` can check them before it
+/// removes the old image: a refusal must not leave the user with no image at all.
+pub fn validate_new(settings: &ImageSettings) -> anyhow::Result<()> {
+    refuse_scheme_settings(settings.ftl.scheme, settings)?;
+    let (nand, export) = plan_new(settings)?;
+    ftl::plan_format(&nand, &settings.ftl, export)
+        .map_err(|e| UsageError(format!("cannot format {}: {e}", settings.path.display())))?;
     Ok(())
 }
 

@@ -50,26 +50,6 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
-    // Made before any device is made or aged: a path where the outputs' directory cannot be
-    // (a file, a dangling link, /proc) would otherwise fail only at the end, as "File exists",
-    // with the run's figures lost.
-    if let Some(out) = &args.out {
-        let taken = out.symlink_metadata().is_ok() && !out.is_dir();
-        if taken {
-            return Err(UsageError(format!(
-                "--out {}: exists and is not a directory (--out names the directory the \
-                 outputs are written into)",
-                out.display()
-            ))
-            .into());
-        }
-        std::fs::create_dir_all(out).map_err(|e| {
-            UsageError(format!(
-                "--out {}: the outputs' directory cannot be made: {e}",
-                out.display()
-            ))
-        })?;
-    }
     // Parsed (a workload) or opened and its format found (a trace) before any device is
     // opened or aged: a wrong path or a file of no known format fails at once. A workload is
     // sized where the capacity is known.
@@ -126,6 +106,26 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
             .parse()
             .map_err(|e: String| UsageError(format!("--out-of-range: {e}")))?,
     };
+    // Made once the arguments are checked, before any device is made or aged: a path where
+    // the outputs' directory cannot be (a file, a dangling link, /proc) would otherwise fail
+    // only at the end, as "File exists", with the run's figures lost.
+    if let Some(out) = &args.out {
+        let taken = out.symlink_metadata().is_ok() && !out.is_dir();
+        if taken {
+            return Err(UsageError(format!(
+                "--out {}: exists and is not a directory (--out names the directory the \
+                 outputs are written into)",
+                out.display()
+            ))
+            .into());
+        }
+        std::fs::create_dir_all(out).map_err(|e| {
+            UsageError(format!(
+                "--out {}: the outputs' directory cannot be made: {e}",
+                out.display()
+            ))
+        })?;
+    }
     let summary = match &args.target {
         Some(spec) => {
             let i = &args.image;

@@ -71,7 +71,7 @@ fn sigterm_flushes_checkpoints_and_exits_0() {
     );
     // And it comes back from the checkpoint.
     d.restart();
-    assert!(d.log().contains("recovery=Clean"), "{}", d.log());
+    assert!(d.log().contains("recovery=clean"), "{}", d.log());
 }
 
 #[test]
@@ -386,6 +386,10 @@ fn settings_a_scheme_does_not_use_are_named() {
         );
     }
     assert!(!err.contains("log_placement does not apply"), "{err}");
+    // `format --force` refuses such settings before it removes the image it would replace.
+    let (code, err) = format("page", "[ftl]\nlog_blocks = 8\n", &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(img.exists(), "the old image was removed: {err}");
     let info = run_ok(Command::new(FTLD).arg("info").arg(&img));
     assert!(
         info.contains("write queues") && !info.contains("per-queue"),

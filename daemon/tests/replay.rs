@@ -165,6 +165,48 @@ fn a_request_before_the_first_is_counted_as_reordered() {
         assert_eq!(v["requests"], 4, "{timing}: {v:#}");
         assert_eq!(v["adjusted"]["reordered"], 2, "{timing}: {v:#}");
     }
+    // Closed loop, one stream: trace times are ignored, nothing is counted, and each request
+    // is sent when the one before it completed (an early request is not pulled back into
+    // its predecessor's service time: here the flush's, which programs the buffered write).
+    let synced = dir.path().join("synced.log");
+    std::fs::write(
+        &synced,
+        "fio version 3 iolog\n\
+         500 /dev/nbd0 write 0 4096\n\
+         700 /dev/nbd0 sync\n\
+         100 /dev/nbd0 write 4096 4096\n\
+         800 /dev/nbd0 write 8192 4096\n",
+    )
+    .unwrap();
+    let out = dir.path().join("qd1");
+    let o = ftld(&[
+        synced.to_str().unwrap(),
+        "--capacity",
+        "64M",
+        "--queue-depth",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(summary(&out)["adjusted"]["reordered"], 0);
+    let csv = std::fs::read_to_string(out.join("requests.csv")).unwrap();
+    let rows: Vec<(f64, f64)> = csv
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[0].parse().unwrap(), f[4].parse().unwrap())
+        })
+        .collect();
+    assert_eq!(rows.len(), 4, "{csv}");
+    for w in rows.windows(2) {
+        let ((a0, l0), (a1, _)) = (w[0], w[1]);
+        assert!(
+            a1 + 0.001 >= a0 + l0,
+            "sent before its predecessor completed:\n{csv}"
+        );
+    }
 }
 
 #[test]

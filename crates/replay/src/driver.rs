@@ -7,7 +7,8 @@
 //! depth N`): N streams; each sends its next request when its previous one completed (plus the
 //! request's think time), trace times are ignored. Requests are handed to the FTL in arrival
 //! order; a trace time earlier than the previous request's is moved up to it (counted as
-//! `reordered`, as is one earlier than the trace's first request, replayed at the start).
+//! `reordered`, as is one earlier than the trace's first request, which the trace reader puts
+//! at time 0 and so is moved up to its predecessor's time too).
 //!
 //! **A request** runs whole when it arrives: `Ftl::advance_to(arrival)` first runs the
 //! background work due before then (GC, maintenance: `ftl::sim`), then the request's FTL call
@@ -89,7 +90,8 @@ pub struct Adjusted {
     pub refused: u64,
     /// Offset or length not a multiple of 512, widened to whole sectors.
     pub unaligned: u64,
-    /// Trace time earlier than the previous request's, moved up to it.
+    /// Trace time earlier than the previous request's (or than the trace's first request's),
+    /// moved up to the previous request's arrival (open loop only).
     pub reordered: u64,
     /// Reads or writes of zero bytes, not replayed.
     pub empty: u64,
@@ -252,13 +254,18 @@ impl<'a> Driver<'a> {
             // Fitted to the device: one that is not replayed (empty, or refused past the end)
             // takes no time (its think time still passes) and is counted only as such.
             let fitted = fit(&mut self.adjusted, r, self.capacity, self.opts.out_of_range);
-            if at < prev_arrival || before_first {
-                if fitted.is_some()
-                    && matches!(arrival, Arrival::At(_))
-                    && self.opts.queue_depth.is_none()
-                {
-                    self.adjusted.reordered += 1;
-                }
+            // Counted, open loop: a time earlier than the previous request's, or than the
+            // trace's first (its `At(0)` may equal the previous arrival). Moved, any loop: only
+            // a time before the previous arrival (closed loop, `at` is when a stream is free,
+            // which a request never precedes).
+            if (at < prev_arrival || before_first)
+                && fitted.is_some()
+                && matches!(arrival, Arrival::At(_))
+                && self.opts.queue_depth.is_none()
+            {
+                self.adjusted.reordered += 1;
+            }
+            if at < prev_arrival {
                 at = prev_arrival;
             }
             prev_arrival = at;

@@ -49,8 +49,9 @@ pub struct Request {
     /// The host queue the trace says the request came through (blkparse's CPU column, which
     /// `ftld serve --record` fills with the write queue), if it says.
     pub queue: Option<u32>,
-    /// The trace's time was earlier than its first request's: the request is replayed at the
-    /// start (`Arrival::At(0)`) and counted as reordered, as one earlier than its predecessor is.
+    /// The trace's time was earlier than its first request's: the trace reader gives it
+    /// `Arrival::At(0)`, and an open-loop driver moves it up to its predecessor's arrival and
+    /// counts it as reordered, as one earlier than its predecessor.
     pub before_first: bool,
 }
 
